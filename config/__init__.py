@@ -1,0 +1,16 @@
+"""Configuration: msgspec structs, YAML loading with ${ENV} substitution, cross-field checks."""
+
+from config.loader import ConfigError, load_config, parse_config
+from config.model import Config, FilesystemDestination, FlushConfig, MirrorConfig, SourceConfig, SparkConfig
+
+__all__ = [
+    "Config",
+    "ConfigError",
+    "FilesystemDestination",
+    "FlushConfig",
+    "MirrorConfig",
+    "SourceConfig",
+    "SparkConfig",
+    "load_config",
+    "parse_config",
+]

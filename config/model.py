@@ -1,0 +1,140 @@
+"""The configuration schema. Keys are kebab-case in YAML; unknown keys are rejected everywhere.
+
+The JSON Schema in `schemas/mirror-v3.config.schema.json` is generated from these structs
+(`python -m config.schema`), so every constraint written here is also what editors see.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+import msgspec
+
+PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+MirrorName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=200,
+        description="Names the mirror in logs and errors; letters, digits, '.', '_' and '-'.",
+    ),
+]
+# A destination name becomes a directory or key segment, so it must not be able to climb out of it.
+DestinationName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[A-Za-z0-9._-]+$",
+        max_length=249,
+        description="Directory / key segment used instead of the source topic name.",
+    ),
+]
+NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class _Strict(msgspec.Struct, rename="kebab", forbid_unknown_fields=True, frozen=True):
+    """Base for every config struct: kebab-case keys, unknown keys are errors."""
+
+
+class FlushConfig(_Strict):
+    """When a buffered batch becomes a destination file: whichever limit trips first."""
+
+    max_time_ms: Annotated[
+        int, msgspec.Meta(ge=1, description="Longest a read record waits in the buffer, in ms.")
+    ] = 10_000
+    max_bytes: Annotated[
+        int, msgspec.Meta(ge=1, description="Buffered key+value+header bytes that force a flush.")
+    ] = 128 * 1024 * 1024
+    max_offsets: Annotated[
+        int, msgspec.Meta(ge=1, description="Buffered source offsets (records and holes) that force a flush.")
+    ] = 1_000_000
+
+
+class FilesystemDestination(_Strict, tag_field="type", tag="filesystem"):
+    """Immutable Parquet files under `<root>/<dest-name>/<partition>/`."""
+
+    root: Annotated[
+        NonEmptyStr,
+        msgspec.Meta(description="Directory holding the chains; relative paths resolve against the working directory."),
+    ]
+    flush: FlushConfig = msgspec.field(default_factory=FlushConfig)
+    compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    compression_level: Annotated[
+        int | None, msgspec.Meta(description="Codec level (zstd: 1-22); codec default when omitted.")
+    ] = None
+
+
+Destination = FilesystemDestination
+
+
+class SourceConfig(_Strict):
+    """The Kafka cluster a mirror reads from."""
+
+    bootstrap_servers: Annotated[NonEmptyStr, msgspec.Meta(description="host:port[,host:port...]")]
+    group_id: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Consumer group id used by the readers (never committed to; restart position "
+            "comes from the destination). Default: mirror-v3.<mirror name>."
+        ),
+    ] = None
+    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    on_data_loss: Annotated[
+        Literal["fail", "skip"],
+        msgspec.Meta(
+            description="What to do when records the destination still needs were deleted at the source "
+            "(retention, DeleteRecords): fail naming the offsets, or skip to the log start offset."
+        ),
+    ] = "fail"
+    poll_interval_ms: Annotated[
+        int, msgspec.Meta(ge=10, description="How often an idle mirror asks the source for new records.")
+    ] = 500
+    request_timeout_ms: Annotated[
+        int, msgspec.Meta(ge=100, description="Timeout for offset queries against the source.")
+    ] = 30_000
+
+
+class SparkConfig(_Strict):
+    """The Spark data plane shared by all mirrors of the process."""
+
+    master: Annotated[
+        NonEmptyStr, msgspec.Meta(description="spark.master, e.g. local[*] or spark://host:7077.")
+    ] = "local[*]"
+    max_offsets_per_read: Annotated[
+        int, msgspec.Meta(ge=1, description="Largest offset range one Spark read covers.")
+    ] = 500_000
+    offsets_per_task: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="A read larger than this is split into ceil(range / offsets-per-task) Spark tasks "
+            "(Kafka source minPartitions) so a backlog uses every core.",
+        ),
+    ] = 100_000
+    log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
+    conf: Annotated[
+        dict[str, str],
+        msgspec.Meta(description="Extra Spark configuration, passed to the SparkSession builder as is."),
+    ] = msgspec.field(default_factory=dict)
+
+
+class MirrorConfig(_Strict):
+    """One source (topic, partition) copied to the shared destination."""
+
+    name: MirrorName
+    source: SourceConfig
+    topic: Annotated[NonEmptyStr, msgspec.Meta(max_length=249)]
+    partition: Annotated[NonNegativeInt, msgspec.Meta(description="Source partition; required, no default.")]
+    destination_name_override: DestinationName | None = None
+
+    @property
+    def destination_name(self) -> str:
+        return self.destination_name_override or self.topic
+
+
+class Config(_Strict):
+    """A whole process: one destination block shared by N mirrors."""
+
+    destination: Destination
+    mirrors: Annotated[list[MirrorConfig], msgspec.Meta(min_length=1)]
+    spark: SparkConfig = msgspec.field(default_factory=SparkConfig)

@@ -1,0 +1,69 @@
+"""The contract between a mirror's actor and its destination.
+
+The actor reads source ranges and buffers them; a sink turns one buffered chunk into one durable
+destination write, and on start tells the actor where the destination ends. Sinks know nothing of
+flush policy, metrics or signals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+
+
+class DestinationError(Exception):
+    """The destination is unusable as found (corrupt chain, foreign writer, misaligned offsets)."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """Every source offset in [first_offset, last_offset] was read; `records` holds those that exist.
+
+    Offsets in the range with no row are holes (compaction, transaction markers, aborted records).
+    Rows are in the Kafka-source layout of `sinks.records.KAFKA_SCHEMA`, sorted by offset.
+    """
+
+    first_offset: int
+    last_offset: int
+    records: pa.Table
+
+    @property
+    def offset_count(self) -> int:
+        return self.last_offset - self.first_offset + 1
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a durable write produced: where it went and how many bytes it took."""
+
+    location: str
+    bytes_written: int
+
+
+class Sink(Protocol):
+    @property
+    def description(self) -> str:
+        """Human-readable destination, free of secrets (for logs and status)."""
+        ...
+
+    async def open(self) -> int | None:
+        """Inspect the destination and return the next source offset it expects.
+
+        None means the destination holds nothing for this partition yet. Raises DestinationError
+        when what is there cannot be continued safely.
+        """
+        ...
+
+    async def inspect(self) -> int | None:
+        """Like open(), but read-only (for `status`): changes nothing at the destination."""
+        ...
+
+    async def commit(self, chunk: Chunk) -> Committed:
+        """Make the chunk durable. `chunk.first_offset` is always the offset open()/the previous
+        commit left as next. Either the whole chunk is durable afterwards or an exception is raised
+        and nothing of it is visible."""
+        ...
+
+    async def close(self) -> None: ...

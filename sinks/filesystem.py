@@ -1,0 +1,98 @@
+"""Filesystem BlobStore: one directory per partition, atomic no-clobber commits.
+
+Commit = write a temporary file in the same directory, fsync it, link it to its final name
+(fails if the name exists, so a second writer cannot silently replace a blob), remove the
+temporary name, fsync the directory. Where hard links are not supported the commit falls back to
+rename(2) after an existence check.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import uuid
+from pathlib import Path
+
+import aiofiles
+import aiofiles.os
+import anyio.to_thread
+
+from config.model import FilesystemDestination
+from sinks.blob_chain import BlobExistsError, temp_name
+from sinks.blob_sink import BlobSink
+
+_LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+
+
+class FilesystemStore:
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
+
+    def location(self, name: str) -> str:
+        return str(self._dir / name)
+
+    async def list_names(self) -> list[str]:
+        try:
+            return list(await aiofiles.os.listdir(self._dir))
+        except FileNotFoundError:
+            return []
+
+    async def put_if_absent(self, name: str, data: memoryview) -> int:
+        await aiofiles.os.makedirs(self._dir, exist_ok=True)
+        final = self._dir / name
+        temp = self._dir / temp_name(name, uuid.uuid4().hex)
+        try:
+            async with aiofiles.open(temp, "wb") as handle:
+                await handle.write(data)
+                await handle.flush()
+                await anyio.to_thread.run_sync(os.fsync, handle.fileno())
+            await _publish(temp, final)
+        finally:
+            try:
+                await aiofiles.os.remove(temp)
+            except FileNotFoundError:
+                pass
+        await anyio.to_thread.run_sync(_fsync_directory, self._dir)
+        return len(data)
+
+    async def remove(self, name: str) -> None:
+        try:
+            await aiofiles.os.remove(self._dir / name)
+        except FileNotFoundError:
+            pass
+
+
+async def _publish(temp: Path, final: Path) -> None:
+    try:
+        await aiofiles.os.link(temp, final)
+        return
+    except FileExistsError:
+        raise BlobExistsError(f"{final} already exists: another writer owns this chain") from None
+    except OSError as exc:
+        if exc.errno not in _LINK_UNSUPPORTED:
+            raise
+    if await aiofiles.os.path.exists(final):
+        raise BlobExistsError(f"{final} already exists: another writer owns this chain")
+    await aiofiles.os.rename(temp, final)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def filesystem_sink(destination: FilesystemDestination, destination_name: str, partition: int) -> BlobSink:
+    directory = Path(destination.root).expanduser().resolve() / destination_name / str(partition)
+    return BlobSink(
+        FilesystemStore(directory),
+        description=f"filesystem:{directory}",
+        compression=destination.compression,
+        compression_level=destination.compression_level,
+    )

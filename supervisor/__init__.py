@@ -1,0 +1,1 @@
+"""mirror-v3: exactly-once mirroring of Kafka partitions (CLI, supervisor, actors)."""

@@ -1,0 +1,288 @@
+"""One mirror = one actor: a heartbeat, a flush timer and the ingest loop, over one sink.
+
+The actor decides *what* to read and *when* to flush; the PartitionSource does the reading and the
+Sink the durable writing. Its starting position always comes from `sink.open()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+
+import anyio
+
+from config.model import FlushConfig, MirrorConfig
+from sinks.base import Sink
+from sinks.records import empty_records
+from supervisor.buffer import RangeBuffer
+from supervisor.errors import DataLossError, MirrorError
+from supervisor.logs import log_event
+from supervisor.metrics import MirrorMetrics
+from supervisor.partition_source import PartitionSource
+from supervisor.source import SourceOffsets
+
+log = logging.getLogger("mirror_v3.actor")
+
+
+@dataclass(frozen=True)
+class ActorSettings:
+    flush: FlushConfig
+    max_offsets_per_read: int
+    heartbeat_secs: float
+
+    @staticmethod
+    def heartbeat_from_env() -> float:
+        raw = os.environ.get("MIRROR_V3_HEARTBEAT_SECS", "30")
+        try:
+            return max(0.0, float(raw))
+        except ValueError:
+            return 30.0
+
+
+class MirrorActor:
+    def __init__(
+        self,
+        mirror: MirrorConfig,
+        source: PartitionSource,
+        sink: Sink,
+        metrics: MirrorMetrics,
+        settings: ActorSettings,
+        stop_requested: anyio.Event,
+    ) -> None:
+        self.mirror = mirror
+        self._source = source
+        self._sink = sink
+        self._metrics = metrics
+        self._settings = settings
+        self._stop = stop_requested
+        self._buffer = RangeBuffer()
+        self._flush_lock = anyio.Lock()
+        self._buffer_filled = anyio.Event()
+        self._next_read = 0
+        self._verified = 0
+        self._records_since_beat = 0
+        self._last_flush_at: float | None = None
+        self._source_end = 0
+        self.started = anyio.Event()
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self._source.check()
+        destination_next = await self._sink.open()
+        offsets = await self._source.offsets()
+        self._observe(offsets)
+        self._next_read = self._start_position(destination_next, offsets)
+        self._verified = destination_next if destination_next is not None else self._next_read
+        self._metrics.offset_verified.set(self._verified)
+        self._update_lag(offsets)
+        log_event(
+            log,
+            logging.INFO,
+            "mirror starting",
+            mirror=self.mirror.name,
+            topic=self.mirror.topic,
+            partition=self.mirror.partition,
+            destination=self._sink.description,
+            start_offset=self._next_read,
+            destination_next=destination_next if destination_next is not None else "empty",
+            source_low_watermark=offsets.log_start,
+            source_end=offsets.end,
+        )
+        self.started.set()
+        try:
+            try:
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(self._heartbeat)
+                    tasks.start_soon(self._flush_timer)
+                    tasks.start_soon(self._cancel_reads_on_stop)
+                    await self._ingest()
+                    tasks.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                raise first_error(group) from None
+            await self.flush("shutdown")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._sink.close()
+        log_event(log, logging.INFO, "mirror stopped", mirror=self.mirror.name, next_offset=self._verified)
+
+    def _start_position(self, destination_next: int | None, offsets: SourceOffsets) -> int:
+        topic_partition = f"{self.mirror.topic}-{self.mirror.partition}"
+        if destination_next is None:
+            # An empty destination begins wherever the source begins.
+            return offsets.log_start
+        if offsets.high_watermark < destination_next:
+            raise MirrorError(
+                f"source {topic_partition} ends at offset {offsets.high_watermark} (high watermark), below the "
+                f"destination's next offset {destination_next}: was the topic recreated, or is this the wrong cluster?"
+            )
+        return destination_next
+
+    # -- ingest ----------------------------------------------------------------------------------
+
+    async def _ingest(self) -> None:
+        poll = self.mirror.source.poll_interval_ms / 1000
+        while not self._stop.is_set():
+            offsets = await self._source.offsets()
+            self._observe(offsets)
+            self._handle_data_loss(offsets)
+            if offsets.high_watermark < self._next_read:
+                raise MirrorError(
+                    f"source {self.mirror.topic}-{self.mirror.partition} high watermark {offsets.high_watermark} "
+                    f"fell below the next offset {self._next_read}: was the topic recreated?"
+                )
+            if self._next_read >= offsets.end:
+                with anyio.move_on_after(poll):
+                    await self._stop.wait()
+                continue
+            room = self._settings.flush.max_offsets - self._buffer.offset_count
+            end = min(offsets.end, self._next_read + self._settings.max_offsets_per_read, self._next_read + max(1, room))
+            start = self._next_read
+            try:
+                records = await self._source.read(start, end)
+            except Exception:
+                if self._stop.is_set():
+                    break  # the read was cancelled by the drain; what it got is discarded
+                raise
+            self._accept(start, end - 1, records.num_rows)
+            self._buffer.add(start, end - 1, records)
+            self._buffer_filled.set()
+            trigger = self._size_trigger()
+            if trigger is not None:
+                await self.flush(trigger)
+
+    def _accept(self, first: int, last: int, record_count: int) -> None:
+        holes = (last - first + 1) - record_count
+        if holes:
+            self._metrics.gap_records.inc(holes)
+        self._next_read = last + 1
+        self._records_since_beat += record_count
+
+    def _handle_data_loss(self, offsets: SourceOffsets) -> None:
+        if self._next_read >= offsets.log_start:
+            return
+        lost_first, lost_last = self._next_read, offsets.log_start - 1
+        topic_partition = f"{self.mirror.topic}-{self.mirror.partition}"
+        if self.mirror.source.on_data_loss == "fail":
+            raise DataLossError(
+                f"source {topic_partition} log start offset {offsets.log_start} is above the next offset to mirror "
+                f"{self._next_read}: offsets {lost_first}..{lost_last} were deleted before they were mirrored "
+                "(set source.on-data-loss: skip to continue without them)"
+            )
+        count = lost_last - lost_first + 1
+        log_event(
+            log,
+            logging.WARNING,
+            "source records lost, skipping",
+            mirror=self.mirror.name,
+            lost_from=lost_first,
+            lost_to=lost_last,
+            count=count,
+            source_low_watermark=offsets.log_start,
+        )
+        self._metrics.lost_records.inc(count)
+        # The lost offsets stay inside the next blob's range so the chain has no hole; the WARN
+        # line and the lost-records counter are the record of what is missing.
+        self._buffer.add(lost_first, lost_last, empty_records())
+        self._buffer_filled.set()
+        self._next_read = offsets.log_start
+
+    def _size_trigger(self) -> str | None:
+        flush = self._settings.flush
+        if self._buffer.offset_count >= flush.max_offsets:
+            return "max-offsets"
+        if self._buffer.byte_count >= flush.max_bytes:
+            return "max-bytes"
+        return None
+
+    # -- flushing --------------------------------------------------------------------------------
+
+    async def flush(self, trigger: str) -> None:
+        async with self._flush_lock:
+            if self._buffer.empty:
+                return
+            chunk = self._buffer.take()
+            self._buffer_filled = anyio.Event()
+            began = time.monotonic()
+            committed = await self._sink.commit(chunk)
+            finished = time.monotonic()
+            interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
+            self._last_flush_at = finished
+            self._verified = chunk.last_offset + 1
+            self._metrics.offset_verified.set(self._verified)
+            self._metrics.records.inc(chunk.records.num_rows)
+            self._metrics.bytes.inc(committed.bytes_written)
+            self._metrics.flushes.inc()
+            self._metrics.last_flush.set(time.time())
+            self._metrics.source_lag.set(max(0, self._source_end - self._verified))
+            log_event(
+                log,
+                logging.INFO,
+                "flushed",
+                mirror=self.mirror.name,
+                path=committed.location,
+                **{"from": chunk.first_offset},
+                to=chunk.last_offset,
+                count=chunk.records.num_rows,
+                bytes=committed.bytes_written,
+                elapsed_ms=round((finished - began) * 1000),
+                interval_ms=interval_ms,
+                trigger=trigger,
+            )
+
+    async def _flush_timer(self) -> None:
+        max_age = self._settings.flush.max_time_ms / 1000
+        while True:
+            if self._buffer.empty:
+                await self._buffer_filled.wait()
+                continue
+            remaining = max_age - self._buffer.age()
+            if remaining > 0:
+                await anyio.sleep(remaining)
+                continue
+            await self.flush("max-time")
+
+    # -- observation -----------------------------------------------------------------------------
+
+    def _observe(self, offsets: SourceOffsets) -> None:
+        self._source_end = offsets.end
+        self._metrics.source_log_start.set(offsets.log_start)
+        self._metrics.source_end.set(offsets.end)
+        self._update_lag(offsets)
+
+    def _update_lag(self, offsets: SourceOffsets) -> None:
+        self._metrics.source_lag.set(max(0, offsets.end - self._verified))
+
+    async def _heartbeat(self) -> None:
+        interval = self._settings.heartbeat_secs
+        if interval <= 0:
+            return
+        while True:
+            await anyio.sleep(interval)
+            log_event(
+                log,
+                logging.DEBUG,
+                "heartbeat",
+                mirror=self.mirror.name,
+                expected_offset=self._next_read,
+                verified_offset=self._verified,
+                progressed=self._records_since_beat,
+                buffered_offsets=self._buffer.offset_count,
+            )
+            self._records_since_beat = 0
+
+    async def _cancel_reads_on_stop(self) -> None:
+        await self._stop.wait()
+        self._source.cancel_reads()
+
+
+def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    """The task group wraps a task's failure; callers want the failure itself."""
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            return first_error(exc)
+        if not isinstance(exc, anyio.get_cancelled_exc_class()):
+            return exc
+    return group

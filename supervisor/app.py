@@ -1,0 +1,104 @@
+"""The supervisor: one anyio task group, one actor per mirror, signals and failure collapse."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+
+import anyio
+import anyio.to_thread
+
+from config.model import Config
+from sinks.factory import build_sink
+from supervisor.actor import ActorSettings, MirrorActor
+from supervisor.describe import describe_error
+from supervisor.errors import EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
+from supervisor.logs import log_event
+from supervisor.metrics import MetricFamilies, MirrorMetrics
+from supervisor.partition_source import SparkPartitionSource
+from supervisor.source import SourceClusters
+from workers.spark_session import get_spark, stop_spark
+
+log = logging.getLogger("mirror_v3.supervisor")
+
+
+class Supervisor:
+    def __init__(self, config: Config, families: MetricFamilies) -> None:
+        self._config = config
+        self._families = families
+        self._clusters = SourceClusters()
+        self.stop_requested = anyio.Event()
+        self.actors: list[MirrorActor] = []
+        self._failure: tuple[str, BaseException] | None = None
+
+    def _build_actors(self) -> None:
+        settings = ActorSettings(
+            flush=self._config.destination.flush,
+            max_offsets_per_read=self._config.spark.max_offsets_per_read,
+            heartbeat_secs=ActorSettings.heartbeat_from_env(),
+        )
+        for mirror in self._config.mirrors:
+            cluster = self._clusters.get(mirror.source.bootstrap_servers, mirror.source.request_timeout_ms)
+            self.actors.append(
+                MirrorActor(
+                    mirror=mirror,
+                    source=SparkPartitionSource(mirror, cluster, self._config.spark),
+                    sink=build_sink(self._config.destination, mirror),
+                    metrics=MirrorMetrics.for_partition(self._families, mirror.topic, mirror.partition),
+                    settings=settings,
+                    stop_requested=self.stop_requested,
+                )
+            )
+
+    async def run(self) -> int:
+        self._build_actors()
+        try:
+            async with anyio.create_task_group() as outer:
+                outer.start_soon(self._watch_signals)
+                # Start Spark before any actor reads so start-up cost is paid once, up front.
+                await anyio.to_thread.run_sync(get_spark, self._config.spark)
+                async with anyio.create_task_group() as actors:
+                    for actor in self.actors:
+                        actors.start_soon(self._run_actor, actor, actors.cancel_scope)
+                outer.cancel_scope.cancel()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._clusters.close()
+                await anyio.to_thread.run_sync(stop_spark)
+        if self._failure is not None:
+            return EXIT_FAILURE
+        log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
+        return EXIT_OK
+
+    async def _run_actor(self, actor: MirrorActor, scope: anyio.CancelScope) -> None:
+        try:
+            await actor.run()
+        except Exception as exc:
+            if self._failure is None:
+                self._failure = (actor.mirror.name, exc)
+                log_event(
+                    log,
+                    logging.ERROR,
+                    "mirror failed",
+                    mirror=actor.mirror.name,
+                    topic=actor.mirror.topic,
+                    partition=actor.mirror.partition,
+                    error=describe_error(exc),
+                )
+                log.debug("mirror failure detail", exc_info=exc)
+            # One failed mirror collapses the process; the orchestrator restarts it and every
+            # mirror recovers its position from its destination.
+            scope.cancel()
+
+    async def _watch_signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for received in signals:
+                name = signal.Signals(received).name
+                if not self.stop_requested.is_set():
+                    log_event(log, logging.INFO, "draining: stop reading, flush, exit", signal=name)
+                    self.stop_requested.set()
+                else:
+                    log_event(log, logging.ERROR, "second signal during drain, exiting now", signal=name)
+                    logging.shutdown()
+                    os._exit(EXIT_SECOND_SIGNAL)

@@ -1,0 +1,34 @@
+"""Turn any exception into one operator-readable line (no traceback, no Java stack)."""
+
+from __future__ import annotations
+
+from sinks.base import DestinationError
+from supervisor.errors import MirrorError
+
+
+def describe_error(exc: BaseException) -> str:
+    if isinstance(exc, (MirrorError, DestinationError)):
+        return str(exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        return _describe_java(java)
+    text = str(exc).strip()
+    first = text.splitlines()[0] if text else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _describe_java(java: object) -> str:
+    """The innermost cause is usually the useful one (e.g. OffsetOutOfRange under a SparkException)."""
+    messages: list[str] = []
+    current = java
+    for _ in range(10):
+        if current is None:
+            break
+        try:
+            messages.append(str(current.toString()).splitlines()[0])  # type: ignore[attr-defined]
+            current = current.getCause()  # type: ignore[attr-defined]
+        except Exception:
+            break
+    if not messages:
+        return "Spark job failed"
+    return messages[-1] if len(messages) == 1 else f"{messages[-1]} (in {messages[0][:200]})"

@@ -1,0 +1,70 @@
+"""Operator logs: one line per event on stderr, `key=value` pairs (or JSON with LOG_FORMAT=json)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+_FIELDS = "mirror_v3_fields"
+
+
+def _quote(value: Any) -> str:
+    text = str(value)
+    if text == "" or any(c in text for c in ' "=\n\t'):
+        return json.dumps(text)
+    return text
+
+
+class KeyValueFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = getattr(record, _FIELDS, {})
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        parts = [
+            f"ts={stamp}.{int(record.msecs):03d}Z",
+            f"level={record.levelname}",
+            f"msg={_quote(record.getMessage())}",
+        ]
+        parts.extend(f"{key}={_quote(value)}" for key, value in fields.items())
+        if record.exc_info and logging.getLogger().isEnabledFor(logging.DEBUG):
+            parts.append(f"traceback={_quote(self.formatException(record.exc_info))}")
+        return " ".join(parts)
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        fields: dict[str, Any] = getattr(record, _FIELDS, {})
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+        entry: dict[str, Any] = {
+            "ts": f"{stamp}.{int(record.msecs):03d}Z",
+            "level": record.levelname,
+            "msg": record.getMessage(),
+        }
+        entry.update({key: value if isinstance(value, (int, float, bool)) or value is None else str(value)
+                      for key, value in fields.items()})
+        return json.dumps(entry)
+
+
+def setup_logging() -> None:
+    """Configure the root logger from LOG_LEVEL (default INFO) and LOG_FORMAT (kv|json)."""
+    level_name = os.environ.get("LOG_LEVEL", "INFO").upper()
+    level = logging.getLevelName(level_name)
+    if not isinstance(level, int):
+        level = logging.INFO
+    handler = logging.StreamHandler(sys.stderr)
+    fmt = os.environ.get("LOG_FORMAT", "kv").lower()
+    handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # Third-party clients are chatty at INFO; their problems surface through our own errors.
+    for noisy in ("aiokafka", "py4j", "kafka", "botocore", "aiobotocore", "urllib3"):
+        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+
+
+def log_event(logger: logging.Logger, level: int, message: str, **fields: Any) -> None:
+    if logger.isEnabledFor(level):
+        logger.log(level, message, extra={_FIELDS: fields})

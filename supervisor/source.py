@@ -1,0 +1,121 @@
+"""Offset queries against the source cluster (aiokafka), shared by all mirrors of one cluster.
+
+Spark reads the records; this client only answers "where does the partition start, where is its
+last stable offset, where is its high watermark" so the actor can plan exact ranges.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
+
+from supervisor.errors import SourceError
+
+
+@dataclass(frozen=True)
+class SourceOffsets:
+    log_start: int  # earliest offset the broker still has (advanced by retention / DeleteRecords)
+    end: int  # exclusive end a reader may read to: last stable offset when read_committed
+    high_watermark: int
+
+
+class SourceCluster:
+    """Two metadata-only consumers: one sees the last stable offset, the other the high watermark."""
+
+    def __init__(self, bootstrap_servers: str, request_timeout_ms: int, client_id: str = "mirror-v3") -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._timeout_s = request_timeout_ms / 1000
+        common = dict(
+            bootstrap_servers=bootstrap_servers,
+            client_id=client_id,
+            enable_auto_commit=False,
+            group_id=None,
+            request_timeout_ms=request_timeout_ms,
+            connections_max_idle_ms=540_000,
+        )
+        self._committed = AIOKafkaConsumer(isolation_level="read_committed", **common)  # type: ignore[arg-type]
+        self._uncommitted = AIOKafkaConsumer(isolation_level="read_uncommitted", **common)  # type: ignore[arg-type]
+        self._started = False
+        self._start_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        async with self._start_lock:
+            if self._started:
+                return
+            try:
+                await asyncio.wait_for(self._committed.start(), self._timeout_s)
+                await asyncio.wait_for(self._uncommitted.start(), self._timeout_s)
+            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+                await self.close()
+                raise SourceError(f"source cluster {self.bootstrap_servers} unreachable: {_describe(exc)}") from None
+            self._started = True
+
+    async def check_partition(self, topic: str, partition: int) -> None:
+        await self.start()
+        try:
+            topics = await asyncio.wait_for(self._committed.topics(), self._timeout_s)
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            raise SourceError(f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}") from None
+        if topic not in topics:
+            raise SourceError(f"source topic {topic!r} does not exist on {self.bootstrap_servers}")
+        partitions = self._committed.partitions_for_topic(topic) or set()
+        if partition not in partitions:
+            raise SourceError(
+                f"source topic {topic!r} has no partition {partition} "
+                f"(partitions: {', '.join(str(p) for p in sorted(partitions))})"
+            )
+
+    async def offsets(self, topic: str, partition: int, isolation_level: str) -> SourceOffsets:
+        await self.start()
+        tp = TopicPartition(topic, partition)
+        try:
+            start, stable, high = await asyncio.wait_for(
+                asyncio.gather(
+                    self._committed.beginning_offsets([tp]),
+                    self._committed.end_offsets([tp]),
+                    self._uncommitted.end_offsets([tp]),
+                ),
+                self._timeout_s,
+            )
+        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            raise SourceError(
+                f"source {topic}-{partition} on {self.bootstrap_servers}: offset query failed: {_describe(exc)}"
+            ) from None
+        end = stable[tp] if isolation_level == "read_committed" else high[tp]
+        return SourceOffsets(log_start=start[tp], end=end, high_watermark=high[tp])
+
+    async def close(self) -> None:
+        for consumer in (self._committed, self._uncommitted):
+            try:
+                await consumer.stop()
+            except Exception:  # closing a half-started client must not mask the real error
+                pass
+        self._started = False
+
+
+class SourceClusters:
+    """One SourceCluster per distinct bootstrap list, so N mirrors of a cluster share connections."""
+
+    def __init__(self) -> None:
+        self._clusters: dict[tuple[str, int], SourceCluster] = {}
+
+    def get(self, bootstrap_servers: str, request_timeout_ms: int) -> SourceCluster:
+        key = (bootstrap_servers, request_timeout_ms)
+        if key not in self._clusters:
+            self._clusters[key] = SourceCluster(bootstrap_servers, request_timeout_ms)
+        return self._clusters[key]
+
+    async def close(self) -> None:
+        for cluster in self._clusters.values():
+            await cluster.close()
+        self._clusters.clear()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, asyncio.TimeoutError):
+        return "timed out"
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]

@@ -1,0 +1,115 @@
+"""`status`: per mirror, where the source is, where the destination is, and the lag.
+
+No Spark: offsets come from aiokafka, the destination position from the sink's read-only inspect.
+Every mirror is queried concurrently, each bounded by a timeout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import anyio
+import msgspec
+
+from config.model import Config, MirrorConfig
+from sinks.factory import build_sink
+from supervisor.describe import describe_error
+from supervisor.source import SourceClusters
+
+
+class MirrorStatus(msgspec.Struct, rename="kebab"):
+    name: str
+    topic: str
+    partition: int
+    destination: str
+    source_log_start: int | None = None
+    source_end: int | None = None
+    source_high_watermark: int | None = None
+    destination_next: int | None = None
+    lag: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    rows: list[MirrorStatus]
+
+    @property
+    def ok(self) -> bool:
+        return all(row.error is None for row in self.rows)
+
+
+async def collect_status(config: Config, timeout_s: float = 15.0) -> StatusReport:
+    clusters = SourceClusters()
+    rows: list[MirrorStatus] = [MirrorStatus("", "", 0, "")] * len(config.mirrors)
+
+    async def query(index: int, mirror: MirrorConfig) -> None:
+        rows[index] = await _query_one(config, mirror, clusters, timeout_s)
+
+    try:
+        async with anyio.create_task_group() as tasks:
+            for index, mirror in enumerate(config.mirrors):
+                tasks.start_soon(query, index, mirror)
+    finally:
+        await clusters.close()
+    return StatusReport(rows)
+
+
+async def _query_one(config: Config, mirror: MirrorConfig, clusters: SourceClusters, timeout_s: float) -> MirrorStatus:
+    sink = build_sink(config.destination, mirror)
+    row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description)
+    errors: list[str] = []
+    timeout_ms = min(mirror.source.request_timeout_ms, int(timeout_s * 1000))
+    cluster = clusters.get(mirror.source.bootstrap_servers, timeout_ms)
+    try:
+        with anyio.fail_after(timeout_s):
+            offsets = await cluster.offsets(mirror.topic, mirror.partition, mirror.source.isolation_level)
+        row.source_log_start, row.source_end = offsets.log_start, offsets.end
+        row.source_high_watermark = offsets.high_watermark
+    except TimeoutError:
+        errors.append(f"source {mirror.source.bootstrap_servers}: timed out after {timeout_s:g}s")
+    except Exception as exc:
+        errors.append(describe_error(exc))
+    try:
+        with anyio.fail_after(timeout_s):
+            row.destination_next = await sink.inspect()
+    except TimeoutError:
+        errors.append(f"destination {sink.description}: timed out after {timeout_s:g}s")
+    except Exception as exc:
+        errors.append(describe_error(exc))
+    if row.source_end is not None:
+        position = row.destination_next if row.destination_next is not None else row.source_log_start
+        if position is not None:
+            row.lag = max(0, row.source_end - position)
+    if errors:
+        row.error = "; ".join(errors)
+    return row
+
+
+def render_table(report: StatusReport) -> str:
+    headers = ["MIRROR", "TOPIC", "PARTITION", "SOURCE-START", "SOURCE-END", "DEST-NEXT", "LAG", "DESTINATION", "ERROR"]
+    body = [
+        [
+            row.name,
+            row.topic,
+            str(row.partition),
+            _cell(row.source_log_start),
+            _cell(row.source_end),
+            "empty" if row.destination_next is None and row.error is None else _cell(row.destination_next),
+            _cell(row.lag),
+            row.destination,
+            row.error or "",
+        ]
+        for row in report.rows
+    ]
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in [headers, *body]]
+    return "\n".join(lines)
+
+
+def render_json(report: StatusReport) -> str:
+    return msgspec.json.encode({"ok": report.ok, "mirrors": report.rows}).decode()
+
+
+def _cell(value: int | None) -> str:
+    return "-" if value is None else str(value)

@@ -1,0 +1,65 @@
+"""The one SparkSession of the process, configured for the Kafka batch source and Arrow transfer."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import TYPE_CHECKING
+
+from config.model import SparkConfig
+from workers.jars import spark_kafka_jars
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+_lock = threading.Lock()
+_session: SparkSession | None = None
+
+
+def session_conf(config: SparkConfig) -> dict[str, str]:
+    jars = ",".join(str(path) for path in spark_kafka_jars())
+    conf = {
+        "spark.master": config.master,
+        "spark.app.name": "mirror-v3",
+        "spark.jars": jars,
+        # Jobs of all mirrors share the session; FAIR keeps one backlog from starving the others.
+        "spark.scheduler.mode": "FAIR",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.driver.extraJavaOptions": "-Dlog4j2.level=error",
+        # Offsets ranges come back as Arrow; larger record batches mean fewer Python round trips.
+        "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
+        "spark.sql.shuffle.partitions": "4",
+    }
+    conf.update(config.conf)
+    return conf
+
+
+def get_spark(config: SparkConfig) -> SparkSession:
+    """Create the session once per process (thread-safe); later calls return the same one."""
+    global _session
+    with _lock:
+        if _session is not None:
+            return _session
+        # Python workers must run the same interpreter (and so see the same packages) as the driver.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        from pyspark.sql import SparkSession
+
+        builder = SparkSession.builder
+        for key, value in session_conf(config).items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel(config.log_level)
+        _session = session
+        return session
+
+
+def stop_spark() -> None:
+    global _session
+    with _lock:
+        if _session is not None:
+            _session.stop()
+            _session = None
