@@ -56,12 +56,13 @@ class SourceCluster:
     async def check_partition(self, topic: str, partition: int) -> None:
         await self.start()
         try:
-            topics = await asyncio.wait_for(self._committed.topics(), self._timeout_s)
+            # consumer.topics() discards the partition lists it fetched; ask the client directly.
+            metadata = await asyncio.wait_for(self._committed._client.fetch_all_metadata(), self._timeout_s)
         except (KafkaError, OSError, asyncio.TimeoutError) as exc:
             raise SourceError(f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}") from None
-        if topic not in topics:
+        if topic not in metadata.topics():
             raise SourceError(f"source topic {topic!r} does not exist on {self.bootstrap_servers}")
-        partitions = self._committed.partitions_for_topic(topic) or set()
+        partitions = metadata.partitions_for_topic(topic) or set()
         if partition not in partitions:
             raise SourceError(
                 f"source topic {topic!r} has no partition {partition} "

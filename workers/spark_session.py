@@ -5,10 +5,13 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.model import SparkConfig
 from workers.jars import spark_kafka_jars
+
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -28,11 +31,15 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.driver.extraJavaOptions": "-Dlog4j2.level=error",
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG}",
         # Offsets ranges come back as Arrow; larger record batches mean fewer Python round trips.
         "spark.sql.execution.arrow.maxRecordsPerBatch": "100000",
         "spark.sql.shuffle.partitions": "4",
     }
+    if config.master.startswith("local"):
+        # A local session talks to nothing but itself: bind and advertise loopback only.
+        conf["spark.driver.host"] = "127.0.0.1"
+        conf["spark.driver.bindAddress"] = "127.0.0.1"
     conf.update(config.conf)
     return conf
 
@@ -46,6 +53,8 @@ def get_spark(config: SparkConfig) -> SparkSession:
         # Python workers must run the same interpreter (and so see the same packages) as the driver.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+        if config.master.startswith("local"):
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         from pyspark.sql import SparkSession
 
         builder = SparkSession.builder
