@@ -1,25 +1,63 @@
 """Load a YAML config into `Config`: ${ENV} substitution, strict decoding, cross-field checks.
 
 Every error is a `ConfigError` whose message starts with the field path (`mirrors[3].partition: ...`)
-so the CLI can print it as one line.
+so the CLI can print it as one line; errors about a field that appears in the file end with its
+line number. Problems that have no field (unreadable file, YAML syntax, empty file) start with the
+file name instead.
+
+Environment references, in string values only (never in keys):
+
+- `${NAME}`: the variable's value; an error naming the field when NAME is not set.
+- `${NAME:-default}`: the default when NAME is unset or empty (shell semantics).
+- `$${`: a literal `${`.
+
+A value that is exactly one reference takes the type the field expects, so `partition: ${PARTITION}`
+with PARTITION=3 is the integer 3, while `topic: ${TOPIC}` with TOPIC=123 stays the string "123".
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import msgspec
+import msgspec.inspect as mi
 import yaml
 
 from config.model import Config
 
+PathPart = str | int
+FieldPath = tuple[PathPart, ...]
+
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-_MSGSPEC_PATH = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+# One token of a string value: an escaped `$${`, a well-formed reference, or a stray `${`.
+_ENV_TOKEN = re.compile(r"\$\$\{|" + _ENV_REF.pattern + r"|\$\{")
+_MSGSPEC_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_MSGSPEC_PATH_PART = re.compile(r"\.(?P<key>[^.\[]+)|\[(?P<index>\d+)\]|\[\.\.\.\]")
 _MISSING_FIELD = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
 _UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `(?P<field>[^`]+)`$")
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_MAX_YAML_NODES = 100_000  # alias expansion ("billion laughs") guard; real configs have hundreds
+
+# Human wording for the pattern-constrained strings (the regex itself is in the schema).
+_PATTERN_HINTS = {
+    "name": "use letters, digits, '.', '_' and '-', starting with a letter or digit",
+    "topic": "a Kafka topic name: letters, digits, '.', '_' and '-', not '.' or '..'",
+    "destination-name-override": "one directory / key segment: letters, digits, '.', '_' and '-' "
+    "(no '/'), not '.' or '..'",
+}
+# Valid `compression-level` per codec, as pyarrow accepts them; None = the codec takes no level.
+_COMPRESSION_LEVELS: dict[str, tuple[int, int] | None] = {
+    "zstd": (-131072, 22),
+    "gzip": (1, 9),
+    "lz4": (1, 12),
+    "snappy": None,
+    "none": None,
+}
 
 
 class ConfigError(Exception):
@@ -32,95 +70,418 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{file}: config file not found") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{file}: is a directory, not a config file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{file}: not UTF-8 text (invalid byte at offset {exc.start})") from None
     except OSError as exc:
-        raise ConfigError(f"{file}: cannot read config file: {exc.strerror}") from None
+        raise ConfigError(f"{file}: cannot read config file: {exc.strerror or exc}") from None
     return parse_config(text, source=str(file))
 
 
-def parse_config(text: str, source: str = "<config>", env: dict[str, str] | None = None) -> Config:
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise ConfigError(f"{source}{where}: invalid YAML: {problem}") from None
+def parse_config(text: str, source: str = "<config>", env: Mapping[str, str] | None = None) -> Config:
+    """Parse YAML text into a checked `Config`; `env` defaults to `os.environ`."""
+    raw, lines = _load_yaml(text, source)
     if raw is None:
         raise ConfigError(f"{source}: config file is empty")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: top level must be a mapping with `destination` and `mirrors`")
-    substituted = _substitute(raw, "", os.environ if env is None else env)
+        raise ConfigError(f"{source}: top level must be a mapping with `destination` and `mirrors`, not {_kind(raw)}")
+    prepared = _Preparer(os.environ if env is None else env, lines).prepare(raw, (), _CONFIG_TYPE)
     try:
-        config = msgspec.convert(substituted, Config)
+        config = msgspec.convert(prepared, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError(_describe_validation_error(str(exc))) from None
-    _check_cross_fields(config)
+        raise ConfigError(_describe_validation_error(str(exc), prepared, lines)) from None
+    _check_cross_fields(config, lines)
     return config
 
 
-def _substitute(node: Any, path: str, env: Any) -> Any:
-    """Replace ${VAR} / ${VAR:-default} in string values, naming the field when VAR is unset."""
-    if isinstance(node, dict):
-        return {k: _substitute(v, _join(path, str(k)), env) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_substitute(v, f"{path}[{i}]", env) for i, v in enumerate(node)]
-    if not isinstance(node, str) or "${" not in node:
+# ---------------------------------------------------------------------------------------- YAML
+
+
+def _load_yaml(text: str, source: str) -> tuple[Any, dict[FieldPath, int]]:
+    """The document and the line of every mapping key / sequence item; rejects duplicate keys."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        lines: dict[FieldPath, int] = {}
+        if node is not None:
+            _index_nodes(node, (), lines, set(), [0])
+        return (None if node is None else loader.construct_document(node)), lines
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{source}{_yaml_error_location(exc)}: invalid YAML: {_yaml_problem(exc)}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_error_location(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    return f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    if not problem:
+        return str(exc).splitlines()[0]
+    if context and not context.startswith("while "):
+        return f"{context}, {problem}"  # e.g. "expected a single document in the stream, but found another document"
+    context_mark = getattr(exc, "context_mark", None)
+    problem_mark = getattr(exc, "problem_mark", None)
+    if context and context_mark is not None and problem_mark is not None and context_mark.line != problem_mark.line:
+        return f"{problem} ({context} at line {context_mark.line + 1})"  # where the unclosed [ or { began
+    return str(problem)
+
+
+def _index_nodes(
+    node: yaml.Node, path: FieldPath, lines: dict[FieldPath, int], active: set[int], count: list[int]
+) -> None:
+    count[0] += 1
+    if count[0] > _MAX_YAML_NODES:
+        raise ConfigError(
+            f"{_format_path(path)}: document too large (more than {_MAX_YAML_NODES} values after aliases)"
+        )
+    if id(node) in active:
+        raise ConfigError(f"{_format_path(path)}: recursive YAML alias{_line_suffix(lines, path)}")
+    if isinstance(node, yaml.MappingNode):
+        active.add(id(node))
+        seen: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+                _index_nodes(value_node, path, lines, active, count)  # merge keys / complex keys
+                continue
+            line = key_node.start_mark.line + 1
+            child = (*path, key_node.value)
+            identity = (key_node.tag, key_node.value)
+            if identity in seen:
+                raise ConfigError(f"{_format_path(child)}: duplicate key (line {line}; first at line {seen[identity]})")
+            seen[identity] = line
+            lines.setdefault(child, line)
+            _index_nodes(value_node, child, lines, active, count)
+        active.discard(id(node))
+    elif isinstance(node, yaml.SequenceNode):
+        active.add(id(node))
+        for index, item in enumerate(node.value):
+            child = (*path, index)
+            lines.setdefault(child, item.start_mark.line + 1)
+            _index_nodes(item, child, lines, active, count)
+        active.discard(id(node))
+
+
+# ------------------------------------------------------------------ substitution and pre-checks
+
+_CONFIG_TYPE = mi.type_info(Config)
+
+
+def _unwrap(typ: mi.Type | None) -> mi.Type | None:
+    while isinstance(typ, mi.Metadata):
+        typ = typ.type
+    return typ
+
+
+def _members(typ: mi.Type | None) -> list[mi.Type]:
+    typ = _unwrap(typ)
+    if typ is None:
+        return []
+    if isinstance(typ, mi.UnionType):
+        return [m for t in typ.types for m in _members(t)]
+    return [typ]
+
+
+def _child_type(typ: mi.Type | None, part: PathPart) -> mi.Type | None:
+    """The type expected at `part` inside a value of type `typ` (None: unknown / anything)."""
+    for member in _members(typ):
+        if isinstance(member, mi.StructType) and isinstance(part, str):
+            for field in member.fields:
+                if field.encode_name == part:
+                    return field.type
+        elif isinstance(member, mi.DictType) and isinstance(part, str):
+            return member.value_type
+        elif isinstance(member, (mi.ListType, mi.SetType, mi.FrozenSetType, mi.VarTupleType)) and isinstance(part, int):
+            return member.item_type
+    return None
+
+
+def _type_at(path: FieldPath) -> mi.Type | None:
+    typ: mi.Type | None = _CONFIG_TYPE
+    for part in path:
+        typ = _child_type(typ, part)
+    return typ
+
+
+class _Preparer:
+    """Walks the YAML data alongside the config types: substitutes ${ENV} and catches the mistakes
+    msgspec would report without the exact path or a useful hint."""
+
+    def __init__(self, env: Mapping[str, str], lines: dict[FieldPath, int]) -> None:
+        self._env = env
+        self._lines = lines
+
+    def _error(self, path: FieldPath, message: str) -> ConfigError:
+        return ConfigError(f"{_format_path(path)}: {message}{_line_suffix(self._lines, path)}")
+
+    def prepare(self, node: Any, path: FieldPath, typ: mi.Type | None) -> Any:
+        members = _members(typ)
+        if isinstance(node, dict):
+            return self._prepare_mapping(node, path, members)
+        if isinstance(node, list):
+            return [self.prepare(item, (*path, i), _child_type(typ, i)) for i, item in enumerate(node)]
+        if isinstance(node, str) and "${" in node:
+            node = self._substitute(node, path, members)
+        if members and all(_is_str_type(m) or isinstance(m, mi.NoneType) for m in members):
+            self._check_str(node, path, members)
         return node
 
-    def replace(match: re.Match[str]) -> str:
-        name, default = match.group(1), match.group(2)
-        if name in env:
-            return str(env[name])
-        if default is not None:
-            return default
-        raise ConfigError(f"{path or '<root>'}: environment variable {name} is not set")
+    def _prepare_mapping(self, node: dict[Any, Any], path: FieldPath, members: list[mi.Type]) -> dict[Any, Any]:
+        for key in node:
+            if not isinstance(key, str):
+                line = self._lines.get((*path, str(key))) or self._lines.get((*path, _yaml_scalar(key)))
+                raise ConfigError(
+                    f"{_format_path(path)}: key {_yaml_scalar(key)} is {_kind(key)}, not a string; quote it in YAML"
+                    + (f" (line {line})" if line else "")
+                )
+        for member in members:
+            if isinstance(member, mi.StructType) and member.tag_field is not None and member.tag_field not in node:
+                raise self._error(
+                    (*path, member.tag_field), f"required field is missing; expected one of: {member.tag}"
+                )
+        typ = mi.UnionType(tuple(members)) if members else None
+        prepared: dict[Any, Any] = {}
+        for key, value in node.items():
+            child = _child_type(typ, key)
+            # An unknown key is left as is: msgspec reports it, and an ${ENV} inside it does not matter.
+            prepared[key] = value if child is None else self.prepare(value, (*path, key), child)
+        return prepared
 
-    value = _ENV_REF.sub(replace, node)
-    # A value that is exactly one reference takes the YAML type of what it expands to, so
-    # `partition: ${PARTITION}` is an integer, not the string "3".
-    if _ENV_REF.fullmatch(node):
-        try:
-            parsed = yaml.safe_load(value)
-        except yaml.YAMLError:
-            return value
-        if isinstance(parsed, (int, float, bool)) and not isinstance(parsed, type(None)):
-            return parsed
+    def _substitute(self, text: str, path: FieldPath, members: list[mi.Type]) -> Any:
+        def replace(match: re.Match[str]) -> str:
+            token = match.group(0)
+            if token == "$${":
+                return "${"
+            name, default = match.group(1), match.group(2)
+            if name is None:
+                raise self._error(
+                    path, "malformed environment reference; use ${NAME} or ${NAME:-default} (or $${ for a literal ${)"
+                )
+            value = self._env.get(name)
+            if value:
+                return str(value)
+            if default is not None:
+                return default
+            if value is not None:
+                return ""  # set but empty, no default
+            raise self._error(path, f"environment variable {name} is not set (use ${{{name}:-default}} for a default)")
+
+        value = _ENV_TOKEN.sub(replace, text)
+        if _ENV_REF.fullmatch(text):
+            return _coerce_whole_reference(value, members)
+        return value
+
+    def _check_str(self, value: Any, path: FieldPath, members: list[mi.Type]) -> None:
+        nullable = any(isinstance(m, mi.NoneType) for m in members)
+        if isinstance(value, str):
+            pattern = next((m.pattern for m in members if isinstance(m, mi.StrType) and m.pattern), None)
+            if pattern is not None and ("\n" in value or "\r" in value):
+                raise self._error(path, f"invalid value {value!r}: must not contain a line break")
+            return
+        if value is None and nullable:
+            return
+        expected = "str | null" if nullable else "str"
+        hint = "; quote the value in YAML to make it a string" if _is_scalar(value) and value is not None else ""
+        raise self._error(path, f"Expected {expected}, got {_kind(value)} {_yaml_scalar(value)}{hint}".rstrip())
+
+
+def _is_str_type(typ: mi.Type) -> bool:
+    return isinstance(typ, mi.StrType)
+
+
+def _coerce_whole_reference(value: str, members: list[mi.Type]) -> Any:
+    """`${VAR}` alone becomes an int / float / bool when the field takes one and the value is one."""
+    takes_int = any(isinstance(m, mi.IntType) for m in members)
+    takes_float = any(isinstance(m, mi.FloatType) for m in members)
+    takes_bool = any(isinstance(m, mi.BoolType) for m in members)
+    if not (takes_int or takes_float or takes_bool):
+        return value
+    try:
+        parsed = yaml.safe_load(value)
+    except yaml.YAMLError:
+        return value
+    if isinstance(parsed, bool):
+        return parsed if takes_bool else value
+    if isinstance(parsed, int):
+        return parsed if (takes_int or takes_float) else value
+    if isinstance(parsed, float):
+        return parsed if takes_float else value
     return value
 
 
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
+# ------------------------------------------------------------------------------ error messages
 
 
-def _describe_validation_error(message: str) -> str:
-    match = _MSGSPEC_PATH.match(message)
+def _format_path(path: FieldPath) -> str:
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out or "<root>"
+
+
+def _line_suffix(lines: dict[FieldPath, int], path: FieldPath) -> str:
+    for end in range(len(path), 0, -1):
+        line = lines.get(path[:end])
+        if line is not None:
+            return f" (line {line})"
+    return ""
+
+
+def _parse_msgspec_path(text: str) -> FieldPath | None:
+    parts: list[PathPart] = []
+    position = 0
+    while position < len(text):
+        match = _MSGSPEC_PATH_PART.match(text, position)
+        if match is None or match.group(0) == "[...]":
+            return None
+        parts.append(int(match.group("index")) if match.group("index") is not None else match.group("key"))
+        position = match.end()
+    return tuple(parts)
+
+
+_MISSING = object()
+
+
+def _value_at(data: Any, path: FieldPath) -> Any:
+    for part in path:
+        in_list = isinstance(part, int) and isinstance(data, list) and part < len(data)
+        in_dict = isinstance(part, str) and isinstance(data, dict) and part in data
+        if not (in_list or in_dict):
+            return _MISSING
+        data = data[part]
+    return data
+
+
+def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, int]) -> str:
+    match = _MSGSPEC_ERROR.match(message)
     assert match is not None  # the pattern matches any string
-    msg, path = match.group("msg"), (match.group("path") or "").lstrip(".")
+    msg, raw_path = match.group("msg"), match.group("path") or ""
+    path = _parse_msgspec_path(raw_path)
+    if path is None:  # a shape we do not know: keep msgspec's own path
+        return f"{raw_path.lstrip('.') or '<root>'}: {msg.replace('`', '')}"
     if missing := _MISSING_FIELD.match(msg):
-        return f"{_join(path, missing.group('field'))}: required field is missing"
+        field_path = (*path, missing.group("field"))
+        return f"{_format_path(field_path)}: required field is missing{_line_suffix(lines, path)}"
     if unknown := _UNKNOWN_FIELD.match(msg):
-        return f"{_join(path, unknown.group('field'))}: unknown field"
+        field_path = (*path, unknown.group("field"))
+        known = _known_fields(path)
+        kebab = unknown.group("field").replace("_", "-").lower()
+        if kebab in known:
+            hint = f"; keys are kebab-case: did you mean {kebab}?"
+        else:
+            hint = f"; expected one of: {', '.join(known)}" if known else ""
+        return f"{_format_path(field_path)}: unknown field{hint}{_line_suffix(lines, field_path)}"
+
     msg = msg.replace("`", "")
-    if path.endswith(".type") or path == "type":
-        msg = f"{msg}; expected one of: filesystem"
-    return f"{path or '<root>'}: {msg}"
+    value = _value_at(data, path)
+    members = _members(_type_at(path))
+    literal = next((m for m in members if isinstance(m, mi.LiteralType)), None)
+    struct = next((m for m in members if isinstance(m, mi.StructType)), None)
+    if path and path[-1] == "type" and struct is None:
+        parent = next((m for m in _members(_type_at(path[:-1])) if isinstance(m, mi.StructType)), None)
+        if parent is not None and parent.tag is not None:
+            msg = f"{msg}; expected one of: {parent.tag}"
+    elif "matching regex" in msg and isinstance(path[-1] if path else None, str) and value is not _MISSING:
+        pattern_hint = _PATTERN_HINTS.get(str(path[-1]))
+        msg = f"invalid value {value!r}: {pattern_hint or msg}"
+    elif msg.startswith("Invalid enum value") and literal is not None:
+        msg = f"{msg}; expected one of: {', '.join(str(v) for v in literal.values)}"
+    elif value is not _MISSING and value is not None and _is_scalar(value):
+        # `Expected int, got str '3'`; for a failed constraint `Expected int >= 1, got 0`.
+        msg = f"{msg} {_yaml_scalar(value)}" if ", got " in msg else f"{msg}, got {_yaml_scalar(value)}"
+    return f"{_format_path(path)}: {msg}{_line_suffix(lines, path)}"
 
 
-def _check_cross_fields(config: Config) -> None:
+def _known_fields(path: FieldPath) -> list[str]:
+    for member in _members(_type_at(path)):
+        if isinstance(member, mi.StructType):
+            names = [f.encode_name for f in member.fields]
+            return [member.tag_field, *names] if member.tag_field else names
+    return []
+
+
+def _is_scalar(value: Any) -> bool:
+    return not isinstance(value, (dict, list))
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return type(value).__name__
+
+
+def _yaml_scalar(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        return ""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+# --------------------------------------------------------------------------- cross-field checks
+
+
+def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
+    def error(path: FieldPath, message: str) -> ConfigError:
+        return ConfigError(f"{_format_path(path)}: {message}{_line_suffix(lines, path)}")
+
+    destination = config.destination
+    if destination.compression_level is not None:
+        levels = _COMPRESSION_LEVELS.get(destination.compression)
+        if levels is None:
+            raise error(
+                ("destination", "compression-level"),
+                f"compression {destination.compression!r} takes no level; remove compression-level",
+            )
+        low, high = levels
+        if not low <= destination.compression_level <= high:
+            raise error(
+                ("destination", "compression-level"),
+                f"{destination.compression} levels are {low}..{high}, got {destination.compression_level}",
+            )
+
     names: dict[str, int] = {}
     destinations: dict[tuple[str, int], int] = {}
     for index, mirror in enumerate(config.mirrors):
         if mirror.name in names:
-            raise ConfigError(
-                f"mirrors[{index}].name: duplicate mirror name {mirror.name!r} (also mirrors[{names[mirror.name]}])"
+            raise error(
+                ("mirrors", index, "name"),
+                f"duplicate mirror name {mirror.name!r} (also mirrors[{names[mirror.name]}])",
             )
         names[mirror.name] = index
         target = (mirror.destination_name, mirror.partition)
         if target in destinations:
             other = destinations[target]
-            raise ConfigError(
-                f"mirrors[{index}]: writes the same destination "
-                f"{mirror.destination_name}/{mirror.partition} as mirrors[{other}]; "
-                "set destination-name-override on one of them"
+            how = (
+                "destination-name-override"
+                if mirror.destination_name_override or config.mirrors[other].destination_name_override
+                else "topic"
+            )
+            raise error(
+                ("mirrors", index),
+                f"writes the same destination {mirror.destination_name}/{mirror.partition} as mirrors[{other}] "
+                f"(same {how} and partition); change the partition or set a distinct destination-name-override",
             )
         destinations[target] = index

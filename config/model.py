@@ -20,11 +20,21 @@ MirrorName = Annotated[
         description="Names the mirror in logs and errors; letters, digits, '.', '_' and '-'.",
     ),
 ]
-# A destination name becomes a directory or key segment, so it must not be able to climb out of it.
+# Kafka's legal topic characters; Kafka also refuses "." and "..". A topic (or its override) becomes a
+# directory or key segment, so it must not be able to climb out of the destination root either.
+_PATH_SEGMENT = r"^(?!\.{1,2}$)[A-Za-z0-9._-]+$"
+TopicName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=_PATH_SEGMENT,
+        max_length=249,
+        description="Source topic; also the destination directory / key segment unless overridden.",
+    ),
+]
 DestinationName = Annotated[
     str,
     msgspec.Meta(
-        pattern=r"^[A-Za-z0-9._-]+$",
+        pattern=_PATH_SEGMENT,
         max_length=249,
         description="Directory / key segment used instead of the source topic name.",
     ),
@@ -36,21 +46,21 @@ class _Strict(msgspec.Struct, rename="kebab", forbid_unknown_fields=True, frozen
     """Base for every config struct: kebab-case keys, unknown keys are errors."""
 
 
-class FlushConfig(_Strict):
+class FlushConfig(_Strict, frozen=True):
     """When a buffered batch becomes a destination file: whichever limit trips first."""
 
-    max_time_ms: Annotated[
-        int, msgspec.Meta(ge=1, description="Longest a read record waits in the buffer, in ms.")
-    ] = 10_000
-    max_bytes: Annotated[
-        int, msgspec.Meta(ge=1, description="Buffered key+value+header bytes that force a flush.")
-    ] = 128 * 1024 * 1024
+    max_time_ms: Annotated[int, msgspec.Meta(ge=1, description="Longest a read record waits in the buffer, in ms.")] = (
+        10_000
+    )
+    max_bytes: Annotated[int, msgspec.Meta(ge=1, description="Buffered key+value+header bytes that force a flush.")] = (
+        128 * 1024 * 1024
+    )
     max_offsets: Annotated[
         int, msgspec.Meta(ge=1, description="Buffered source offsets (records and holes) that force a flush.")
     ] = 1_000_000
 
 
-class FilesystemDestination(_Strict, tag_field="type", tag="filesystem"):
+class FilesystemDestination(_Strict, tag_field="type", tag="filesystem", frozen=True):
     """Immutable Parquet files under `<root>/<dest-name>/<partition>/`."""
 
     root: Annotated[
@@ -60,14 +70,18 @@ class FilesystemDestination(_Strict, tag_field="type", tag="filesystem"):
     flush: FlushConfig = msgspec.field(default_factory=FlushConfig)
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     compression_level: Annotated[
-        int | None, msgspec.Meta(description="Codec level (zstd: 1-22); codec default when omitted.")
+        int | None,
+        msgspec.Meta(
+            description="Codec level: zstd -131072..22 (higher = smaller, slower), gzip 1-9, lz4 1-12; "
+            "snappy and none take no level. Codec default when omitted."
+        ),
     ] = None
 
 
 Destination = FilesystemDestination
 
 
-class SourceConfig(_Strict):
+class SourceConfig(_Strict, frozen=True):
     """The Kafka cluster a mirror reads from."""
 
     bootstrap_servers: Annotated[NonEmptyStr, msgspec.Meta(description="host:port[,host:port...]")]
@@ -94,12 +108,12 @@ class SourceConfig(_Strict):
     ] = 30_000
 
 
-class SparkConfig(_Strict):
+class SparkConfig(_Strict, frozen=True):
     """The Spark data plane shared by all mirrors of the process."""
 
-    master: Annotated[
-        NonEmptyStr, msgspec.Meta(description="spark.master, e.g. local[*] or spark://host:7077.")
-    ] = "local[*]"
+    master: Annotated[NonEmptyStr, msgspec.Meta(description="spark.master, e.g. local[*] or spark://host:7077.")] = (
+        "local[*]"
+    )
     max_offsets_per_read: Annotated[
         int, msgspec.Meta(ge=1, description="Largest offset range one Spark read covers.")
     ] = 500_000
@@ -118,13 +132,15 @@ class SparkConfig(_Strict):
     ] = msgspec.field(default_factory=dict)
 
 
-class MirrorConfig(_Strict):
+class MirrorConfig(_Strict, frozen=True):
     """One source (topic, partition) copied to the shared destination."""
 
     name: MirrorName
     source: SourceConfig
-    topic: Annotated[NonEmptyStr, msgspec.Meta(max_length=249)]
-    partition: Annotated[NonNegativeInt, msgspec.Meta(description="Source partition; required, no default.")]
+    topic: TopicName
+    partition: Annotated[
+        NonNegativeInt, msgspec.Meta(le=2**31 - 1, description="Source partition; required, no default.")
+    ]
     destination_name_override: DestinationName | None = None
 
     @property
@@ -132,7 +148,7 @@ class MirrorConfig(_Strict):
         return self.destination_name_override or self.topic
 
 
-class Config(_Strict):
+class Config(_Strict, frozen=True):
     """A whole process: one destination block shared by N mirrors."""
 
     destination: Destination

@@ -9,6 +9,7 @@ interface, so each store only has to list names and create a blob if it does not
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from typing import Protocol
@@ -93,7 +94,7 @@ def validate_chain(names: list[str], location: BlobStore) -> list[BlobRange]:
     if foreign:
         raise CorruptChainError("unexpected entries (not <from>-<to>.parquet)", [location.location(n) for n in foreign])
     ranges = sorted(r for n in names if (r := parse_blob_name(n)) is not None)
-    for previous, current in zip(ranges, ranges[1:]):
+    for previous, current in itertools.pairwise(ranges):
         if current.first <= previous.last:
             raise CorruptChainError(
                 f"overlapping offsets {current.first}-{previous.last}",

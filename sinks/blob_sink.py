@@ -32,9 +32,7 @@ class BlobSink:
 
     async def commit(self, chunk: Chunk) -> Committed:
         # Parquet encoding is CPU-bound: keep it off the event loop.
-        data = await anyio.to_thread.run_sync(
-            encode_parquet, chunk.records, self._compression, self._compression_level
-        )
+        data = await anyio.to_thread.run_sync(encode_parquet, chunk.records, self._compression, self._compression_level)
         location, size = await self._chain.append(chunk.first_offset, chunk.last_offset, data)
         return Committed(location=location, bytes_written=size)
 

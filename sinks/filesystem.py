@@ -8,6 +8,7 @@ rename(2) after an existence check.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import uuid
@@ -52,18 +53,14 @@ class FilesystemStore:
                 await anyio.to_thread.run_sync(os.fsync, handle.fileno())
             await _publish(temp, final)
         finally:
-            try:
+            with contextlib.suppress(FileNotFoundError):
                 await aiofiles.os.remove(temp)
-            except FileNotFoundError:
-                pass
         await anyio.to_thread.run_sync(_fsync_directory, self._dir)
         return len(data)
 
     async def remove(self, name: str) -> None:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             await aiofiles.os.remove(self._dir / name)
-        except FileNotFoundError:
-            pass
 
 
 async def _publish(temp: Path, final: Path) -> None:

@@ -138,7 +138,9 @@ class MirrorActor:
                     await self._stop.wait()
                 continue
             room = self._settings.flush.max_offsets - self._buffer.offset_count
-            end = min(offsets.end, self._next_read + self._settings.max_offsets_per_read, self._next_read + max(1, room))
+            end = min(
+                offsets.end, self._next_read + self._settings.max_offsets_per_read, self._next_read + max(1, room)
+            )
             start = self._next_read
             try:
                 records = await self._source.read(start, end)

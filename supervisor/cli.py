@@ -42,7 +42,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "validate":
-        print(f"{args.config}: valid ({len(config.mirrors)} mirrors, destination {config.destination.__class__.__name__})")
+        print(
+            f"{args.config}: valid ({len(config.mirrors)} mirrors, destination {config.destination.__class__.__name__})"
+        )
         return EXIT_OK
     if args.command == "status":
         return _status(config, args.format, args.timeout)

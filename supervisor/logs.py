@@ -43,8 +43,12 @@ class JsonFormatter(logging.Formatter):
             "level": record.levelname,
             "msg": record.getMessage(),
         }
-        entry.update({key: value if isinstance(value, (int, float, bool)) or value is None else str(value)
-                      for key, value in fields.items()})
+        entry.update(
+            {
+                key: value if isinstance(value, (int, float, bool)) or value is None else str(value)
+                for key, value in fields.items()
+            }
+        )
         return json.dumps(entry)
 
 

@@ -101,8 +101,9 @@ def metrics_port() -> int:
     try:
         port = int(raw)
     except ValueError:
-        log_event(log, logging.WARNING, "invalid MIRROR_V3_METRICS_PORT, using default", value=raw,
-                  port=DEFAULT_METRICS_PORT)
+        log_event(
+            log, logging.WARNING, "invalid MIRROR_V3_METRICS_PORT, using default", value=raw, port=DEFAULT_METRICS_PORT
+        )
         return DEFAULT_METRICS_PORT
     return port
 

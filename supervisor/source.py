@@ -7,6 +7,7 @@ last stable offset, where is its high watermark" so the actor can plan exact ran
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
@@ -48,7 +49,7 @@ class SourceCluster:
             try:
                 await asyncio.wait_for(self._committed.start(), self._timeout_s)
                 await asyncio.wait_for(self._uncommitted.start(), self._timeout_s)
-            except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, KafkaError, OSError) as exc:
                 await self.close()
                 raise SourceError(f"source cluster {self.bootstrap_servers} unreachable: {_describe(exc)}") from None
             self._started = True
@@ -58,8 +59,10 @@ class SourceCluster:
         try:
             # consumer.topics() discards the partition lists it fetched; ask the client directly.
             metadata = await asyncio.wait_for(self._committed._client.fetch_all_metadata(), self._timeout_s)
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
-            raise SourceError(f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}") from None
+        except (TimeoutError, KafkaError, OSError) as exc:
+            raise SourceError(
+                f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
+            ) from None
         if topic not in metadata.topics():
             raise SourceError(f"source topic {topic!r} does not exist on {self.bootstrap_servers}")
         partitions = metadata.partitions_for_topic(topic) or set()
@@ -81,7 +84,7 @@ class SourceCluster:
                 ),
                 self._timeout_s,
             )
-        except (KafkaError, OSError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, KafkaError, OSError) as exc:
             raise SourceError(
                 f"source {topic}-{partition} on {self.bootstrap_servers}: offset query failed: {_describe(exc)}"
             ) from None
@@ -90,10 +93,9 @@ class SourceCluster:
 
     async def close(self) -> None:
         for consumer in (self._committed, self._uncommitted):
-            try:
+            # Closing a half-started client must not mask the real error.
+            with contextlib.suppress(Exception):
                 await consumer.stop()
-            except Exception:  # closing a half-started client must not mask the real error
-                pass
         self._started = False
 
 

@@ -14,6 +14,7 @@ from sinks.blob_chain import parse_blob_name
 from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.errors import DataLossError, MirrorError
+from supervisor.metrics import MetricFamilies
 from tests.fakes import FakePartitionSource, InMemoryStore, fresh_metrics, sample
 
 MIRROR = MirrorConfig(
@@ -28,7 +29,7 @@ def make_actor(
     flush: FlushConfig | None = None,
     max_per_read: int = 1000,
     mirror: MirrorConfig = MIRROR,
-) -> tuple[MirrorActor, anyio.Event, object]:
+) -> tuple[MirrorActor, anyio.Event, MetricFamilies]:
     families, metrics = fresh_metrics()
     stop = anyio.Event()
     actor = MirrorActor(
@@ -72,7 +73,10 @@ def read_back(store: InMemoryStore) -> list[tuple[int, bytes | None, bytes | Non
         previous_last = blob.last
         table = pq.read_table(io.BytesIO(store.blobs[name]))
         for offset, key, value in zip(
-            table.column("offset").to_pylist(), table.column("key").to_pylist(), table.column("value").to_pylist()
+            table.column("offset").to_pylist(),
+            table.column("key").to_pylist(),
+            table.column("value").to_pylist(),
+            strict=True,
         ):
             assert blob.first <= offset <= blob.last
             rows.append((offset, key, value))
@@ -171,9 +175,7 @@ async def test_source_end_below_destination_fails() -> None:
         (FlushConfig(max_time_ms=30, max_bytes=10**9, max_offsets=10**9), "max-time"),
     ],
 )
-async def test_each_flush_trigger_fires(
-    flush: FlushConfig, trigger: str, caplog: pytest.LogCaptureFixture
-) -> None:
+async def test_each_flush_trigger_fires(flush: FlushConfig, trigger: str, caplog: pytest.LogCaptureFixture) -> None:
     source, store = FakePartitionSource(), InMemoryStore()
     source.append(1000)
     actor, stop, _ = make_actor(source, store, flush=flush, max_per_read=100)
@@ -187,7 +189,9 @@ async def test_each_flush_trigger_fires(
                 while not store.blobs:
                     await anyio.sleep(0.01)
             stop.set()
-    triggers = [getattr(r, "mirror_v3_fields", {}).get("trigger") for r in caplog.records if r.getMessage() == "flushed"]
+    triggers = [
+        getattr(r, "mirror_v3_fields", {}).get("trigger") for r in caplog.records if r.getMessage() == "flushed"
+    ]
     assert trigger in triggers
     if trigger == "max-offsets":
         assert all(parse_blob_name(n).last - parse_blob_name(n).first + 1 <= 300 for n in store.blobs)  # type: ignore[union-attr]

@@ -1,0 +1,35 @@
+"""Locate the Apache Kafka broker jars fetched by Maven."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+KAFKA_VERSION = "3.9.1"
+SCALA_VERSION = "2.13"
+FETCH_COMMAND = "bash scripts/fetch-jars.sh"
+
+
+class MissingJarsError(RuntimeError):
+    """The broker jars are not where we expect them."""
+
+
+def kafka_broker_jar_dir() -> Path:
+    """Return the directory holding the Kafka broker jars (classpath `<dir>/*`).
+
+    MIRROR_V3_KAFKA_BROKER_JARS points straight at the directory; otherwise it is
+    `${MIRROR_V3_JARS_DIR:-~/.cache/mirror-v3/jars}/kafka-broker-<version>`.
+    """
+    override = os.environ.get("MIRROR_V3_KAFKA_BROKER_JARS")
+    if override:
+        jar_dir = Path(override).expanduser()
+    else:
+        base = os.environ.get("MIRROR_V3_JARS_DIR") or "~/.cache/mirror-v3/jars"
+        jar_dir = Path(base).expanduser() / f"kafka-broker-{KAFKA_VERSION}"
+
+    broker_jar = f"kafka_{SCALA_VERSION}-{KAFKA_VERSION}.jar"
+    if not (jar_dir / broker_jar).is_file():
+        raise MissingJarsError(
+            f"Kafka broker jars not found: {jar_dir / broker_jar} is missing. Fetch them with: {FETCH_COMMAND}"
+        )
+    return jar_dir

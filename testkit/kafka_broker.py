@@ -1,0 +1,533 @@
+"""Run a single-node Apache Kafka broker (KRaft, combined broker+controller).
+
+The broker is a plain `java -cp <jars>/* kafka.Kafka server.properties`
+subprocess working in a temp dir. Usage:
+
+    with KafkaBroker() as broker:
+        create_topic(broker.bootstrap, "t")
+
+or from a shell: `python -m testkit.kafka_broker` (prints the bootstrap address
+and runs until SIGINT/SIGTERM).
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import ctypes
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from confluent_kafka import KafkaException
+
+from testkit.jars import MissingJarsError, kafka_broker_jar_dir
+from testkit.kafka_data import KafkaDataError, Record, admin_client, create_topic, delete_topic, produce
+from testkit.ports import HOST, free_ports
+
+PropertyValue = str | int | float | bool
+
+# Like kafka-server-start.sh's KAFKA_HEAP_OPTS / KAFKA_JVM_PERFORMANCE_OPTS,
+# but small: tests may run several brokers at once.
+DEFAULT_JVM_OPTS: tuple[str, ...] = (
+    "-Xms64m",
+    "-Xmx512m",
+    "-XX:+UseG1GC",
+    "-XX:MaxGCPauseMillis=20",
+    "-XX:InitiatingHeapOccupancyPercent=35",
+    "-XX:+ExplicitGCInvokesConcurrent",
+    "-XX:-UsePerfData",
+    "-Djava.awt.headless=true",
+)
+
+NODE_ID = 1
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be formatted or started, or died."""
+
+
+def random_cluster_id() -> str:
+    """A Kafka cluster id: 16 random bytes as 22-char url-safe base64, no padding."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        # Kafka's Uuid.randomUuid() avoids a leading '-' too: CLI parsers
+        # would take such an id for an option.
+        if not cluster_id.startswith("-"):
+            return cluster_id
+
+
+def broker_properties(
+    *,
+    port: int,
+    controller_port: int,
+    data_dir: Path,
+    external_port: int | None = None,
+    advertised_port: int | None = None,
+) -> dict[str, str]:
+    """server.properties for a fast single-node test broker (before extras)."""
+    listeners = [f"PLAINTEXT://{HOST}:{port}", f"CONTROLLER://{HOST}:{controller_port}"]
+    advertised = [f"PLAINTEXT://{HOST}:{port}"]
+    protocols = "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"
+    if external_port is not None and advertised_port is not None:
+        # Clients that bootstrap via EXTERNAL get metadata pointing at the
+        # proxy port; PLAINTEXT stays direct for readiness checks and tests.
+        listeners.append(f"EXTERNAL://{HOST}:{external_port}")
+        advertised.append(f"EXTERNAL://{HOST}:{advertised_port}")
+        protocols += ",EXTERNAL:PLAINTEXT"
+    return {
+        "process.roles": "broker,controller",
+        "node.id": str(NODE_ID),
+        "controller.quorum.voters": f"{NODE_ID}@{HOST}:{controller_port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": "PLAINTEXT",
+        "listeners": ",".join(listeners),
+        "advertised.listeners": ",".join(advertised),
+        "listener.security.protocol.map": protocols,
+        "log.dirs": str(data_dir),
+        "num.partitions": "1",
+        "auto.create.topics.enable": "false",
+        "group.initial.rebalance.delay.ms": "0",
+        # Single node: internal topics with RF 1, and few partitions so the
+        # first consumer group / transaction does not wait for 50 of them.
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": "1",
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.min.isr": "1",
+        "transaction.state.log.num.partitions": "1",
+        # Test data may carry old timestamps; never expire it by age or size.
+        "log.retention.ms": "-1",
+        "log.retention.bytes": "-1",
+        # Fast background work: cleaner polls every 100 ms, retention checks
+        # start at once and run often, deleted segments vanish quickly.
+        "log.cleaner.backoff.ms": "100",
+        "log.cleaner.threads": "1",
+        "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+        "log.retention.check.interval.ms": "500",
+        "log.initial.task.delay.ms": "0",
+        "log.segment.delete.delay.ms": "100",
+        # Trade-off: after kill() the restarted controller rejects the new
+        # broker registration until the dead incarnation's session expires
+        # (default 9 s, making start() after kill() take ~20 s); but a pause()
+        # longer than the session fences the broker on resume (leaderless
+        # partitions, new leader epoch). 6 s keeps pauses of ~5 s harmless.
+        "broker.session.timeout.ms": "6000",
+        "broker.heartbeat.interval.ms": "500",
+        # Fewer threads: a test broker serves a handful of clients.
+        "num.network.threads": "2",
+        "num.io.threads": "4",
+    }
+
+
+def log4j_properties(log_file: Path) -> str:
+    """reload4j config: everything to one file in the workdir, nothing to the console."""
+    return "\n".join(
+        [
+            "log4j.rootLogger=INFO, file",
+            "log4j.appender.file=org.apache.log4j.FileAppender",
+            f"log4j.appender.file.File={_escape(str(log_file))}",
+            "log4j.appender.file.Append=true",
+            "log4j.appender.file.layout=org.apache.log4j.PatternLayout",
+            "log4j.appender.file.layout.ConversionPattern=[%d] %p %m (%c)%n",
+            "log4j.logger.kafka.request.logger=WARN",
+            "log4j.logger.org.apache.kafka.clients=WARN",
+            "",
+        ]
+    )
+
+
+class KafkaBroker:
+    """A single-node KRaft Kafka broker running as a child process.
+
+    Ports are chosen once, at construction, and kept across kill()/start()
+    and restart(), so clients can reconnect to the same address.
+    """
+
+    def __init__(
+        self,
+        workdir: Path | str | None = None,
+        *,
+        extra_properties: Mapping[str, PropertyValue] | None = None,
+        advertised_port: int | None = None,
+        jar_dir: Path | None = None,
+        jvm_opts: Sequence[str] = DEFAULT_JVM_OPTS,
+        start_timeout: float = 60.0,
+    ) -> None:
+        """Prepare (but do not start) a broker.
+
+        workdir: kept after stop() if given; a temp dir (removed on stop) if not.
+        extra_properties: added to / override server.properties.
+        advertised_port: also open an EXTERNAL listener (port `external_port`)
+            that advertises 127.0.0.1:<advertised_port>, e.g. a proxy in front
+            of it that forwards to `external_port`. `bootstrap` stays direct.
+        """
+        self._jar_dir = jar_dir
+        self._jvm_opts = tuple(jvm_opts)
+        self._extra = dict(extra_properties or {})
+        self._start_timeout = start_timeout
+        self._owns_workdir = workdir is None
+        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="kafka-broker-"))
+        self.advertised_port = advertised_port
+        ports = free_ports(3 if advertised_port is not None else 2)
+        self.port, self.controller_port = ports[0], ports[1]
+        self.external_port: int | None = ports[2] if advertised_port is not None else None
+        self.cluster_id = random_cluster_id()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._out: IO[bytes] | None = None
+        self._paused = False
+        self._closed = False
+
+    # ---------------------------------------------------------------- addresses / paths
+
+    @property
+    def bootstrap(self) -> str:
+        """Direct bootstrap address, "127.0.0.1:<port>"."""
+        return f"{HOST}:{self.port}"
+
+    @property
+    def advertised_bootstrap(self) -> str | None:
+        """Bootstrap through the proxy (the advertised EXTERNAL address), if any."""
+        return None if self.advertised_port is None else f"{HOST}:{self.advertised_port}"
+
+    @property
+    def log_path(self) -> Path:
+        """The broker's log4j log file."""
+        return self.workdir / "logs" / "server.log"
+
+    @property
+    def stdout_path(self) -> Path:
+        """The JVM's stdout+stderr (crashes, bad flags)."""
+        return self.workdir / "logs" / "java.out"
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
+
+    @property
+    def is_running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    # ---------------------------------------------------------------------- lifecycle
+
+    def start(self) -> KafkaBroker:
+        """Format storage (if needed), launch the JVM and wait until it serves requests."""
+        if self._closed:
+            raise BrokerError("broker was stopped; create a new KafkaBroker")
+        if self.is_running:
+            raise BrokerError(f"broker already running at {self.bootstrap}")
+        try:
+            self._launch(deadline=time.monotonic() + self._start_timeout)
+        except BaseException:
+            # The error carries the log tail; an owned temp dir must not leak
+            # (a failing `with KafkaBroker()` never reaches __exit__).
+            self._terminate(graceful=False)
+            if self._owns_workdir:
+                self.stop()
+            raise
+        return self
+
+    def stop(self, timeout: float = 20.0) -> None:
+        """Shut down (SIGTERM, SIGKILL after `timeout`) and remove an owned temp workdir."""
+        if self._closed:
+            return
+        self._terminate(graceful=True, timeout=timeout)
+        self._closed = True
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a crash); data stays, start() brings it back."""
+        self._terminate(graceful=False)
+
+    def restart(self, *, hard: bool = False, timeout: float = 20.0) -> None:
+        """Stop (gracefully, or SIGKILL if hard) and start again on the same ports and data."""
+        self._terminate(graceful=not hard, timeout=timeout)
+        self.start()
+
+    def pause(self) -> None:
+        """Freeze the JVM (SIGSTOP): connections stay open but nothing answers."""
+        self._signal(signal.SIGSTOP)
+        self._paused = True
+
+    def resume(self) -> None:
+        """Undo pause() (SIGCONT)."""
+        self._signal(signal.SIGCONT)
+        self._paused = False
+
+    def log_tail(self, lines: int = 40) -> str:
+        """Last lines of the broker log and of the JVM output, for error messages."""
+        parts = []
+        for path in (self.log_path, self.stdout_path):
+            text = _tail(path, lines)
+            if text:
+                parts.append(f"--- {path} ---\n{text}")
+        return "\n".join(parts) or "(no log output)"
+
+    def __enter__(self) -> KafkaBroker:
+        if not self.is_running:
+            self.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "running" if self.is_running else "stopped"
+        return f"KafkaBroker({self.bootstrap}, {state}, workdir={str(self.workdir)!r})"
+
+    # ---------------------------------------------------------------------- internals
+
+    def _launch(self, deadline: float) -> None:
+        jar_dir = self._jar_dir or kafka_broker_jar_dir()
+        java = _java_executable()
+        server_props, log4j_props = self._write_config()
+        base_cmd = [
+            java,
+            *self._jvm_opts,
+            f"-Dlog4j.configuration=file:{log4j_props}",
+            f"-Dkafka.logs.dir={self.log_path.parent}",
+            "-cp",
+            f"{jar_dir}/*",
+        ]
+        self._format(base_cmd, server_props)
+        self._out = self.stdout_path.open("ab")
+        self._proc = _spawn([*base_cmd, "kafka.Kafka", str(server_props)], self._out, self.workdir)
+        self._paused = False
+        self._wait_ready(deadline)
+
+    def _write_config(self) -> tuple[Path, Path]:
+        data_dir = self.workdir / "data"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        props = broker_properties(
+            port=self.port,
+            controller_port=self.controller_port,
+            data_dir=data_dir,
+            external_port=self.external_port,
+            advertised_port=self.advertised_port,
+        )
+        props.update({k: _prop_str(v) for k, v in self._extra.items()})
+        server_props = self.workdir / "server.properties"
+        server_props.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))
+        log4j_props = self.workdir / "log4j.properties"
+        log4j_props.write_text(log4j_properties(self.log_path))
+        return server_props, log4j_props
+
+    def _format(self, base_cmd: list[str], server_props: Path) -> None:
+        # --ignore-formatted makes this a no-op when restarting on existing data.
+        cmd = [*base_cmd, "kafka.tools.StorageTool", "format", "-t", self.cluster_id]
+        cmd += ["-c", str(server_props), "--ignore-formatted"]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=self.workdir)
+        except subprocess.TimeoutExpired:
+            raise BrokerError("formatting Kafka storage took over 120 s") from None
+        if done.returncode != 0:
+            raise BrokerError(f"formatting Kafka storage failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
+
+    def _wait_ready(self, deadline: float) -> None:
+        # First the TCP port (so librdkafka does not log connection refusals),
+        # then a metadata request, then a real topic create/describe/delete,
+        # which needs the controller and the broker's metadata to be live.
+        while not _port_open(self.port):
+            self._check_alive()
+            if time.monotonic() > deadline:
+                self._startup_timeout("listener never opened")
+            time.sleep(0.05)
+        admin = admin_client(self.bootstrap)
+        probe = f"__testkit_ready_{uuid.uuid4().hex[:8]}"
+        last_error = ""
+        while True:
+            self._check_alive()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._startup_timeout(last_error)
+            try:
+                admin.list_topics(timeout=min(5.0, remaining))
+                create_topic(self.bootstrap, probe, timeout=remaining)
+                # An idempotent produce warms up producer-id allocation, which
+                # otherwise costs the first idempotent/transactional client ~1 s.
+                idempotent = {"enable.idempotence": True, "max.in.flight.requests.per.connection": 5}
+                produce(self.bootstrap, probe, 0, [Record(None, b"ready")], config=idempotent, timeout=remaining)
+                delete_topic(self.bootstrap, probe, timeout=max(remaining, 10.0))
+                return
+            except (KafkaException, KafkaDataError, TimeoutError) as exc:
+                last_error = str(exc)
+                time.sleep(0.1)
+
+    def _check_alive(self) -> None:
+        if self._proc is not None and (code := self._proc.poll()) is not None:
+            raise BrokerError(f"Kafka broker exited with code {code} during startup\n{self.log_tail()}")
+
+    def _startup_timeout(self, detail: str) -> None:
+        raise BrokerError(
+            f"Kafka broker at {self.bootstrap} not ready within {self._start_timeout:.0f}s"
+            f"{': ' + detail if detail else ''}\n{self.log_tail()}"
+        )
+
+    def _terminate(self, *, graceful: bool, timeout: float = 20.0) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            if self._paused:
+                proc.send_signal(signal.SIGCONT)  # a stopped JVM cannot handle SIGTERM
+            if graceful:
+                proc.terminate()
+                try:
+                    proc.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            else:
+                proc.kill()
+            proc.wait()
+        self._proc = None
+        self._paused = False
+        if self._out is not None:
+            self._out.close()
+            self._out = None
+
+    def _signal(self, sig: signal.Signals) -> None:
+        if not self.is_running:
+            raise BrokerError("broker is not running")
+        assert self._proc is not None
+        self._proc.send_signal(sig)
+
+
+# -------------------------------------------------------------------- process helpers
+
+# Linux: the JVM gets SIGKILL when the thread that forked it exits, so a killed
+# test run leaves no orphan brokers. Forking from one long-lived thread ties
+# that to the life of this Python process instead of to the caller's thread.
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testkit-spawner")
+
+
+def _die_with_parent(parent_pid: int) -> Callable[[], None]:
+    def hook() -> None:
+        if _libc is not None:
+            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # parent already gone before prctl
+            os._exit(1)
+
+    return hook
+
+
+def _spawn(cmd: list[str], out: IO[bytes], cwd: Path) -> subprocess.Popen[bytes]:
+    def popen() -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            start_new_session=True,  # Ctrl-C hits Python only; we shut Kafka down
+            preexec_fn=_die_with_parent(os.getpid()),
+        )
+
+    return _spawner.submit(popen).result()
+
+
+def _java_executable() -> str:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").is_file():
+        return str(Path(java_home) / "bin" / "java")
+    java = shutil.which("java")
+    if java is None:
+        raise BrokerError("java not found: install Java 17+ or set JAVA_HOME")
+    return java
+
+
+def _port_open(port: int) -> bool:
+    try:
+        with socket.create_connection((HOST, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _tail(path: Path, lines: int) -> str:
+    try:
+        with path.open("rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 64 * 1024))
+            return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _prop_str(value: PropertyValue) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _escape(value: str) -> str:
+    # java.util.Properties treats backslash as an escape character.
+    return value.replace("\\", "\\\\")
+
+
+# ------------------------------------------------------------------------------ CLI
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m testkit.kafka_broker",
+        description="Run a throwaway single-node Kafka broker; print its bootstrap address.",
+    )
+    parser.add_argument("--workdir", type=Path, help="keep data here (default: temp dir, removed)")
+    parser.add_argument("--advertised-port", type=int, help="extra EXTERNAL listener advertising this port")
+    parser.add_argument(
+        "-p", "--property", action="append", default=[], metavar="KEY=VALUE", help="extra server property"
+    )
+    parser.add_argument("--timeout", type=float, default=60.0, help="startup timeout in seconds")
+    args = parser.parse_args(argv)
+
+    extra: dict[str, PropertyValue] = {}
+    for item in args.property:
+        key, sep, value = item.partition("=")
+        if not sep:
+            parser.error(f"--property needs KEY=VALUE, got {item!r}")
+        extra[key] = value
+
+    stop_requested = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop_requested.set())
+
+    broker = KafkaBroker(
+        args.workdir, extra_properties=extra, advertised_port=args.advertised_port, start_timeout=args.timeout
+    )
+    try:
+        started = time.monotonic()
+        broker.start()
+        print(broker.bootstrap, flush=True)
+        info = f"kafka broker ready in {time.monotonic() - started:.1f}s; log: {broker.log_path}"
+        if broker.external_port is not None:
+            info += f"; EXTERNAL listener on :{broker.external_port} advertises {broker.advertised_bootstrap}"
+        print(info + "; Ctrl-C to stop", file=sys.stderr, flush=True)
+        while not stop_requested.wait(0.5):
+            if not broker.is_running:
+                print(f"error: Kafka broker died\n{broker.log_tail()}", file=sys.stderr)
+                return 1
+        return 0
+    except (MissingJarsError, BrokerError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        broker.stop()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,530 @@
+"""Config loading: every bad config names the exact field path; env substitution; examples; schema."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import jsonschema  # type: ignore[import-untyped]
+import pytest
+import yaml
+
+from config import Config, ConfigError, FlushConfig, SourceConfig, SparkConfig, load_config, parse_config
+from config import schema as config_schema
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+SCHEMA_COMMENT = "# yaml-language-server: $schema=../schemas/mirror-v3.config.schema.json"
+
+BASE: dict[str, Any] = {
+    "destination": {"type": "filesystem", "root": "/data/mirror"},
+    "mirrors": [
+        {"name": "orders-0", "source": {"bootstrap-servers": "kafka:9092"}, "topic": "orders", "partition": 0},
+        {"name": "orders-1", "source": {"bootstrap-servers": "kafka:9092"}, "topic": "orders", "partition": 1},
+    ],
+}
+
+
+def config_text(mutate: Callable[[dict[str, Any]], object] | None = None) -> str:
+    """BASE as YAML, after `mutate` edited a deep copy of it in place."""
+    data = copy.deepcopy(BASE)
+    if mutate is not None:
+        mutate(data)
+    return yaml.safe_dump(data, sort_keys=False)
+
+
+def mirror(index: int) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    return lambda data: data["mirrors"][index]  # type: ignore[no-any-return]
+
+
+def set_in(*path: str | int, value: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        node: Any = data
+        for part in path[:-1]:
+            node = node.setdefault(part, {}) if isinstance(part, str) else node[part]
+        node[path[-1]] = value
+
+    return mutate
+
+
+def delete(*path: str | int) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        node: Any = data
+        for part in path[:-1]:
+            node = node[part]
+        del node[path[-1]]
+
+    return mutate
+
+
+def add_mirror(**fields: Any) -> Callable[[dict[str, Any]], None]:
+    def mutate(data: dict[str, Any]) -> None:
+        entry = {"name": "extra", "source": {"bootstrap-servers": "kafka:9092"}, "topic": "orders", "partition": 7}
+        entry.update({key.replace("_", "-"): value for key, value in fields.items()})
+        data["mirrors"].append(entry)
+
+    return mutate
+
+
+# (id, YAML text, the exact start of the message: the field path and ": ")
+BAD_FIELD_CONFIGS: list[tuple[str, str, str]] = [
+    ("missing-partition", config_text(delete("mirrors", 1, "partition")), "mirrors[1].partition: "),
+    ("negative-partition", config_text(set_in("mirrors", 1, "partition", value=-1)), "mirrors[1].partition: "),
+    ("partition-as-string", config_text(set_in("mirrors", 0, "partition", value="3")), "mirrors[0].partition: "),
+    ("partition-not-a-number", config_text(set_in("mirrors", 0, "partition", value="abc")), "mirrors[0].partition: "),
+    ("partition-bool", config_text(set_in("mirrors", 0, "partition", value=True)), "mirrors[0].partition: "),
+    ("partition-float", config_text(set_in("mirrors", 0, "partition", value=1.5)), "mirrors[0].partition: "),
+    ("partition-beyond-int32", config_text(set_in("mirrors", 0, "partition", value=2**31)), "mirrors[0].partition: "),
+    ("unknown-top-level-key", config_text(set_in("destinations", value=[])), "destinations: "),
+    ("unknown-key-in-mirror", config_text(set_in("mirrors", 1, "replicas", value=2)), "mirrors[1].replicas: "),
+    (
+        "unknown-key-in-source",
+        config_text(set_in("mirrors", 0, "source", "sasl-mechanism", value="PLAIN")),
+        "mirrors[0].source.sasl-mechanism: ",
+    ),
+    (
+        "snake-case-key",
+        config_text(set_in("mirrors", 0, "source", "poll_interval_ms", value=100)),
+        "mirrors[0].source.poll_interval_ms: ",
+    ),
+    (
+        "unknown-key-in-flush",
+        config_text(set_in("destination", "flush", "max-records", value=10)),
+        "destination.flush.max-records: ",
+    ),
+    ("unknown-key-in-spark", config_text(set_in("spark", "cores", value=4)), "spark.cores: "),
+    ("bad-destination-type", config_text(set_in("destination", "type", value="s3x")), "destination.type: "),
+    ("destination-type-not-a-string", config_text(set_in("destination", "type", value=1)), "destination.type: "),
+    ("missing-destination-type", config_text(delete("destination", "type")), "destination.type: "),
+    ("missing-destination", config_text(delete("destination")), "destination: "),
+    ("destination-not-a-mapping", config_text(set_in("destination", value="/data")), "destination: "),
+    ("missing-root", config_text(delete("destination", "root")), "destination.root: "),
+    ("empty-root", config_text(set_in("destination", "root", value="")), "destination.root: "),
+    (
+        "flush-max-time-ms-zero",
+        config_text(set_in("destination", "flush", "max-time-ms", value=0)),
+        "destination.flush.max-time-ms: ",
+    ),
+    (
+        "flush-max-bytes-wrong-type",
+        config_text(set_in("destination", "flush", "max-bytes", value="128MiB")),
+        "destination.flush.max-bytes: ",
+    ),
+    (
+        "flush-max-offsets-negative",
+        config_text(set_in("destination", "flush", "max-offsets", value=-5)),
+        "destination.flush.max-offsets: ",
+    ),
+    ("bad-compression", config_text(set_in("destination", "compression", value="brotli")), "destination.compression: "),
+    (
+        "compression-level-for-snappy",
+        config_text(
+            lambda d: d["destination"].update({"compression": "snappy", "compression-level": 3}),
+        ),
+        "destination.compression-level: ",
+    ),
+    (
+        "gzip-level-out-of-range",
+        config_text(lambda d: d["destination"].update({"compression": "gzip", "compression-level": 12})),
+        "destination.compression-level: ",
+    ),
+    ("duplicate-mirror-names", config_text(set_in("mirrors", 1, "name", value="orders-0")), "mirrors[1].name: "),
+    ("same-topic-and-partition", config_text(set_in("mirrors", 1, "partition", value=0)), "mirrors[1]: "),
+    (
+        "destination-name-override-collision",
+        config_text(add_mirror(topic="orders-v2", partition=1, destination_name_override="orders")),
+        "mirrors[2]: ",
+    ),
+    (
+        "two-overrides-collide",
+        config_text(
+            lambda d: (
+                d["mirrors"][0].update({"topic": "a", "destination-name-override": "shared"}),
+                d["mirrors"][1].update({"topic": "b", "partition": 0, "destination-name-override": "shared"}),
+            )
+        ),
+        "mirrors[1]: ",
+    ),
+    ("empty-mirrors-list", config_text(set_in("mirrors", value=[])), "mirrors: "),
+    ("missing-mirrors", config_text(delete("mirrors")), "mirrors: "),
+    ("mirrors-not-a-list", config_text(set_in("mirrors", value={"name": "x"})), "mirrors: "),
+    ("mirror-not-a-mapping", config_text(set_in("mirrors", 1, value="orders-1")), "mirrors[1]: "),
+    ("missing-source", config_text(delete("mirrors", 0, "source")), "mirrors[0].source: "),
+    (
+        "missing-bootstrap-servers",
+        config_text(delete("mirrors", 1, "source", "bootstrap-servers")),
+        "mirrors[1].source.bootstrap-servers: ",
+    ),
+    (
+        "bad-isolation-level",
+        config_text(set_in("mirrors", 0, "source", "isolation-level", value="committed")),
+        "mirrors[0].source.isolation-level: ",
+    ),
+    (
+        "bad-on-data-loss",
+        config_text(set_in("mirrors", 1, "source", "on-data-loss", value="ignore")),
+        "mirrors[1].source.on-data-loss: ",
+    ),
+    (
+        "poll-interval-too-small",
+        config_text(set_in("mirrors", 0, "source", "poll-interval-ms", value=1)),
+        "mirrors[0].source.poll-interval-ms: ",
+    ),
+    ("mirror-name-with-space", config_text(set_in("mirrors", 1, "name", value="orders 1")), "mirrors[1].name: "),
+    ("mirror-name-with-slash", config_text(set_in("mirrors", 0, "name", value="orders/0")), "mirrors[0].name: "),
+    ("mirror-name-leading-dash", config_text(set_in("mirrors", 0, "name", value="-orders")), "mirrors[0].name: "),
+    ("mirror-name-line-break", config_text(set_in("mirrors", 0, "name", value="orders\n")), "mirrors[0].name: "),
+    (
+        "destination-name-override-with-slash",
+        config_text(set_in("mirrors", 1, "destination-name-override", value="a/b")),
+        "mirrors[1].destination-name-override: ",
+    ),
+    (
+        "destination-name-override-dotdot",
+        config_text(set_in("mirrors", 1, "destination-name-override", value="..")),
+        "mirrors[1].destination-name-override: ",
+    ),
+    ("topic-climbs-out", config_text(set_in("mirrors", 0, "topic", value="../etc")), "mirrors[0].topic: "),
+    ("topic-unquoted-number", config_text(set_in("mirrors", 0, "topic", value=123)), "mirrors[0].topic: "),
+    ("topic-null", config_text(set_in("mirrors", 0, "topic", value=None)), "mirrors[0].topic: "),
+    (
+        "undefined-env-variable",
+        config_text(set_in("mirrors", 1, "source", "bootstrap-servers", value="${MIRROR_TEST_UNSET}")),
+        "mirrors[1].source.bootstrap-servers: ",
+    ),
+    (
+        "malformed-env-reference",
+        config_text(set_in("destination", "root", value="/data/${ROOT")),
+        "destination.root: ",
+    ),
+    (
+        "env-reference-of-wrong-type",
+        config_text(set_in("mirrors", 0, "partition", value="${MIRROR_TEST_WORD}")),
+        "mirrors[0].partition: ",
+    ),
+    (
+        "spark-conf-unquoted-number",
+        config_text(set_in("spark", "conf", "spark.sql.shuffle.partitions", value=8)),
+        'spark.conf["spark.sql.shuffle.partitions"]: ',
+    ),
+    ("bad-spark-log-level", config_text(set_in("spark", "log-level", value="TRACE")), "spark.log-level: "),
+    (
+        "duplicate-yaml-key",
+        "destination: {type: filesystem, root: /d}\n"
+        "mirrors:\n"
+        "  - name: a\n"
+        "    source: {bootstrap-servers: k:9092}\n"
+        "    topic: t\n"
+        "    partition: 0\n"
+        "    partition: 1\n",
+        "mirrors[0].partition: ",
+    ),
+    ("non-string-key", config_text() + "1: one\n", "<root>: "),
+]
+
+
+@pytest.mark.parametrize(("text", "prefix"), [c[1:] for c in BAD_FIELD_CONFIGS], ids=[c[0] for c in BAD_FIELD_CONFIGS])
+def test_bad_config_names_the_field(text: str, prefix: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, env={"MIRROR_TEST_WORD": "three"})
+    message = str(caught.value)
+    assert message.startswith(prefix), message
+    assert len(message) > len(prefix) + 5, message  # says what is wrong, not just where
+    assert "\n" not in message, message
+
+
+def test_at_least_fifteen_distinct_bad_configs() -> None:
+    assert len({text for _, text, _ in BAD_FIELD_CONFIGS}) >= 15
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("destination: {type: filesystem, root: /d}\nmirrors:\n  - {name: a\n    topic: [\n", "<config> line 4 "),
+        ("destination:\n\ttype: filesystem\n", "<config> line 2 "),
+        ("a: 1\n---\nb: 2\n", "<config> line 2 "),
+        ("- destination\n- mirrors\n", "<config>: top level must be a mapping"),
+        ("just a string\n", "<config>: top level must be a mapping"),
+        ("", "<config>: config file is empty"),
+        ("# only a comment\n", "<config>: config file is empty"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", "<config>: invalid YAML: nested too deeply"),
+    ],
+    ids=[
+        "yaml-syntax",
+        "tab-indent",
+        "two-documents",
+        "top-level-list",
+        "top-level-scalar",
+        "empty",
+        "comment-only",
+        "nested-too-deeply",
+    ],
+)
+def test_document_level_errors_name_the_source(text: str, expected: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(text, env={})
+    assert str(caught.value).startswith(expected), str(caught.value)
+
+
+def test_messages_explain_the_problem() -> None:
+    def message(text: str, env: dict[str, str] | None = None) -> str:
+        with pytest.raises(ConfigError) as caught:
+            parse_config(text, env=env or {})
+        return str(caught.value)
+
+    assert message(config_text(delete("mirrors", 1, "partition"))) == (
+        "mirrors[1].partition: required field is missing (line 10)"
+    )
+    assert message(config_text(set_in("mirrors", 1, "partition", value=-1))) == (
+        "mirrors[1].partition: Expected int >= 0, got -1 (line 14)"
+    )
+    assert "expected one of: read_committed, read_uncommitted" in message(
+        config_text(set_in("mirrors", 0, "source", "isolation-level", value="x"))
+    )
+    assert "expected one of: filesystem" in message(config_text(delete("destination", "type")))
+    assert "environment variable MIRROR_TEST_UNSET is not set" in message(
+        config_text(set_in("destination", "root", value="${MIRROR_TEST_UNSET}"))
+    )
+    unknown = message(config_text(set_in("mirrors", 0, "source", "bootstrap_servers", value="k")))
+    assert unknown.startswith("mirrors[0].source.bootstrap_servers: unknown field; keys are kebab-case: did you mean")
+    unknown = message(config_text(set_in("mirrors", 0, "source", "sasl-mechanism", value="PLAIN")))
+    assert unknown.startswith("mirrors[0].source.sasl-mechanism: unknown field; expected one of: bootstrap-servers,")
+    assert "quote the value" in message(config_text(set_in("mirrors", 0, "topic", value=123)))
+    assert "duplicate mirror name 'orders-0' (also mirrors[0])" in message(
+        config_text(set_in("mirrors", 1, "name", value="orders-0"))
+    )
+    assert "orders/0 as mirrors[0]" in message(config_text(set_in("mirrors", 1, "partition", value=0)))
+
+
+# --------------------------------------------------------------------------------- valid configs
+
+
+def test_defaults() -> None:
+    config = parse_config(config_text(), env={})
+    assert isinstance(config, Config)
+    assert config.destination.flush == FlushConfig()
+    assert config.destination.flush.max_time_ms == 10_000
+    assert config.destination.flush.max_bytes == 128 * 1024 * 1024
+    assert config.destination.flush.max_offsets == 1_000_000
+    assert config.destination.compression == "zstd"
+    assert config.destination.compression_level is None
+    assert config.spark == SparkConfig()
+    assert config.spark.master == "local[*]"
+    source = config.mirrors[0].source
+    assert source == SourceConfig(bootstrap_servers="kafka:9092")
+    assert (source.group_id, source.isolation_level, source.on_data_loss) == (None, "read_committed", "fail")
+    assert (source.poll_interval_ms, source.request_timeout_ms) == (500, 30_000)
+    assert config.mirrors[1].destination_name_override is None
+    assert config.mirrors[1].destination_name == "orders"
+
+
+def test_kebab_case_keys_fill_every_field() -> None:
+    text = """
+destination:
+  type: filesystem
+  root: /d
+  compression: gzip
+  compression-level: 6
+  flush: {max-time-ms: 1, max-bytes: 2, max-offsets: 3}
+mirrors:
+  - name: m.1_x-y
+    source:
+      bootstrap-servers: a:1,b:2
+      group-id: g
+      isolation-level: read_uncommitted
+      on-data-loss: skip
+      poll-interval-ms: 10
+      request-timeout-ms: 100
+    topic: t
+    partition: 2147483647
+    destination-name-override: renamed
+spark:
+  master: spark://h:7077
+  max-offsets-per-read: 4
+  offsets-per-task: 5
+  log-level: WARN
+  conf: {spark.driver.memory: 2g}
+"""
+    config = parse_config(text, env={})
+    assert config.destination.flush == FlushConfig(max_time_ms=1, max_bytes=2, max_offsets=3)
+    assert (config.destination.compression, config.destination.compression_level) == ("gzip", 6)
+    mirror = config.mirrors[0]
+    assert mirror.source == SourceConfig(
+        bootstrap_servers="a:1,b:2",
+        group_id="g",
+        isolation_level="read_uncommitted",
+        on_data_loss="skip",
+        poll_interval_ms=10,
+        request_timeout_ms=100,
+    )
+    assert (mirror.partition, mirror.destination_name) == (2**31 - 1, "renamed")
+    assert config.spark == SparkConfig(
+        master="spark://h:7077",
+        max_offsets_per_read=4,
+        offsets_per_task=5,
+        log_level="WARN",
+        conf={"spark.driver.memory": "2g"},
+    )
+
+
+def test_env_substitution() -> None:
+    text = config_text(
+        lambda d: (
+            d["destination"].update({"root": "${ROOT:-/var/lib/mirror}", "compression-level": "${LEVEL:-5}"}),
+            d["mirrors"][0]["source"].update(
+                {"bootstrap-servers": "${HOST}:${PORT}", "group-id": "${GROUP}", "poll-interval-ms": "${POLL}"}
+            ),
+            d["mirrors"][0].update({"partition": "${P}", "topic": "${TOPIC}"}),
+            d["mirrors"][1].update({"partition": "${P1:-1}"}),
+            d.update({"spark": {"conf": {"spark.x": "$${KEEP}", "spark.y": "${EMPTY}"}}}),
+        )
+    )
+    env = {"HOST": "kafka", "PORT": "9093", "GROUP": "007", "POLL": "250", "P": "3", "TOPIC": "123", "EMPTY": ""}
+    config = parse_config(text, env=env)
+    assert config.destination.root == "/var/lib/mirror"  # unset: default
+    assert config.destination.compression_level == 5  # default of a whole reference takes the field's type
+    first, second = config.mirrors
+    assert first.source.bootstrap_servers == "kafka:9093"
+    assert first.partition == 3 and isinstance(first.partition, int)
+    assert first.source.poll_interval_ms == 250
+    assert first.source.group_id == "007"  # a str field keeps the text, leading zero and all
+    assert first.topic == "123"
+    assert second.partition == 1
+    assert config.spark.conf == {"spark.x": "${KEEP}", "spark.y": ""}
+
+
+def test_env_default_applies_to_empty_variable_and_set_value_wins() -> None:
+    text = config_text(set_in("destination", "root", value="${ROOT:-/fallback}"))
+    assert parse_config(text, env={"ROOT": ""}).destination.root == "/fallback"
+    assert parse_config(text, env={"ROOT": "/set"}).destination.root == "/set"
+
+
+def test_env_defaults_to_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRROR_TEST_BOOTSTRAP", "broker:9092")
+    text = config_text(set_in("mirrors", 0, "source", "bootstrap-servers", value="${MIRROR_TEST_BOOTSTRAP}"))
+    assert parse_config(text).mirrors[0].source.bootstrap_servers == "broker:9092"
+
+
+def test_env_is_not_substituted_in_keys_or_comments() -> None:
+    text = "# ${NOT_A_VAR}\n" + config_text()
+    assert parse_config(text, env={}).destination.root == "/data/mirror"
+
+
+def test_merge_key_mirror() -> None:
+    text = """
+destination: {type: filesystem, root: /d}
+mirrors:
+  - &first {name: a, source: {bootstrap-servers: "k:9092", on-data-loss: skip}, topic: t, partition: 0}
+  - <<: *first
+    name: b
+    partition: 1
+"""
+    a, b = parse_config(text, env={}).mirrors
+    assert (b.name, b.topic, b.partition, b.source.on_data_loss) == ("b", "t", 1, "skip")
+    assert a.source == b.source
+
+
+def test_recursive_alias_is_an_error() -> None:
+    with pytest.raises(ConfigError, match=r"^x\[0\]: recursive YAML alias"):
+        parse_config(config_text() + "x: &a [*a]\n", env={})
+
+
+def test_null_optional_fields_are_accepted() -> None:
+    text = config_text(
+        lambda d: (
+            d["mirrors"][0]["source"].update({"group-id": None}),
+            d["mirrors"][0].update({"destination-name-override": None}),
+        )
+    )
+    assert parse_config(text, env={}).mirrors[0].destination_name == "orders"
+
+
+# ----------------------------------------------------------------------------------- load_config
+
+
+def test_load_config_reads_a_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.yaml"
+    path.write_text(config_text(), encoding="utf-8")
+    assert len(load_config(path).mirrors) == 2
+    assert len(load_config(str(path)).mirrors) == 2
+
+
+def test_load_config_names_the_file_on_yaml_errors(tmp_path: Path) -> None:
+    path = tmp_path / "broken.yaml"
+    path.write_text("destination: [\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"^.*broken\.yaml line \d+ column \d+: invalid YAML: "):
+        load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("make", "expected"),
+    [
+        (lambda p: p / "absent.yaml", "config file not found"),
+        (lambda p: p, "is a directory"),
+        (lambda p: (p / "latin1.yaml", (p / "latin1.yaml").write_bytes(b"root: caf\xe9\n"))[0], "not UTF-8"),
+    ],
+    ids=["missing", "directory", "not-utf8"],
+)
+def test_unreadable_files(tmp_path: Path, make: Callable[[Path], Path], expected: str) -> None:
+    path = make(tmp_path)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    assert str(caught.value).startswith(f"{path}: "), str(caught.value)
+    assert expected in str(caught.value)
+
+
+# -------------------------------------------------------------------------------- examples/schema
+
+
+def test_there_are_examples() -> None:
+    names = {path.name for path in EXAMPLES}
+    assert {"kafka-to-filesystem.yaml", "minimal.yaml"} <= names, names
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_parses_without_environment(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.splitlines()[0] == SCHEMA_COMMENT
+    schema_ref = SCHEMA_COMMENT.split("$schema=", 1)[1]
+    assert (path.parent / schema_ref).resolve() == config_schema.SCHEMA_PATH
+    config = parse_config(text, source=str(path), env={})
+    assert config.mirrors
+
+
+def test_production_example_mirrors_three_partitions() -> None:
+    config = load_config(REPO / "examples" / "kafka-to-filesystem.yaml")
+    assert [(m.topic, m.partition) for m in config.mirrors] == [("payments", 0), ("payments", 1), ("payments", 2)]
+
+
+def test_committed_schema_is_current() -> None:
+    committed = config_schema.SCHEMA_PATH.read_text(encoding="utf-8")
+    assert committed == config_schema.render(), (
+        f"{config_schema.SCHEMA_PATH} is stale: run `python -m config.schema` and commit the result"
+    )
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_matches_committed_schema(path: Path) -> None:
+    schema = json.loads(config_schema.SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    jsonschema.Draft202012Validator(schema).validate(yaml.safe_load(path.read_text(encoding="utf-8")))
+
+
+def test_schema_rejects_what_the_loader_rejects() -> None:
+    schema = json.loads(config_schema.SCHEMA_PATH.read_text(encoding="utf-8"))
+    validator = jsonschema.Draft202012Validator(schema)
+    assert validator.is_valid(yaml.safe_load(config_text()))
+    for mutate in (
+        delete("mirrors", 0, "partition"),
+        set_in("mirrors", 0, "partition", value=-1),
+        set_in("mirrors", 0, "topic", value=".."),
+        set_in("mirrors", 0, "destination-name-override", value="a/b"),
+        set_in("mirrors", 0, "extra", value=1),
+        set_in("destination", "type", value="s3x"),
+        set_in("mirrors", value=[]),
+        delete("destination", "type"),
+    ):
+        assert not validator.is_valid(yaml.safe_load(config_text(mutate)))
