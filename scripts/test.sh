@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# The whole test suite: set-up, lint, type check, schema freshness, fast tests and end-to-end tests
+# against a real Kafka broker and Spark. Extra arguments go to pytest (e.g. -k round_trip, -m soak).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$here"
+bash scripts/setup.sh
+venv="${MIRROR_V3_VENV:-$here/.venv}"
+# shellcheck disable=SC1091
+source "$venv/bin/activate"
+echo "== ruff";  ruff check . && ruff format --check .
+echo "== mypy";  mypy .
+echo "== schema"; python -m config.schema --check
+echo "== pytest"
+python -m pytest "$@"
