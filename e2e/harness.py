@@ -216,3 +216,17 @@ def destination_next(directory: Path) -> int | None:
     blob = parse_blob_name(files[-1].name)
     assert blob is not None
     return blob.last + 1
+
+
+def scrape_metric(port: int, name: str, topic: str, partition: int) -> float | None:
+    """One sample of a metric from the running mirror's /metrics endpoint."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == {"topic": topic, "partition": str(partition)}:
+                return float(sample.value)
+    return None

@@ -13,7 +13,7 @@ from config.model import Config
 from sinks.factory import build_sink
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
-from supervisor.errors import EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
+from supervisor.errors import EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
 from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
@@ -30,7 +30,7 @@ class Supervisor:
         self._clusters = SourceClusters()
         self.stop_requested = anyio.Event()
         self.actors: list[MirrorActor] = []
-        self._failure: tuple[str, BaseException] | None = None
+        self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
 
     def _build_actors(self) -> None:
         settings = ActorSettings(
@@ -56,9 +56,10 @@ class Supervisor:
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
-                # Start Spark before any actor reads so start-up cost is paid once, up front.
-                await anyio.to_thread.run_sync(get_spark, self._config.spark)
                 async with anyio.create_task_group() as actors:
+                    # Spark starts (seconds) while the actors check their source and destination, so a
+                    # corrupt chain or an unreachable broker is reported without waiting for it.
+                    actors.start_soon(self._start_spark, actors.cancel_scope)
                     for actor in self.actors:
                         actors.start_soon(self._run_actor, actor, actors.cancel_scope)
                 outer.cancel_scope.cancel()
@@ -67,26 +68,38 @@ class Supervisor:
                 await self._clusters.close()
                 await anyio.to_thread.run_sync(stop_spark)
         if self._failure is not None:
-            return EXIT_FAILURE
+            return self._failure[0]
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
+
+    async def _start_spark(self, scope: anyio.CancelScope) -> None:
+        try:
+            await anyio.to_thread.run_sync(get_spark, self._config.spark)
+        except Exception as exc:
+            self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
+            scope.cancel()
+
+    def _fail(
+        self,
+        mirror: str | None,
+        exc: BaseException,
+        message: str = "mirror failed",
+        exit_code: int = EXIT_FAILURE,
+        **fields: object,
+    ) -> None:
+        if self._failure is not None:
+            return  # the first failure is the cause; the rest are its consequences
+        self._failure = (exit_code, exc)
+        if mirror is not None:
+            fields = {"mirror": mirror, **fields}
+        log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))
+        log.debug("failure detail", exc_info=exc)
 
     async def _run_actor(self, actor: MirrorActor, scope: anyio.CancelScope) -> None:
         try:
             await actor.run()
         except Exception as exc:
-            if self._failure is None:
-                self._failure = (actor.mirror.name, exc)
-                log_event(
-                    log,
-                    logging.ERROR,
-                    "mirror failed",
-                    mirror=actor.mirror.name,
-                    topic=actor.mirror.topic,
-                    partition=actor.mirror.partition,
-                    error=describe_error(exc),
-                )
-                log.debug("mirror failure detail", exc_info=exc)
+            self._fail(actor.mirror.name, exc, topic=actor.mirror.topic, partition=actor.mirror.partition)
             # One failed mirror collapses the process; the orchestrator restarts it and every
             # mirror recovers its position from its destination.
             scope.cancel()

@@ -64,9 +64,10 @@ def setup_logging() -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # Third-party clients are chatty at INFO; their problems surface through our own errors.
+    # Third-party clients log their own view of failures (often at ERROR, often repeatedly); ours
+    # reach the operator as one line naming the mirror. Their logs come back with LOG_LEVEL=DEBUG.
     for noisy in ("aiokafka", "py4j", "kafka", "botocore", "aiobotocore", "urllib3"):
-        logging.getLogger(noisy).setLevel(max(level, logging.WARNING))
+        logging.getLogger(noisy).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)
 
 
 def log_event(logger: logging.Logger, level: int, message: str, **fields: Any) -> None:

@@ -11,7 +11,7 @@ import contextlib
 from dataclasses import dataclass
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.errors import KafkaError
+from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from supervisor.errors import SourceError
 
@@ -120,5 +120,7 @@ class SourceClusters:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out"
+    if isinstance(exc, KafkaConnectionError):
+        return "no bootstrap server answered"
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]
