@@ -25,7 +25,11 @@ want="$(cat "$here/pyproject.toml" | sha256sum | cut -d' ' -f1)$extras"
 if [[ ! -f "$stamp" || "$(cat "$stamp")" != "$want" ]]; then
   echo "installing Python packages into $venv"
   "$python" -m pip install -q --upgrade pip
-  "$python" -m pip install -q -e "$here$extras"
+  if [[ -n "$extras" ]]; then
+    "$python" -m pip install -q -e "$here$extras"   # development: the checkout is the code
+  else
+    "$python" -m pip install -q "$here"             # image / production: a regular install
+  fi
   echo "$want" > "$stamp"
 else
   echo "Python packages present: $venv"

@@ -28,6 +28,7 @@ _LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, 
 class FilesystemStore:
     def __init__(self, directory: Path) -> None:
         self._dir = directory
+        self._dir_ready = False
 
     @property
     def directory(self) -> Path:
@@ -43,7 +44,9 @@ class FilesystemStore:
             return []
 
     async def put_if_absent(self, name: str, data: memoryview) -> int:
-        await aiofiles.os.makedirs(self._dir, exist_ok=True)
+        if not self._dir_ready:
+            await anyio.to_thread.run_sync(_make_durable_dirs, self._dir)
+            self._dir_ready = True
         final = self._dir / name
         temp = self._dir / temp_name(name, uuid.uuid4().hex)
         try:
@@ -75,6 +78,20 @@ async def _publish(temp: Path, final: Path) -> None:
     if await aiofiles.os.path.exists(final):
         raise BlobExistsError(f"{final} already exists: another writer owns this chain")
     await aiofiles.os.rename(temp, final)
+
+
+def _make_durable_dirs(directory: Path) -> None:
+    """Create the partition directory and fsync the parent of every level created, so the first
+    blob's directory entry survives a crash too."""
+    missing: list[Path] = []
+    current = directory
+    while not current.exists():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir()
+        _fsync_directory(path.parent)
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -1,0 +1,107 @@
+"""The blob chain rule and the filesystem store's commit, without Kafka or Spark."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from sinks.blob_chain import (
+    BlobChain,
+    BlobExistsError,
+    CorruptChainError,
+    blob_name,
+    is_temp_name,
+    parse_blob_name,
+    temp_name,
+    validate_chain,
+)
+from sinks.filesystem import FilesystemStore
+from tests.fakes import InMemoryStore
+
+
+def test_names_sort_numerically() -> None:
+    names = [blob_name(0, 9), blob_name(10, 99), blob_name(100, 10**15)]
+    assert sorted(names) == names
+    assert blob_name(5, 7) == "00000000000000000005-00000000000000000007.parquet"
+    assert parse_blob_name(blob_name(123, 456)) is not None
+    for bad in [
+        "5-7.parquet",
+        "00000000000000000007-00000000000000000005.parquet",
+        "x.parquet",
+        blob_name(1, 2) + ".tmp",
+    ]:
+        assert parse_blob_name(bad) is None
+    with pytest.raises(ValueError):
+        blob_name(7, 5)
+
+
+def test_temp_names_are_recognised() -> None:
+    name = temp_name(blob_name(0, 9), "abc")
+    assert is_temp_name(name) and parse_blob_name(name) is None
+    assert not is_temp_name(blob_name(0, 9))
+
+
+@pytest.mark.parametrize(
+    ("names", "reason", "offending"),
+    [
+        ([blob_name(0, 9), blob_name(5, 19)], "overlapping", [blob_name(0, 9), blob_name(5, 19)]),
+        ([blob_name(0, 9), blob_name(0, 9).replace("9.", "8.")], "overlapping", None),
+        ([blob_name(0, 9), blob_name(11, 19)], "missing offsets 10-10", [blob_name(0, 9), blob_name(11, 19)]),
+        ([blob_name(0, 9), "README"], "unexpected", ["README"]),
+        ([blob_name(0, 9), "1-2.parquet", "x.csv"], "unexpected", ["1-2.parquet", "x.csv"]),
+    ],
+)
+def test_corrupt_chains_name_the_files(names: list[str], reason: str, offending: list[str] | None) -> None:
+    store = InMemoryStore()
+    with pytest.raises(CorruptChainError) as caught:
+        validate_chain(names, store)
+    assert reason in str(caught.value)
+    for name in offending or []:
+        assert f"mem://{name}" in str(caught.value)
+
+
+def test_chain_may_start_above_zero_and_temporaries_are_ignored() -> None:
+    names = [blob_name(500, 599), blob_name(600, 600), temp_name(blob_name(601, 700), "x")]
+    ranges = validate_chain(names, InMemoryStore())
+    assert [(r.first, r.last) for r in ranges] == [(500, 599), (600, 600)]
+
+
+async def test_chain_open_removes_temporaries_and_enforces_continuity() -> None:
+    store = InMemoryStore()
+    store.blobs = {blob_name(0, 9): b"a", temp_name(blob_name(10, 19), "t"): b"half"}
+    chain = BlobChain(store)
+    assert await chain.open() == 10
+    assert store.removed == [temp_name(blob_name(10, 19), "t")]
+    with pytest.raises(Exception, match="continues at offset 10"):
+        await chain.append(11, 19, memoryview(b"x"))
+    await chain.append(10, 19, memoryview(b"x"))
+    assert chain.next_offset == 20
+
+
+async def test_inspect_is_read_only() -> None:
+    store = InMemoryStore()
+    store.blobs = {blob_name(0, 9): b"a", temp_name(blob_name(10, 19), "t"): b"half"}
+    assert await BlobChain(store).inspect() == 10
+    assert store.removed == []
+
+
+async def test_filesystem_commit_is_atomic_and_no_clobber(tmp_path: Path) -> None:
+    directory = tmp_path / "root" / "topic" / "0"
+    store = FilesystemStore(directory)
+    assert await store.list_names() == []
+    size = await store.put_if_absent(blob_name(0, 9), memoryview(b"hello"))
+    assert size == 5 and (directory / blob_name(0, 9)).read_bytes() == b"hello"
+    with pytest.raises(BlobExistsError):
+        await store.put_if_absent(blob_name(0, 9), memoryview(b"other"))
+    assert (directory / blob_name(0, 9)).read_bytes() == b"hello"
+    assert sorted(os.listdir(directory)) == [blob_name(0, 9)]  # no temporaries left behind
+
+
+async def test_second_writer_on_the_same_chain_fails(tmp_path: Path) -> None:
+    first, second = BlobChain(FilesystemStore(tmp_path)), BlobChain(FilesystemStore(tmp_path))
+    assert await first.open() is None and await second.open() is None
+    await first.append(0, 9, memoryview(b"a"))
+    with pytest.raises(BlobExistsError):
+        await second.append(0, 9, memoryview(b"b"))
