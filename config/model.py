@@ -52,9 +52,10 @@ class FlushConfig(_Strict, frozen=True):
     max_time_ms: Annotated[int, msgspec.Meta(ge=1, description="Longest a read record waits in the buffer, in ms.")] = (
         10_000
     )
-    max_bytes: Annotated[int, msgspec.Meta(ge=1, description="Buffered key+value+header bytes that force a flush.")] = (
-        128 * 1024 * 1024
-    )
+    max_bytes: Annotated[
+        int,
+        msgspec.Meta(ge=1, description="Buffered record bytes (in-memory Arrow size of the rows) that force a flush."),
+    ] = 128 * 1024 * 1024
     max_offsets: Annotated[
         int, msgspec.Meta(ge=1, description="Buffered source offsets (records and holes) that force a flush.")
     ] = 1_000_000
