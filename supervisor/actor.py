@@ -202,6 +202,12 @@ class MirrorActor:
     # -- flushing --------------------------------------------------------------------------------
 
     async def flush(self, trigger: str) -> None:
+        # Shielded: a flush that has taken the buffer finishes even when the actor is being
+        # cancelled, so a drain or a collapse never leaves a half-known chain tail behind.
+        with anyio.CancelScope(shield=True):
+            await self._flush(trigger)
+
+    async def _flush(self, trigger: str) -> None:
         async with self._flush_lock:
             if self._buffer.empty:
                 return

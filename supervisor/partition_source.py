@@ -12,7 +12,11 @@ import pyarrow as pa
 from config.model import MirrorConfig, SparkConfig
 from supervisor.source import SourceCluster, SourceOffsets
 from workers.range_reader import RangeRequest, cancel_read, read_range
-from workers.spark_session import get_spark
+from workers.spark_session import current_spark, get_spark
+
+
+class ReadCancelled(RuntimeError):
+    """The read was abandoned because the mirror is draining."""
 
 
 class PartitionSource(Protocol):
@@ -40,6 +44,7 @@ class SparkPartitionSource:
         self._spark_config = spark
         self._group_id = mirror.source.group_id or f"mirror-v3.{mirror.name}"
         self._inflight: str | None = None
+        self._cancelled = False
         self._lock = threading.Lock()
 
     async def check(self) -> None:
@@ -72,10 +77,16 @@ class SparkPartitionSource:
                 self._inflight = None
 
     def _read_blocking(self, request: RangeRequest) -> pa.Table:
-        return read_range(get_spark(self._spark_config), request)
+        spark = get_spark(self._spark_config)  # may wait for the session to start
+        if self._cancelled:
+            raise ReadCancelled(f"read of {request.topic}-{request.partition} cancelled before it started")
+        return read_range(spark, request)
 
     def cancel_reads(self) -> None:
+        """Stop the read in flight and refuse new ones. Called from the event loop: never waits."""
+        self._cancelled = True
         with self._lock:
             job_group = self._inflight
-        if job_group is not None:
-            cancel_read(get_spark(self._spark_config), job_group)
+        spark = current_spark()
+        if job_group is not None and spark is not None:
+            cancel_read(spark, job_group)

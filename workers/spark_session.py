@@ -66,6 +66,11 @@ def get_spark(config: SparkConfig) -> SparkSession:
         return session
 
 
+def current_spark() -> SparkSession | None:
+    """The session if it has been created; never creates or waits for one."""
+    return _session
+
+
 def stop_spark() -> None:
     global _session
     with _lock:
