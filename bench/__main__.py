@@ -1,0 +1,3 @@
+from bench.backlog import main
+
+raise SystemExit(main())

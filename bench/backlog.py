@@ -1,0 +1,183 @@
+"""`python -m bench`: raw confluent-kafka vs mirror-v3 backlog throughput on a local broker."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.data import produce_backlog
+from bench.machine import describe_machine, load_average
+from bench.mirror_run import MirrorRunError, MirrorSettings, run_mirror, write_config
+from bench.raw import consume_backlog
+from bench.report import Run, console_table, markdown, side_facts
+from testkit.kafka_broker import KafkaBroker
+from testkit.kafka_data import KafkaDataError, create_topic
+
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUTPUT = Path("docs/benchmarks.md")
+QUICK_RECORDS = 20_000
+TOPIC = "bench"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = MirrorSettings()
+    parser = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Produce a backlog to a local broker, then time draining it with a raw confluent-kafka consumer "
+        "and with the mirror-v3 CLI (Kafka -> Parquet files); print a table and write docs/benchmarks.md.",
+    )
+    parser.add_argument("--records", type=int, help="records per partition (default 1000000; --quick: 20000)")
+    parser.add_argument("--value-size", type=int, default=1024, help="value bytes per record (default 1024)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="partitions, each with --records records and its own mirror (default 1)",
+    )
+    parser.add_argument(
+        "--output", type=Path, help=f"markdown report (default {DEFAULT_OUTPUT}; --quick writes none unless given)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke run: 20000 records, 1 s flush max-time, no document"
+    )
+    mirror = parser.add_argument_group("mirror config (defaults: config/model.py)")
+    mirror.add_argument("--flush-max-time-ms", type=int, help=f"default {defaults.flush_max_time_ms}; --quick: 1000")
+    mirror.add_argument("--flush-max-bytes", type=int, default=defaults.flush_max_bytes)
+    mirror.add_argument("--flush-max-offsets", type=int, default=defaults.flush_max_offsets)
+    mirror.add_argument(
+        "--compression", default=defaults.compression, choices=["zstd", "snappy", "gzip", "lz4", "none"]
+    )
+    mirror.add_argument("--max-offsets-per-read", type=int, default=defaults.max_offsets_per_read)
+    mirror.add_argument("--offsets-per-task", type=int, default=defaults.offsets_per_task)
+    mirror.add_argument(
+        "--spark-log-level", default=defaults.spark_log_level, choices=["ERROR", "WARN", "INFO", "DEBUG"]
+    )
+    mirror.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra spark.conf entry (repeatable)"
+    )
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each drain (default 1800)")
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        help="keep the mirror's config, log, Spark event log and files here (default: a temp dir)",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    records = args.records if args.records is not None else (QUICK_RECORDS if args.quick else 1_000_000)
+    output: Path | None = args.output if args.output is not None or args.quick else DEFAULT_OUTPUT
+    if records < 1 or args.value_size < 0 or args.partitions < 1:
+        parser.error("--records and --partitions must be >= 1, --value-size >= 0")
+    spark_conf: dict[str, str] = {}
+    for entry in args.spark_conf:
+        key, sep, value = entry.partition("=")
+        if not sep or not key:
+            parser.error(f"--spark-conf {entry!r}: expected KEY=VALUE")
+        spark_conf[key] = value
+    flush_max_time = args.flush_max_time_ms or (1000 if args.quick else MirrorSettings().flush_max_time_ms)
+    settings = MirrorSettings(
+        flush_max_time_ms=flush_max_time,
+        flush_max_bytes=args.flush_max_bytes,
+        flush_max_offsets=args.flush_max_offsets,
+        compression=args.compression,
+        max_offsets_per_read=args.max_offsets_per_read,
+        offsets_per_task=args.offsets_per_task,
+        spark_conf=spark_conf,
+        spark_log_level=args.spark_log_level,
+    )
+    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
+    try:
+        run = measure(command, records, args.value_size, args.partitions, settings, args.timeout, args.workdir)
+    except (MirrorRunError, KafkaDataError, TimeoutError) as exc:
+        _say(f"FAILED: {exc}")
+        return 1
+
+    print(console_table(run))
+    for fact in side_facts(run):
+        print(f"  {fact}")
+    if output is not None:
+        path = output if output.is_absolute() else Path.cwd() / output
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(markdown(run))
+        print(f"wrote {path}")
+    return 0
+
+
+def measure(
+    command: str,
+    records: int,
+    value_size: int,
+    partitions: int,
+    settings: MirrorSettings,
+    timeout: float,
+    keep: Path | None = None,
+) -> Run:
+    started = time.time()
+    machine = describe_machine()
+    load_before = load_average()
+    _say(f"load average {load_before[0]:.2f} / {load_before[1]:.2f} / {load_before[2]:.2f}; starting a broker")
+    with tempfile.TemporaryDirectory(prefix="mirror-v3-bench-") as scratch, KafkaBroker() as broker:
+        workdir = Path(scratch) if keep is None else keep.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        if any(workdir.iterdir()):
+            raise SystemExit(f"bench: --workdir {workdir} is not empty")
+        create_topic(broker.bootstrap, TOPIC, partitions)
+        total = records * partitions
+        _say(f"broker {broker.bootstrap}; producing {partitions} x {records:,} records of {value_size} B")
+        produced = produce_backlog(broker.bootstrap, TOPIC, partitions, records, value_size)
+        _say(f"produced in {produced.seconds:.2f} s ({total / produced.seconds:,.0f} records/s)")
+        ends = dict.fromkeys(range(partitions), records)
+
+        raw = consume_backlog(broker.bootstrap, TOPIC, ends, timeout=timeout)
+        _say(f"raw consume: {raw.seconds:.2f} s ({raw.records / raw.seconds:,.0f} records/s)")
+
+        root = workdir / "destination"
+        config = write_config(
+            workdir / "mirror.yaml",
+            bootstrap=broker.bootstrap,
+            root=root,
+            topic=TOPIC,
+            partitions=partitions,
+            settings=settings,
+            event_log_dir=workdir / "spark-events",
+        )
+        _say("running the mirror (python -m supervisor run)")
+        mirror = run_mirror(
+            config,
+            root=root,
+            topic=TOPIC,
+            ends=ends,
+            log_path=workdir / "mirror.log",
+            event_log_dir=workdir / "spark-events",
+            timeout=timeout,
+        )
+        _say(
+            f"mirror: start-up {mirror.startup_seconds:.2f} s, backlog {mirror.backlog_seconds:.2f} s "
+            f"({mirror.records / mirror.backlog_seconds:,.0f} records/s), exit {mirror.exit_code}, output verified"
+        )
+    return Run(
+        command=command,
+        started=started,
+        records_per_partition=records,
+        partitions=partitions,
+        value_size=value_size,
+        topic=TOPIC,
+        settings=settings,
+        machine=machine,
+        load_before=load_before,
+        load_after=load_average(),
+        produced=produced,
+        raw=raw,
+        mirror=mirror,
+    )
+
+
+def _say(message: str) -> None:
+    print(f"bench: {message}", file=sys.stderr, flush=True)

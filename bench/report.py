@@ -1,0 +1,197 @@
+"""The console table and the generated docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from bench.data import KEY_BYTES, ProduceResult
+from bench.machine import Machine
+from bench.mirror_run import MirrorResult, MirrorSettings
+from bench.raw import CONSUMER_CONFIG, ConsumeResult
+
+HEADER = ("path", "records", "record size", "seconds", "records/s", "MB/s", "ratio to raw")
+RAW_PATH = "raw: confluent-kafka consume loop"
+MIRROR_PATH = "mirror-v3: Kafka → Parquet files"
+
+
+@dataclass(frozen=True)
+class Run:
+    command: str
+    started: float  # epoch seconds
+    records_per_partition: int
+    partitions: int
+    value_size: int
+    topic: str
+    settings: MirrorSettings
+    machine: Machine
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+    produced: ProduceResult
+    raw: ConsumeResult
+    mirror: MirrorResult
+
+    @property
+    def payload_bytes(self) -> int:
+        return self.produced.payload_bytes
+
+
+def rows(run: Run) -> list[tuple[str, ...]]:
+    size = f"{KEY_BYTES} B key + {run.value_size} B value"
+    raw_rate = run.raw.records / run.raw.seconds
+    mirror_rate = run.mirror.records / run.mirror.backlog_seconds
+    return [
+        _row(RAW_PATH, run.raw.records, size, run.raw.seconds, run.raw.payload_bytes, "1.00"),
+        _row(
+            MIRROR_PATH,
+            run.mirror.records,
+            size,
+            run.mirror.backlog_seconds,
+            run.payload_bytes,
+            f"{mirror_rate / raw_rate:.2f}",
+        ),
+    ]
+
+
+def _row(path: str, records: int, size: str, seconds: float, payload: int, ratio: str) -> tuple[str, ...]:
+    return (
+        path,
+        f"{records:,}",
+        size,
+        f"{seconds:.2f}",
+        f"{records / seconds:,.0f}",
+        f"{payload / seconds / 1e6:,.1f}",
+        ratio,
+    )
+
+
+def console_table(run: Run) -> str:
+    table = [HEADER, *rows(run)]
+    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
+    lines = []
+    for n, row in enumerate(table):
+        cells = [
+            cell.ljust(width) if i in (0, 2) else cell.rjust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells))
+        if n == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def side_facts(run: Run) -> list[str]:
+    """The numbers around the two measurements, one line each."""
+    mirror, produced = run.mirror, run.produced
+    flushes = mirror.flushes
+    flush_seconds = sum(f.elapsed_ms for f in flushes) / 1000
+    triggers = sorted({f.trigger for f in flushes})
+    per_file = mirror.records / len(flushes) if flushes else 0
+    produce_rate, produce_mb = produced.records / produced.seconds, produced.payload_bytes / produced.seconds / 1e6
+    jobs = [job for job in mirror.jobs if job.submitted >= mirror.ready_at - 0.001]
+    window = (mirror.ready_at, mirror.done_at)
+    job_spans = [(job.submitted, job.completed) for job in jobs]
+    flush_spans = [(f.logged_at - f.elapsed_ms / 1000, f.logged_at) for f in flushes]
+    job_seconds = covered(job_spans, window)  # wall time with at least one job running (mirrors may overlap)
+    first_job = f"the first, on a cold JVM, {jobs[0].seconds:.2f} s; " if len(jobs) > 1 else ""
+    outside = mirror.backlog_seconds - covered(job_spans + flush_spans, window)
+    return [
+        f"produce: {produced.records:,} records in {produced.seconds:.2f} s "
+        f"({produce_rate:,.0f} records/s, {produce_mb:,.1f} MB/s)",
+        f"mirror start-up (process start → first Spark job submitted: Spark JVM, session, planning of the first "
+        f"read): {mirror.startup_seconds:.2f} s "
+        f"(`mirror starting` logged after {mirror.starting_logged_seconds:.2f} s)",
+        f"mirror end to end (process start → last offset durable): {mirror.total_seconds:.2f} s; "
+        f"drain after SIGTERM: {mirror.drain_seconds:.2f} s, exit {mirror.exit_code}",
+        f"Spark jobs (one per range read): {len(jobs)}, running {job_seconds:.2f} s of the backlog time ({first_job}"
+        f"{sum(job.tasks for job in jobs)} tasks, executor run time {sum(job.task_seconds for job in jobs):.2f} s, "
+        f"CPU {sum(job.cpu_seconds for job in jobs):.2f} s, GC {sum(job.gc_seconds for job in jobs):.2f} s, "
+        f"{sum(job.result_bytes for job in jobs) / 1e6:,.1f} MB of Arrow results)",
+        f"flushes (Parquet encode + write + fsync; a size-triggered flush holds up the next read): "
+        f"{flush_seconds:.2f} s; {len(flushes)} file(s), {per_file:,.0f} records each on average, trigger(s): "
+        f"{', '.join(triggers) or '-'}; {mirror.parquet_bytes / 1e6:,.1f} MB of Parquet",
+        f"backlog time with neither a Spark job nor a flush running (query planning, Arrow into Python, offset "
+        f"queries, buffering): {outside:.2f} s",
+        "verified: every chain is contiguous from offset 0 and holds each offset exactly once",
+    ]
+
+
+def covered(spans: list[tuple[float, float]], window: tuple[float, float]) -> float:
+    """Seconds of `window` inside at least one of `spans`."""
+    total, reached = 0.0, window[0]
+    for begin, end in sorted(spans):
+        begin, end = max(begin, reached), min(end, window[1])
+        if end > begin:
+            total += end - begin
+            reached = end
+    return total
+
+
+def markdown(run: Run) -> str:
+    settings, machine = run.settings, run.machine
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.started))
+    table = [HEADER, *rows(run)]
+    md_table = [f"| {' | '.join(row)} |" for row in table]
+    md_table.insert(1, "|" + "|".join("---" if i in (0, 2) else "---:" for i in range(len(HEADER))) + "|")
+    conf = ", ".join(f"`{k}={v}`" for k, v in sorted(settings.spark_conf.items())) or "none"
+    consumer = ", ".join(f"`{k}={v}`" for k, v in CONSUMER_CONFIG.items() if k != "logger")
+    load_before = " / ".join(f"{x:.2f}" for x in run.load_before)
+    load_after = " / ".join(f"{x:.2f}" for x in run.load_after)
+    lines = [
+        "# Benchmarks",
+        "",
+        f"<!-- Generated by `{run.command}`; edits are overwritten. -->",
+        "",
+        "## Kafka → filesystem backlog throughput",
+        "",
+        f"Measured {when} with `{run.command}`.",
+        "",
+        f"A local broker holds a backlog of {run.records_per_partition:,} records in each of {run.partitions} "
+        f"partition(s) of one topic. The **raw** row is one confluent-kafka consumer reading it in a tight "
+        f"`consume()` loop (read_committed, touching every key and value): the most this machine delivers from "
+        f"this broker to one Python process. The **mirror-v3** row is the real CLI (`python -m supervisor run`) "
+        f"copying the same backlog into Parquet files, timed from the moment it is ready to read (the later of its "
+        f"`mirror starting` log line and its first Spark job, so the Spark JVM start-up is excluded; it is listed "
+        f"below) until the destination chain's next offset equals the "
+        f"partition's end (files are durable: fsynced and renamed). MB = 10^6 bytes of key + value payload. "
+        f"Ratio to raw = mirror records/s ÷ raw records/s.",
+        "",
+        *md_table,
+        "",
+        *[f"- {fact}" for fact in side_facts(run)],
+        "",
+        "### Settings",
+        "",
+        f"- data: {run.partitions} partition(s) × {run.records_per_partition:,} records, key {KEY_BYTES} B, value "
+        f"{run.value_size} B of random (incompressible) bytes, no headers, producer compression none",
+        "- broker: Apache Kafka 3.9.1 (KRaft, single node, `testkit.kafka_broker.KafkaBroker` defaults) on 127.0.0.1, "
+        "same machine as the consumers; its log is in the page cache for both reads",
+        f"- raw consumer: {consumer}, `consume(num_messages=min(10000, records left))`",
+        f"- mirror: one mirror per partition in one process; destination `filesystem`, compression "
+        f"`{settings.compression}`, flush max-time-ms {settings.flush_max_time_ms}, max-bytes "
+        f"{settings.flush_max_bytes}, max-offsets {settings.flush_max_offsets}; spark master `local[*]`, "
+        f"max-offsets-per-read {settings.max_offsets_per_read}, offsets-per-task {settings.offsets_per_task}, "
+        f"extra spark.conf: {conf}; Spark's event log is on (for the job timings above); everything else: "
+        "config/model.py defaults",
+        "",
+        "### Machine",
+        "",
+        f"- {machine.cpus} CPUs ({machine.cpu_model}), {machine.ram_gib:.1f} GiB RAM, Linux {machine.kernel}",
+        f"- Python {machine.python}, pyspark {machine.pyspark}, pyarrow {machine.pyarrow}, confluent-kafka "
+        f"{machine.confluent_kafka} (librdkafka {machine.librdkafka}), {machine.java}",
+        f"- load average (1 / 5 / 15 min) before the broker started: {load_before}; after the run: {load_after} "
+        "(after includes this benchmark's own broker and Spark; other work on the machine lowers both rows)",
+        f"- commit {machine.commit}",
+        "",
+        "### Reproduce",
+        "",
+        "```bash",
+        "bash scripts/setup.sh && source .venv/bin/activate",
+        run.command,
+        "```",
+        "",
+        "`python -m bench --help` lists the options (`--quick` is a smoke run that writes no document). "
+        "`python -m bench.profile_reads` times single Spark range reads and Parquet encoding in-process.",
+        "",
+    ]
+    return "\n".join(lines)
