@@ -103,7 +103,7 @@ def profile(
         end=read_size,
         isolation_level="read_committed",
         group_id="mirror-v3.profile",
-        offsets_per_task=spark_config.offsets_per_task,
+        min_partitions=-(-read_size // spark_config.offsets_per_task),
         job_group="profile",
     )
     timings: list[Timing] = []
@@ -164,8 +164,8 @@ def profile(
             for per_task in sorted({read_size // 8, read_size // 4, read_size // 2, read_size, 250_000, 1_000_000}):
                 if per_task < 1:
                     continue
-                request = replace(base, offsets_per_task=per_task)
                 tasks = -(-read_size // per_task)
+                request = replace(base, min_partitions=tasks)
                 show(
                     median(
                         f"read_range {read_size:,}, offsets-per-task {per_task:,} ({tasks} tasks)",
@@ -179,11 +179,11 @@ def profile(
             for size in sorted({10_000, 50_000, 100_000, 200_000, 500_000, total} - {0}):
                 if size > total:
                     continue
-                request = replace(base, end=size)
-                tasks = -(-size // base.offsets_per_task)
+                tasks = -(-size // spark_config.offsets_per_task)
+                request = replace(base, end=size, min_partitions=tasks)
                 show(
                     median(
-                        f"read_range {size:,} (offsets-per-task {base.offsets_per_task:,}, {tasks} tasks)",
+                        f"read_range {size:,} (offsets-per-task {spark_config.offsets_per_task:,}, {tasks} tasks)",
                         size,
                         repeat,
                         partial(read_range, spark, request),

@@ -117,15 +117,37 @@ class SparkConfig(_Strict, frozen=True):
     )
     max_offsets_per_read: Annotated[
         int, msgspec.Meta(ge=1, description="Largest offset range one Spark read covers.")
-    ] = 500_000
+    ] = 200_000
+    max_bytes_per_read: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Largest amount of record data (Arrow bytes) one read brings into the driver; "
+            "ranges are sized from the bytes per offset seen so far. Keep it well under driver-memory.",
+        ),
+    ] = 64 * 1024 * 1024
     offsets_per_task: Annotated[
         int,
         msgspec.Meta(
             ge=1,
-            description="A read larger than this is split into ceil(range / offsets-per-task) Spark tasks "
+            description="A read is split into at least ceil(offsets / offsets-per-task) Spark tasks "
             "(Kafka source minPartitions) so a backlog uses every core.",
         ),
-    ] = 100_000
+    ] = 50_000
+    bytes_per_task: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1, description="A read is split into at least ceil(expected bytes / bytes-per-task) Spark tasks."
+        ),
+    ] = 32 * 1024 * 1024
+    driver_memory: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[0-9]+[kmgt]?$",
+            description="JVM heap of the Spark driver (spark.driver.memory), e.g. 2g. Reads are collected "
+            "into it, so it bounds max-bytes-per-read times the number of mirrors reading at once.",
+        ),
+    ] = "2g"
     log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
     conf: Annotated[
         dict[str, str],

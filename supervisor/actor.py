@@ -14,13 +14,14 @@ from dataclasses import dataclass
 import anyio
 
 from config.model import FlushConfig, MirrorConfig
-from sinks.base import Sink
-from sinks.records import empty_records
+from sinks.base import Chunk, Sink
+from sinks.records import empty_records, record_bytes
 from supervisor.buffer import RangeBuffer
 from supervisor.errors import DataLossError, MirrorError
 from supervisor.logs import log_event
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
+from supervisor.read_planner import ReadLimits, ReadPlanner
 from supervisor.source import SourceOffsets
 
 log = logging.getLogger("mirror_v3.actor")
@@ -29,7 +30,7 @@ log = logging.getLogger("mirror_v3.actor")
 @dataclass(frozen=True)
 class ActorSettings:
     flush: FlushConfig
-    max_offsets_per_read: int
+    read_limits: ReadLimits
     heartbeat_secs: float
 
     @staticmethod
@@ -58,8 +59,12 @@ class MirrorActor:
         self._settings = settings
         self._stop = stop_requested
         self._buffer = RangeBuffer()
-        self._flush_lock = anyio.Lock()
-        self._buffer_filled = anyio.Event()
+        self._planner = ReadPlanner(settings.read_limits)
+        self._buffer_filled = anyio.Event()  # set when the buffer stops being empty
+        self._buffer_taken = anyio.Event()  # set (and replaced) each time the committer takes it
+        self._wake_committer = anyio.Event()
+        self._pending_trigger: str | None = None
+        self._closing = False
         self._next_read = 0
         self._verified = 0
         self._records_since_beat = 0
@@ -95,14 +100,19 @@ class MirrorActor:
         try:
             try:
                 async with anyio.create_task_group() as tasks:
+                    committer_done = anyio.Event()
+                    tasks.start_soon(self._committer, committer_done)
                     tasks.start_soon(self._heartbeat)
                     tasks.start_soon(self._flush_timer)
                     tasks.start_soon(self._cancel_reads_on_stop)
                     await self._ingest()
+                    # Drain: whatever was read is committed before the actor returns.
+                    self._closing = True
+                    self._request_flush("shutdown")
+                    await committer_done.wait()
                     tasks.cancel_scope.cancel()
             except BaseExceptionGroup as group:
                 raise first_error(group) from None
-            await self.flush("shutdown")
         finally:
             with anyio.CancelScope(shield=True):
                 await self._sink.close()
@@ -137,23 +147,28 @@ class MirrorActor:
                 with anyio.move_on_after(poll):
                     await self._stop.wait()
                 continue
-            room = self._settings.flush.max_offsets - self._buffer.offset_count
-            end = min(
-                offsets.end, self._next_read + self._settings.max_offsets_per_read, self._next_read + max(1, room)
-            )
+            flush = self._settings.flush
+            room = max(1, flush.max_offsets - self._buffer.offset_count)
+            byte_room = max(1, flush.max_bytes - self._buffer.byte_count)
             start = self._next_read
+            plan = self._planner.plan(start, min(offsets.end, start + room), byte_room)
             try:
-                records = await self._source.read(start, end)
+                records = await self._source.read(start, plan.end, plan.tasks)
             except Exception:
                 if self._stop.is_set():
                     break  # the read was cancelled by the drain; what it got is discarded
                 raise
-            self._accept(start, end - 1, records.num_rows)
-            self._buffer.add(start, end - 1, records)
+            self._planner.observe(plan.end - start, record_bytes(records))
+            self._accept(start, plan.end - 1, records.num_rows)
+            self._buffer.add(start, plan.end - 1, records)
             self._buffer_filled.set()
             trigger = self._size_trigger()
             if trigger is not None:
-                await self.flush(trigger)
+                # Hand the full buffer to the committer and read on while it writes; wait only
+                # until it has taken the buffer, so at most one chunk is in flight.
+                taken = self._buffer_taken
+                self._request_flush(trigger)
+                await taken.wait()
 
     def _accept(self, first: int, last: int, record_count: int) -> None:
         holes = (last - first + 1) - record_count
@@ -201,44 +216,57 @@ class MirrorActor:
 
     # -- flushing --------------------------------------------------------------------------------
 
-    async def flush(self, trigger: str) -> None:
-        # Shielded: a flush that has taken the buffer finishes even when the actor is being
-        # cancelled, so a drain or a collapse never leaves a half-known chain tail behind.
-        with anyio.CancelScope(shield=True):
-            await self._flush(trigger)
+    def _request_flush(self, trigger: str) -> None:
+        if self._pending_trigger is None:
+            self._pending_trigger = trigger
+        self._wake_committer.set()
 
-    async def _flush(self, trigger: str) -> None:
-        async with self._flush_lock:
-            if self._buffer.empty:
+    async def _committer(self, done: anyio.Event) -> None:
+        """The only task that writes to the sink: takes the whole buffer, commits it, repeats."""
+        while True:
+            await self._wake_committer.wait()
+            self._wake_committer = anyio.Event()
+            trigger, self._pending_trigger = self._pending_trigger or "max-time", None
+            if not self._buffer.empty:
+                chunk = self._buffer.take()
+                self._buffer_filled = anyio.Event()
+                taken, self._buffer_taken = self._buffer_taken, anyio.Event()
+                taken.set()
+                # Shielded: a commit that has taken the buffer finishes even if the actor is being
+                # cancelled, so the chain tail is never left half-known.
+                with anyio.CancelScope(shield=True):
+                    await self._commit(chunk, trigger)
+            if self._closing and self._buffer.empty:
+                done.set()
                 return
-            chunk = self._buffer.take()
-            self._buffer_filled = anyio.Event()
-            began = time.monotonic()
-            committed = await self._sink.commit(chunk)
-            finished = time.monotonic()
-            interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
-            self._last_flush_at = finished
-            self._verified = chunk.last_offset + 1
-            self._metrics.offset_verified.set(self._verified)
-            self._metrics.records.inc(chunk.records.num_rows)
-            self._metrics.bytes.inc(committed.bytes_written)
-            self._metrics.flushes.inc()
-            self._metrics.last_flush.set(time.time())
-            self._metrics.source_lag.set(max(0, self._source_end - self._verified))
-            log_event(
-                log,
-                logging.INFO,
-                "flushed",
-                mirror=self.mirror.name,
-                path=committed.location,
-                **{"from": chunk.first_offset},
-                to=chunk.last_offset,
-                count=chunk.records.num_rows,
-                bytes=committed.bytes_written,
-                elapsed_ms=round((finished - began) * 1000),
-                interval_ms=interval_ms,
-                trigger=trigger,
-            )
+
+    async def _commit(self, chunk: Chunk, trigger: str) -> None:
+        began = time.monotonic()
+        committed = await self._sink.commit(chunk)
+        finished = time.monotonic()
+        interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
+        self._last_flush_at = finished
+        self._verified = chunk.last_offset + 1
+        self._metrics.offset_verified.set(self._verified)
+        self._metrics.records.inc(chunk.records.num_rows)
+        self._metrics.bytes.inc(committed.bytes_written)
+        self._metrics.flushes.inc()
+        self._metrics.last_flush.set(time.time())
+        self._metrics.source_lag.set(max(0, self._source_end - self._verified))
+        log_event(
+            log,
+            logging.INFO,
+            "flushed",
+            mirror=self.mirror.name,
+            path=committed.location,
+            **{"from": chunk.first_offset},
+            to=chunk.last_offset,
+            count=chunk.records.num_rows,
+            bytes=committed.bytes_written,
+            elapsed_ms=round((finished - began) * 1000),
+            interval_ms=interval_ms,
+            trigger=trigger,
+        )
 
     async def _flush_timer(self) -> None:
         max_age = self._settings.flush.max_time_ms / 1000
@@ -250,7 +278,9 @@ class MirrorActor:
             if remaining > 0:
                 await anyio.sleep(remaining)
                 continue
-            await self.flush("max-time")
+            taken = self._buffer_taken
+            self._request_flush("max-time")
+            await taken.wait()
 
     # -- observation -----------------------------------------------------------------------------
 

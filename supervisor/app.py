@@ -17,6 +17,7 @@ from supervisor.errors import EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECO
 from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
+from supervisor.read_planner import ReadLimits
 from supervisor.source import SourceClusters
 from workers.spark_session import get_spark, stop_spark
 
@@ -35,7 +36,12 @@ class Supervisor:
     def _build_actors(self) -> None:
         settings = ActorSettings(
             flush=self._config.destination.flush,
-            max_offsets_per_read=self._config.spark.max_offsets_per_read,
+            read_limits=ReadLimits(
+                max_offsets_per_read=self._config.spark.max_offsets_per_read,
+                max_bytes_per_read=self._config.spark.max_bytes_per_read,
+                offsets_per_task=self._config.spark.offsets_per_task,
+                bytes_per_task=self._config.spark.bytes_per_task,
+            ),
             heartbeat_secs=ActorSettings.heartbeat_from_env(),
         )
         for mirror in self._config.mirrors:

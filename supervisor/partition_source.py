@@ -26,8 +26,9 @@ class PartitionSource(Protocol):
 
     async def offsets(self) -> SourceOffsets: ...
 
-    async def read(self, start: int, end: int) -> pa.Table:
-        """Every record with offset in [start, end), in the Kafka-source layout, sorted by offset."""
+    async def read(self, start: int, end: int, tasks: int) -> pa.Table:
+        """Every record with offset in [start, end), in the Kafka-source layout, sorted by offset,
+        read by `tasks` parallel tasks."""
         ...
 
     def cancel_reads(self) -> None:
@@ -55,7 +56,7 @@ class SparkPartitionSource:
             self._mirror.topic, self._mirror.partition, self._mirror.source.isolation_level
         )
 
-    async def read(self, start: int, end: int) -> pa.Table:
+    async def read(self, start: int, end: int, tasks: int) -> pa.Table:
         job_group = f"mirror-v3.{self._mirror.name}.{uuid.uuid4().hex[:12]}"
         request = RangeRequest(
             bootstrap_servers=self._mirror.source.bootstrap_servers,
@@ -65,7 +66,7 @@ class SparkPartitionSource:
             end=end,
             isolation_level=self._mirror.source.isolation_level,
             group_id=self._group_id,
-            offsets_per_task=self._spark_config.offsets_per_task,
+            min_partitions=tasks,
             job_group=job_group,
         )
         with self._lock:

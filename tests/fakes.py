@@ -75,7 +75,7 @@ class FakePartitionSource:
         hw = self.end if self.high_watermark is None else self.high_watermark
         return SourceOffsets(log_start=self.log_start, end=self.end, high_watermark=hw)
 
-    async def read(self, start: int, end: int) -> pa.Table:
+    async def read(self, start: int, end: int, tasks: int = 1) -> pa.Table:
         assert start >= self.log_start, "read below log start"
         assert end <= self.end, "read past end"
         self.reads.append((start, end))

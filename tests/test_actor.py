@@ -15,6 +15,7 @@ from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.errors import DataLossError, MirrorError
 from supervisor.metrics import MetricFamilies
+from supervisor.read_planner import ReadLimits
 from tests.fakes import FakePartitionSource, InMemoryStore, fresh_metrics, sample
 
 MIRROR = MirrorConfig(
@@ -39,7 +40,12 @@ def make_actor(
         metrics=metrics,
         settings=ActorSettings(
             flush=flush or FlushConfig(max_time_ms=50, max_bytes=10**9, max_offsets=10**9),
-            max_offsets_per_read=max_per_read,
+            read_limits=ReadLimits(
+                max_offsets_per_read=max_per_read,
+                max_bytes_per_read=64 * 1024 * 1024,
+                offsets_per_task=max_per_read,
+                bytes_per_task=32 * 1024 * 1024,
+            ),
             heartbeat_secs=0,
         ),
         stop_requested=stop,

@@ -6,12 +6,13 @@ be cancelled from another thread with `cancel_read`, which interrupts its Spark 
 
 from __future__ import annotations
 
+import contextlib
 import json
-import math
 from dataclasses import dataclass, field
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from py4j.protocol import Py4JNetworkError
 from pyspark.sql import SparkSession
 
 from sinks.records import conform
@@ -26,7 +27,7 @@ class RangeRequest:
     end: int  # exclusive: the read covers [start, end)
     isolation_level: str
     group_id: str
-    offsets_per_task: int
+    min_partitions: int  # Spark tasks the range is split into
     job_group: str
     kafka_options: dict[str, str] = field(default_factory=dict)
 
@@ -35,8 +36,17 @@ class RangeReadError(RuntimeError):
     pass
 
 
+class SparkGoneError(RuntimeError):
+    """The Spark driver JVM died under us."""
+
+
+SPARK_GONE = (
+    "the Spark driver JVM is gone (killed, crashed or out of memory: raise spark.driver-memory or lower "
+    "spark.max-bytes-per-read; the JVM's own output above says which)"
+)
+
+
 def spark_options(request: RangeRequest) -> dict[str, str]:
-    span = request.end - request.start
     options = {
         "kafka.bootstrap.servers": request.bootstrap_servers,
         "assign": json.dumps({request.topic: [request.partition]}),
@@ -49,7 +59,7 @@ def spark_options(request: RangeRequest) -> dict[str, str]:
         # A fixed group id lets Spark reuse its pooled consumers across reads of this partition;
         # nothing is ever committed to it.
         "kafka.group.id": request.group_id,
-        "minPartitions": str(max(1, math.ceil(span / request.offsets_per_task))),
+        "minPartitions": str(max(1, request.min_partitions)),
     }
     options.update(request.kafka_options)
     return options
@@ -58,18 +68,26 @@ def spark_options(request: RangeRequest) -> dict[str, str]:
 def read_range(spark: SparkSession, request: RangeRequest) -> pa.Table:
     if request.end <= request.start:
         raise ValueError(f"empty range [{request.start}, {request.end})")
+    try:
+        table = _collect(spark, request)
+    except (Py4JNetworkError, ConnectionError) as exc:
+        raise SparkGoneError(SPARK_GONE) from exc
+    table = conform(table)
+    _check_offsets(table, request)
+    return table
+
+
+def _collect(spark: SparkSession, request: RangeRequest) -> pa.Table:
     context = spark.sparkContext
     context.setJobGroup(request.job_group, f"read {request.topic}-{request.partition}", interruptOnCancel=True)
     try:
         reader = spark.read.format("kafka")
         for key, value in spark_options(request).items():
             reader = reader.option(key, value)
-        table = reader.load().toArrow()
+        return reader.load().toArrow()
     finally:
-        context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
-    table = conform(table)
-    _check_offsets(table, request)
-    return table
+        with contextlib.suppress(Py4JNetworkError, ConnectionError):
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
 
 def cancel_read(spark: SparkSession, job_group: str) -> None:
