@@ -121,13 +121,16 @@ def test_sigterm_mid_stream_then_restart(kafka: KafkaBroker, topic_name: str, tm
         bootstrap=kafka.bootstrap,
         root=root,
         mirrors=[{"topic": topic_name, "partition": 0}],
-        flush={"max-time-ms": 60_000, "max-offsets": 30_000},
+        flush={"max-time-ms": 60_000, "max-offsets": 60_000},
         spark={"max-offsets-per-read": 5_000},
     )
     directory = partition_dir(root, topic_name, 0)
-    mirror = MirrorProcess(config, tmp_path / "run1.log")
+    # DEBUG heartbeats show what is buffered, so the signal lands while records sit in memory.
+    env = cli_env(LOG_LEVEL="DEBUG", MIRROR_V3_HEARTBEAT_SECS="0.2")
+    mirror = MirrorProcess(config, tmp_path / "run1.log", env=env)
     try:
         mirror.wait_for_log(r"msg=flushed", timeout=180)
+        mirror.wait_for_log(r"msg=flushed[\s\S]*msg=heartbeat .*buffered_offsets=[1-9]", timeout=60)
         mirror.terminate()
         assert mirror.wait(60) == 0, mirror.tail()
     finally:
