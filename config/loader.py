@@ -28,7 +28,7 @@ import msgspec
 import msgspec.inspect as mi
 import yaml
 
-from config.model import Config
+from config.model import Config, S3Destination
 
 PathPart = str | int
 FieldPath = tuple[PathPart, ...]
@@ -241,11 +241,10 @@ class _Preparer:
                     f"{_format_path(path)}: key {_yaml_scalar(key)} is {_kind(key)}, not a string; quote it in YAML"
                     + (f" (line {line})" if line else "")
                 )
-        for member in members:
-            if isinstance(member, mi.StructType) and member.tag_field is not None and member.tag_field not in node:
-                raise self._error(
-                    (*path, member.tag_field), f"required field is missing; expected one of: {member.tag}"
-                )
+        tagged = [m for m in members if isinstance(m, mi.StructType) and m.tag_field is not None]
+        if tagged and tagged[0].tag_field not in node:
+            tags = ", ".join(str(m.tag) for m in tagged)
+            raise self._error((*path, str(tagged[0].tag_field)), f"required field is missing; expected one of: {tags}")
         typ = mi.UnionType(tuple(members)) if members else None
         prepared: dict[Any, Any] = {}
         for key, value in node.items():
@@ -376,7 +375,7 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
         return f"{_format_path(field_path)}: required field is missing{_line_suffix(lines, path)}"
     if unknown := _UNKNOWN_FIELD.match(msg):
         field_path = (*path, unknown.group("field"))
-        known = _known_fields(path)
+        known = _known_fields(path, data)
         kebab = unknown.group("field").replace("_", "-").lower()
         if kebab in known:
             hint = f"; keys are kebab-case: did you mean {kebab}?"
@@ -390,9 +389,9 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
     literal = next((m for m in members if isinstance(m, mi.LiteralType)), None)
     struct = next((m for m in members if isinstance(m, mi.StructType)), None)
     if path and path[-1] == "type" and struct is None:
-        parent = next((m for m in _members(_type_at(path[:-1])) if isinstance(m, mi.StructType)), None)
-        if parent is not None and parent.tag is not None:
-            msg = f"{msg}; expected one of: {parent.tag}"
+        tags = [str(m.tag) for m in _members(_type_at(path[:-1])) if isinstance(m, mi.StructType) and m.tag]
+        if tags:
+            msg = f"{msg}; expected one of: {', '.join(tags)}"
     elif "matching regex" in msg and isinstance(path[-1] if path else None, str) and value is not _MISSING:
         pattern_hint = _PATTERN_HINTS.get(str(path[-1]))
         msg = f"invalid value {value!r}: {pattern_hint or msg}"
@@ -404,12 +403,17 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
     return f"{_format_path(path)}: {msg}{_line_suffix(lines, path)}"
 
 
-def _known_fields(path: FieldPath) -> list[str]:
-    for member in _members(_type_at(path)):
-        if isinstance(member, mi.StructType):
-            names = [f.encode_name for f in member.fields]
-            return [member.tag_field, *names] if member.tag_field else names
-    return []
+def _known_fields(path: FieldPath, data: Any) -> list[str]:
+    structs = [m for m in _members(_type_at(path)) if isinstance(m, mi.StructType)]
+    # In a tagged union (the destination), the keys that count are those of the chosen type.
+    chosen = next(
+        (m for m in structs if m.tag_field is not None and _value_at(data, (*path, m.tag_field)) == m.tag),
+        structs[0] if structs else None,
+    )
+    if chosen is None:
+        return []
+    names = [f.encode_name for f in chosen.fields]
+    return [chosen.tag_field, *names] if chosen.tag_field else names
 
 
 def _is_scalar(value: Any) -> bool:
@@ -461,6 +465,12 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
                 ("destination", "compression-level"),
                 f"{destination.compression} levels are {low}..{high}, got {destination.compression_level}",
             )
+
+    if isinstance(destination, S3Destination) and (destination.access_key_id_env is None) != (
+        destination.secret_access_key_env is None
+    ):
+        missing = "secret-access-key-env" if destination.secret_access_key_env is None else "access-key-id-env"
+        raise error(("destination", missing), "set both access-key-id-env and secret-access-key-env, or neither")
 
     names: dict[str, int] = {}
     destinations: dict[tuple[str, int], int] = {}

@@ -61,13 +61,24 @@ class FlushConfig(_Strict, frozen=True):
     ] = 1_000_000
 
 
-class FilesystemDestination(_Strict, tag_field="type", tag="filesystem", frozen=True):
-    """Immutable Parquet files under `<root>/<dest-name>/<partition>/`."""
+class RetryConfig(_Strict, frozen=True):
+    """Retries of transient destination failures (5xx, throttling, timeouts, connection resets)."""
 
-    root: Annotated[
-        NonEmptyStr,
-        msgspec.Meta(description="Directory holding the chains; relative paths resolve against the working directory."),
-    ]
+    initial_backoff_ms: Annotated[int, msgspec.Meta(ge=1, description="Delay before the first retry.")] = 200
+    max_backoff_ms: Annotated[int, msgspec.Meta(ge=1, description="Longest delay between two attempts.")] = 10_000
+    deadline_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="How long one write keeps being retried before the mirror fails (and the process "
+            "exits for the orchestrator to restart it).",
+        ),
+    ] = 300_000
+
+
+class _BlobDestination(_Strict, frozen=True, kw_only=True):
+    """What filesystem and S3 destinations share: Parquet blobs, flush policy, retries."""
+
     flush: FlushConfig = msgspec.field(default_factory=FlushConfig)
     compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
     compression_level: Annotated[
@@ -77,9 +88,82 @@ class FilesystemDestination(_Strict, tag_field="type", tag="filesystem", frozen=
             "snappy and none take no level. Codec default when omitted."
         ),
     ] = None
+    retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
 
 
-Destination = FilesystemDestination
+class FilesystemDestination(_BlobDestination, tag_field="type", tag="filesystem", frozen=True, kw_only=True):
+    """Immutable Parquet files under `<root>/<dest-name>/<partition>/`."""
+
+    root: Annotated[
+        NonEmptyStr,
+        msgspec.Meta(description="Directory holding the chains; relative paths resolve against the working directory."),
+    ]
+
+
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+MiB = 1024 * 1024
+
+
+class S3Destination(_BlobDestination, tag_field="type", tag="s3", frozen=True, kw_only=True):
+    """The same Parquet blobs as objects under `s3://<bucket>/<prefix>/<dest-name>/<partition>/`."""
+
+    bucket: Annotated[NonEmptyStr, msgspec.Meta(max_length=255)]
+    prefix: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^([^/].*[^/]|[^/])?$",
+            description="Key prefix under which the chains live, without leading or trailing '/'.",
+        ),
+    ] = ""
+    region: Annotated[str | None, msgspec.Meta(description="AWS region; from the AWS environment when omitted.")] = None
+    endpoint: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=r"^https?://",
+                description="S3 API endpoint URL (MinIO, SeaweedFS, Ceph RGW, ...); omit for AWS.",
+            ),
+        ]
+        | None
+    ) = None
+    path_style: Annotated[
+        bool, msgspec.Meta(description="Address buckets as <endpoint>/<bucket> instead of <bucket>.<endpoint>.")
+    ] = False
+    access_key_id_env: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=_ENV_NAME,
+                description="Environment variable holding the access key id; standard AWS chain when omitted.",
+            ),
+        ]
+        | None
+    ) = None
+    secret_access_key_env: (
+        Annotated[
+            str, msgspec.Meta(pattern=_ENV_NAME, description="Environment variable holding the secret access key.")
+        ]
+        | None
+    ) = None
+    session_token_env: (
+        Annotated[str, msgspec.Meta(pattern=_ENV_NAME, description="Environment variable holding a session token.")]
+        | None
+    ) = None
+    multipart_threshold_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=5 * MiB, description="Blobs larger than this are sent as a multipart upload (conditional complete)."
+        ),
+    ] = 64 * MiB
+    part_size_bytes: Annotated[
+        int, msgspec.Meta(ge=5 * MiB, le=5 * 1024 * MiB, description="Part size of multipart uploads.")
+    ] = 16 * MiB
+    request_timeout_ms: Annotated[
+        int, msgspec.Meta(ge=100, description="Upper bound of one S3 request, upload included.")
+    ] = 60_000
+
+
+Destination = FilesystemDestination | S3Destination
 
 
 class SourceConfig(_Strict, frozen=True):

@@ -56,8 +56,9 @@ class Sink(Protocol):
         """
         ...
 
-    async def inspect(self) -> int | None:
-        """Like open(), but read-only (for `status`): changes nothing at the destination."""
+    async def inspect(self, deep: bool = False) -> int | None:
+        """Like open(), but read-only (for `status`): changes nothing at the destination. `deep`
+        validates the whole destination instead of its tail."""
         ...
 
     async def commit(self, chunk: Chunk) -> Committed:

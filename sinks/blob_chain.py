@@ -76,16 +76,40 @@ class BlobStore(Protocol):
         """Full, secret-free address of a blob, for messages."""
         ...
 
-    async def list_names(self) -> list[str]:
-        """Every entry name in the partition's directory, temporaries included."""
+    async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
+        """Up to `max_keys` entry names sorting after `start_after` (all when None), in name order,
+        temporaries excluded; and whether more follow."""
         ...
 
     async def put_if_absent(self, name: str, data: memoryview) -> int:
-        """Durably create `name` with `data` unless it exists (then raise BlobExistsError).
-        Returns the bytes stored."""
+        """Durably create `name` with `data` unless it exists (then raise BlobExistsError; a blob
+        already there with exactly these bytes counts as created). Returns the bytes stored."""
         ...
 
-    async def remove(self, name: str) -> None: ...
+    async def clean_leftovers(self) -> list[str]:
+        """Remove what interrupted writes left behind (temporary files, unfinished uploads)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+PAGE = 1000
+
+
+async def list_all(store: BlobStore) -> list[str]:
+    names: list[str] = []
+    start_after: str | None = None
+    while True:
+        page, truncated = await store.list_page(start_after, PAGE)
+        names.extend(page)
+        if not truncated or not page:
+            return names
+        start_after = page[-1]
+
+
+def _probe_key(offset: int) -> str:
+    """Sorts after every blob starting below `offset` and before every blob starting at or above it."""
+    return f"{offset - 1:0{_OFFSET_DIGITS}d}-{'9' * _OFFSET_DIGITS}" if offset > 0 else ""
 
 
 def validate_chain(names: list[str], location: BlobStore) -> list[BlobRange]:
@@ -108,6 +132,47 @@ def validate_chain(names: list[str], location: BlobStore) -> list[BlobRange]:
     return ranges
 
 
+async def find_tail(store: BlobStore) -> list[BlobRange]:
+    """The chain's head page and tail page, validated, found with a bounded number of listings.
+
+    Names sort by offset, so a listing that starts after a probe offset tells whether blobs exist
+    beyond it. From the first page's density the search gallops forward, then bisects, until one
+    page holds the end of the chain. The cost grows with log(number of blobs), not with it, and no
+    blob is read. Blobs between the two pages are not checked here (see `verify_all`).
+    """
+    head, truncated = await store.list_page(None, PAGE)
+    checked = validate_chain(head, store)
+    if not truncated or not checked:
+        return checked
+    low = checked[-1].last + 1  # blobs are known to exist at or beyond `low`
+    span = max(1, checked[-1].last + 1 - checked[0].first)
+    step, high = span, None
+    while True:
+        probe = low + step if high is None else (low + high) // 2
+        if high is not None and high - low <= 1:
+            probe = low  # bracket closed: the page from `low` must hold the tail
+        page, more = await store.list_page(_probe_key(probe), PAGE)
+        if page and not more:
+            tail = validate_chain(page, store)
+            if tail[0].first > checked[-1].last + 1 and probe <= checked[-1].last + 1:
+                raise CorruptChainError(
+                    f"missing offsets {checked[-1].last + 1}-{tail[0].first - 1}",
+                    [store.location(checked[-1].name), store.location(tail[0].name)],
+                )
+            return tail
+        if not page:
+            high = probe
+        else:
+            low = probe
+            if high is None:
+                step *= 2
+
+
+async def verify_all(store: BlobStore) -> list[BlobRange]:
+    """Validate every blob name of the chain (a full listing)."""
+    return validate_chain(await list_all(store), store)
+
+
 class BlobChain:
     """Appends to one partition's chain, enforcing the chain rule on every write."""
 
@@ -125,23 +190,25 @@ class BlobChain:
         return None if self._tail is None else self._tail.last + 1
 
     async def open(self) -> int | None:
-        """Remove leftovers of interrupted writes, validate the chain, return the next offset."""
-        names = await self._store.list_names()
-        for name in names:
-            if is_temp_name(name):
-                await self._store.remove(name)
-        ranges = validate_chain(names, self._store)
+        """Remove leftovers of interrupted writes, validate the chain's tail, return the next offset."""
+        await self._store.clean_leftovers()
+        ranges = await find_tail(self._store)
         self._tail = ranges[-1] if ranges else None
         self._opened = True
         return self.next_offset
 
-    async def inspect(self) -> int | None:
-        """Validate the chain and return the next offset without touching anything."""
-        ranges = validate_chain(await self._store.list_names(), self._store)
+    async def inspect(self, deep: bool = False) -> int | None:
+        """Validate the chain (its tail, or all of it) and return the next offset; changes nothing."""
+        ranges = await (verify_all(self._store) if deep else find_tail(self._store))
         return ranges[-1].last + 1 if ranges else None
 
     async def append(self, first: int, last: int, data: memoryview) -> tuple[str, int]:
-        """Store the blob for [first, last]; it must continue the chain. Returns (location, bytes)."""
+        """Store the blob for [first, last]; it must continue the chain. Returns (location, bytes).
+
+        Afterwards the listing right behind the previous tail must show exactly the new blob: on
+        stores that ignore conditional creates, that is where a second writer shows up, within one
+        flush of appearing.
+        """
         if not self._opened:
             raise RuntimeError("BlobChain.append before open")
         expected = self.next_offset
@@ -149,5 +216,17 @@ class BlobChain:
             raise DestinationError(f"chain continues at offset {expected}, refusing to write {first}-{last}")
         blob = BlobRange(first, last)
         size = await self._store.put_if_absent(blob.name, data)
+        previous = self._tail
         self._tail = blob
+        await self._check_no_foreign_blobs(previous, blob)
         return self._store.location(blob.name), size
+
+    async def _check_no_foreign_blobs(self, previous: BlobRange | None, written: BlobRange) -> None:
+        page, _ = await self._store.list_page(previous.name if previous else None, 2)
+        if page[:1] == [written.name] and len(page) == 1:
+            return
+        others = [name for name in page if name != written.name]
+        raise CorruptChainError(
+            "another writer is appending to this chain",
+            [self._store.location(written.name), *(self._store.location(n) for n in others)],
+        )

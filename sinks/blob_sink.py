@@ -27,8 +27,8 @@ class BlobSink:
     async def open(self) -> int | None:
         return await self._chain.open()
 
-    async def inspect(self) -> int | None:
-        return await self._chain.inspect()
+    async def inspect(self, deep: bool = False) -> int | None:
+        return await self._chain.inspect(deep)
 
     async def commit(self, chunk: Chunk) -> Committed:
         # Parquet encoding is CPU-bound: keep it off the event loop.
@@ -37,4 +37,4 @@ class BlobSink:
         return Committed(location=location, bytes_written=size)
 
     async def close(self) -> None:
-        return None
+        await self._chain.store.close()

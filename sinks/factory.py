@@ -1,13 +1,78 @@
-"""Build the sink a mirror writes to from the shared destination block."""
+"""Build the sink each mirror writes to from the shared destination block.
+
+Every sink is wrapped in the retry layer; S3 sinks of one process share one client.
+"""
 
 from __future__ import annotations
 
-from config.model import Destination, FilesystemDestination, MirrorConfig
-from sinks.base import Sink
+import os
+from collections.abc import Callable
+
+from config.model import Destination, FilesystemDestination, MirrorConfig, S3Destination
+from sinks.base import DestinationError, Sink
+from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
+from sinks.retry import RetryingSink, RetryPolicy
+from sinks.s3 import S3Connection, S3Settings, S3Store
 
 
-def build_sink(destination: Destination, mirror: MirrorConfig) -> Sink:
-    if isinstance(destination, FilesystemDestination):
-        return filesystem_sink(destination, mirror.destination_name, mirror.partition)
-    raise TypeError(f"unsupported destination {type(destination).__name__}")
+class SinkFactory:
+    def __init__(self, destination: Destination) -> None:
+        self._destination = destination
+        self._s3: S3Connection | None = None
+        if isinstance(destination, S3Destination):
+            self._s3 = S3Connection(s3_settings(destination))
+
+    def build(
+        self,
+        mirror: MirrorConfig,
+        on_retry: Callable[[int], None] = lambda _: None,
+        retries: bool = True,
+    ) -> Sink:
+        destination = self._destination
+        sink: Sink
+        if isinstance(destination, FilesystemDestination):
+            sink = filesystem_sink(destination, mirror.destination_name, mirror.partition)
+        elif isinstance(destination, S3Destination):
+            assert self._s3 is not None
+            key_prefix = "/".join(p for p in (destination.prefix, mirror.destination_name, str(mirror.partition)) if p)
+            sink = BlobSink(
+                S3Store(self._s3, key_prefix + "/"),
+                description=f"s3://{destination.bucket}/{key_prefix}/",
+                compression=destination.compression,
+                compression_level=destination.compression_level,
+            )
+        else:  # pragma: no cover - the config union is exhaustive
+            raise TypeError(f"unsupported destination {type(destination).__name__}")
+        if not retries:
+            return sink
+        retry = destination.retry
+        policy = RetryPolicy(
+            initial_backoff_s=retry.initial_backoff_ms / 1000,
+            max_backoff_s=retry.max_backoff_ms / 1000,
+            deadline_s=retry.deadline_ms / 1000,
+        )
+        return RetryingSink(sink, policy, on_retry, log_fields={"mirror": mirror.name})
+
+
+def s3_settings(destination: S3Destination) -> S3Settings:
+    def secret(field: str, variable: str | None) -> str | None:
+        if variable is None:
+            return None
+        value = os.environ.get(variable)
+        if not value:
+            raise DestinationError(f"destination.{field}: environment variable {variable} is not set")
+        return value
+
+    return S3Settings(
+        bucket=destination.bucket,
+        region=destination.region,
+        endpoint=destination.endpoint,
+        path_style=destination.path_style,
+        access_key_id=secret("access-key-id-env", destination.access_key_id_env),
+        secret_access_key=secret("secret-access-key-env", destination.secret_access_key_env),
+        session_token=secret("session-token-env", destination.session_token_env),
+        multipart_threshold=destination.multipart_threshold_bytes,
+        part_size=destination.part_size_bytes,
+        request_timeout_s=destination.request_timeout_ms / 1000,
+    )

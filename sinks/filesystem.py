@@ -8,6 +8,7 @@ rename(2) after an existence check.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import errno
 import os
@@ -19,7 +20,7 @@ import aiofiles.os
 import anyio.to_thread
 
 from config.model import FilesystemDestination
-from sinks.blob_chain import BlobExistsError, temp_name
+from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
 from sinks.blob_sink import BlobSink
 
 _LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
@@ -37,11 +38,23 @@ class FilesystemStore:
     def location(self, name: str) -> str:
         return str(self._dir / name)
 
-    async def list_names(self) -> list[str]:
+    async def _entries(self) -> list[str]:
         try:
             return list(await aiofiles.os.listdir(self._dir))
         except FileNotFoundError:
             return []
+
+    async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
+        names = sorted(n for n in await self._entries() if not is_temp_name(n))
+        if start_after is not None:
+            names = names[bisect.bisect_right(names, start_after) :]
+        return names[:max_keys], len(names) > max_keys
+
+    async def clean_leftovers(self) -> list[str]:
+        removed = [n for n in await self._entries() if is_temp_name(n)]
+        for name in removed:
+            await self.remove(name)
+        return removed
 
     async def put_if_absent(self, name: str, data: memoryview) -> int:
         if not self._dir_ready:
@@ -54,12 +67,21 @@ class FilesystemStore:
                 await handle.write(data)
                 await handle.flush()
                 await anyio.to_thread.run_sync(os.fsync, handle.fileno())
-            await _publish(temp, final)
+            try:
+                await _publish(temp, final)
+            except BlobExistsError:
+                # An identical blob is our own earlier attempt (its success went unreported).
+                if await anyio.to_thread.run_sync(_same_content, final, data):
+                    return len(data)
+                raise
         finally:
             with contextlib.suppress(FileNotFoundError):
                 await aiofiles.os.remove(temp)
         await anyio.to_thread.run_sync(_fsync_directory, self._dir)
         return len(data)
+
+    async def close(self) -> None:
+        return None
 
     async def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -78,6 +100,13 @@ async def _publish(temp: Path, final: Path) -> None:
     if await aiofiles.os.path.exists(final):
         raise BlobExistsError(f"{final} already exists: another writer owns this chain")
     await aiofiles.os.rename(temp, final)
+
+
+def _same_content(path: Path, data: memoryview) -> bool:
+    try:
+        return path.stat().st_size == len(data) and path.read_bytes() == data
+    except OSError:
+        return False
 
 
 def _make_durable_dirs(directory: Path) -> None:

@@ -113,8 +113,8 @@ class RetryingSink:
     async def open(self) -> int | None:
         return await self._retry(self._inner.open, "open")
 
-    async def inspect(self) -> int | None:
-        return await self._retry(self._inner.inspect, "inspect")
+    async def inspect(self, deep: bool = False) -> int | None:
+        return await self._retry(lambda: self._inner.inspect(deep), "inspect")
 
     async def commit(self, chunk: Chunk) -> Committed:
         return await self._retry(lambda: self._inner.commit(chunk), f"commit {chunk.first_offset}-{chunk.last_offset}")

@@ -160,15 +160,8 @@ class S3Store:
         names = [entry["Key"][len(self._prefix) :] for entry in response.get("Contents", [])]
         return names, bool(response.get("IsTruncated"))
 
-    async def list_names(self) -> list[str]:
-        names: list[str] = []
-        start_after: str | None = None
-        while True:
-            page, truncated = await self.list_page(start_after, 1000)
-            names.extend(page)
-            if not truncated or not page:
-                return names
-            start_after = page[-1]
+    async def clean_leftovers(self) -> list[str]:
+        return await self.abort_incomplete_uploads()
 
     async def put_if_absent(self, name: str, data: memoryview) -> int:
         s3 = await self._s3()
@@ -307,4 +300,3 @@ def _classify(exc: ClientError, what: str, bucket: str) -> DestinationError:
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
-

@@ -10,7 +10,8 @@ import anyio
 import anyio.to_thread
 
 from config.model import Config
-from sinks.factory import build_sink
+from sinks.base import DestinationError
+from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
 from supervisor.errors import EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
@@ -44,21 +45,27 @@ class Supervisor:
             ),
             heartbeat_secs=ActorSettings.heartbeat_from_env(),
         )
+        sinks = SinkFactory(self._config.destination)
         for mirror in self._config.mirrors:
+            metrics = MirrorMetrics.for_partition(self._families, mirror.topic, mirror.partition)
             cluster = self._clusters.get(mirror.source.bootstrap_servers, mirror.source.request_timeout_ms)
             self.actors.append(
                 MirrorActor(
                     mirror=mirror,
                     source=SparkPartitionSource(mirror, cluster, self._config.spark),
-                    sink=build_sink(self._config.destination, mirror),
-                    metrics=MirrorMetrics.for_partition(self._families, mirror.topic, mirror.partition),
+                    sink=sinks.build(mirror, on_retry=metrics.inflight_retry.set),
+                    metrics=metrics,
                     settings=settings,
                     stop_requested=self.stop_requested,
                 )
             )
 
     async def run(self) -> int:
-        self._build_actors()
+        try:
+            self._build_actors()
+        except DestinationError as exc:
+            self._fail(None, exc, "cannot start")
+            return EXIT_FAILURE
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)

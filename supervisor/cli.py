@@ -30,6 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--config", required=True, help="path to the YAML config")
     status.add_argument("--format", choices=["table", "json"], default="table")
     status.add_argument("--timeout", type=float, default=15.0, help="seconds allowed per query (default 15)")
+    status.add_argument(
+        "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
+    )
     return parser
 
 
@@ -47,14 +50,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         return EXIT_OK
     if args.command == "status":
-        return _status(config, args.format, args.timeout)
+        return _status(config, args.format, args.timeout, args.deep)
     return _run(config)
 
 
-def _status(config: Config, fmt: str, timeout: float) -> int:
+def _status(config: Config, fmt: str, timeout: float, deep: bool) -> int:
     from supervisor.status import collect_status, render_json, render_table
 
-    report = anyio.run(collect_status, config, timeout)
+    report = anyio.run(collect_status, config, timeout, deep)
     print(render_json(report) if fmt == "json" else render_table(report))
     return EXIT_OK if report.ok else EXIT_FAILURE
 

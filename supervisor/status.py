@@ -12,7 +12,8 @@ import anyio
 import msgspec
 
 from config.model import Config, MirrorConfig
-from sinks.factory import build_sink
+from sinks.base import DestinationError, Sink
+from sinks.factory import SinkFactory
 from supervisor.describe import describe_error
 from supervisor.source import SourceClusters
 
@@ -39,12 +40,16 @@ class StatusReport:
         return all(row.error is None for row in self.rows)
 
 
-async def collect_status(config: Config, timeout_s: float = 15.0) -> StatusReport:
+async def collect_status(config: Config, timeout_s: float = 15.0, deep: bool = False) -> StatusReport:
     clusters = SourceClusters()
     rows: list[MirrorStatus] = [MirrorStatus("", "", 0, "")] * len(config.mirrors)
+    try:
+        sinks: SinkFactory | DestinationError = SinkFactory(config.destination)
+    except DestinationError as exc:
+        sinks = exc
 
     async def query(index: int, mirror: MirrorConfig) -> None:
-        rows[index] = await _query_one(config, mirror, clusters, timeout_s)
+        rows[index] = await _query_one(mirror, sinks, clusters, timeout_s, deep)
 
     try:
         async with anyio.create_task_group() as tasks:
@@ -55,9 +60,16 @@ async def collect_status(config: Config, timeout_s: float = 15.0) -> StatusRepor
     return StatusReport(rows)
 
 
-async def _query_one(config: Config, mirror: MirrorConfig, clusters: SourceClusters, timeout_s: float) -> MirrorStatus:
-    sink = build_sink(config.destination, mirror)
-    row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description)
+async def _query_one(
+    mirror: MirrorConfig,
+    sinks: SinkFactory | DestinationError,
+    clusters: SourceClusters,
+    timeout_s: float,
+    deep: bool,
+) -> MirrorStatus:
+    # No retries here: status answers now, and says what failed.
+    sink: Sink | None = None if isinstance(sinks, DestinationError) else sinks.build(mirror, retries=False)
+    row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description if sink else "-")
     errors: list[str] = []
     timeout_ms = min(mirror.source.request_timeout_ms, int(timeout_s * 1000))
     cluster = clusters.get(mirror.source.bootstrap_servers, timeout_ms)
@@ -70,13 +82,19 @@ async def _query_one(config: Config, mirror: MirrorConfig, clusters: SourceClust
         errors.append(f"source {mirror.source.bootstrap_servers}: timed out after {timeout_s:g}s")
     except Exception as exc:
         errors.append(describe_error(exc))
-    try:
-        with anyio.fail_after(timeout_s):
-            row.destination_next = await sink.inspect()
-    except TimeoutError:
-        errors.append(f"destination {sink.description}: timed out after {timeout_s:g}s")
-    except Exception as exc:
-        errors.append(describe_error(exc))
+    if sink is None:
+        errors.append(str(sinks))
+    else:
+        try:
+            with anyio.fail_after(timeout_s * (10 if deep else 1)):
+                row.destination_next = await sink.inspect(deep)
+        except TimeoutError:
+            errors.append(f"destination {sink.description}: timed out after {timeout_s:g}s")
+        except Exception as exc:
+            errors.append(describe_error(exc))
+        finally:
+            with anyio.CancelScope(shield=True):
+                await sink.close()
     if row.source_end is not None:
         position = row.destination_next if row.destination_next is not None else row.source_log_start
         if position is not None:

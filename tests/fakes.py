@@ -9,7 +9,7 @@ import anyio
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
-from sinks.blob_chain import BlobExistsError
+from sinks.blob_chain import BlobExistsError, is_temp_name
 from sinks.records import KAFKA_SCHEMA
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.source import SourceOffsets
@@ -95,18 +95,32 @@ class InMemoryStore:
     def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
         self.removed: list[str] = []
+        self.list_calls = 0
 
     def location(self, name: str) -> str:
         return f"mem://{name}"
 
-    async def list_names(self) -> list[str]:
-        return sorted(self.blobs)
+    async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
+        self.list_calls += 1
+        names = sorted(n for n in self.blobs if not is_temp_name(n) and (start_after is None or n > start_after))
+        return names[:max_keys], len(names) > max_keys
+
+    async def clean_leftovers(self) -> list[str]:
+        leftovers = [n for n in self.blobs if is_temp_name(n)]
+        for name in leftovers:
+            await self.remove(name)
+        return leftovers
 
     async def put_if_absent(self, name: str, data: memoryview) -> int:
         if name in self.blobs:
+            if self.blobs[name] == bytes(data):
+                return len(data)
             raise BlobExistsError(f"{name} exists")
         self.blobs[name] = bytes(data)
         return len(data)
+
+    async def close(self) -> None:
+        return None
 
     async def remove(self, name: str) -> None:
         self.removed.append(name)

@@ -90,7 +90,7 @@ async def test_inspect_is_read_only() -> None:
 async def test_filesystem_commit_is_atomic_and_no_clobber(tmp_path: Path) -> None:
     directory = tmp_path / "root" / "topic" / "0"
     store = FilesystemStore(directory)
-    assert await store.list_names() == []
+    assert await store.list_page(None, 10) == ([], False)
     size = await store.put_if_absent(blob_name(0, 9), memoryview(b"hello"))
     assert size == 5 and (directory / blob_name(0, 9)).read_bytes() == b"hello"
     with pytest.raises(BlobExistsError):
@@ -105,3 +105,58 @@ async def test_second_writer_on_the_same_chain_fails(tmp_path: Path) -> None:
     await first.append(0, 9, memoryview(b"a"))
     with pytest.raises(BlobExistsError):
         await second.append(0, 9, memoryview(b"b"))
+
+
+def _chain_of(count: int, start: int = 0, sizes: tuple[int, ...] = (1, 7, 100, 3)) -> dict[str, bytes]:
+    blobs, offset = {}, start
+    for index in range(count):
+        size = sizes[index % len(sizes)]
+        blobs[blob_name(offset, offset + size - 1)] = b""
+        offset += size
+    return blobs
+
+
+@pytest.mark.parametrize("count", [0, 1, 999, 1000, 1001, 2500, 10_000, 50_000])
+async def test_tail_is_found_with_few_listings(count: int) -> None:
+    store = InMemoryStore()
+    store.blobs = _chain_of(count, start=42)
+    expected = None if count == 0 else max(parse_blob_name(n).last for n in store.blobs) + 1  # type: ignore[union-attr]
+    assert await BlobChain(store).open() == expected
+    assert store.list_calls <= 20, store.list_calls
+
+
+async def test_tail_search_with_skewed_file_sizes() -> None:
+    """A backlog of huge files followed by many tiny ones (idle max-time flushes)."""
+    store = InMemoryStore()
+    big = _chain_of(1_500, sizes=(1_000_000,))
+    tail_start = max(parse_blob_name(n).last for n in big) + 1  # type: ignore[union-attr]
+    store.blobs = {**big, **_chain_of(8_000, start=tail_start, sizes=(1,))}
+    assert await BlobChain(store).open() == tail_start + 8_000
+    assert store.list_calls <= 40
+
+
+async def test_deep_inspection_finds_a_hole_the_tail_search_does_not_read() -> None:
+    store = InMemoryStore()
+    store.blobs = _chain_of(5_000)
+    del store.blobs[sorted(store.blobs)[2_500]]
+    assert await BlobChain(store).inspect() is not None  # the tail alone looks fine
+    with pytest.raises(CorruptChainError, match="missing offsets"):
+        await BlobChain(store).inspect(deep=True)
+
+
+async def test_a_second_writer_is_detected_after_the_next_append() -> None:
+    store = InMemoryStore()
+    store.blobs = _chain_of(10)
+    chain = BlobChain(store)
+    start = await chain.open()
+    assert start is not None
+    store.blobs[blob_name(start, start + 4)] = b"foreign"  # a store that ignored If-None-Match
+    with pytest.raises(CorruptChainError, match="another writer") as caught:
+        await chain.append(start, start + 9, memoryview(b"ours"))
+    assert blob_name(start, start + 4) in str(caught.value)
+
+
+async def test_retried_identical_put_counts_as_done(tmp_path: Path) -> None:
+    store = FilesystemStore(tmp_path)
+    await store.put_if_absent(blob_name(0, 9), memoryview(b"same"))
+    assert await store.put_if_absent(blob_name(0, 9), memoryview(b"same")) == 4

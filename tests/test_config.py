@@ -14,6 +14,7 @@ import yaml
 
 from config import Config, ConfigError, FlushConfig, SourceConfig, SparkConfig, load_config, parse_config
 from config import schema as config_schema
+from config.model import FilesystemDestination
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -384,7 +385,7 @@ def test_env_substitution() -> None:
     )
     env = {"HOST": "kafka", "PORT": "9093", "GROUP": "007", "POLL": "250", "P": "3", "TOPIC": "123", "EMPTY": ""}
     config = parse_config(text, env=env)
-    assert config.destination.root == "/var/lib/mirror"  # unset: default
+    assert _root(config) == "/var/lib/mirror"  # unset: default
     assert config.destination.compression_level == 5  # default of a whole reference takes the field's type
     first, second = config.mirrors
     assert first.source.bootstrap_servers == "kafka:9093"
@@ -398,8 +399,8 @@ def test_env_substitution() -> None:
 
 def test_env_default_applies_to_empty_variable_and_set_value_wins() -> None:
     text = config_text(set_in("destination", "root", value="${ROOT:-/fallback}"))
-    assert parse_config(text, env={"ROOT": ""}).destination.root == "/fallback"
-    assert parse_config(text, env={"ROOT": "/set"}).destination.root == "/set"
+    assert _root(parse_config(text, env={"ROOT": ""})) == "/fallback"
+    assert _root(parse_config(text, env={"ROOT": "/set"})) == "/set"
 
 
 def test_env_defaults_to_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -410,7 +411,7 @@ def test_env_defaults_to_process_environment(monkeypatch: pytest.MonkeyPatch) ->
 
 def test_env_is_not_substituted_in_keys_or_comments() -> None:
     text = "# ${NOT_A_VAR}\n" + config_text()
-    assert parse_config(text, env={}).destination.root == "/data/mirror"
+    assert _root(parse_config(text, env={})) == "/data/mirror"
 
 
 def test_merge_key_mirror() -> None:
@@ -528,3 +529,8 @@ def test_schema_rejects_what_the_loader_rejects() -> None:
         delete("destination", "type"),
     ):
         assert not validator.is_valid(yaml.safe_load(config_text(mutate)))
+
+
+def _root(config: Config) -> str:
+    assert isinstance(config.destination, FilesystemDestination)
+    return config.destination.root
