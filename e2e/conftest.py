@@ -1,12 +1,16 @@
-"""Real services for the end-to-end suite: one Apache Kafka broker (KRaft) per session."""
+"""Real services for the end-to-end suite: an Apache Kafka broker (KRaft) and an S3 server per
+session, and the destinations every exactly-once test runs against."""
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from testkit.s3_servers import MotoServer
 
+from e2e.destinations import DestinationUnderTest, FilesystemDestinationUnderTest, S3DestinationUnderTest
 from testkit.kafka_broker import KafkaBroker
 
 _names = itertools.count()
@@ -20,6 +24,30 @@ def kafka() -> Iterator[KafkaBroker]:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def moto() -> Iterator[MotoServer]:
+    server = MotoServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def destination(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> DestinationUnderTest:
+    """Each exactly-once test runs once per destination type."""
+    if request.param == "filesystem":
+        return FilesystemDestinationUnderTest(tmp_path / "archive")
+    server: MotoServer = request.getfixturevalue("moto")
+    s3 = S3DestinationUnderTest(server.endpoint, server.access_key, server.secret_key, server.region)
+    for name, value in s3.env().items():
+        monkeypatch.setenv(name, value)  # the CLI subprocesses inherit the credentials
+    return s3
 
 
 @pytest.fixture

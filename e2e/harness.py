@@ -14,11 +14,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import yaml
 
-from sinks.blob_chain import parse_blob_name, validate_chain
-from sinks.filesystem import FilesystemStore
+from e2e.destinations import DestinationUnderTest, read_tables
 from testkit.kafka_data import ConsumedRecord, consume_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,13 +26,13 @@ def write_config(
     path: Path,
     *,
     bootstrap: str,
-    root: Path,
+    destination: DestinationUnderTest,
     mirrors: list[dict[str, Any]],
     flush: dict[str, int] | None = None,
     spark: dict[str, Any] | None = None,
 ) -> Path:
     config: dict[str, Any] = {
-        "destination": {"type": "filesystem", "root": str(root), "flush": flush or {"max-time-ms": 1000}},
+        "destination": destination.config(flush),
         "mirrors": [
             {
                 "name": m.get("name", f"{m['topic']}-{m['partition']}"),
@@ -131,29 +129,15 @@ class ArchivedRecord:
     timestamp_ms: int
 
 
-def partition_dir(root: Path, dest_name: str, partition: int) -> Path:
-    return root / dest_name / str(partition)
-
-
-def chain_files(directory: Path) -> list[Path]:
-    """Blob files in chain order; asserts the names form a valid chain."""
-    names = [p.name for p in directory.iterdir()] if directory.exists() else []
-    ranges = validate_chain(names, FilesystemStore(directory))
-    return [directory / r.name for r in ranges]
-
-
-def read_archive(directory: Path) -> list[ArchivedRecord]:
-    """Every row of every blob, checking each row lies inside its file's name range."""
+def read_archive(destination: DestinationUnderTest, dest_name: str, partition: int) -> list[ArchivedRecord]:
+    """Every row of every blob, checking the chain and that each row lies inside its blob's range."""
     records: list[ArchivedRecord] = []
-    for path in chain_files(directory):
-        blob = parse_blob_name(path.name)
-        assert blob is not None
-        table = pq.read_table(path)
-        records.extend(_rows(table, blob.first, blob.last, path))
+    for blob, table in read_tables(destination, dest_name, partition):
+        records.extend(_rows(table, blob.first, blob.last, blob.name))
     return records
 
 
-def _rows(table: pa.Table, first: int, last: int, path: Path) -> list[ArchivedRecord]:
+def _rows(table: pa.Table, first: int, last: int, name: str) -> list[ArchivedRecord]:
     millis = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
     rows = []
     for offset, key, value, headers, ts in zip(
@@ -164,7 +148,7 @@ def _rows(table: pa.Table, first: int, last: int, path: Path) -> list[ArchivedRe
         millis,
         strict=True,
     ):
-        assert first <= offset <= last, f"{path.name} holds offset {offset}"
+        assert first <= offset <= last, f"{name} holds offset {offset}"
         rows.append(ArchivedRecord(offset, key, value, [(h["key"], h["value"]) for h in (headers or [])], int(ts)))
     return rows
 
@@ -207,15 +191,6 @@ def wait_until(check: Any, timeout: float, message: str, interval: float = 0.2) 
             return
         time.sleep(interval)
     raise AssertionError(message)
-
-
-def destination_next(directory: Path) -> int | None:
-    files = chain_files(directory)
-    if not files:
-        return None
-    blob = parse_blob_name(files[-1].name)
-    assert blob is not None
-    return blob.last + 1
 
 
 def scrape_metric(port: int, name: str, topic: str, partition: int) -> float | None:

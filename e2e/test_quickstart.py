@@ -7,6 +7,7 @@ import re
 import subprocess
 from pathlib import Path
 
+from e2e.destinations import FilesystemDestinationUnderTest
 from e2e.harness import REPO, assert_same_records, read_archive
 
 
@@ -26,7 +27,7 @@ def test_quickstart_mirrors_sample_data_and_prints_status(tmp_path: Path) -> Non
     assert sorted(rows) == ["0", "1", "2"], result.stdout
     assert (tmp_path / "quickstart.yaml").exists()
     for partition in range(3):
-        archive = read_archive(tmp_path / "mirror-data" / "quickstart-orders" / str(partition))
+        archive = read_archive(FilesystemDestinationUnderTest(tmp_path / "mirror-data"), "quickstart-orders", partition)
         assert [r.offset for r in archive] == list(range(50_000))
         assert_same_records(archive, archive)  # no offset twice
     assert "Traceback" not in result.stderr

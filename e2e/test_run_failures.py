@@ -10,18 +10,22 @@ from pathlib import Path
 
 import pytest
 
+from e2e.destinations import (
+    DestinationUnderTest,
+    FilesystemDestinationUnderTest,
+    S3DestinationUnderTest,
+    next_offset,
+)
 from e2e.harness import (
     MirrorProcess,
     assert_same_records,
     cli_env,
-    destination_next,
-    partition_dir,
     read_archive,
     source_records,
     wait_until,
     write_config,
 )
-from sinks.blob_chain import blob_name
+from sinks.blob_chain import blob_name, is_temp_name
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, create_topic, generate_records, produce
 from testkit.ports import free_port
@@ -44,17 +48,19 @@ CORRUPTIONS = {
 
 
 @pytest.mark.parametrize("kind", sorted(CORRUPTIONS))
-def test_corrupt_chain_refuses_to_start(kafka: KafkaBroker, topic_name: str, tmp_path: Path, kind: str) -> None:
+def test_corrupt_chain_refuses_to_start(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path, kind: str
+) -> None:
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(300, seed=1))
-    root = tmp_path / "archive"
-    directory = partition_dir(root, topic_name, 0)
-    directory.mkdir(parents=True)
     for name in CORRUPTIONS[kind]:
-        (directory / name).write_bytes(b"not really parquet")
-    before = sorted(p.name for p in directory.iterdir())
+        destination.write_raw(topic_name, 0, name, b"not really parquet")
+    before = destination.names(topic_name, 0)
     config = write_config(
-        tmp_path / "mirror.yaml", bootstrap=kafka.bootstrap, root=root, mirrors=[{"topic": topic_name, "partition": 0}]
+        tmp_path / "mirror.yaml",
+        bootstrap=kafka.bootstrap,
+        destination=destination,
+        mirrors=[{"topic": topic_name, "partition": 0}],
     )
     mirror = MirrorProcess(config, tmp_path / "run.log")
     try:
@@ -65,30 +71,43 @@ def test_corrupt_chain_refuses_to_start(kafka: KafkaBroker, topic_name: str, tmp
     assert "corrupt chain" in line
     offending = CORRUPTIONS[kind] if kind in ("overlap", "hole") else CORRUPTIONS[kind][1:]
     for name in offending:
-        assert str(directory / name) in line, line
-    assert sorted(p.name for p in directory.iterdir()) == before  # nothing touched
+        assert destination.location(topic_name, 0, name) in line, line
+    assert destination.names(topic_name, 0) == before  # nothing touched
 
 
-def test_leftover_temp_file_is_removed_and_ignored(kafka: KafkaBroker, topic_name: str, tmp_path: Path) -> None:
+def test_leftovers_of_interrupted_writes_are_cleaned(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+) -> None:
+    """A temporary file (filesystem) or an unfinished multipart upload (S3) is removed on start."""
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(500, seed=2))
-    root = tmp_path / "archive"
-    directory = partition_dir(root, topic_name, 0)
-    directory.mkdir(parents=True)
-    leftover = directory / f".{blob_name(0, 499)}.tmp-deadbeef"
-    leftover.write_bytes(b"half a file")
+    if isinstance(destination, S3DestinationUnderTest):
+        key = destination.key_prefix(topic_name, 0) + blob_name(0, 499)
+        upload = destination.client.create_multipart_upload(Bucket=destination.bucket, Key=key)
+        destination.client.upload_part(
+            Bucket=destination.bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"half"
+        )
+    else:
+        destination.write_raw(topic_name, 0, f".{blob_name(0, 499)}.tmp-deadbeef", b"half a file")
     config = write_config(
-        tmp_path / "mirror.yaml", bootstrap=kafka.bootstrap, root=root, mirrors=[{"topic": topic_name, "partition": 0}]
+        tmp_path / "mirror.yaml",
+        bootstrap=kafka.bootstrap,
+        destination=destination,
+        mirrors=[{"topic": topic_name, "partition": 0}],
     )
     mirror = MirrorProcess(config, tmp_path / "run.log")
     try:
-        wait_until(lambda: destination_next(directory) == 500, 180, "not mirrored")
+        wait_until(lambda: next_offset(destination, topic_name, 0) == 500, 180, "not mirrored")
         mirror.terminate()
         assert mirror.wait(60) == 0
     finally:
         mirror.stop()
-    assert not leftover.exists()
-    assert_same_records(read_archive(directory), source_records(kafka.bootstrap, topic_name, 0))
+    if isinstance(destination, S3DestinationUnderTest):
+        uploads = destination.client.list_multipart_uploads(Bucket=destination.bucket)
+        assert not uploads.get("Uploads"), uploads
+    else:
+        assert not any(is_temp_name(n) for n in destination.names(topic_name, 0))
+    assert_same_records(read_archive(destination, topic_name, 0), source_records(kafka.bootstrap, topic_name, 0))
 
 
 def test_unreachable_broker_fails_with_one_line(tmp_path: Path) -> None:
@@ -96,7 +115,7 @@ def test_unreachable_broker_fails_with_one_line(tmp_path: Path) -> None:
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=dead,
-        root=tmp_path / "archive",
+        destination=FilesystemDestinationUnderTest(tmp_path / "archive"),
         mirrors=[{"topic": "orders", "partition": 0, "source": {"request-timeout-ms": 3000}}],
     )
     mirror = MirrorProcess(config, tmp_path / "run.log")
@@ -110,7 +129,10 @@ def test_unreachable_broker_fails_with_one_line(tmp_path: Path) -> None:
 
 def test_missing_connector_jars_exit_3_with_the_fetch_command(tmp_path: Path) -> None:
     config = write_config(
-        tmp_path / "mirror.yaml", bootstrap="127.0.0.1:9", root=tmp_path / "a", mirrors=[{"topic": "t", "partition": 0}]
+        tmp_path / "mirror.yaml",
+        bootstrap="127.0.0.1:9",
+        destination=FilesystemDestinationUnderTest(tmp_path / "a"),
+        mirrors=[{"topic": "t", "partition": 0}],
     )
     env = cli_env(MIRROR_V3_SPARK_JARS=str(tmp_path / "no-jars-here"))
     mirror = MirrorProcess(config, tmp_path / "run.log", env=env)
@@ -127,7 +149,7 @@ def test_second_signal_exits_at_once(kafka: KafkaBroker, topic_name: str, tmp_pa
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
-        root=tmp_path / "archive",
+        destination=FilesystemDestinationUnderTest(tmp_path / "archive"),
         mirrors=[{"topic": topic_name, "partition": 0}],
     )
     mirror = MirrorProcess(config, tmp_path / "run.log")
@@ -155,11 +177,11 @@ def test_every_flush_trigger_fires(kafka: KafkaBroker, topic_name: str, tmp_path
     produce(kafka.bootstrap, topic_name, 0, [Record(b"k", big) for _ in range(3_000)])  # ~6 MB: max-bytes
     produce(kafka.bootstrap, topic_name, 1, [Record(b"k", b"v") for _ in range(12_000)])  # many tiny: max-offsets
     produce(kafka.bootstrap, topic_name, 2, [Record(b"k", b"v") for _ in range(10)])  # a trickle: max-time
-    root = tmp_path / "archive"
+    fs = FilesystemDestinationUnderTest(tmp_path / "archive")
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
-        root=root,
+        destination=fs,
         mirrors=[{"topic": topic_name, "partition": p} for p in range(3)],
         flush={"max-time-ms": 1500, "max-bytes": 1_000_000, "max-offsets": 5_000},
         spark={"max-offsets-per-read": 1_000},
@@ -167,8 +189,7 @@ def test_every_flush_trigger_fires(kafka: KafkaBroker, topic_name: str, tmp_path
     mirror = MirrorProcess(config, tmp_path / "run.log")
     try:
         for partition, total in enumerate([3_000, 12_000, 10]):
-            directory = partition_dir(root, topic_name, partition)
-            wait_until(lambda d=directory, t=total: destination_next(d) == t, 180, f"partition {partition}")
+            wait_until(lambda p=partition, t=total: next_offset(fs, topic_name, p) == t, 180, f"partition {partition}")
         mirror.terminate()
         assert mirror.wait(60) == 0
     finally:
@@ -181,5 +202,6 @@ def test_every_flush_trigger_fires(kafka: KafkaBroker, topic_name: str, tmp_path
     assert "max-offsets" in by_partition["1"], flushes
     assert by_partition["2"] == {"max-time"}, flushes
     for partition in range(3):
-        directory = partition_dir(root, topic_name, partition)
-        assert_same_records(read_archive(directory), source_records(kafka.bootstrap, topic_name, partition))
+        assert_same_records(
+            read_archive(fs, topic_name, partition), source_records(kafka.bootstrap, topic_name, partition)
+        )

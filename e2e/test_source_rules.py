@@ -5,14 +5,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from e2e.destinations import DestinationUnderTest, chain, next_offset
 from e2e.harness import (
     ArchivedRecord,
     MirrorProcess,
     assert_same_records,
-    chain_files,
     cli_env,
-    destination_next,
-    partition_dir,
     read_archive,
     run_cli,
     scrape_metric,
@@ -20,7 +18,6 @@ from e2e.harness import (
     wait_until,
     write_config,
 )
-from sinks.blob_chain import parse_blob_name
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
     Record,
@@ -38,16 +35,21 @@ from testkit.ports import free_port
 
 
 def _run_to(
-    config: Path, log: Path, directory: Path, next_offset: int, port: int | None = None
+    config: Path,
+    log: Path,
+    destination: DestinationUnderTest,
+    topic: str,
+    until: int,
+    port: int | None = None,
 ) -> tuple[MirrorProcess, dict[str, float | None]]:
     """Run the mirror until the chain reaches next_offset; return it drained plus a metrics snapshot."""
     env = cli_env(MIRROR_V3_METRICS_PORT=str(port)) if port else cli_env()
     mirror = MirrorProcess(config, log, env=env)
     metrics: dict[str, float | None] = {}
     try:
-        wait_until(lambda: destination_next(directory) == next_offset, 180, f"chain did not reach {next_offset}")
+        wait_until(lambda: next_offset(destination, topic, 0) == until, 180, f"chain did not reach {until}")
         if port:
-            topic, partition = directory.parent.name, int(directory.name)
+            partition = 0
             for name in (
                 "mirror_v3_source_offset_gap_records_total",
                 "mirror_v3_source_lost_records_total",
@@ -62,7 +64,9 @@ def _run_to(
     return mirror, metrics
 
 
-def test_compacted_topic_holes_are_counted(kafka: KafkaBroker, topic_name: str, tmp_path: Path) -> None:
+def test_compacted_topic_holes_are_counted(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+) -> None:
     create_topic(kafka.bootstrap, topic_name, config=compacted_topic_config())
     # Few keys, no null keys (a compacted topic rejects them), no tombstones: plenty to compact away.
     produce(
@@ -77,18 +81,16 @@ def test_compacted_topic_holes_are_counted(kafka: KafkaBroker, topic_name: str, 
     before = {r.offset: r for r in source_records(kafka.bootstrap, topic_name, 0)}
     assert len(before) < high - low, "compaction left no holes"
 
-    root = tmp_path / "archive"
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
-        root=root,
+        destination=destination,
         mirrors=[{"topic": topic_name, "partition": 0}],
         spark={"max-offsets-per-read": 5_000},
     )
-    directory = partition_dir(root, topic_name, 0)
-    _, metrics = _run_to(config, tmp_path / "run.log", directory, high, port=free_port())
+    _, metrics = _run_to(config, tmp_path / "run.log", destination, topic_name, high, port=free_port())
 
-    archive = read_archive(directory)
+    archive = read_archive(destination, topic_name, 0)
     after = {r.offset: r for r in source_records(kafka.bootstrap, topic_name, 0)}
     # The cleaner may keep compacting while we mirror: every archived record must be exactly the
     # source's record at that offset, and every record still in the source must be archived.
@@ -97,15 +99,14 @@ def test_compacted_topic_holes_are_counted(kafka: KafkaBroker, topic_name: str, 
     missing = sorted(set(after) - {r.offset for r in archive})
     assert not missing, f"records still in the source are missing from the archive: {missing[:10]}"
     assert len({r.offset for r in archive}) == len(archive)
-    first_file = parse_blob_name(chain_files(directory)[0].name)
-    assert first_file is not None and first_file.first == low
+    assert chain(destination, topic_name, 0)[0].first == low
     holes = (high - low) - len(archive)
     assert holes > 0
     assert metrics["mirror_v3_source_offset_gap_records_total"] == holes
 
 
 def test_transactions_only_committed_land_and_lag_reaches_zero(
-    kafka: KafkaBroker, topic_name: str, tmp_path: Path
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
 ) -> None:
     create_topic(kafka.bootstrap, topic_name)
     batches: list[tuple[list[Record], bool]] = []
@@ -116,19 +117,17 @@ def test_transactions_only_committed_land_and_lag_reaches_zero(
     committed = source_records(kafka.bootstrap, topic_name, 0)
     assert len(committed) == sum(len(records) for records, commit in batches if commit)
 
-    root = tmp_path / "archive"
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
-        root=root,
+        destination=destination,
         mirrors=[{"topic": topic_name, "partition": 0}],
         spark={"max-offsets-per-read": 700},
     )
-    directory = partition_dir(root, topic_name, 0)
     # The chain must reach the high watermark: the ranges cover commit and abort markers, and the
     # aborted transaction at the very end.
-    _, metrics = _run_to(config, tmp_path / "run.log", directory, high, port=free_port())
-    assert_same_records(read_archive(directory), committed)
+    _, metrics = _run_to(config, tmp_path / "run.log", destination, topic_name, high, port=free_port())
+    assert_same_records(read_archive(destination, topic_name, 0), committed)
     assert metrics["mirror_v3_source_lag_offsets"] == 0
     assert metrics["mirror_v3_destination_offset_verified"] == high
     assert metrics["mirror_v3_source_offset_gap_records_total"] == (high - low) - len(committed)
@@ -139,32 +138,32 @@ def test_transactions_only_committed_land_and_lag_reaches_zero(
 
 
 def test_delete_records_before_first_run_starts_at_log_start(
-    kafka: KafkaBroker, topic_name: str, tmp_path: Path
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
 ) -> None:
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(3_000, seed=21))
     assert delete_records(kafka.bootstrap, topic_name, 0, 1_200) == 1_200
-    root = tmp_path / "archive"
     config = write_config(
-        tmp_path / "mirror.yaml", bootstrap=kafka.bootstrap, root=root, mirrors=[{"topic": topic_name, "partition": 0}]
+        tmp_path / "mirror.yaml",
+        bootstrap=kafka.bootstrap,
+        destination=destination,
+        mirrors=[{"topic": topic_name, "partition": 0}],
     )
-    directory = partition_dir(root, topic_name, 0)
-    mirror, _ = _run_to(config, tmp_path / "run.log", directory, 3_000)
+    mirror, _ = _run_to(config, tmp_path / "run.log", destination, topic_name, 3_000)
     assert re.search(r'msg="mirror starting" .*start_offset=1200 .*source_low_watermark=1200', mirror.log_text())
-    first = parse_blob_name(chain_files(directory)[0].name)
-    assert first is not None and first.first == 1_200
-    assert_same_records(read_archive(directory), source_records(kafka.bootstrap, topic_name, 0))
+    assert chain(destination, topic_name, 0)[0].first == 1_200
+    assert_same_records(read_archive(destination, topic_name, 0), source_records(kafka.bootstrap, topic_name, 0))
 
 
-def test_destination_behind_log_start_fails_or_skips(kafka: KafkaBroker, topic_name: str, tmp_path: Path) -> None:
+def test_destination_behind_log_start_fails_or_skips(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+) -> None:
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(1_000, seed=31))
     before_loss = source_records(kafka.bootstrap, topic_name, 0)
-    root = tmp_path / "archive"
     mirrors = [{"topic": topic_name, "partition": 0}]
-    config = write_config(tmp_path / "mirror.yaml", bootstrap=kafka.bootstrap, root=root, mirrors=mirrors)
-    directory = partition_dir(root, topic_name, 0)
-    _run_to(config, tmp_path / "run1.log", directory, 1_000)
+    config = write_config(tmp_path / "mirror.yaml", bootstrap=kafka.bootstrap, destination=destination, mirrors=mirrors)
+    _run_to(config, tmp_path / "run1.log", destination, topic_name, 1_000)
 
     produce(kafka.bootstrap, topic_name, 0, generate_records(1_000, seed=32))
     assert delete_records(kafka.bootstrap, topic_name, 0, 1_500) == 1_500
@@ -177,19 +176,19 @@ def test_destination_behind_log_start_fails_or_skips(kafka: KafkaBroker, topic_n
     assert len(errors) == 1, mirror.tail()
     assert "log start offset 1500" in errors[0] and "next offset to mirror 1000" in errors[0], errors[0]
     assert "Traceback" not in mirror.log_text()
-    assert destination_next(directory) == 1_000  # nothing written
+    assert next_offset(destination, topic_name, 0) == 1_000  # nothing written
 
     skip = write_config(
         tmp_path / "skip.yaml",
         bootstrap=kafka.bootstrap,
-        root=root,
+        destination=destination,
         mirrors=[{**mirrors[0], "source": {"on-data-loss": "skip"}}],
     )
-    mirror, metrics = _run_to(skip, tmp_path / "run3.log", directory, 2_000, port=free_port())
+    mirror, metrics = _run_to(skip, tmp_path / "run3.log", destination, topic_name, 2_000, port=free_port())
     assert metrics["mirror_v3_source_lost_records_total"] == 500
     assert re.search(
         r"level=WARNING msg=\"source records lost, skipping\" .*lost_from=1000 lost_to=1499", mirror.log_text()
     )
     expected: list[ArchivedRecord] = before_loss + source_records(kafka.bootstrap, topic_name, 0)
-    assert_same_records(read_archive(directory), expected)
+    assert_same_records(read_archive(destination, topic_name, 0), expected)
     assert first_readable_offset(kafka.bootstrap, topic_name, 0) == 1_500

@@ -1,4 +1,4 @@
-"""Kafka -> filesystem, through the real CLI against a real broker: round trip, SIGTERM, kill -9."""
+"""Kafka -> filesystem and S3, through the real CLI against a real broker: round trip, SIGTERM, kill -9."""
 
 from __future__ import annotations
 
@@ -9,13 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from e2e.destinations import DestinationUnderTest, FilesystemDestinationUnderTest, chain, next_offset
 from e2e.harness import (
     MirrorProcess,
     assert_same_records,
-    chain_files,
     cli_env,
-    destination_next,
-    partition_dir,
     read_archive,
     run_cli,
     source_records,
@@ -27,16 +25,17 @@ from testkit.kafka_data import create_topic, generate_records, produce, watermar
 from testkit.ports import free_port
 
 
-def test_three_partitions_round_trip(kafka: KafkaBroker, topic_name: str, tmp_path: Path) -> None:
+def test_three_partitions_round_trip(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+) -> None:
     create_topic(kafka.bootstrap, topic_name, partitions=3)
     per_partition = [66_667, 66_667, 66_666]  # 200 000 records in all
     for partition, count in enumerate(per_partition):
         produce(kafka.bootstrap, topic_name, partition, generate_records(count, seed=partition))
-    root = tmp_path / "archive"
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
-        root=root,
+        destination=destination,
         mirrors=[{"topic": topic_name, "partition": p} for p in range(3)],
         flush={"max-time-ms": 5000, "max-offsets": 25_000},
         spark={"max-offsets-per-read": 20_000, "offsets-per-task": 10_000},
@@ -45,9 +44,10 @@ def test_three_partitions_round_trip(kafka: KafkaBroker, topic_name: str, tmp_pa
     mirror = MirrorProcess(config, tmp_path / "run.log", env=cli_env(MIRROR_V3_METRICS_PORT=str(port)))
     try:
         for partition, count in enumerate(per_partition):
-            directory = partition_dir(root, topic_name, partition)
             wait_until(
-                lambda d=directory, c=count: destination_next(d) == c, 180, f"partition {partition} not mirrored"
+                lambda p=partition, c=count: next_offset(destination, topic_name, p) == c,
+                180,
+                f"partition {partition} not mirrored",
             )
         # The verified-offset gauge reports the next offset once the flush is durable.
         scrape = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -62,11 +62,10 @@ def test_three_partitions_round_trip(kafka: KafkaBroker, topic_name: str, tmp_pa
     finally:
         mirror.stop()
 
-    spark_rows = _read_with_spark(root / topic_name)
+    spark_rows = _read_with_spark(destination, topic_name, tmp_path)
     for partition in range(3):
-        directory = partition_dir(root, topic_name, partition)
-        assert len(chain_files(directory)) >= 3  # max-offsets forced several files: a real chain
-        archive = read_archive(directory)
+        assert len(chain(destination, topic_name, partition)) >= 3  # max-offsets forced several blobs
+        archive = read_archive(destination, topic_name, partition)
         expected = source_records(kafka.bootstrap, topic_name, partition)
         assert len(expected) == per_partition[partition]
         assert_same_records(archive, expected)
@@ -76,8 +75,18 @@ def test_three_partitions_round_trip(kafka: KafkaBroker, topic_name: str, tmp_pa
     assert "trigger=max-offsets" in mirror.log_text()
 
 
-def _read_with_spark(directory: Path) -> list[tuple[object, ...]]:
-    """Read the archive back with spark.read.parquet, as a user would."""
+def _read_with_spark(destination: DestinationUnderTest, topic: str, tmp_path: Path) -> list[tuple[object, ...]]:
+    """Read the archive back with spark.read.parquet, as a user would (S3 objects are downloaded
+    first: the pyspark wheel has no S3 filesystem)."""
+    if isinstance(destination, FilesystemDestinationUnderTest):
+        directory = destination.root / topic
+    else:
+        directory = tmp_path / "downloaded" / topic
+        for partition in range(3):
+            target = directory / str(partition)
+            target.mkdir(parents=True)
+            for blob in chain(destination, topic, partition):
+                (target / blob.name).write_bytes(destination.read(topic, partition, blob.name))
     from pyspark.sql import SparkSession
 
     spark = (
@@ -112,19 +121,19 @@ def _read_with_spark(directory: Path) -> list[tuple[object, ...]]:
         spark.stop()
 
 
-def test_sigterm_mid_stream_then_restart(kafka: KafkaBroker, topic_name: str, tmp_path: Path) -> None:
+def test_sigterm_mid_stream_then_restart(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+) -> None:
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(150_000, seed=7))
-    root = tmp_path / "archive"
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
-        root=root,
+        destination=destination,
         mirrors=[{"topic": topic_name, "partition": 0}],
         flush={"max-time-ms": 60_000, "max-offsets": 60_000},
         spark={"max-offsets-per-read": 5_000},
     )
-    directory = partition_dir(root, topic_name, 0)
     # DEBUG heartbeats show what is buffered, so the signal lands while records sit in memory.
     env = cli_env(LOG_LEVEL="DEBUG", MIRROR_V3_HEARTBEAT_SECS="0.2")
     mirror = MirrorProcess(config, tmp_path / "run1.log", env=env)
@@ -138,7 +147,7 @@ def test_sigterm_mid_stream_then_restart(kafka: KafkaBroker, topic_name: str, tm
     stopped = re.search(r'msg="mirror stopped" mirror=\S+ next_offset=(\d+)', mirror.log_text())
     assert stopped, mirror.tail()
     # Everything read before the signal was flushed: the chain ends where the mirror says it stopped.
-    assert destination_next(directory) == int(stopped.group(1))
+    assert next_offset(destination, topic_name, 0) == int(stopped.group(1))
     assert 0 < int(stopped.group(1)) < 150_000, "SIGTERM was meant to land mid-stream"
     assert "trigger=shutdown" in mirror.log_text()
 
@@ -146,29 +155,29 @@ def test_sigterm_mid_stream_then_restart(kafka: KafkaBroker, topic_name: str, tm
     try:
         start = mirror.wait_for_log(r'msg="mirror starting" .*start_offset=(\d+)', timeout=180)
         assert int(start.group(1)) == int(stopped.group(1))
-        wait_until(lambda: destination_next(directory) == 150_000, 180, "restart did not finish")
+        wait_until(lambda: next_offset(destination, topic_name, 0) == 150_000, 180, "restart did not finish")
         mirror.terminate()
         assert mirror.wait(60) == 0
     finally:
         mirror.stop()
-    assert_same_records(read_archive(directory), source_records(kafka.bootstrap, topic_name, 0))
+    assert_same_records(read_archive(destination, topic_name, 0), source_records(kafka.bootstrap, topic_name, 0))
 
 
-def test_kill_9_at_random_moments(kafka: KafkaBroker, topic_name: str, tmp_path: Path) -> None:
+def test_kill_9_at_random_moments(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+) -> None:
     total = 500_000
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(total, seed=11))
     assert watermarks(kafka.bootstrap, topic_name, 0) == (0, total)
-    root = tmp_path / "archive"
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
-        root=root,
+        destination=destination,
         mirrors=[{"topic": topic_name, "partition": 0}],
         flush={"max-time-ms": 500, "max-offsets": 10_000},
         spark={"max-offsets-per-read": 10_000},
     )
-    directory = partition_dir(root, topic_name, 0)
     rng = random.Random(20261121)
     kills = 0
     for attempt in range(6):
@@ -184,30 +193,34 @@ def test_kill_9_at_random_moments(kafka: KafkaBroker, topic_name: str, tmp_path:
                 mirror.kill9()
                 mirror.wait(30)
                 kills += 1
-                assert destination_next(directory) is not None
+                assert next_offset(destination, topic_name, 0) is not None
                 continue
-            wait_until(lambda: destination_next(directory) == total, 300, "final run did not catch up")
+            wait_until(lambda: next_offset(destination, topic_name, 0) == total, 300, "final run did not catch up")
             mirror.terminate()
             assert mirror.wait(60) == 0
         finally:
             mirror.stop()
     assert kills == 5
-    assert_same_records(read_archive(directory), source_records(kafka.bootstrap, topic_name, 0))
+    assert_same_records(read_archive(destination, topic_name, 0), source_records(kafka.bootstrap, topic_name, 0))
 
 
 @pytest.mark.parametrize("fmt", ["table", "json"])
-def test_status_after_mirroring(kafka: KafkaBroker, topic_name: str, tmp_path: Path, fmt: str) -> None:
+def test_status_after_mirroring(
+    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path, fmt: str
+) -> None:
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(1_000, seed=3))
-    root = tmp_path / "archive"
     config = write_config(
-        tmp_path / "mirror.yaml", bootstrap=kafka.bootstrap, root=root, mirrors=[{"topic": topic_name, "partition": 0}]
+        tmp_path / "mirror.yaml",
+        bootstrap=kafka.bootstrap,
+        destination=destination,
+        mirrors=[{"topic": topic_name, "partition": 0}],
     )
     before = run_cli("status", "--config", str(config), "--format", fmt)
     assert before.returncode == 0, before.stderr
     mirror = MirrorProcess(config, tmp_path / "run.log")
     try:
-        wait_until(lambda: destination_next(partition_dir(root, topic_name, 0)) == 1_000, 180, "not mirrored")
+        wait_until(lambda: next_offset(destination, topic_name, 0) == 1_000, 180, "not mirrored")
         mirror.terminate()
         assert mirror.wait(60) == 0
     finally:
