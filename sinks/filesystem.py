@@ -30,6 +30,7 @@ class FilesystemStore:
     def __init__(self, directory: Path) -> None:
         self._dir = directory
         self._dir_ready = False
+        self._unsure: set[str] = set()
 
     @property
     def directory(self) -> Path:
@@ -70,9 +71,14 @@ class FilesystemStore:
             try:
                 await _publish(temp, final)
             except BlobExistsError:
-                # An identical blob is our own earlier attempt (its success went unreported).
-                if await anyio.to_thread.run_sync(_same_content, final, data):
+                # After a failed attempt, an identical blob is that attempt's (its success went
+                # unreported); on a first attempt a taken name always means another writer.
+                if name in self._unsure and await anyio.to_thread.run_sync(_same_content, final, data):
+                    self._unsure.discard(name)
                     return len(data)
+                raise
+            except OSError:
+                self._unsure.add(name)
                 raise
         finally:
             with contextlib.suppress(FileNotFoundError):

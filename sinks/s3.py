@@ -130,6 +130,7 @@ class S3Store:
         self._bucket = connection.settings.bucket
         self._prefix = key_prefix
         self._client: Any = None
+        self._unsure: set[str] = set()  # names whose last put failed without a clear answer
         self.list_calls = 0
 
     @property
@@ -184,9 +185,16 @@ class S3Store:
                     ),
                 )
         except _PreconditionFailed:
-            if await self._holds_our_bytes(s3, key, digest):
-                return len(data)  # our own earlier attempt landed; its answer was lost
+            # Only a blob this process may already have written (an attempt whose outcome was lost)
+            # can be ours; on a first attempt the name being taken always means another writer.
+            if name in self._unsure and await self._holds_our_bytes(s3, key, digest):
+                self._unsure.discard(name)
+                return len(data)
             raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain") from None
+        except TransientDestinationError:
+            self._unsure.add(name)
+            raise
+        self._unsure.discard(name)
         return len(data)
 
     async def _multipart(self, s3: Any, key: str, data: memoryview, metadata: dict[str, str]) -> None:

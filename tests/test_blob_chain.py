@@ -156,7 +156,10 @@ async def test_a_second_writer_is_detected_after_the_next_append() -> None:
     assert blob_name(start, start + 4) in str(caught.value)
 
 
-async def test_retried_identical_put_counts_as_done(tmp_path: Path) -> None:
+async def test_identical_blob_of_another_writer_is_still_a_conflict(tmp_path: Path) -> None:
+    """Without a failed attempt of our own, a taken name means a second writer, even if the bytes
+    happen to be the same (two processes on one mirror read the same records)."""
     store = FilesystemStore(tmp_path)
     await store.put_if_absent(blob_name(0, 9), memoryview(b"same"))
-    assert await store.put_if_absent(blob_name(0, 9), memoryview(b"same")) == 4
+    with pytest.raises(BlobExistsError):
+        await FilesystemStore(tmp_path).put_if_absent(blob_name(0, 9), memoryview(b"same"))

@@ -31,6 +31,7 @@ class FlakyStore(InMemoryStore):
             raise TransientDestinationError("HTTP 503 SlowDown")
         if action == "lost-answer":  # the write lands, the answer never arrives
             await super().put_if_absent(name, data)
+            self.unsure.add(name)
             raise TransientDestinationError("connection reset after upload")
         if action == "403":
             raise DestinationError("access denied")
