@@ -36,3 +36,16 @@ else
 fi
 
 PYTHON="$python" bash "$here/scripts/fetch-jars.sh"
+
+# Test-only: s3rver, an S3 server that ignores conditional writes (the second-writer tests use it).
+if [[ -n "$extras" ]]; then
+  npm_prefix="${MIRROR_V3_NPM_PREFIX:-$HOME/.cache/mirror-v3/npm}"
+  if [[ -f "$npm_prefix/node_modules/s3rver/package.json" ]]; then
+    echo "s3rver present: $npm_prefix"
+  elif command -v npm >/dev/null; then
+    echo "installing s3rver into $npm_prefix"
+    npm install --silent --no-audit --no-fund --prefix "$npm_prefix" s3rver@3.7.1 >/dev/null
+  else
+    echo "npm not found: tests that need s3rver will be skipped" >&2
+  fi
+fi

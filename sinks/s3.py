@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -37,6 +38,7 @@ from sinks.retry import TransientDestinationError
 
 T = TypeVar("T")
 SHA256_METADATA = "mirror-v3-sha256"
+WRITER_METADATA = "mirror-v3-writer"  # one random id per process: tells our own blobs from a twin's
 _TRANSIENT_CODES = {
     "SlowDown",
     "RequestTimeout",
@@ -79,6 +81,7 @@ class S3Connection:
 
     def __init__(self, settings: S3Settings) -> None:
         self.settings = settings
+        self.writer_id = uuid.uuid4().hex
         self._client: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._users = 0
@@ -91,7 +94,7 @@ class S3Connection:
                 config = AioConfig(
                     region_name=self.settings.region,
                     # Retries belong to mirror-v3's retry layer, which reports them as a metric.
-                    retries={"max_attempts": 1, "mode": "standard"},
+                    retries={"total_max_attempts": 1, "mode": "standard"},
                     connect_timeout=min(10.0, self.settings.request_timeout_s),
                     read_timeout=self.settings.request_timeout_s,
                     s3={"addressing_style": "path" if self.settings.path_style else "auto"},
@@ -109,7 +112,7 @@ class S3Connection:
                         config=config,
                     )
                 )
-                client.meta.events.register_first("before-send.s3.*", _drop_expect_continue)
+                client.meta.events.register("before-send.s3", _drop_expect_continue)
                 self._client, self._stack = client, stack
             self._users += 1
             return self._client
@@ -130,7 +133,6 @@ class S3Store:
         self._bucket = connection.settings.bucket
         self._prefix = key_prefix
         self._client: Any = None
-        self._unsure: set[str] = set()  # names whose last put failed without a clear answer
         self.list_calls = 0
 
     @property
@@ -168,7 +170,7 @@ class S3Store:
         s3 = await self._s3()
         key = self._prefix + name
         digest = hashlib.sha256(data).hexdigest()
-        metadata = {SHA256_METADATA: digest}
+        metadata = {SHA256_METADATA: digest, WRITER_METADATA: self._connection.writer_id}
         try:
             if len(data) > self._connection.settings.multipart_threshold:
                 await self._multipart(s3, key, data, metadata)
@@ -185,16 +187,12 @@ class S3Store:
                     ),
                 )
         except _PreconditionFailed:
-            # Only a blob this process may already have written (an attempt whose outcome was lost)
-            # can be ours; on a first attempt the name being taken always means another writer.
-            if name in self._unsure and await self._holds_our_bytes(s3, key, digest):
-                self._unsure.discard(name)
+            # The name is taken. It is ours only if this process wrote exactly these bytes: an
+            # attempt whose answer was lost, or one the HTTP client resent on its own after a
+            # dropped connection. Anything else, identical bytes included, is another writer.
+            if await self._holds_our_bytes(s3, key, digest):
                 return len(data)
             raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain") from None
-        except TransientDestinationError:
-            self._unsure.add(name)
-            raise
-        self._unsure.discard(name)
         return len(data)
 
     async def _multipart(self, s3: Any, key: str, data: memoryview, metadata: dict[str, str]) -> None:
@@ -243,7 +241,10 @@ class S3Store:
             )
         except DestinationError:
             return False
-        return bool(head.get("Metadata", {}).get(SHA256_METADATA) == digest)
+        metadata = head.get("Metadata", {})
+        return bool(
+            metadata.get(SHA256_METADATA) == digest and metadata.get(WRITER_METADATA) == self._connection.writer_id
+        )
 
     async def remove(self, name: str) -> None:
         s3 = await self._s3()
@@ -254,10 +255,13 @@ class S3Store:
     async def abort_incomplete_uploads(self) -> list[str]:
         """Abort multipart uploads an interrupted commit left under this prefix; returns their keys."""
         s3 = await self._s3()
-        response = await self._call(
-            f"list uploads {self.location('')}",
-            lambda: s3.list_multipart_uploads(Bucket=self._bucket, Prefix=self._prefix),
-        )
+        try:
+            response = await self._call(
+                f"list uploads {self.location('')}",
+                lambda: s3.list_multipart_uploads(Bucket=self._bucket, Prefix=self._prefix),
+            )
+        except NotImplementedByStore:
+            return []  # a store without multipart listing has no leftovers we could see or abort
         aborted = []
         for upload in response.get("Uploads", []):
             await self._call(
@@ -289,6 +293,10 @@ class _PreconditionFailed(DestinationError):
     pass
 
 
+class NotImplementedByStore(DestinationError):
+    """The S3-compatible store lacks an optional API (HTTP 501)."""
+
+
 def _classify(exc: ClientError, what: str, bucket: str) -> DestinationError:
     error = exc.response.get("Error", {})
     code = str(error.get("Code", ""))
@@ -296,6 +304,8 @@ def _classify(exc: ClientError, what: str, bucket: str) -> DestinationError:
     message = error.get("Message") or code or str(status)
     if status == 412 or code == "PreconditionFailed":
         return _PreconditionFailed(f"{what}: precondition failed")
+    if code == "NotImplemented" or status == 501:
+        return NotImplementedByStore(f"{what}: not implemented by this store")
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
         return TransientDestinationError(f"{what}: HTTP {status} {code}: {message}")
     if code == "NoSuchBucket":

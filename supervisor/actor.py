@@ -75,6 +75,30 @@ class MirrorActor:
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def run(self) -> None:
+        try:
+            await self._start()
+            try:
+                async with anyio.create_task_group() as tasks:
+                    committer_done = anyio.Event()
+                    tasks.start_soon(self._committer, committer_done)
+                    tasks.start_soon(self._heartbeat)
+                    tasks.start_soon(self._flush_timer)
+                    tasks.start_soon(self._cancel_reads_on_stop)
+                    await self._ingest()
+                    # Drain: whatever was read is committed before the actor returns.
+                    self._closing = True
+                    self._request_flush("shutdown")
+                    await committer_done.wait()
+                    tasks.cancel_scope.cancel()
+            except BaseExceptionGroup as group:
+                raise first_error(group) from None
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._sink.close()
+        log_event(log, logging.INFO, "mirror stopped", mirror=self.mirror.name, next_offset=self._verified)
+
+    async def _start(self) -> None:
+        """Check the source, find the position in the destination, announce the mirror."""
         await self._source.check()
         destination_next = await self._sink.open()
         offsets = await self._source.offsets()
@@ -97,26 +121,6 @@ class MirrorActor:
             source_end=offsets.end,
         )
         self.started.set()
-        try:
-            try:
-                async with anyio.create_task_group() as tasks:
-                    committer_done = anyio.Event()
-                    tasks.start_soon(self._committer, committer_done)
-                    tasks.start_soon(self._heartbeat)
-                    tasks.start_soon(self._flush_timer)
-                    tasks.start_soon(self._cancel_reads_on_stop)
-                    await self._ingest()
-                    # Drain: whatever was read is committed before the actor returns.
-                    self._closing = True
-                    self._request_flush("shutdown")
-                    await committer_done.wait()
-                    tasks.cancel_scope.cancel()
-            except BaseExceptionGroup as group:
-                raise first_error(group) from None
-        finally:
-            with anyio.CancelScope(shield=True):
-                await self._sink.close()
-        log_event(log, logging.INFO, "mirror stopped", mirror=self.mirror.name, next_offset=self._verified)
 
     def _start_position(self, destination_next: int | None, offsets: SourceOffsets) -> int:
         topic_partition = f"{self.mirror.topic}-{self.mirror.partition}"
