@@ -1,4 +1,9 @@
-"""`python -m bench`: raw confluent-kafka vs mirror-v3 backlog throughput on a local broker."""
+"""`python -m bench`: raw confluent-kafka vs mirror-v3 backlog throughput on a local broker.
+
+One run produces one backlog, times the raw consumer over it, then the mirror CLI copying it into each
+destination of `--paths` in turn: a directory (filesystem) and a fresh bucket on a moto S3 server that this module
+starts (s3).
+"""
 
 from __future__ import annotations
 
@@ -7,20 +12,36 @@ import shlex
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 
 from bench.data import produce_backlog
 from bench.machine import describe_machine, load_average
-from bench.mirror_run import MirrorRunError, MirrorSettings, run_mirror, write_config
+from bench.mirror_run import MirrorResult, MirrorRunError, MirrorSettings, run_mirror, write_config
 from bench.raw import consume_backlog
-from bench.report import Run, console_table, markdown, side_facts
+from bench.report import PATH_TITLES, PathRun, Run, console_table, markdown, path_facts, side_facts
+from bench.targets import FilesystemTarget, InMemoryMotoServer, S3Target, Target, moto_version
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import KafkaDataError, create_topic
+from testkit.s3_servers import S3ServerError
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = Path("docs/benchmarks.md")
 QUICK_RECORDS = 20_000
 TOPIC = "bench"
+PATHS = ("filesystem", "s3")
+S3_PREFIX = "bench"
+
+
+def parse_paths(text: str) -> list[str]:
+    """`filesystem,s3` -> ["filesystem", "s3"]: known names, each once, in the order given."""
+    paths: list[str] = []
+    for name in (part.strip() for part in text.split(",")):
+        if name not in PATHS:
+            raise argparse.ArgumentTypeError(f"unknown path {name!r}; choose from {', '.join(PATHS)}")
+        if name not in paths:
+            paths.append(name)
+    return paths
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,7 +49,15 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m bench",
         description="Produce a backlog to a local broker, then time draining it with a raw confluent-kafka consumer "
-        "and with the mirror-v3 CLI (Kafka -> Parquet files); print a table and write docs/benchmarks.md.",
+        "and with the mirror-v3 CLI into each destination of --paths (Kafka -> Parquet files, Kafka -> Parquet "
+        "objects on a local moto S3 server); print a table and write docs/benchmarks.md.",
+    )
+    parser.add_argument(
+        "--paths",
+        type=parse_paths,
+        default=list(PATHS),
+        metavar="PATH[,PATH]",
+        help=f"destinations to mirror into, in this order: {', '.join(PATHS)} (default both)",
     )
     parser.add_argument("--records", type=int, help="records per partition (default 1000000; --quick: 20000)")
     parser.add_argument("--value-size", type=int, default=1024, help="value bytes per record (default 1024)")
@@ -59,11 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     mirror.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra spark.conf entry (repeatable)"
     )
+    mirror.add_argument("--s3-multipart-threshold-bytes", type=int, default=defaults.s3_multipart_threshold_bytes)
+    mirror.add_argument("--s3-part-size-bytes", type=int, default=defaults.s3_part_size_bytes)
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each drain (default 1800)")
     parser.add_argument(
         "--workdir",
         type=Path,
-        help="keep the mirror's config, log, Spark event log and files here (default: a temp dir)",
+        help="keep each mirror's config, log and Spark event log, the files and moto's log here, one directory per "
+        "path (default: a temp dir); S3 objects live in moto's RAM and go with it",
     )
     return parser
 
@@ -75,6 +107,11 @@ def main(argv: list[str] | None = None) -> int:
     output: Path | None = args.output if args.output is not None or args.quick else DEFAULT_OUTPUT
     if records < 1 or args.value_size < 0 or args.partitions < 1:
         parser.error("--records and --partitions must be >= 1, --value-size >= 0")
+    paths: list[str] = args.paths
+    if not paths:
+        parser.error("--paths: name at least one of " + ", ".join(PATHS))
+    if "s3" in paths and (reason := InMemoryMotoServer.skip_reason()) is not None:
+        parser.error(f"--paths s3: {reason}")
     spark_conf: dict[str, str] = {}
     for entry in args.spark_conf:
         key, sep, value = entry.partition("=")
@@ -91,22 +128,28 @@ def main(argv: list[str] | None = None) -> int:
         offsets_per_task=args.offsets_per_task,
         spark_conf=spark_conf,
         spark_log_level=args.spark_log_level,
+        s3_multipart_threshold_bytes=args.s3_multipart_threshold_bytes,
+        s3_part_size_bytes=args.s3_part_size_bytes,
     )
     command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
     try:
-        run = measure(command, records, args.value_size, args.partitions, settings, args.timeout, args.workdir)
-    except (MirrorRunError, KafkaDataError, TimeoutError) as exc:
+        run = measure(command, records, args.value_size, args.partitions, settings, args.timeout, paths, args.workdir)
+    except (MirrorRunError, KafkaDataError, S3ServerError, TimeoutError) as exc:
         _say(f"FAILED: {exc}")
         return 1
 
     print(console_table(run))
     for fact in side_facts(run):
         print(f"  {fact}")
+    for path_run in run.paths:
+        print(f"{PATH_TITLES[path_run.kind]}:")
+        for fact in path_facts(run, path_run):
+            print(f"  {fact}")
     if output is not None:
-        path = output if output.is_absolute() else Path.cwd() / output
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(markdown(run))
-        print(f"wrote {path}")
+        document = output if output.is_absolute() else Path.cwd() / output
+        document.parent.mkdir(parents=True, exist_ok=True)
+        document.write_text(markdown(run))
+        print(f"wrote {document}")
     return 0
 
 
@@ -117,6 +160,7 @@ def measure(
     partitions: int,
     settings: MirrorSettings,
     timeout: float,
+    paths: list[str],
     keep: Path | None = None,
 ) -> Run:
     started = time.time()
@@ -138,30 +182,33 @@ def measure(
         raw = consume_backlog(broker.bootstrap, TOPIC, ends, timeout=timeout)
         _say(f"raw consume: {raw.seconds:.2f} s ({raw.records / raw.seconds:,.0f} records/s)")
 
-        root = workdir / "destination"
-        config = write_config(
-            workdir / "mirror.yaml",
-            bootstrap=broker.bootstrap,
-            root=root,
-            topic=TOPIC,
-            partitions=partitions,
-            settings=settings,
-            event_log_dir=workdir / "spark-events",
-        )
-        _say("running the mirror (python -m supervisor run)")
-        mirror = run_mirror(
-            config,
-            root=root,
-            topic=TOPIC,
-            ends=ends,
-            log_path=workdir / "mirror.log",
-            event_log_dir=workdir / "spark-events",
-            timeout=timeout,
-        )
-        _say(
-            f"mirror: start-up {mirror.startup_seconds:.2f} s, backlog {mirror.backlog_seconds:.2f} s "
-            f"({mirror.records / mirror.backlog_seconds:,.0f} records/s), exit {mirror.exit_code}, output verified"
-        )
+        results: list[PathRun] = []
+        for kind in paths:
+            pathdir = workdir / kind
+            pathdir.mkdir()
+            if kind == "filesystem":
+                target = FilesystemTarget(pathdir / "destination", TOPIC)
+                mirror = _mirror(target, pathdir, broker.bootstrap, settings, ends, timeout)
+                results.append(PathRun(kind=kind, mirror=mirror))
+                continue
+            # s3: a moto server of its own (idle while the other paths ran), a fresh bucket, gone afterwards.
+            _say(f"starting moto {moto_version()}")
+            server = InMemoryMotoServer(pathdir / "moto" if keep is not None else None)
+            with server:
+                bucket = f"mirror-v3-bench-{uuid.uuid4().hex[:12]}"
+                server.create_bucket(bucket)
+                s3_target = S3Target(server, bucket, S3_PREFIX, TOPIC)
+                try:
+                    mirror = _mirror(s3_target, pathdir, broker.bootstrap, settings, ends, timeout)
+                finally:
+                    s3_target.close()
+                results.append(
+                    PathRun(
+                        kind=kind,
+                        mirror=mirror,
+                        server_startup_seconds=server.startup_seconds,
+                    )
+                )
     return Run(
         command=command,
         started=started,
@@ -175,8 +222,43 @@ def measure(
         load_after=load_average(),
         produced=produced,
         raw=raw,
-        mirror=mirror,
+        paths=results,
+        moto=moto_version(),
     )
+
+
+def _mirror(
+    target: Target,
+    pathdir: Path,
+    bootstrap: str,
+    settings: MirrorSettings,
+    ends: dict[int, int],
+    timeout: float,
+) -> MirrorResult:
+    """One mirror process copying the backlog into `target`; its config, log and event log under `pathdir`."""
+    config = write_config(
+        pathdir / "mirror.yaml",
+        bootstrap=bootstrap,
+        target=target,
+        topic=TOPIC,
+        partitions=len(ends),
+        settings=settings,
+        event_log_dir=pathdir / "spark-events",
+    )
+    _say(f"running the mirror into {target.describe()} (python -m supervisor run)")
+    mirror = run_mirror(
+        config,
+        target=target,
+        ends=ends,
+        log_path=pathdir / "mirror.log",
+        event_log_dir=pathdir / "spark-events",
+        timeout=timeout,
+    )
+    _say(
+        f"mirror -> {target.kind}: start-up {mirror.startup_seconds:.2f} s, backlog {mirror.backlog_seconds:.2f} s "
+        f"({mirror.records / mirror.backlog_seconds:,.0f} records/s), exit {mirror.exit_code}, output verified"
+    )
+    return mirror
 
 
 def _say(message: str) -> None:

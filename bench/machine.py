@@ -7,6 +7,7 @@ import platform
 import shutil
 import subprocess
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -23,6 +24,8 @@ class Machine:
     pyarrow: str
     confluent_kafka: str
     librdkafka: str
+    aiobotocore: str  # the mirror's S3 client
+    botocore: str
     java: str
     commit: str
 
@@ -42,6 +45,8 @@ def describe_machine() -> Machine:
         pyarrow=pyarrow.__version__,
         confluent_kafka=str(confluent_kafka.__version__),
         librdkafka=confluent_kafka.libversion()[0],
+        aiobotocore=_version("aiobotocore"),
+        botocore=_version("botocore"),
         java=_java_version(),
         commit=_git_commit(),
     )
@@ -50,6 +55,13 @@ def describe_machine() -> Machine:
 def load_average() -> tuple[float, float, float]:
     one, five, fifteen = os.getloadavg()
     return one, five, fifteen
+
+
+def _version(package: str) -> str:
+    try:
+        return metadata.version(package)
+    except metadata.PackageNotFoundError:
+        return "not installed"
 
 
 def _meminfo_kib(key: str) -> int:

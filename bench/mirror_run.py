@@ -1,4 +1,8 @@
-"""Run the real CLI (`python -m supervisor run`) over a backlog and time it from its own log lines."""
+"""Run the real CLI (`python -m supervisor run`) over a backlog and time it from its own log lines.
+
+The destination (a directory, or a bucket on an S3 server) is a `bench.targets.Target`: it fills in the config's
+`destination:` block, tells when the chains reach their end, and gives the objects back for verification.
+"""
 
 from __future__ import annotations
 
@@ -17,11 +21,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import yaml
 
-from config.model import FilesystemDestination, FlushConfig, SparkConfig
-from sinks.blob_chain import parse_blob_name
+from bench.targets import StoreUsage, Target
+from config.model import FilesystemDestination, FlushConfig, S3Destination, SparkConfig
 
 REPO = Path(__file__).resolve().parent.parent
 _FIELD = re.compile(r'([A-Za-z_][\w.-]*)=("(?:[^"\\]|\\.)*"|\S*)')
@@ -39,6 +42,8 @@ class MirrorSettings:
     offsets_per_task: int = SparkConfig().offsets_per_task
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_log_level: str = SparkConfig().log_level
+    s3_multipart_threshold_bytes: int = S3Destination(bucket="x").multipart_threshold_bytes
+    s3_part_size_bytes: int = S3Destination(bucket="x").part_size_bytes
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,7 @@ class MirrorResult:
     jobs: list[SparkJob]
     files: int
     parquet_bytes: int
+    store: StoreUsage | None  # what the S3 server did from process start to done; None for the filesystem
 
 
 class MirrorRunError(RuntimeError):
@@ -96,7 +102,7 @@ def write_config(
     path: Path,
     *,
     bootstrap: str,
-    root: Path,
+    target: Target,
     topic: str,
     partitions: int,
     settings: MirrorSettings,
@@ -115,10 +121,13 @@ def write_config(
             **settings.spark_conf,
         },
     }
+    destination = target.destination()
+    if destination["type"] == "s3":
+        destination["multipart-threshold-bytes"] = settings.s3_multipart_threshold_bytes
+        destination["part-size-bytes"] = settings.s3_part_size_bytes
     config = {
         "destination": {
-            "type": "filesystem",
-            "root": str(root),
+            **destination,
             "compression": settings.compression,
             "flush": {
                 "max-time-ms": settings.flush_max_time_ms,
@@ -142,20 +151,24 @@ def write_config(
 
 
 def run_mirror(
-    config: Path, *, root: Path, topic: str, ends: dict[int, int], log_path: Path, event_log_dir: Path, timeout: float
+    config: Path, *, target: Target, ends: dict[int, int], log_path: Path, event_log_dir: Path, timeout: float
 ) -> MirrorResult:
-    """Start the CLI, wait until every partition's chain ends at its end offset, SIGTERM it, verify the files.
+    """Start the CLI, wait until every partition's chain ends at its end offset, SIGTERM it, verify the blobs.
 
     The clock starts when the mirror is ready to read: at the later of its first `mirror starting` line and its
-    first Spark job (the supervisor may log `mirror starting` while the Spark JVM is still starting).
+    first Spark job (the supervisor may log `mirror starting` while the Spark JVM is still starting). It stops at
+    the first look at the destination that finds every chain at its end. The log is read every 20 ms; the chains are
+    looked at on each such tick where the log shows a new `flushed` line (a blob was just committed) and otherwise
+    at least every `target.idle_look_seconds` (0 for the filesystem: every tick).
     """
     env = dict(os.environ)
     env["MIRROR_V3_METRICS_PORT"] = "0"
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     env.pop("LOG_FORMAT", None)  # key=value lines, which this module parses
     env["LOG_LEVEL"] = "INFO"
-    directories = {partition: root / topic / str(partition) for partition in ends}
+    env.update(target.env())
     with log_path.open("wb") as log_file:
+        target.begin_usage()
         process_start = time.time()
         proc = subprocess.Popen(
             [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
@@ -168,6 +181,8 @@ def run_mirror(
         try:
             deadline = time.monotonic() + timeout
             started_at: float | None = None
+            flushed = _LineCounter(log_path, "flushed")
+            looked_at_flushes, looked_at = -1, float("-inf")
             while True:
                 if proc.poll() is not None:
                     raise MirrorRunError(
@@ -179,10 +194,14 @@ def run_mirror(
                     starts = [_log_time(fields) for fields in _events(log_path, "mirror starting")]
                     if len(starts) == len(ends):
                         started_at = min(starts)
-                if all(chain_next(directories[p]) == end for p, end in ends.items()):
-                    done_at = time.time()
-                    break
+                flushes_logged, now = flushed.count(), time.monotonic()
+                if flushes_logged != looked_at_flushes or now - looked_at >= target.idle_look_seconds:
+                    looked_at_flushes, looked_at = flushes_logged, now
+                    if all(target.chain_next(p) == end for p, end in ends.items()):
+                        done_at = time.time()
+                        break
                 time.sleep(0.02)
+            store = target.end_usage()
             if started_at is None:  # finished between two polls of the log
                 started_at = min(_log_time(fields) for fields in _events(log_path, "mirror starting"))
             stop_at = time.monotonic()
@@ -200,7 +219,7 @@ def run_mirror(
     if not jobs:
         raise MirrorRunError(f"no Spark job in the event log under {event_log_dir}")
     ready_at = max(started_at, jobs[0].submitted)
-    files, parquet_bytes = verify_chains(directories, ends)
+    files, parquet_bytes = verify_chains(target, ends)
     return MirrorResult(
         records=sum(ends.values()),
         startup_seconds=ready_at - process_start,
@@ -215,50 +234,40 @@ def run_mirror(
         jobs=jobs,
         files=files,
         parquet_bytes=parquet_bytes,
+        store=store,
     )
 
 
-def chain_next(directory: Path) -> int | None:
-    """`to + 1` of the chain's last file (temporaries and other names ignored), None while it has none."""
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return None
-    lasts = [blob.last for blob in map(parse_blob_name, names) if blob is not None]
-    return max(lasts) + 1 if lasts else None
+def verify_chains(target: Target, ends: dict[int, int]) -> tuple[int, int]:
+    """Each chain is contiguous from 0, holds offsets 0..end-1 exactly once, each inside its blob's range.
 
-
-def verify_chains(directories: dict[int, Path], ends: dict[int, int]) -> tuple[int, int]:
-    """Each chain is contiguous from 0, holds offsets 0..end-1 exactly once, each inside its file's range.
-
-    Reads only the `offset` column. Returns (file count, total file bytes).
+    Reads only the `offset` column of each blob. Returns (blob count, total blob bytes).
     """
     files = size = 0
-    for partition, directory in directories.items():
-        blobs = sorted(blob for blob in map(parse_blob_name, os.listdir(directory)) if blob is not None)
+    for partition, end in ends.items():
         expected_first = 0
         offsets: list[pa.Array] = []
-        for blob in blobs:
+        for blob, blob_bytes in target.blobs(partition):
             if blob.first != expected_first:
                 raise MirrorRunError(
-                    f"{directory}: chain gap or overlap at {blob.name} (expected from {expected_first})"
+                    f"{target.location(partition)}: chain gap or overlap at {blob.name} "
+                    f"(expected from {expected_first})"
                 )
             expected_first = blob.last + 1
-            path = directory / blob.name
-            column = pq.read_table(path, columns=["offset"]).column("offset").combine_chunks()
+            column = target.read_offsets(partition, blob)
             if len(column) and (pc.min(column).as_py() < blob.first or pc.max(column).as_py() > blob.last):
-                raise MirrorRunError(f"{path} holds offsets outside its name's range")
+                raise MirrorRunError(f"{target.location(partition, blob.name)} holds offsets outside its name's range")
             offsets.append(column)
             files += 1
-            size += path.stat().st_size
-        end = ends[partition]
+            size += blob_bytes
         if expected_first != end:
-            raise MirrorRunError(f"{directory}: chain ends at {expected_first}, expected {end}")
+            raise MirrorRunError(f"{target.location(partition)}: chain ends at {expected_first}, expected {end}")
         every = pa.chunked_array(offsets, type=pa.int64()).combine_chunks()
         rows, distinct = len(every), len(pc.unique(every))
         if rows != end or distinct != end or (end and (pc.min(every).as_py(), pc.max(every).as_py()) != (0, end - 1)):
             raise MirrorRunError(
-                f"{directory}: {rows} rows, {distinct} distinct offsets; expected 0..{end - 1} once each"
+                f"{target.location(partition)}: {rows} rows, {distinct} distinct offsets; "
+                f"expected 0..{end - 1} once each"
             )
     return files, size
 
@@ -315,6 +324,26 @@ def _event_lines(path: Path) -> Iterator[str]:
             yield from lines
 
 
+class _LineCounter:
+    """Counts the log lines of one message, reading only what was appended since the last count."""
+
+    def __init__(self, log_path: Path, message: str) -> None:
+        self._path = log_path
+        self._markers = (f"msg={message} ".encode(), f'msg="{message}"'.encode())
+        self._offset = 0
+        self._partial = b""
+        self._count = 0
+
+    def count(self) -> int:
+        with self._path.open("rb") as log:
+            log.seek(self._offset)
+            data = log.read()
+        self._offset += len(data)
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        self._count += sum(1 for line in lines if any(marker in line for marker in self._markers))
+        return self._count
+
+
 def _events(log_path: Path, message: str) -> list[dict[str, str]]:
     events = []
     for line in log_path.read_text(errors="replace").splitlines():
@@ -335,7 +364,7 @@ def _log_time(fields: dict[str, str]) -> float:
 
 def _flush(fields: dict[str, str]) -> Flush:
     return Flush(
-        partition=int(Path(fields["path"]).parent.name),
+        partition=int(fields["path"].rsplit("/", 2)[-2]),  # <dir or key prefix>/<partition>/<from>-<to>.parquet
         first=int(fields["from"]),
         last=int(fields["to"]),
         count=int(fields["count"]),

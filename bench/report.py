@@ -12,7 +12,20 @@ from bench.raw import CONSUMER_CONFIG, ConsumeResult
 
 HEADER = ("path", "records", "record size", "seconds", "records/s", "MB/s", "ratio to raw")
 RAW_PATH = "raw: confluent-kafka consume loop"
-MIRROR_PATH = "mirror-v3: Kafka → Parquet files"
+PATH_LABELS = {
+    "filesystem": "mirror-v3: Kafka → Parquet files (filesystem)",
+    "s3": "mirror-v3: Kafka → Parquet objects (S3 on moto)",
+}
+PATH_TITLES = {"filesystem": "Kafka → filesystem", "s3": "Kafka → S3 (moto)"}
+
+
+@dataclass(frozen=True)
+class PathRun:
+    """One mirror run: the same backlog into one kind of destination."""
+
+    kind: str  # "filesystem" or "s3"
+    mirror: MirrorResult
+    server_startup_seconds: float | None = None  # the S3 server's own start-up (not part of any timing)
 
 
 @dataclass(frozen=True)
@@ -29,7 +42,8 @@ class Run:
     load_after: tuple[float, float, float]
     produced: ProduceResult
     raw: ConsumeResult
-    mirror: MirrorResult
+    paths: list[PathRun]
+    moto: str  # moto's version
 
     @property
     def payload_bytes(self) -> int:
@@ -39,18 +53,21 @@ class Run:
 def rows(run: Run) -> list[tuple[str, ...]]:
     size = f"{KEY_BYTES} B key + {run.value_size} B value"
     raw_rate = run.raw.records / run.raw.seconds
-    mirror_rate = run.mirror.records / run.mirror.backlog_seconds
-    return [
-        _row(RAW_PATH, run.raw.records, size, run.raw.seconds, run.raw.payload_bytes, "1.00"),
-        _row(
-            MIRROR_PATH,
-            run.mirror.records,
-            size,
-            run.mirror.backlog_seconds,
-            run.payload_bytes,
-            f"{mirror_rate / raw_rate:.2f}",
-        ),
-    ]
+    table = [_row(RAW_PATH, run.raw.records, size, run.raw.seconds, run.raw.payload_bytes, "1.00")]
+    for path in run.paths:
+        mirror = path.mirror
+        rate = mirror.records / mirror.backlog_seconds
+        table.append(
+            _row(
+                PATH_LABELS[path.kind],
+                mirror.records,
+                size,
+                mirror.backlog_seconds,
+                run.payload_bytes,
+                f"{rate / raw_rate:.2f}",
+            )
+        )
+    return table
 
 
 def _row(path: str, records: int, size: str, seconds: float, payload: int, ratio: str) -> tuple[str, ...]:
@@ -81,13 +98,23 @@ def console_table(run: Run) -> str:
 
 
 def side_facts(run: Run) -> list[str]:
-    """The numbers around the two measurements, one line each."""
-    mirror, produced = run.mirror, run.produced
+    """The numbers around all measurements, one line each."""
+    produced = run.produced
+    produce_rate, produce_mb = produced.records / produced.seconds, produced.payload_bytes / produced.seconds / 1e6
+    return [
+        f"produce: {produced.records:,} records in {produced.seconds:.2f} s "
+        f"({produce_rate:,.0f} records/s, {produce_mb:,.1f} MB/s)",
+        f"raw consume: {run.raw.records:,} records in {run.raw.seconds:.2f} s",
+    ]
+
+
+def path_facts(run: Run, path: PathRun) -> list[str]:
+    """The numbers around one mirror run, one line each."""
+    mirror, s3 = path.mirror, path.kind == "s3"
     flushes = mirror.flushes
     flush_seconds = sum(f.elapsed_ms for f in flushes) / 1000
     triggers = sorted({f.trigger for f in flushes})
     per_file = mirror.records / len(flushes) if flushes else 0
-    produce_rate, produce_mb = produced.records / produced.seconds, produced.payload_bytes / produced.seconds / 1e6
     jobs = [job for job in mirror.jobs if job.submitted >= mirror.ready_at - 0.001]
     window = (mirror.ready_at, mirror.done_at)
     job_spans = [(job.submitted, job.completed) for job in jobs]
@@ -95,25 +122,51 @@ def side_facts(run: Run) -> list[str]:
     job_seconds = covered(job_spans, window)  # wall time with at least one job running (mirrors may overlap)
     first_job = f"the first, on a cold JVM, {jobs[0].seconds:.2f} s; " if len(jobs) > 1 else ""
     outside = mirror.backlog_seconds - covered(job_spans + flush_spans, window)
-    return [
-        f"produce: {produced.records:,} records in {produced.seconds:.2f} s "
-        f"({produce_rate:,.0f} records/s, {produce_mb:,.1f} MB/s)",
-        f"mirror start-up (process start → first Spark job submitted: Spark JVM, session, planning of the first "
+    if s3:
+        threshold = run.settings.s3_multipart_threshold_bytes
+        multipart = sum(1 for f in flushes if f.bytes > threshold)
+        write = "Parquet encode + upload: one PutObject, or a multipart upload above the threshold, If-None-Match: *"
+        blobs = f"{len(flushes)} object(s), {multipart} of them multipart"
+    else:
+        write = "Parquet encode + write + fsync + link"
+        blobs = f"{len(flushes)} file(s)"
+    facts = [
+        f"start-up (process start → first Spark job submitted: Spark JVM, session, planning of the first "
         f"read): {mirror.startup_seconds:.2f} s "
         f"(`mirror starting` logged after {mirror.starting_logged_seconds:.2f} s)",
-        f"mirror end to end (process start → last offset durable): {mirror.total_seconds:.2f} s; "
+        f"end to end (process start → last offset durable): {mirror.total_seconds:.2f} s; "
         f"drain after SIGTERM: {mirror.drain_seconds:.2f} s, exit {mirror.exit_code}",
         f"Spark jobs (one per range read): {len(jobs)}, running {job_seconds:.2f} s of the backlog time ({first_job}"
         f"{sum(job.tasks for job in jobs)} tasks, executor run time {sum(job.task_seconds for job in jobs):.2f} s, "
         f"CPU {sum(job.cpu_seconds for job in jobs):.2f} s, GC {sum(job.gc_seconds for job in jobs):.2f} s, "
         f"{sum(job.result_bytes for job in jobs) / 1e6:,.1f} MB of Arrow results)",
-        f"flushes (Parquet encode + write + fsync; a size-triggered flush holds up the next read): "
-        f"{flush_seconds:.2f} s; {len(flushes)} file(s), {per_file:,.0f} records each on average, trigger(s): "
+        f"flushes ({write}; a size-triggered flush holds up the next read): "
+        f"{flush_seconds:.2f} s; {blobs}, {per_file:,.0f} records each on average, trigger(s): "
         f"{', '.join(triggers) or '-'}; {mirror.parquet_bytes / 1e6:,.1f} MB of Parquet",
         f"backlog time with neither a Spark job nor a flush running (query planning, Arrow into Python, offset "
         f"queries, buffering): {outside:.2f} s",
-        "verified: every chain is contiguous from offset 0 and holds each offset exactly once",
     ]
+    store = mirror.store
+    if store is not None:
+        requests = ", ".join(f"{count:,} {kind}" for kind, count in sorted(store.requests.items())) or "none logged"
+        cores = store.cpu_seconds / mirror.total_seconds if mirror.total_seconds > 0 else 0.0
+        startup = (
+            f" (server start-up {path.server_startup_seconds:.2f} s, not timed)" if path.server_startup_seconds else ""
+        )
+        facts.append(
+            f"moto server, process start → last offset durable: {store.cpu_seconds:.2f} s of CPU "
+            f"({cores:.2f} cores on average, taken from the same {run.machine.cpus} CPUs as Spark and the mirror); "
+            f"requests: {requests} ({store.bench_lists:,} of the LISTs are this benchmark's done-detection polls)"
+            f"{startup}"
+        )
+    if s3:
+        facts.append(
+            "verified: every chain is contiguous from offset 0 and holds each offset exactly once (listed with "
+            "botocore; the `offset` column of every object downloaded with botocore and read with pyarrow)"
+        )
+    else:
+        facts.append("verified: every chain is contiguous from offset 0 and holds each offset exactly once")
+    return facts
 
 
 def covered(spans: list[tuple[float, float]], window: tuple[float, float]) -> float:
@@ -127,8 +180,15 @@ def covered(spans: list[tuple[float, float]], window: tuple[float, float]) -> fl
     return total
 
 
+def title(run: Run) -> str:
+    kinds = [path.kind for path in run.paths]
+    names = {"filesystem": "filesystem", "s3": "S3"}
+    return f"Kafka → {' and '.join(names[kind] for kind in kinds)} backlog throughput"
+
+
 def markdown(run: Run) -> str:
     settings, machine = run.settings, run.machine
+    kinds = {path.kind for path in run.paths}
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.started))
     table = [HEADER, *rows(run)]
     md_table = [f"| {' | '.join(row)} |" for row in table]
@@ -137,50 +197,102 @@ def markdown(run: Run) -> str:
     consumer = ", ".join(f"`{k}={v}`" for k, v in CONSUMER_CONFIG.items() if k != "logger")
     load_before = " / ".join(f"{x:.2f}" for x in run.load_before)
     load_after = " / ".join(f"{x:.2f}" for x in run.load_after)
+    done = []
+    if "filesystem" in kinds:
+        done.append(
+            "for the filesystem, the partition directory's listing (every 20 ms) holds a file ending at the "
+            "partition's end (files are durable: fsynced and linked to their final name)"
+        )
+    if "s3" in kinds:
+        done.append(
+            "for S3, a botocore `ListObjectsV2` of the partition's key prefix shows an object ending there: the "
+            "chain's next offset is max(to) + 1 over the keys `<from>-<to>.parquet` (an object is listed only once "
+            "its PutObject or CompleteMultipartUpload has succeeded). Every LIST costs moto CPU on this machine, so "
+            "the benchmark lists within 20 ms of the mirror logging a flush (the object is committed by then) and "
+            "otherwise once a second, each time only the keys after the last one seen"
+        )
+    details: list[str] = []
+    for path in run.paths:
+        details += [
+            f"### {PATH_TITLES[path.kind]}",
+            "",
+            *[f"- {fact}" for fact in path_facts(run, path)],
+            "",
+        ]
+    destinations = []
+    if "filesystem" in kinds:
+        destinations.append(
+            "- filesystem destination: a fresh directory on this machine's local disk (`destination.type: "
+            "filesystem`); every file fsynced, hard-linked to its final name, directory fsynced"
+        )
+    if "s3" in kinds:
+        destinations.append(
+            f"- S3 destination: **moto {run.moto}** (`python -m moto.server`, started by the benchmark through "
+            "`testkit.s3_servers.MotoServer`) on 127.0.0.1, a fresh bucket, prefix `bench`; `destination.type: s3`, "
+            "`path-style: true`, the endpoint and region in the config, the credentials in environment variables "
+            "of the mirror process named by `access-key-id-env` / `secret-access-key-env`; "
+            f"multipart-threshold-bytes {settings.s3_multipart_threshold_bytes}, part-size-bytes "
+            f"{settings.s3_part_size_bytes}, retry and request-timeout-ms defaults. **moto keeps every object in RAM "
+            "on this same machine** (in its own Python process; `MOTO_S3_DEFAULT_KEY_BUFFER_SIZE` is raised so "
+            "no object spills to a temp file): no network, no disk, no replication. Latency-wise the S3 row is "
+            "therefore an upper bound for real S3, where every request (the commit's PutObject or multipart upload, "
+            "the LISTs) takes longer and the bytes cross a network. CPU-wise it is the other way round: moto is a "
+            "Python HTTP server that parses, hashes and copies every byte uploaded to it, and its CPU time (listed "
+            f"above) comes out of the same {machine.cpus} CPUs that the broker, Spark and the mirror use, which "
+            "real S3 would not cost"
+        )
     lines = [
         "# Benchmarks",
         "",
         f"<!-- Generated by `{run.command}`; edits are overwritten. -->",
         "",
-        "## Kafka → filesystem backlog throughput",
+        f"## {title(run)}",
         "",
         f"Measured {when} with `{run.command}`.",
         "",
         f"A local broker holds a backlog of {run.records_per_partition:,} records in each of {run.partitions} "
         f"partition(s) of one topic. The **raw** row is one confluent-kafka consumer reading it in a tight "
         f"`consume()` loop (read_committed, touching every key and value): the most this machine delivers from "
-        f"this broker to one Python process. The **mirror-v3** row is the real CLI (`python -m supervisor run`) "
-        f"copying the same backlog into Parquet files, timed from the moment it is ready to read (the later of its "
-        f"`mirror starting` log line and its first Spark job, so the Spark JVM start-up is excluded; it is listed "
-        f"below) until the destination chain's next offset equals the "
-        f"partition's end (files are durable: fsynced and renamed). MB = 10^6 bytes of key + value payload. "
+        f"this broker to one Python process. Each **mirror-v3** row is the real CLI (`python -m supervisor run`) "
+        f"copying the same backlog, in the same run, one destination after the other, timed from the moment it is "
+        f"ready to read (the later of its `mirror starting` log line and its first Spark job, so the Spark JVM "
+        f"start-up is excluded; it is listed below) until the destination chain's next offset equals the "
+        f"partition's end: {'; '.join(done)}. MB = 10^6 bytes of key + value payload. "
         f"Ratio to raw = mirror records/s ÷ raw records/s.",
         "",
         *md_table,
         "",
         *[f"- {fact}" for fact in side_facts(run)],
         "",
+        *details,
         "### Settings",
         "",
         f"- data: {run.partitions} partition(s) × {run.records_per_partition:,} records, key {KEY_BYTES} B, value "
         f"{run.value_size} B of random (incompressible) bytes, no headers, producer compression none",
         "- broker: Apache Kafka 3.9.1 (KRaft, single node, `testkit.kafka_broker.KafkaBroker` defaults) on 127.0.0.1, "
-        "same machine as the consumers; its log is in the page cache for both reads",
+        "same machine as the consumers; its log is in the page cache for every read",
         f"- raw consumer: {consumer}, `consume(num_messages=min(10000, records left))`",
-        f"- mirror: one mirror per partition in one process; destination `filesystem`, compression "
+        f"- mirror: one mirror per partition in one process, a new process per destination; compression "
         f"`{settings.compression}`, flush max-time-ms {settings.flush_max_time_ms}, max-bytes "
         f"{settings.flush_max_bytes}, max-offsets {settings.flush_max_offsets}; spark master `local[*]`, "
         f"max-offsets-per-read {settings.max_offsets_per_read}, offsets-per-task {settings.offsets_per_task}, "
         f"extra spark.conf: {conf}; Spark's event log is on (for the job timings above); everything else: "
         "config/model.py defaults",
+        *destinations,
         "",
         "### Machine",
         "",
         f"- {machine.cpus} CPUs ({machine.cpu_model}), {machine.ram_gib:.1f} GiB RAM, Linux {machine.kernel}",
         f"- Python {machine.python}, pyspark {machine.pyspark}, pyarrow {machine.pyarrow}, confluent-kafka "
-        f"{machine.confluent_kafka} (librdkafka {machine.librdkafka}), {machine.java}",
+        f"{machine.confluent_kafka} (librdkafka {machine.librdkafka}), {machine.java}"
+        + (
+            f", aiobotocore {machine.aiobotocore}, botocore {machine.botocore}, moto {run.moto}"
+            if "s3" in kinds
+            else ""
+        ),
         f"- load average (1 / 5 / 15 min) before the broker started: {load_before}; after the run: {load_after} "
-        "(after includes this benchmark's own broker and Spark; other work on the machine lowers both rows)",
+        "(after includes this benchmark's own broker, Spark and S3 server; other work on the machine lowers every "
+        "row)",
         f"- commit {machine.commit}",
         "",
         "### Reproduce",
@@ -190,8 +302,9 @@ def markdown(run: Run) -> str:
         run.command,
         "```",
         "",
-        "`python -m bench --help` lists the options (`--quick` is a smoke run that writes no document). "
-        "`python -m bench.profile_reads` times single Spark range reads and Parquet encoding in-process.",
+        "`python -m bench --help` lists the options (`--paths filesystem,s3` picks the destinations, `--quick` is a "
+        "smoke run that writes no document). `python -m bench.profile_reads` times single Spark range reads and "
+        "Parquet encoding in-process.",
         "",
     ]
     return "\n".join(lines)

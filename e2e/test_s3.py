@@ -213,3 +213,90 @@ def test_restart_lists_a_bounded_number_of_times(
     assert chain(s3, topic_name, 0)[-1].last == blobs + 499
     log = mirror.log_text()
     assert re.search(r"msg=flushed .*from=10000 ", log), log
+
+
+def test_round_trip_with_restart_on_seaweedfs(kafka: KafkaBroker, topic_name: str, tmp_path: Path) -> None:
+    """A second, real S3 implementation (checks signatures, honours If-None-Match)."""
+    from testkit.s3_servers import SeaweedServer
+
+    reason = s3_server_skip_reason("seaweedfs")
+    if reason:
+        pytest.fail(f"SeaweedFS is part of the test set-up (pyproject dev extras): {reason}")
+    with SeaweedServer() as server:
+        dest = S3DestinationUnderTest(server.endpoint, server.access_key, server.secret_key, server.region)
+        env = cli_env(**dest.env())
+        create_topic(kafka.bootstrap, topic_name, partitions=2)
+        for partition in range(2):
+            produce(kafka.bootstrap, topic_name, partition, generate_records(30_000, seed=50 + partition))
+        config = write_config(
+            tmp_path / "mirror.yaml",
+            bootstrap=kafka.bootstrap,
+            destination=dest,
+            mirrors=[{"topic": topic_name, "partition": p} for p in range(2)],
+            flush={"max-time-ms": 1_000, "max-offsets": 4_000},
+            spark={"max-offsets-per-read": 2_000},
+        )
+        first = MirrorProcess(config, tmp_path / "run1.log", env=env)
+        try:
+            first.wait_for_log(r"msg=flushed", timeout=180, count=3)
+            first.kill9()
+            first.wait(30)
+        finally:
+            first.stop()
+        second = MirrorProcess(config, tmp_path / "run2.log", env=env)
+        try:
+            for partition in range(2):
+                wait_until(
+                    lambda p=partition: next_offset(dest, topic_name, p) == 30_000, 180, f"partition {partition}"
+                )
+            second.terminate()
+            assert second.wait(60) == 0, second.tail()
+        finally:
+            second.stop()
+        for partition in range(2):
+            assert_same_records(
+                read_archive(dest, topic_name, partition), source_records(kafka.bootstrap, topic_name, partition)
+            )
+        # Wrong credentials are refused by this store: one clear line, exit 1.
+        bad = cli_env(E2E_S3_KEY=server.access_key, E2E_S3_SECRET="not-the-secret")
+        denied = run_cli("status", "--config", str(config), env=bad)
+        assert denied.returncode == 1 and "access denied" in denied.stdout, denied.stdout + denied.stderr
+        assert "not-the-secret" not in denied.stdout + denied.stderr
+
+
+def test_large_blobs_go_as_conditional_multipart_uploads(
+    kafka: KafkaBroker, s3: S3DestinationUnderTest, moto: MotoServer, topic_name: str, tmp_path: Path
+) -> None:
+    import os
+
+    from testkit.kafka_data import Record
+
+    create_topic(kafka.bootstrap, topic_name)
+    # Incompressible 1 KiB values: ~8 MB blobs, above a 5 MiB multipart threshold.
+    produce(kafka.bootstrap, topic_name, 0, [Record(b"k%d" % i, os.urandom(1024)) for i in range(24_000)])
+    with FaultProxy(moto.endpoint) as proxy:
+        routed = _through(s3, proxy)
+        config_path = write_config(
+            tmp_path / "mirror.yaml",
+            bootstrap=kafka.bootstrap,
+            destination=routed,
+            mirrors=[{"topic": topic_name, "partition": 0}],
+            flush={"max-time-ms": 60_000, "max-offsets": 8_000},
+            spark={"max-offsets-per-read": 4_000},
+        )
+        import yaml
+
+        config = yaml.safe_load(config_path.read_text())
+        config["destination"].update({"multipart-threshold-bytes": 5 * 1024 * 1024, "part-size-bytes": 5 * 1024 * 1024})
+        config_path.write_text(yaml.safe_dump(config))
+        mirror = MirrorProcess(config_path, tmp_path / "run.log")
+        try:
+            wait_until(lambda: next_offset(s3, topic_name, 0) == 24_000, 180, "not mirrored")
+            mirror.terminate()
+            assert mirror.wait(60) == 0, mirror.tail()
+        finally:
+            mirror.stop()
+        completes = [r for r in proxy.requests if r.method == "POST" and "uploadId" in r.query]
+    assert len(completes) >= 3, [(r.method, r.query) for r in proxy.requests][:20]
+    assert all(r.header("If-None-Match") == "*" for r in completes)
+    assert_same_records(read_archive(s3, topic_name, 0), source_records(kafka.bootstrap, topic_name, 0))

@@ -143,7 +143,7 @@ def test_the_good_base_config_is_valid(tmp_path: Path) -> None:
     path.write_text(GOOD, encoding="utf-8")
     result = run_cli("validate", "--config", str(path))
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [f"{path}: valid (2 mirrors, destination FilesystemDestination)"]
+    assert result.stdout.splitlines() == [f"{path}: valid (2 mirrors, destination filesystem)"]
 
 
 @pytest.mark.parametrize(("text", "field"), [c[1:] for c in BAD_CONFIGS], ids=[c[0] for c in BAD_CONFIGS])

@@ -45,9 +45,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "validate":
-        print(
-            f"{args.config}: valid ({len(config.mirrors)} mirrors, destination {config.destination.__class__.__name__})"
-        )
+        count = len(config.mirrors)
+        kind = config.destination.__struct_config__.tag
+        print(f"{args.config}: valid ({count} mirror{'s' if count != 1 else ''}, destination {kind})")
         return EXIT_OK
     if args.command == "status":
         return _status(config, args.format, args.timeout, args.deep)
