@@ -57,7 +57,7 @@ BAD_CONFIGS: list[tuple[str, str, str]] = [
         edit("  root: /data/mirror\n", "  root: /data/mirror\n  flush: {max-time: 5}\n"),
         "destination.flush.max-time: ",
     ),
-    ("bad-destination-type", edit("type: filesystem", "type: s3"), "destination.type: "),
+    ("bad-destination-type", edit("type: filesystem", "type: gcs"), "destination.type: "),
     ("missing-destination-type", edit("  type: filesystem\n", ""), "destination.type: "),
     ("missing-root", edit("  root: /data/mirror\n", ""), "destination.root: "),
     (

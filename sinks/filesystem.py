@@ -27,6 +27,9 @@ _LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, 
 
 
 class FilesystemStore:
+    # Creates are no-clobber (link(2)); a listing per flush would grow with the directory.
+    checks_for_foreign_blobs = False
+
     def __init__(self, directory: Path) -> None:
         self._dir = directory
         self._dir_ready = False

@@ -128,6 +128,9 @@ class S3Connection:
 class S3Store:
     """The blobs of one partition under `s3://<bucket>/<key_prefix>`."""
 
+    # Some S3-compatible stores ignore If-None-Match: list behind the tail after every commit.
+    checks_for_foreign_blobs = True
+
     def __init__(self, connection: S3Connection, key_prefix: str) -> None:
         self._connection = connection
         self._bucket = connection.settings.bucket

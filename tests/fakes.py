@@ -90,7 +90,9 @@ class FakePartitionSource:
 
 
 class InMemoryStore:
-    """A BlobStore in a dict; `fail_next_put` injects one failure."""
+    """A BlobStore in a dict, behaving like a store that may ignore conditional creates."""
+
+    checks_for_foreign_blobs = True
 
     def __init__(self) -> None:
         self.blobs: dict[str, bytes] = {}
