@@ -8,10 +8,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from testkit.s3_servers import MotoServer
 
 from e2e.destinations import DestinationUnderTest, FilesystemDestinationUnderTest, S3DestinationUnderTest
 from testkit.kafka_broker import KafkaBroker
+from testkit.s3_servers import MotoServer
 
 _names = itertools.count()
 
