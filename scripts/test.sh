@@ -8,8 +8,13 @@ bash scripts/setup.sh
 venv="${MIRROR_V3_VENV:-$here/.venv}"
 # shellcheck disable=SC1091
 source "$venv/bin/activate"
-echo "== ruff";  ruff check . && ruff format --check .
-echo "== mypy";  mypy .
-echo "== schema"; python -m config.schema --check
+# One command per line: `set -e` does not stop at a failure inside an `a && b` list.
+echo "== ruff"
+ruff check --no-cache .
+ruff format --check --no-cache .
+echo "== mypy"
+mypy .
+echo "== schema"
+python -m config.schema --check
 echo "== pytest"
 python -m pytest "$@"
