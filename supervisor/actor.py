@@ -122,6 +122,11 @@ class MirrorActor:
         )
         self.started.set()
 
+    @property
+    def lag(self) -> int:
+        """Source end minus the verified (durable) next offset, as last observed."""
+        return max(0, self._source_end - self._verified)
+
     def _start_position(self, destination_next: int | None, offsets: SourceOffsets) -> int:
         topic_partition = f"{self.mirror.topic}-{self.mirror.partition}"
         if destination_next is None:

@@ -15,6 +15,7 @@ from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
 from supervisor.errors import EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
+from supervisor.http import HttpEndpoint, Readiness
 from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
@@ -66,9 +67,21 @@ class Supervisor:
         except DestinationError as exc:
             self._fail(None, exc, "cannot start")
             return EXIT_FAILURE
+        self.http = HttpEndpoint(
+            self._families.registry,
+            Readiness(
+                mirrors=[actor.mirror.name for actor in self.actors],
+                lag_of=self._lag_of,
+                max_lag=Readiness.max_lag_from_env(),
+            ),
+        )
+        await self.http.start()
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
+                outer.start_soon(self.http.watch_loop)
+                for actor in self.actors:
+                    outer.start_soon(self._mark_started, actor)
                 async with anyio.create_task_group() as actors:
                     # Spark starts (seconds) while the actors check their source and destination, so a
                     # corrupt chain or an unreachable broker is reported without waiting for it.
@@ -78,12 +91,22 @@ class Supervisor:
                 outer.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                self.http.readiness.draining = True
                 await self._clusters.close()
                 await anyio.to_thread.run_sync(stop_spark)
+                await self.http.stop()
         if self._failure is not None:
             return self._failure[0]
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
+
+    async def _mark_started(self, actor: MirrorActor) -> None:
+        await actor.started.wait()
+        self.http.readiness.started.add(actor.mirror.name)
+
+    def _lag_of(self, name: str) -> float | None:
+        actor = next((a for a in self.actors if a.mirror.name == name), None)
+        return None if actor is None else float(actor.lag)
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
         try:
@@ -123,6 +146,7 @@ class Supervisor:
                 name = signal.Signals(received).name
                 if not self.stop_requested.is_set():
                     log_event(log, logging.INFO, "draining: stop reading, flush, exit", signal=name)
+                    self.http.readiness.draining = True
                     self.stop_requested.set()
                 else:
                     log_event(log, logging.ERROR, "second signal during drain, exiting now", signal=name)

@@ -64,7 +64,7 @@ def _status(config: Config, fmt: str, timeout: float, deep: bool) -> int:
 
 def _run(config: Config) -> int:
     from supervisor.app import Supervisor
-    from supervisor.metrics import MetricFamilies, serve_metrics
+    from supervisor.metrics import MetricFamilies
     from workers.jars import MissingJarsError, spark_kafka_jars
 
     try:
@@ -73,7 +73,6 @@ def _run(config: Config) -> int:
         log_event(log, logging.ERROR, "cannot start", error=str(exc))
         return EXIT_ENVIRONMENT
     families = MetricFamilies()
-    serve_metrics(families.registry)
     supervisor = Supervisor(config, families)
     try:
         return anyio.run(supervisor.run)

@@ -6,7 +6,7 @@ import logging
 import os
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.core import REGISTRY
 
 from supervisor.logs import log_event
@@ -105,19 +105,4 @@ def metrics_port() -> int:
             log, logging.WARNING, "invalid MIRROR_V3_METRICS_PORT, using default", value=raw, port=DEFAULT_METRICS_PORT
         )
         return DEFAULT_METRICS_PORT
-    return port
-
-
-def serve_metrics(registry: CollectorRegistry = REGISTRY) -> int | None:
-    """Start the /metrics endpoint; a bind failure is a WARN, never fatal. Returns the port."""
-    port = metrics_port()
-    if port == 0:
-        log_event(log, logging.INFO, "metrics endpoint disabled", env="MIRROR_V3_METRICS_PORT=0")
-        return None
-    try:
-        start_http_server(port, addr="0.0.0.0", registry=registry)
-    except OSError as exc:
-        log_event(log, logging.WARNING, "metrics endpoint not started", port=port, error=exc.strerror or str(exc))
-        return None
-    log_event(log, logging.INFO, "metrics endpoint listening", port=port, path="/metrics")
     return port

@@ -1,0 +1,118 @@
+"""The process's HTTP endpoint: /metrics, /healthz and /readyz on one port (SPEC §6).
+
+It runs on the supervisor's event loop, so an answer from /healthz is itself proof that the loop
+turns; a watchdog task also measures how late the loop wakes up and reports unhealthy when it lags.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import anyio
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+from supervisor.logs import log_event
+from supervisor.metrics import metrics_port
+
+log = logging.getLogger("mirror_v3.http")
+WATCHDOG_INTERVAL_S = 0.5
+UNHEALTHY_LOOP_LAG_S = 10.0
+
+
+@dataclass
+class Readiness:
+    """What /readyz reports: every mirror started, not draining, lag under the optional bound."""
+
+    mirrors: list[str]
+    started: set[str] = field(default_factory=set)
+    draining: bool = False
+    lag_of: Callable[[str], float | None] = lambda _: None
+    max_lag: float | None = None
+
+    @staticmethod
+    def max_lag_from_env() -> float | None:
+        raw = os.environ.get("MIRROR_V3_READINESS_LAG")
+        if not raw:
+            return None
+        try:
+            return float(raw)
+        except ValueError:
+            log_event(log, logging.WARNING, "ignoring invalid MIRROR_V3_READINESS_LAG", value=raw)
+            return None
+
+    def problems(self) -> list[str]:
+        if self.draining:
+            return ["draining"]
+        waiting = [f"{name}: not started" for name in self.mirrors if name not in self.started]
+        if self.max_lag is not None:
+            for name in self.mirrors:
+                lag = self.lag_of(name)
+                if lag is not None and lag > self.max_lag:
+                    waiting.append(f"{name}: lag {lag:g} > {self.max_lag:g}")
+        return waiting
+
+
+class HttpEndpoint:
+    def __init__(self, registry: CollectorRegistry, readiness: Readiness) -> None:
+        self._registry = registry
+        self.readiness = readiness
+        self.loop_lag_s = 0.0
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    def _app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        return app
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        body = await anyio.to_thread.run_sync(generate_latest, self._registry)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, _: web.Request) -> web.Response:
+        if self.loop_lag_s > UNHEALTHY_LOOP_LAG_S:
+            return web.Response(status=503, text=f"event loop lagging {self.loop_lag_s:.1f}s\n")
+        return web.Response(text="ok\n")
+
+    async def _readyz(self, _: web.Request) -> web.Response:
+        problems = self.readiness.problems()
+        if problems:
+            return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
+        return web.Response(text="ready\n")
+
+    async def start(self) -> int | None:
+        """Listen on MIRROR_V3_METRICS_PORT (default 9090; 0 disables). A bind failure is a WARN."""
+        port = metrics_port()
+        if port == 0:
+            log_event(log, logging.INFO, "http endpoint disabled", env="MIRROR_V3_METRICS_PORT=0")
+            return None
+        runner = web.AppRunner(self._app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, "0.0.0.0", port).start()
+        except OSError as exc:
+            await runner.cleanup()
+            log_event(log, logging.WARNING, "http endpoint not started", port=port, error=exc.strerror or str(exc))
+            return None
+        self._runner, self.port = runner, port
+        log_event(log, logging.INFO, "http endpoint listening", port=port, paths="/metrics /healthz /readyz")
+        return port
+
+    async def watch_loop(self) -> None:
+        """Measure how late the event loop wakes up (a blocked loop shows as a growing lag)."""
+        while True:
+            before = time.monotonic()
+            await anyio.sleep(WATCHDOG_INTERVAL_S)
+            self.loop_lag_s = max(0.0, time.monotonic() - before - WATCHDOG_INTERVAL_S)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

@@ -1,0 +1,75 @@
+"""/metrics, /healthz and /readyz, served from the event loop."""
+
+from __future__ import annotations
+
+import aiohttp
+import pytest
+from prometheus_client import CollectorRegistry, Gauge
+
+from supervisor.http import HttpEndpoint, Readiness
+from testkit.ports import free_port
+
+
+@pytest.fixture
+def port(monkeypatch: pytest.MonkeyPatch) -> int:
+    chosen = free_port()
+    monkeypatch.setenv("MIRROR_V3_METRICS_PORT", str(chosen))
+    return chosen
+
+
+async def get(port: int, path: str) -> tuple[int, str]:
+    async with aiohttp.ClientSession() as session, session.get(f"http://127.0.0.1:{port}{path}") as response:
+        return response.status, await response.text()
+
+
+async def test_endpoints(port: int) -> None:
+    registry = CollectorRegistry()
+    Gauge("mirror_v3_test_gauge", "a test gauge", registry=registry).set(7)
+    lags = {"a": 0.0, "b": 500.0}
+    readiness = Readiness(mirrors=["a", "b"], lag_of=lags.get, max_lag=100)
+    endpoint = HttpEndpoint(registry, readiness)
+    assert await endpoint.start() == port
+    try:
+        status, body = await get(port, "/metrics")
+        assert status == 200 and "mirror_v3_test_gauge 7.0" in body
+        assert await get(port, "/healthz") == (200, "ok\n")
+
+        status, body = await get(port, "/readyz")
+        assert status == 503 and "a: not started" in body and "b: not started" in body
+        readiness.started.update({"a", "b"})
+        status, body = await get(port, "/readyz")
+        assert status == 503 and "b: lag 500 > 100" in body
+        lags["b"] = 3.0
+        assert await get(port, "/readyz") == (200, "ready\n")
+        readiness.draining = True
+        assert (await get(port, "/readyz"))[0] == 503
+
+        endpoint.loop_lag_s = 60.0
+        assert (await get(port, "/healthz"))[0] == 503
+    finally:
+        await endpoint.stop()
+
+
+async def test_port_zero_disables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRROR_V3_METRICS_PORT", "0")
+    assert await HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[])).start() is None
+
+
+async def test_port_in_use_is_a_warning_not_fatal(port: int, caplog: pytest.LogCaptureFixture) -> None:
+    first = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]))
+    assert await first.start() == port
+    try:
+        second = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]))
+        assert await second.start() is None
+        assert any(r.levelname == "WARNING" and "not started" in r.getMessage() for r in caplog.records)
+    finally:
+        await first.stop()
+
+
+def test_readiness_lag_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MIRROR_V3_READINESS_LAG", "1000")
+    assert Readiness.max_lag_from_env() == 1000
+    monkeypatch.setenv("MIRROR_V3_READINESS_LAG", "lots")
+    assert Readiness.max_lag_from_env() is None
+    monkeypatch.delenv("MIRROR_V3_READINESS_LAG")
+    assert Readiness.max_lag_from_env() is None
