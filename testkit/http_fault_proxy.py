@@ -53,7 +53,6 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 from urllib.parse import parse_qsl, unquote, urlsplit
 from xml.sax.saxutils import escape
@@ -64,6 +63,7 @@ from multidict import CIMultiDict, CIMultiDictProxy
 from yarl import URL
 
 from testkit.ports import HOST, free_port
+from testkit.processes import StartStop
 
 # Hop-by-hop headers (RFC 9110 §7.6.1) are not forwarded; nor is Expect,
 # which the proxy answers itself.
@@ -206,7 +206,7 @@ class _State:
     blackhole_match: Match | None = None
 
 
-class FaultProxy:
+class FaultProxy(StartStop):
     """HTTP reverse proxy on 127.0.0.1 with runtime-switchable faults (see module docstring)."""
 
     def __init__(
@@ -284,19 +284,6 @@ class FaultProxy:
             thread.join(timeout)
             if not thread.is_alive():
                 loop.close()
-
-    def __enter__(self) -> FaultProxy:
-        if not self.is_running:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     def __repr__(self) -> str:
         return f"FaultProxy({self.endpoint} -> {self.upstream}, {'running' if self.is_running else 'stopped'})"

@@ -14,28 +14,23 @@ from __future__ import annotations
 
 import argparse
 import base64
-import ctypes
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import IO
 
 from confluent_kafka import KafkaException
 
 from testkit.jars import MissingJarsError, kafka_broker_jar_dir
 from testkit.kafka_data import KafkaDataError, Record, admin_client, create_topic, delete_topic, produce
 from testkit.ports import HOST, free_ports
+from testkit.processes import ChildProcess, StartStop, Startup, log_tails, serve_until_signalled
 
 PropertyValue = str | int | float | bool
 
@@ -148,7 +143,7 @@ def log4j_properties(log_file: Path) -> str:
     )
 
 
-class KafkaBroker:
+class KafkaBroker(StartStop):
     """A single-node KRaft Kafka broker running as a child process.
 
     Ports are chosen once, at construction, and kept across kill()/start()
@@ -184,8 +179,7 @@ class KafkaBroker:
         self.port, self.controller_port = ports[0], ports[1]
         self.external_port: int | None = ports[2] if advertised_port is not None else None
         self.cluster_id = random_cluster_id()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._out: IO[bytes] | None = None
+        self._child: ChildProcess | None = None
         self._paused = False
         self._closed = False
 
@@ -213,11 +207,11 @@ class KafkaBroker:
 
     @property
     def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+        return None if self._child is None else self._child.pid
 
     @property
     def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child is not None and self._child.is_running
 
     # ---------------------------------------------------------------------- lifecycle
 
@@ -228,7 +222,7 @@ class KafkaBroker:
         if self.is_running:
             raise BrokerError(f"broker already running at {self.bootstrap}")
         try:
-            self._launch(deadline=time.monotonic() + self._start_timeout)
+            self._launch(started=time.monotonic())
         except BaseException:
             # The error carries the log tail; an owned temp dir must not leak
             # (a failing `with KafkaBroker()` never reaches __exit__).
@@ -268,25 +262,7 @@ class KafkaBroker:
 
     def log_tail(self, lines: int = 40) -> str:
         """Last lines of the broker log and of the JVM output, for error messages."""
-        parts = []
-        for path in (self.log_path, self.stdout_path):
-            text = _tail(path, lines)
-            if text:
-                parts.append(f"--- {path} ---\n{text}")
-        return "\n".join(parts) or "(no log output)"
-
-    def __enter__(self) -> KafkaBroker:
-        if not self.is_running:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return log_tails((self.log_path, self.stdout_path), lines)
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"
@@ -294,7 +270,7 @@ class KafkaBroker:
 
     # ---------------------------------------------------------------------- internals
 
-    def _launch(self, deadline: float) -> None:
+    def _launch(self, started: float) -> None:
         jar_dir = self._jar_dir or kafka_broker_jar_dir()
         java = _java_executable()
         server_props, log4j_props = self._write_config()
@@ -307,10 +283,20 @@ class KafkaBroker:
             f"{jar_dir}/*",
         ]
         self._format(base_cmd, server_props)
-        self._out = self.stdout_path.open("ab")
-        self._proc = _spawn([*base_cmd, "kafka.Kafka", str(server_props)], self._out, self.workdir)
+        self._child = ChildProcess(
+            [*base_cmd, "kafka.Kafka", str(server_props)], cwd=self.workdir, log_path=self.stdout_path
+        )
         self._paused = False
-        self._wait_ready(deadline)
+        startup = Startup(
+            self._child,
+            name="Kafka broker",
+            address=self.bootstrap,
+            started=started,
+            timeout=self._start_timeout,
+            error=BrokerError,
+            log_tail=self.log_tail,
+        )
+        self._wait_ready(startup)
 
     def _write_config(self) -> tuple[Path, Path]:
         data_dir = self.workdir / "data"
@@ -340,23 +326,16 @@ class KafkaBroker:
         if done.returncode != 0:
             raise BrokerError(f"formatting Kafka storage failed (exit {done.returncode}):\n{done.stdout}{done.stderr}")
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, startup: Startup) -> None:
         # First the TCP port (so librdkafka does not log connection refusals),
         # then a metadata request, then a real topic create/describe/delete,
         # which needs the controller and the broker's metadata to be live.
-        while not _port_open(self.port):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                self._startup_timeout("listener never opened")
-            time.sleep(0.05)
+        startup.wait_for_port(self.port, "listener never opened")
         admin = admin_client(self.bootstrap)
         probe = f"__testkit_ready_{uuid.uuid4().hex[:8]}"
         last_error = ""
         while True:
-            self._check_alive()
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                self._startup_timeout(last_error)
+            remaining = startup.remaining(last_error)
             try:
                 admin.list_topics(timeout=min(5.0, remaining))
                 create_topic(self.bootstrap, probe, timeout=remaining)
@@ -370,76 +349,23 @@ class KafkaBroker:
                 last_error = str(exc)
                 time.sleep(0.1)
 
-    def _check_alive(self) -> None:
-        if self._proc is not None and (code := self._proc.poll()) is not None:
-            raise BrokerError(f"Kafka broker exited with code {code} during startup\n{self.log_tail()}")
-
-    def _startup_timeout(self, detail: str) -> None:
-        raise BrokerError(
-            f"Kafka broker at {self.bootstrap} not ready within {self._start_timeout:.0f}s"
-            f"{': ' + detail if detail else ''}\n{self.log_tail()}"
-        )
-
     def _terminate(self, *, graceful: bool, timeout: float = 20.0) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            if self._paused:
-                proc.send_signal(signal.SIGCONT)  # a stopped JVM cannot handle SIGTERM
-            if graceful:
-                proc.terminate()
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            else:
-                proc.kill()
-            proc.wait()
-        self._proc = None
+        child = self._child
+        if child is not None:
+            if self._paused and child.is_running:
+                child.send_signal(signal.SIGCONT)  # a stopped JVM cannot handle SIGTERM
+            child.stop(graceful=graceful, timeout=timeout)
+        self._child = None
         self._paused = False
-        if self._out is not None:
-            self._out.close()
-            self._out = None
 
     def _signal(self, sig: signal.Signals) -> None:
         if not self.is_running:
             raise BrokerError("broker is not running")
-        assert self._proc is not None
-        self._proc.send_signal(sig)
+        assert self._child is not None
+        self._child.send_signal(sig)
 
 
-# -------------------------------------------------------------------- process helpers
-
-# Linux: the JVM gets SIGKILL when the thread that forked it exits, so a killed
-# test run leaves no orphan brokers. Forking from one long-lived thread ties
-# that to the life of this Python process instead of to the caller's thread.
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testkit-spawner")
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    def hook() -> None:
-        if _libc is not None:
-            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # parent already gone before prctl
-            os._exit(1)
-
-    return hook
-
-
-def _spawn(cmd: list[str], out: IO[bytes], cwd: Path) -> subprocess.Popen[bytes]:
-    def popen() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            start_new_session=True,  # Ctrl-C hits Python only; we shut Kafka down
-            preexec_fn=_die_with_parent(os.getpid()),
-        )
-
-    return _spawner.submit(popen).result()
+# ---------------------------------------------------------------------------- helpers
 
 
 def _java_executable() -> str:
@@ -450,24 +376,6 @@ def _java_executable() -> str:
     if java is None:
         raise BrokerError("java not found: install Java 17+ or set JAVA_HOME")
     return java
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def _prop_str(value: PropertyValue) -> str:
@@ -502,31 +410,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"--property needs KEY=VALUE, got {item!r}")
         extra[key] = value
 
-    stop_requested = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_requested.set())
-
     broker = KafkaBroker(
         args.workdir, extra_properties=extra, advertised_port=args.advertised_port, start_timeout=args.timeout
     )
-    try:
-        started = time.monotonic()
-        broker.start()
+    started = time.monotonic()
+
+    def ready() -> None:
         print(broker.bootstrap, flush=True)
         info = f"kafka broker ready in {time.monotonic() - started:.1f}s; log: {broker.log_path}"
         if broker.external_port is not None:
             info += f"; EXTERNAL listener on :{broker.external_port} advertises {broker.advertised_bootstrap}"
         print(info + "; Ctrl-C to stop", file=sys.stderr, flush=True)
-        while not stop_requested.wait(0.5):
-            if not broker.is_running:
-                print(f"error: Kafka broker died\n{broker.log_tail()}", file=sys.stderr)
-                return 1
-        return 0
-    except (MissingJarsError, BrokerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        broker.stop()
+
+    return serve_until_signalled(
+        broker,
+        ready=ready,
+        died=lambda: f"Kafka broker died\n{broker.log_tail()}",
+        errors=(MissingJarsError, BrokerError),
+    )
 
 
 if __name__ == "__main__":

@@ -27,27 +27,22 @@ from __future__ import annotations
 
 import abc
 import argparse
-import ctypes
 import json
 import os
 import shutil
-import signal
 import socket
-import subprocess
 import sys
 import sysconfig
 import tempfile
-import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from types import TracebackType
-from typing import IO, Any, ClassVar
+from typing import Any, ClassVar
 
 from testkit.ports import HOST, free_port, free_ports
+from testkit.processes import ChildProcess, StartStop, Startup, log_tails, serve_until_signalled
 
 DEFAULT_REGION = "us-east-1"
 NPM_PREFIX_ENV = "MIRROR_V3_NPM_PREFIX"
@@ -62,7 +57,7 @@ class S3ServerUnavailable(S3ServerError):
     """The server's binary is not installed (see `skip_reason()`)."""
 
 
-class S3Server(abc.ABC):
+class S3Server(StartStop):
     """An S3-compatible server running as a child process on 127.0.0.1.
 
     The port is chosen at construction and kept across stop()/start() only
@@ -97,8 +92,7 @@ class S3Server(abc.ABC):
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix=f"s3-{self.name}-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.port = free_port()
-        self._proc: subprocess.Popen[bytes] | None = None
-        self._out: IO[bytes] | None = None
+        self._child: ChildProcess | None = None
         self._closed = False
         self.startup_seconds: float | None = None
 
@@ -126,11 +120,11 @@ class S3Server(abc.ABC):
 
     @property
     def pid(self) -> int | None:
-        return None if self._proc is None else self._proc.pid
+        return None if self._child is None else self._child.pid
 
     @property
     def is_running(self) -> bool:
-        return self._proc is not None and self._proc.poll() is None
+        return self._child is not None and self._child.is_running
 
     def client_kwargs(self, endpoint: str | None = None) -> dict[str, str]:
         """Keyword arguments for `boto3.client("s3", ...)` / aiobotocore `create_client("s3", ...)`.
@@ -195,9 +189,17 @@ class S3Server(abc.ABC):
         started = time.monotonic()
         try:
             cmd, env = self._command()
-            self._out = self.stdout_path.open("ab")
-            self._proc = _spawn(cmd, self._out, self.workdir, env)
-            self._wait_ready(started + self._start_timeout)
+            self._child = ChildProcess(cmd, cwd=self.workdir, log_path=self.stdout_path, env=env)
+            startup = Startup(
+                self._child,
+                name=f"{self.name} server",
+                address=self.endpoint,
+                started=started,
+                timeout=self._start_timeout,
+                error=S3ServerError,
+                log_tail=self.log_tail,
+            )
+            self._wait_ready(startup)
         except BaseException:
             self._terminate(graceful=False)
             if self._owns_workdir:
@@ -221,21 +223,7 @@ class S3Server(abc.ABC):
         self._terminate(graceful=False)
 
     def log_tail(self, lines: int = 40) -> str:
-        text = _tail(self.stdout_path, lines)
-        return f"--- {self.stdout_path} ---\n{text}" if text else "(no log output)"
-
-    def __enter__(self) -> S3Server:
-        if not self.is_running:
-            self.start()
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
+        return log_tails((self.stdout_path,), lines)
 
     def __repr__(self) -> str:
         state = "running" if self.is_running else "stopped"
@@ -247,24 +235,18 @@ class S3Server(abc.ABC):
     def _command(self) -> tuple[list[str], Mapping[str, str] | None]:
         """The command line (and extra environment) that runs the server."""
 
-    def _after_stop(self) -> None:  # noqa: B027 -- optional hook
+    def _after_stop(self) -> None:  # an optional hook, so not abstract
         """Clean up what the process leaves outside the workdir."""
 
-    def _wait_ready(self, deadline: float) -> None:
+    def _wait_ready(self, startup: Startup) -> None:
         import botocore.exceptions
 
-        while not _port_open(self.port):
-            self._check_alive()
-            if time.monotonic() > deadline:
-                self._startup_timeout("port never opened")
-            time.sleep(0.05)
+        startup.wait_for_port(self.port, "port never opened")
         client = self.client(attempts=1, timeout=5.0)
         last_error = ""
         try:
             while True:
-                self._check_alive()
-                if time.monotonic() > deadline:
-                    self._startup_timeout(last_error)
+                startup.remaining(last_error)
                 try:
                     client.list_buckets()
                     return
@@ -274,34 +256,12 @@ class S3Server(abc.ABC):
         finally:
             client.close()
 
-    def _check_alive(self) -> None:
-        if self._proc is not None and (code := self._proc.poll()) is not None:
-            raise S3ServerError(f"{self.name} server exited with code {code} during startup\n{self.log_tail()}")
-
-    def _startup_timeout(self, detail: str) -> None:
-        raise S3ServerError(
-            f"{self.name} server at {self.endpoint} not ready within {self._start_timeout:.0f}s"
-            f"{': ' + detail if detail else ''}\n{self.log_tail()}"
-        )
-
     def _terminate(self, *, graceful: bool, timeout: float = 10.0) -> None:
-        proc = self._proc
-        if proc is not None and proc.poll() is None:
-            if graceful:
-                proc.terminate()
-                try:
-                    proc.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            else:
-                proc.kill()
-            proc.wait()
-        if proc is not None:
+        child = self._child
+        if child is not None:
+            child.stop(graceful=graceful, timeout=timeout)
             self._after_stop()
-        self._proc = None
-        if self._out is not None:
-            self._out.close()
-            self._out = None
+        self._child = None
 
 
 # ------------------------------------------------------------------------------ moto
@@ -555,42 +515,7 @@ def empty_bucket(client: Any, bucket: str) -> None:
             client.delete_object(Bucket=bucket, Key=key["Key"])
 
 
-# -------------------------------------------------------------------- process helpers
-
-# Same scheme as testkit.kafka_broker: the child gets SIGKILL when the forking
-# thread dies, and we fork from one long-lived thread so that means "when this
-# Python process dies".
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-_spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="testkit-s3-spawner")
-
-
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    def hook() -> None:
-        if _libc is not None:
-            _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:
-            os._exit(1)
-
-    return hook
-
-
-def _spawn(cmd: list[str], out: IO[bytes], cwd: Path, env: Mapping[str, str] | None) -> subprocess.Popen[bytes]:
-    full_env = {**os.environ, **env} if env else None
-
-    def popen() -> subprocess.Popen[bytes]:
-        return subprocess.Popen(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=cwd,
-            env=full_env,
-            start_new_session=True,
-            preexec_fn=_die_with_parent(os.getpid()),
-        )
-
-    return _spawner.submit(popen).result()
+# ---------------------------------------------------------------------------- helpers
 
 
 def _free_port_with_offset(offset: int, attempts: int = 100) -> int:
@@ -608,24 +533,6 @@ def _free_port_with_offset(offset: int, attempts: int = 100) -> int:
                     continue
                 return port
     raise S3ServerError(f"no free port pair (p, p+{offset}) found on {HOST}")
-
-
-def _port_open(port: int) -> bool:
-    try:
-        with socket.create_connection((HOST, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
-
-
-def _tail(path: Path, lines: int) -> str:
-    try:
-        with path.open("rb") as f:
-            f.seek(0, os.SEEK_END)
-            f.seek(max(0, f.tell() - 64 * 1024))
-            return b"\n".join(f.read().splitlines()[-lines:]).decode(errors="replace")
-    except OSError:
-        return ""
 
 
 # ------------------------------------------------------------------------------ CLI
@@ -647,13 +554,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {reason}", file=sys.stderr)
         return 1
 
-    stop_requested = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop_requested.set())
-
     server = make_s3_server(args.server, args.workdir, start_timeout=args.timeout)
-    try:
-        server.start()
+
+    def ready() -> None:
         for bucket in args.bucket:
             server.create_bucket(bucket)
         print(json.dumps({"name": server.name, **server.client_kwargs()}), flush=True)
@@ -663,16 +566,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
             flush=True,
         )
-        while not stop_requested.wait(0.5):
-            if not server.is_running:
-                print(f"error: {server.name} server died\n{server.log_tail()}", file=sys.stderr)
-                return 1
-        return 0
-    except (S3ServerError, urllib.error.URLError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        server.stop()
+
+    return serve_until_signalled(
+        server,
+        ready=ready,
+        died=lambda: f"{server.name} server died\n{server.log_tail()}",
+        errors=(S3ServerError, urllib.error.URLError),
+    )
 
 
 if __name__ == "__main__":
