@@ -106,7 +106,7 @@ class MirrorActor:
         self._next_read = self._start_position(destination_next, offsets)
         self._verified = destination_next if destination_next is not None else self._next_read
         self._metrics.offset_verified.set(self._verified)
-        self._update_lag(offsets)
+        self._metrics.source_lag.set(self.lag)  # _verified is only known now
         log_event(
             log,
             logging.INFO,
@@ -261,7 +261,7 @@ class MirrorActor:
         self._metrics.bytes.inc(committed.bytes_written)
         self._metrics.flushes.inc()
         self._metrics.last_flush.set(time.time())
-        self._metrics.source_lag.set(max(0, self._source_end - self._verified))
+        self._metrics.source_lag.set(self.lag)
         log_event(
             log,
             logging.INFO,
@@ -297,10 +297,7 @@ class MirrorActor:
         self._source_end = offsets.end
         self._metrics.source_log_start.set(offsets.log_start)
         self._metrics.source_end.set(offsets.end)
-        self._update_lag(offsets)
-
-    def _update_lag(self, offsets: SourceOffsets) -> None:
-        self._metrics.source_lag.set(max(0, offsets.end - self._verified))
+        self._metrics.source_lag.set(self.lag)
 
     async def _heartbeat(self) -> None:
         interval = self._settings.heartbeat_secs
