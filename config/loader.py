@@ -28,7 +28,7 @@ import msgspec
 import msgspec.inspect as mi
 import yaml
 
-from config.model import Config, S3Destination
+from config.model import Config, KafkaDestination, KafkaSecurity, S3Destination
 
 PathPart = str | int
 FieldPath = tuple[PathPart, ...]
@@ -452,7 +452,7 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         return ConfigError(f"{_format_path(path)}: {message}{_line_suffix(lines, path)}")
 
     destination = config.destination
-    if destination.compression_level is not None:
+    if not isinstance(destination, KafkaDestination) and destination.compression_level is not None:
         levels = _COMPRESSION_LEVELS.get(destination.compression)
         if levels is None:
             raise error(
@@ -472,9 +472,17 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         missing = "secret-access-key-env" if destination.secret_access_key_env is None else "access-key-id-env"
         raise error(("destination", missing), "set both access-key-id-env and secret-access-key-env, or neither")
 
+    if isinstance(destination, KafkaDestination):
+        problem = _security_problem(destination.security)
+        if problem is not None:
+            raise error(("destination", "security", *problem[0]), problem[1])
+
     names: dict[str, int] = {}
     destinations: dict[tuple[str, int], int] = {}
     for index, mirror in enumerate(config.mirrors):
+        problem = _security_problem(mirror.source.security)
+        if problem is not None:
+            raise error(("mirrors", index, "source", "security", *problem[0]), problem[1])
         if mirror.name in names:
             raise error(
                 ("mirrors", index, "name"),
@@ -495,3 +503,23 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
                 f"(same {how} and partition); change the partition or set a distinct destination-name-override",
             )
         destinations[target] = index
+
+
+def _security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
+    """The first inconsistency between the protocol and the sasl / tls blocks, if any."""
+    uses_sasl = security.protocol.startswith("SASL_")
+    uses_tls = security.protocol in ("SSL", "SASL_SSL")
+    if uses_sasl and security.sasl is None:
+        return ("sasl",), f"protocol {security.protocol} needs a sasl block (mechanism, username, password)"
+    if not uses_sasl and security.sasl is not None:
+        return ("sasl",), f"protocol {security.protocol} does not use SASL; set protocol SASL_PLAINTEXT or SASL_SSL"
+    if not uses_tls and security.tls is not None:
+        return ("tls",), f"protocol {security.protocol} does not use TLS; set protocol SSL or SASL_SSL"
+    tls = security.tls
+    if tls is not None:
+        if (tls.cert_file is None) != (tls.key_file is None):
+            missing = "key-file" if tls.key_file is None else "cert-file"
+            return ("tls", missing), "mutual TLS needs both cert-file and key-file"
+        if tls.key_password is not None and tls.key_file is None:
+            return ("tls", "key-password"), "key-password without key-file"
+    return None

@@ -76,6 +76,40 @@ class RetryConfig(_Strict, frozen=True):
     ] = 300_000
 
 
+class SaslConfig(_Strict, frozen=True):
+    """SASL authentication. Put the password in the environment and write `password: ${VAR}`."""
+
+    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+    username: NonEmptyStr
+    password: Annotated[NonEmptyStr, msgspec.Meta(description="Never logged; use ${ENV} substitution.")]
+
+
+class TlsConfig(_Strict, frozen=True):
+    """TLS towards the brokers. Files are PEM; the client key must be PKCS#8 ("BEGIN PRIVATE KEY" or
+    "BEGIN ENCRYPTED PRIVATE KEY"), which both the Python and the JVM (Spark) clients read."""
+
+    ca_file: Annotated[
+        str | None, msgspec.Meta(description="CA bundle signing the brokers' certificates; system store when omitted.")
+    ] = None
+    cert_file: Annotated[str | None, msgspec.Meta(description="Client certificate chain (mutual TLS).")] = None
+    key_file: Annotated[str | None, msgspec.Meta(description="Client private key (mutual TLS), PKCS#8 PEM.")] = None
+    key_password: Annotated[
+        str | None, msgspec.Meta(description="Password of an encrypted key-file; use ${ENV} substitution.")
+    ] = None
+    check_hostname: Annotated[
+        bool, msgspec.Meta(description="Verify that the broker certificate names the host connected to.")
+    ] = True
+
+
+class KafkaSecurity(_Strict, frozen=True):
+    """How clients authenticate to a Kafka cluster; the same settings reach every client of it
+    (offset queries, Spark's reader, the destination producer)."""
+
+    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl: SaslConfig | None = None
+    tls: TlsConfig | None = None
+
+
 class _BlobDestination(_Strict, frozen=True, kw_only=True):
     """What filesystem and S3 destinations share: Parquet blobs, flush policy, retries."""
 
@@ -163,13 +197,56 @@ class S3Destination(_BlobDestination, tag_field="type", tag="s3", frozen=True, k
     ] = 60_000
 
 
-Destination = FilesystemDestination | S3Destination
+class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_only=True):
+    """Another Kafka cluster: records go to the same partition number of `<dest-name>`, which must
+    exist with enough partitions."""
+
+    bootstrap_servers: Annotated[NonEmptyStr, msgspec.Meta(description="host:port[,host:port...]")]
+    security: KafkaSecurity = msgspec.field(default_factory=KafkaSecurity)
+    offsets: Annotated[
+        Literal["preserve", "renumber"],
+        msgspec.Meta(
+            description="preserve: destination offset = source offset (the destination partition must end "
+            "where the mirror continues; a source hole stops the mirror). renumber: records get new offsets, "
+            "each carries header mirror-v3.source-offset, and every flush is one transaction that also "
+            "commits the source position to a consumer group on the destination (holes are fine)."
+        ),
+    ] = "preserve"
+    flush: FlushConfig = msgspec.field(
+        default_factory=lambda: FlushConfig(max_time_ms=1_000, max_bytes=32 * MiB, max_offsets=500_000)
+    )
+    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
+    max_batch_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1024,
+            description="Largest record batch sent in one produce request; keep it at or below the destination "
+            "topic's max.message.bytes (1 MiB by default).",
+        ),
+    ] = 1_000_000
+    transaction_id_prefix: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=r"^[A-Za-z0-9._-]+$",
+            max_length=200,
+            description="renumber: transactional.id = <prefix>.<dest-name>.<partition> (a newer process fences an "
+            "older one) and the position is committed for consumer group <prefix>.<dest-name>.",
+        ),
+    ] = "mirror-v3"
+    request_timeout_ms: Annotated[
+        int, msgspec.Meta(ge=100, description="Timeout of one request to the destination cluster.")
+    ] = 30_000
+    retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
+
+
+Destination = FilesystemDestination | S3Destination | KafkaDestination
 
 
 class SourceConfig(_Strict, frozen=True):
     """The Kafka cluster a mirror reads from."""
 
     bootstrap_servers: Annotated[NonEmptyStr, msgspec.Meta(description="host:port[,host:port...]")]
+    security: KafkaSecurity = msgspec.field(default_factory=KafkaSecurity)
     group_id: Annotated[
         str | None,
         msgspec.Meta(

@@ -9,12 +9,13 @@ import signal
 import anyio
 import anyio.to_thread
 
+from config.kafka_clients import ClientSettingsError
 from config.model import Config
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
-from supervisor.errors import EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
+from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies, MirrorMetrics
@@ -47,13 +48,13 @@ class Supervisor:
             heartbeat_secs=ActorSettings.heartbeat_from_env(),
         )
         sinks = SinkFactory(self._config.destination)
-        for mirror in self._config.mirrors:
+        for index, mirror in enumerate(self._config.mirrors):
             metrics = MirrorMetrics.for_partition(self._families, mirror.topic, mirror.partition)
-            cluster = self._clusters.get(mirror.source.bootstrap_servers, mirror.source.request_timeout_ms)
+            cluster = self._clusters.get(mirror.source, f"mirrors[{index}].source")
             self.actors.append(
                 MirrorActor(
                     mirror=mirror,
-                    source=SparkPartitionSource(mirror, cluster, self._config.spark),
+                    source=SparkPartitionSource(mirror, cluster, self._config.spark, f"mirrors[{index}]"),
                     sink=sinks.build(mirror, on_retry=metrics.inflight_retry.set),
                     metrics=metrics,
                     settings=settings,
@@ -64,6 +65,9 @@ class Supervisor:
     async def run(self) -> int:
         try:
             self._build_actors()
+        except ClientSettingsError as exc:
+            self._fail(None, exc, "cannot start", exit_code=EXIT_CONFIG)
+            return EXIT_CONFIG
         except DestinationError as exc:
             self._fail(None, exc, "cannot start")
             return EXIT_FAILURE

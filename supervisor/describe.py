@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from config.kafka_clients import ClientSettingsError
 from sinks.base import DestinationError
 from supervisor.errors import MirrorError
 
 
 def describe_error(exc: BaseException) -> str:
-    if isinstance(exc, (MirrorError, DestinationError)):
+    if isinstance(exc, (MirrorError, DestinationError, ClientSettingsError)):
         return str(exc)
     java = getattr(exc, "java_exception", None)
     if java is not None:

@@ -9,6 +9,7 @@ from typing import Protocol
 import anyio.to_thread
 import pyarrow as pa
 
+from config.kafka_clients import jvm_properties
 from config.model import MirrorConfig, SparkConfig
 from supervisor.source import SourceCluster, SourceOffsets
 from workers.range_reader import RangeRequest, cancel_read, read_range
@@ -39,8 +40,13 @@ class PartitionSource(Protocol):
 class SparkPartitionSource:
     """Offsets from aiokafka; records from Spark's Kafka batch source, off the event loop."""
 
-    def __init__(self, mirror: MirrorConfig, cluster: SourceCluster, spark: SparkConfig) -> None:
+    def __init__(self, mirror: MirrorConfig, cluster: SourceCluster, spark: SparkConfig, field: str) -> None:
+        """`field` is the mirror's config path; raises ClientSettingsError if its TLS files are unusable."""
         self._mirror = mirror
+        self._kafka_options = {
+            f"kafka.{name}": value
+            for name, value in jvm_properties(mirror.source.security, f"{field}.source.security").items()
+        }
         self._cluster = cluster
         self._spark_config = spark
         self._group_id = mirror.source.group_id or f"mirror-v3.{mirror.name}"
@@ -68,6 +74,7 @@ class SparkPartitionSource:
             group_id=self._group_id,
             min_partitions=tasks,
             job_group=job_group,
+            kafka_options=self._kafka_options,
         )
         with self._lock:
             self._inflight = job_group

@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from dataclasses import dataclass
+from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
+from config.kafka_clients import aiokafka_settings
+from config.model import SourceConfig
 from supervisor.errors import SourceError
 
 
@@ -26,19 +29,26 @@ class SourceOffsets:
 class SourceCluster:
     """Two metadata-only consumers: one sees the last stable offset, the other the high watermark."""
 
-    def __init__(self, bootstrap_servers: str, request_timeout_ms: int, client_id: str = "mirror-v3") -> None:
+    def __init__(
+        self,
+        bootstrap_servers: str,
+        request_timeout_ms: int,
+        client_settings: dict[str, Any] | None = None,
+        client_id: str = "mirror-v3",
+    ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self._timeout_s = request_timeout_ms / 1000
-        common = dict(
+        common: dict[str, Any] = dict(
             bootstrap_servers=bootstrap_servers,
             client_id=client_id,
             enable_auto_commit=False,
             group_id=None,
             request_timeout_ms=request_timeout_ms,
             connections_max_idle_ms=540_000,
+            **(client_settings or {}),
         )
-        self._committed = AIOKafkaConsumer(isolation_level="read_committed", **common)  # type: ignore[arg-type]
-        self._uncommitted = AIOKafkaConsumer(isolation_level="read_uncommitted", **common)  # type: ignore[arg-type]
+        self._committed = AIOKafkaConsumer(isolation_level="read_committed", **common)
+        self._uncommitted = AIOKafkaConsumer(isolation_level="read_uncommitted", **common)
         self._started = False
         self._start_lock = asyncio.Lock()
 
@@ -103,12 +113,20 @@ class SourceClusters:
     """One SourceCluster per distinct bootstrap list, so N mirrors of a cluster share connections."""
 
     def __init__(self) -> None:
-        self._clusters: dict[tuple[str, int], SourceCluster] = {}
+        self._clusters: dict[tuple[str, int, object], SourceCluster] = {}
 
-    def get(self, bootstrap_servers: str, request_timeout_ms: int) -> SourceCluster:
-        key = (bootstrap_servers, request_timeout_ms)
+    def get(self, source: SourceConfig, field: str) -> SourceCluster:
+        """The shared client of `source`'s cluster; `field` is its config path, for errors.
+
+        Raises config.kafka_clients.ClientSettingsError when its TLS files cannot be loaded.
+        """
+        key = (source.bootstrap_servers, source.request_timeout_ms, source.security)
         if key not in self._clusters:
-            self._clusters[key] = SourceCluster(bootstrap_servers, request_timeout_ms)
+            self._clusters[key] = SourceCluster(
+                source.bootstrap_servers,
+                source.request_timeout_ms,
+                aiokafka_settings(source.security, f"{field}.security"),
+            )
         return self._clusters[key]
 
     async def close(self) -> None:

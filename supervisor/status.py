@@ -49,7 +49,7 @@ async def collect_status(config: Config, timeout_s: float = 15.0, deep: bool = F
         sinks = exc
 
     async def query(index: int, mirror: MirrorConfig) -> None:
-        rows[index] = await _query_one(mirror, sinks, clusters, timeout_s, deep)
+        rows[index] = await _query_one(index, mirror, sinks, clusters, timeout_s, deep)
 
     try:
         async with anyio.create_task_group() as tasks:
@@ -61,6 +61,7 @@ async def collect_status(config: Config, timeout_s: float = 15.0, deep: bool = F
 
 
 async def _query_one(
+    index: int,
     mirror: MirrorConfig,
     sinks: SinkFactory | DestinationError,
     clusters: SourceClusters,
@@ -72,8 +73,10 @@ async def _query_one(
     row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description if sink else "-")
     errors: list[str] = []
     timeout_ms = min(mirror.source.request_timeout_ms, int(timeout_s * 1000))
-    cluster = clusters.get(mirror.source.bootstrap_servers, timeout_ms)
     try:
+        cluster = clusters.get(
+            msgspec.structs.replace(mirror.source, request_timeout_ms=timeout_ms), f"mirrors[{index}].source"
+        )
         with anyio.fail_after(timeout_s):
             offsets = await cluster.offsets(mirror.topic, mirror.partition, mirror.source.isolation_level)
         row.source_log_start, row.source_end = offsets.log_start, offsets.end

@@ -14,7 +14,7 @@ import yaml
 
 from config import Config, ConfigError, FlushConfig, SourceConfig, SparkConfig, load_config, parse_config
 from config import schema as config_schema
-from config.model import FilesystemDestination
+from config.model import FilesystemDestination, KafkaDestination
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -311,6 +311,7 @@ def test_defaults() -> None:
     assert config.destination.flush.max_bytes == 128 * 1024 * 1024
     assert config.destination.flush.max_offsets == 1_000_000
     assert config.destination.compression == "zstd"
+    assert not isinstance(config.destination, KafkaDestination)
     assert config.destination.compression_level is None
     assert config.spark == SparkConfig()
     assert config.spark.master == "local[*]"
@@ -351,6 +352,7 @@ spark:
 """
     config = parse_config(text, env={})
     assert config.destination.flush == FlushConfig(max_time_ms=1, max_bytes=2, max_offsets=3)
+    assert not isinstance(config.destination, KafkaDestination)
     assert (config.destination.compression, config.destination.compression_level) == ("gzip", 6)
     mirror = config.mirrors[0]
     assert mirror.source == SourceConfig(
@@ -386,6 +388,7 @@ def test_env_substitution() -> None:
     env = {"HOST": "kafka", "PORT": "9093", "GROUP": "007", "POLL": "250", "P": "3", "TOPIC": "123", "EMPTY": ""}
     config = parse_config(text, env=env)
     assert _root(config) == "/var/lib/mirror"  # unset: default
+    assert not isinstance(config.destination, KafkaDestination)
     assert config.destination.compression_level == 5  # default of a whole reference takes the field's type
     first, second = config.mirrors
     assert first.source.bootstrap_servers == "kafka:9093"

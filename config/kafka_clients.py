@@ -1,0 +1,102 @@
+"""Kafka client settings derived from a `security` block, for both kinds of client the process runs.
+
+The Python clients (aiokafka: offset queries, the destination producer) take keyword arguments and an
+`ssl.SSLContext`; the JVM client inside Spark's Kafka reader takes `kafka.*` properties. Both are built
+from the same config so a cluster is reached the same way by every client. PEM material is passed to
+the JVM inline (not as a path) so Spark executors on other hosts need no copy of the files.
+"""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+from typing import Any
+
+from config.model import KafkaSecurity, TlsConfig
+
+_LOGIN_MODULES = {
+    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
+    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
+    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
+}
+
+
+class ClientSettingsError(Exception):
+    """A file named by the security block cannot be used; the message names the config field."""
+
+
+def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
+    """Keyword arguments for AIOKafkaProducer / AIOKafkaConsumer / AIOKafkaAdminClient.
+
+    `field` is the config path of the security block (e.g. `destination.security`), for errors.
+    """
+    settings: dict[str, Any] = {"security_protocol": security.protocol}
+    if security.sasl is not None:
+        settings.update(
+            sasl_mechanism=security.sasl.mechanism,
+            sasl_plain_username=security.sasl.username,
+            sasl_plain_password=security.sasl.password,
+        )
+    if security.protocol in ("SSL", "SASL_SSL"):
+        settings["ssl_context"] = ssl_context(security.tls or TlsConfig(), f"{field}.tls")
+    return settings
+
+
+def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    try:
+        if tls.ca_file is not None:
+            context.load_verify_locations(cafile=tls.ca_file)
+        if tls.cert_file is not None and tls.key_file is not None:
+            context.load_cert_chain(tls.cert_file, tls.key_file, password=tls.key_password)
+    except (OSError, ssl.SSLError) as exc:
+        raise ClientSettingsError(f"{field}: cannot load the TLS files: {_reason(exc)}") from None
+    context.check_hostname = tls.check_hostname
+    return context
+
+
+def jvm_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
+    """Kafka Java client properties (without Spark's `kafka.` prefix)."""
+    properties: dict[str, str] = {"security.protocol": security.protocol}
+    sasl = security.sasl
+    if sasl is not None:
+        properties["sasl.mechanism"] = sasl.mechanism
+        properties["sasl.jaas.config"] = (
+            f"{_LOGIN_MODULES[sasl.mechanism]} required "
+            f'username="{_jaas_quote(sasl.username)}" password="{_jaas_quote(sasl.password)}";'
+        )
+    tls = security.tls if security.protocol in ("SSL", "SASL_SSL") else None
+    if tls is not None:
+        if tls.ca_file is not None:
+            properties["ssl.truststore.type"] = "PEM"
+            properties["ssl.truststore.certificates"] = _read_pem(tls.ca_file, f"{field}.tls.ca-file")
+        if tls.cert_file is not None and tls.key_file is not None:
+            properties["ssl.keystore.type"] = "PEM"
+            properties["ssl.keystore.certificate.chain"] = _read_pem(tls.cert_file, f"{field}.tls.cert-file")
+            properties["ssl.keystore.key"] = _read_pem(tls.key_file, f"{field}.tls.key-file")
+            if tls.key_password is not None:
+                properties["ssl.key.password"] = tls.key_password
+        if not tls.check_hostname:
+            properties["ssl.endpoint.identification.algorithm"] = ""
+    return properties
+
+
+def _jaas_quote(value: str) -> str:
+    # JAAS string literals are double-quoted with backslash escapes.
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _read_pem(path: str, field: str) -> str:
+    try:
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ClientSettingsError(f"{field}: cannot read {path}: {_reason(exc)}") from None
+    if "-----BEGIN " not in text:
+        raise ClientSettingsError(f"{field}: {path} is not a PEM file")
+    return text
+
+
+def _reason(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return str(exc) or type(exc).__name__
