@@ -8,10 +8,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from config.model import Destination, FilesystemDestination, MirrorConfig, S3Destination
+from config.kafka_clients import aiokafka_settings
+from config.model import Destination, FilesystemDestination, KafkaDestination, MirrorConfig, S3Destination
 from sinks.base import DestinationError, Sink
 from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
+from sinks.kafka import KafkaClients, KafkaSink, KafkaSinkSettings, KafkaSourceLookup
 from sinks.retry import RetryingSink, RetryPolicy
 from sinks.s3 import S3Connection, S3Settings, S3Store
 
@@ -20,8 +22,12 @@ class SinkFactory:
     def __init__(self, destination: Destination) -> None:
         self._destination = destination
         self._s3: S3Connection | None = None
+        self._kafka: KafkaSinkSettings | None = None
         if isinstance(destination, S3Destination):
             self._s3 = S3Connection(s3_settings(destination))
+        elif isinstance(destination, KafkaDestination):
+            # Raises config.kafka_clients.ClientSettingsError when TLS files cannot be loaded.
+            self._kafka = kafka_settings(destination)
 
     def build(
         self,
@@ -41,6 +47,21 @@ class SinkFactory:
                 description=f"s3://{destination.bucket}/{key_prefix}/",
                 compression=destination.compression,
                 compression_level=destination.compression_level,
+            )
+        elif isinstance(destination, KafkaDestination):
+            assert self._kafka is not None
+            source = mirror.source
+            source_clients = KafkaClients(
+                source.bootstrap_servers,
+                aiokafka_settings(source.security, f"mirror {mirror.name}: source.security"),
+                source.request_timeout_ms,
+            )
+            sink = KafkaSink(
+                self._kafka,
+                mirror.destination_name,
+                mirror.partition,
+                source=KafkaSourceLookup(source_clients, mirror.topic, mirror.partition, source.isolation_level),
+                source_name=f"{mirror.topic}-{mirror.partition}",
             )
         else:  # pragma: no cover - the config union is exhaustive
             raise TypeError(f"unsupported destination {type(destination).__name__}")
@@ -75,4 +96,16 @@ def s3_settings(destination: S3Destination) -> S3Settings:
         multipart_threshold=destination.multipart_threshold_bytes,
         part_size=destination.part_size_bytes,
         request_timeout_s=destination.request_timeout_ms / 1000,
+    )
+
+
+def kafka_settings(destination: KafkaDestination) -> KafkaSinkSettings:
+    return KafkaSinkSettings(
+        bootstrap_servers=destination.bootstrap_servers,
+        client=aiokafka_settings(destination.security, "destination.security"),
+        offsets=destination.offsets,
+        compression=None if destination.compression == "none" else destination.compression,
+        max_batch_bytes=destination.max_batch_bytes,
+        request_timeout_ms=destination.request_timeout_ms,
+        transaction_id_prefix=destination.transaction_id_prefix,
     )

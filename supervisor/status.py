@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import anyio
 import msgspec
 
+from config.kafka_clients import ClientSettingsError
 from config.model import Config, MirrorConfig
 from sinks.base import DestinationError, Sink
 from sinks.factory import SinkFactory
@@ -47,6 +48,8 @@ async def collect_status(config: Config, timeout_s: float = 15.0, deep: bool = F
         sinks: SinkFactory | DestinationError = SinkFactory(config.destination)
     except DestinationError as exc:
         sinks = exc
+    except ClientSettingsError as exc:
+        sinks = DestinationError(str(exc))
 
     async def query(index: int, mirror: MirrorConfig) -> None:
         rows[index] = await _query_one(index, mirror, sinks, clusters, timeout_s, deep)
