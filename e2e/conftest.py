@@ -26,6 +26,21 @@ def kafka() -> Iterator[KafkaBroker]:
         broker.stop()
 
 
+SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
+
+
+@pytest.fixture(scope="session")
+def kafka_destination_broker() -> Iterator[KafkaBroker]:
+    """A second, independent cluster: the destination of Kafka -> Kafka mirrors. It also has a
+    SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER) for the security pass-through tests."""
+    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD})
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
     server = MotoServer()

@@ -19,12 +19,16 @@ from sinks.blob_chain import BlobRange, parse_blob_name
 _buckets = itertools.count()
 
 
-class DestinationUnderTest(Protocol):
+class DestinationConfig(Protocol):
     kind: str
 
     def config(self, flush: dict[str, int] | None) -> dict[str, Any]:
         """The `destination:` block of a config."""
         ...
+
+
+class DestinationUnderTest(DestinationConfig, Protocol):
+    """A blob destination (filesystem or S3): a chain of Parquet files per partition."""
 
     def names(self, dest_name: str, partition: int) -> list[str]:
         """Every entry of the partition's directory / prefix, sorted."""
@@ -123,6 +127,36 @@ class S3DestinationUnderTest:
 
     def location(self, dest_name: str, partition: int, name: str) -> str:
         return f"s3://{self.bucket}/{self.key_prefix(dest_name, partition)}{name}"
+
+
+class KafkaDestinationUnderTest:
+    """A topic on a second Kafka cluster, in `preserve` or `renumber` mode."""
+
+    kind = "kafka"
+
+    def __init__(self, bootstrap: str, offsets: str, **extra: Any) -> None:
+        self.bootstrap = bootstrap
+        self.offsets = offsets
+        self.extra = extra
+
+    def config(self, flush: dict[str, int] | None) -> dict[str, Any]:
+        return {
+            "type": "kafka",
+            "bootstrap-servers": self.bootstrap,
+            "offsets": self.offsets,
+            "flush": flush or {"max-time-ms": 500},
+            "retry": {"initial-backoff-ms": 50, "max-backoff-ms": 1000, "deadline-ms": 60_000},
+            **self.extra,
+        }
+
+    def next_offset(self, topic: str, partition: int) -> int | None:
+        """The next source offset the destination expects, read around mirror-v3: the end offset in
+        preserve mode, the consumer group's committed position in renumber mode."""
+        from testkit.kafka_data import committed_offset, watermarks
+
+        if self.offsets == "preserve":
+            return watermarks(self.bootstrap, topic, partition)[1]
+        return committed_offset(self.bootstrap, f"mirror-v3.{topic}", topic, partition)
 
 
 def chain(dest: DestinationUnderTest, dest_name: str, partition: int) -> list[BlobRange]:

@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import yaml
 
-from e2e.destinations import DestinationUnderTest, read_tables
+from e2e.destinations import DestinationConfig, DestinationUnderTest, KafkaDestinationUnderTest, read_tables
 from testkit.kafka_data import ConsumedRecord, consume_all
 
 REPO = Path(__file__).resolve().parent.parent
@@ -26,7 +26,7 @@ def write_config(
     path: Path,
     *,
     bootstrap: str,
-    destination: DestinationUnderTest,
+    destination: DestinationConfig,
     mirrors: list[dict[str, Any]],
     flush: dict[str, int] | None = None,
     spark: dict[str, Any] | None = None,
@@ -134,6 +134,28 @@ def read_archive(destination: DestinationUnderTest, dest_name: str, partition: i
     records: list[ArchivedRecord] = []
     for blob, table in read_tables(destination, dest_name, partition):
         records.extend(_rows(table, blob.first, blob.last, blob.name))
+    return records
+
+
+def read_kafka_destination(destination: KafkaDestinationUnderTest, topic: str, partition: int) -> list[ArchivedRecord]:
+    """Every committed record of the destination partition, as the source record it copies.
+
+    preserve: the destination offset is the source offset. renumber: the source offset comes from the
+    `mirror-v3.source-offset` header (removed here), and destination offsets must only increase.
+    """
+    records: list[ArchivedRecord] = []
+    last_destination_offset = -1
+    for r in consume_all(destination.bootstrap, topic, partition, "read_committed"):
+        assert r.offset > last_destination_offset
+        last_destination_offset = r.offset
+        headers = [(k, v) for k, v in (r.headers or [])]
+        offset = r.offset
+        if destination.offsets == "renumber":
+            tagged = [v for k, v in headers if k == "mirror-v3.source-offset"]
+            assert len(tagged) == 1 and tagged[0] is not None, f"destination offset {r.offset}: header {headers}"
+            offset = int(tagged[0])
+            headers = [(k, v) for k, v in headers if k != "mirror-v3.source-offset"]
+        records.append(ArchivedRecord(offset, r.key, r.value, headers, r.timestamp_ms))
     return records
 
 

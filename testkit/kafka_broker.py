@@ -126,6 +126,20 @@ def broker_properties(
     }
 
 
+def sasl_listener_properties(props: Mapping[str, str], port: int, users: Mapping[str, str]) -> dict[str, str]:
+    """An extra SASL_PLAINTEXT listener (mechanism PLAIN) accepting `users` (name -> password)."""
+    accounts = " ".join(f'user_{name}="{password}"' for name, password in users.items())
+    return {
+        "listeners": f"{props['listeners']},SASL_PLAINTEXT://{HOST}:{port}",
+        "advertised.listeners": f"{props['advertised.listeners']},SASL_PLAINTEXT://{HOST}:{port}",
+        "listener.security.protocol.map": f"{props['listener.security.protocol.map']},SASL_PLAINTEXT:SASL_PLAINTEXT",
+        "sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.sasl_plaintext.plain.sasl.jaas.config": (
+            f"org.apache.kafka.common.security.plain.PlainLoginModule required {accounts};"
+        ),
+    }
+
+
 def log4j_properties(log_file: Path) -> str:
     """reload4j config: everything to one file in the workdir, nothing to the console."""
     return "\n".join(
@@ -156,6 +170,7 @@ class KafkaBroker(StartStop):
         *,
         extra_properties: Mapping[str, PropertyValue] | None = None,
         advertised_port: int | None = None,
+        sasl_users: Mapping[str, str] | None = None,
         jar_dir: Path | None = None,
         jvm_opts: Sequence[str] = DEFAULT_JVM_OPTS,
         start_timeout: float = 60.0,
@@ -175,9 +190,11 @@ class KafkaBroker(StartStop):
         self._owns_workdir = workdir is None
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="kafka-broker-"))
         self.advertised_port = advertised_port
-        ports = free_ports(3 if advertised_port is not None else 2)
+        self.sasl_users = dict(sasl_users or {})
+        ports = free_ports(4)
         self.port, self.controller_port = ports[0], ports[1]
         self.external_port: int | None = ports[2] if advertised_port is not None else None
+        self.sasl_port: int | None = ports[3] if self.sasl_users else None
         self.cluster_id = random_cluster_id()
         self._child: ChildProcess | None = None
         self._paused = False
@@ -189,6 +206,11 @@ class KafkaBroker(StartStop):
     def bootstrap(self) -> str:
         """Direct bootstrap address, "127.0.0.1:<port>"."""
         return f"{HOST}:{self.port}"
+
+    @property
+    def sasl_bootstrap(self) -> str | None:
+        """The SASL_PLAINTEXT (mechanism PLAIN) listener, when the broker was given sasl_users."""
+        return None if self.sasl_port is None else f"{HOST}:{self.sasl_port}"
 
     @property
     def advertised_bootstrap(self) -> str | None:
@@ -308,6 +330,8 @@ class KafkaBroker(StartStop):
             external_port=self.external_port,
             advertised_port=self.advertised_port,
         )
+        if self.sasl_port is not None:
+            props.update(sasl_listener_properties(props, self.sasl_port, self.sasl_users))
         props.update({k: _prop_str(v) for k, v in self._extra.items()})
         server_props = self.workdir / "server.properties"
         server_props.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))

@@ -261,6 +261,20 @@ def watermarks(bootstrap: str, topic: str, partition: int, *, timeout: float = 1
         consumer.close()
 
 
+def committed_offset(bootstrap: str, group: str, topic: str, partition: int, *, timeout: float = 10.0) -> int | None:
+    """The offset consumer group `group` committed for the partition, or None."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOGGER, "group.id": group, "enable.auto.commit": False}
+    )
+    try:
+        (found,) = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)
+    except KafkaException as exc:
+        raise KafkaDataError(f"committed offset of group {group!r} for {topic}[{partition}]: {exc}") from None
+    finally:
+        consumer.close()
+    return None if found.offset < 0 else int(found.offset)
+
+
 def delete_records(bootstrap: str, topic: str, partition: int, before_offset: int, *, timeout: float = 30.0) -> int:
     """Delete records below `before_offset` (-1 = all); return the new low watermark."""
     admin = admin_client(bootstrap)
