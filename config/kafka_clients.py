@@ -8,7 +8,9 @@ the JVM inline (not as a path) so Spark executors on other hosts need no copy of
 
 from __future__ import annotations
 
+import asyncio
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +102,56 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
+
+
+@dataclass(frozen=True)
+class BootstrapDiagnosis:
+    reason: str  # one line, per address
+    permanent: bool  # a credential or certificate problem: retrying will not help
+
+
+async def diagnose_bootstrap(bootstrap_servers: str, settings: dict[str, Any], timeout_ms: int) -> BootstrapDiagnosis:
+    """Why no bootstrap server answered, found by connecting to each once more.
+
+    aiokafka reports only "Unable to bootstrap" and logs the cause (refused, TLS, SASL) where an
+    operator never sees it; this probe runs only after that failure, to name the cause.
+    """
+    from aiokafka.conn import create_conn
+    from aiokafka.errors import AuthenticationFailedError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
+
+    reasons: list[str] = []
+    permanent = False
+    for address in bootstrap_servers.split(","):
+        host, _, port = address.strip().rpartition(":")
+        try:
+            conn = await asyncio.wait_for(
+                create_conn(host, int(port), request_timeout_ms=timeout_ms, **settings), timeout_ms / 1000
+            )
+        except TimeoutError:
+            reasons.append(f"{address}: timed out")
+            continue
+        except Exception as exc:  # any failure is the answer we are looking for
+            reasons.append(f"{address}: {_connection_problem(exc)}")
+            permanent = permanent or isinstance(
+                exc,
+                (
+                    AuthenticationFailedError,
+                    SaslAuthenticationFailed,
+                    UnsupportedSaslMechanismError,
+                    ssl.SSLCertVerificationError,
+                ),
+            )
+            continue
+        conn.close()
+        reasons.append(f"{address}: connects now")
+    return BootstrapDiagnosis("; ".join(reasons), permanent)
+
+
+def _connection_problem(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS handshake failed ({exc.reason or exc})"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    text = str(exc).strip().splitlines()
+    name = type(exc).__name__
+    return f"{name}: {text[0]}" if text and text[0] and text[0] != name else name

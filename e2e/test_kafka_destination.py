@@ -92,9 +92,7 @@ def test_three_partitions_round_trip(
         flush={"max-time-ms": 2000, "max-offsets": 25_000},
         spark={"max-offsets-per-read": 25_000, "offsets-per-task": 12_500},
     )
-    mirror = _run_until_mirrored(
-        config, tmp_path / "run.log", destination, topic_name, {p: 100_000 for p in range(3)}
-    )
+    mirror = _run_until_mirrored(config, tmp_path / "run.log", destination, topic_name, {p: 100_000 for p in range(3)})
     for partition in range(3):
         _assert_exactly_once(kafka, destination, topic_name, partition)
     assert re.search(r"msg=flushed .*trigger=max-offsets", mirror.log_text())

@@ -33,6 +33,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
+from config.kafka_clients import diagnose_bootstrap
 from sinks.base import Chunk, Committed, DestinationError
 from sinks.kafka_records import PreparedBatch, build_batches, first_hole, parse_source_offset
 from sinks.retry import TransientDestinationError
@@ -496,12 +497,16 @@ class KafkaSink:
         except (KafkaError, OSError, TimeoutError) as exc:
             await self._stop_producer()
             self._uncertain = self._uncertain or self._position is not None
-            detail = _describe(exc)
-            if _is_transient(exc):
-                raise TransientDestinationError(
-                    f"{self._name} on {self._settings.bootstrap_servers}: {detail}"
-                ) from None
-            raise DestinationError(f"{self._name} on {self._settings.bootstrap_servers}: {detail}") from None
+            detail, transient = _describe(exc), _is_transient(exc)
+            if isinstance(exc, KafkaConnectionError):
+                diagnosis = await diagnose_bootstrap(
+                    self._settings.bootstrap_servers, self._settings.client, self._settings.request_timeout_ms
+                )
+                detail, transient = f"unreachable: {diagnosis.reason}", not diagnosis.permanent
+            message = f"{self._name} on {self._settings.bootstrap_servers}: {detail}"
+            if transient:
+                raise TransientDestinationError(message) from None
+            raise DestinationError(message) from None
 
 
 def _is_transient(exc: BaseException) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
-from config.kafka_clients import aiokafka_settings
+from config.kafka_clients import aiokafka_settings, diagnose_bootstrap
 from config.model import SourceConfig
 from supervisor.errors import SourceError
 
@@ -38,6 +38,8 @@ class SourceCluster:
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
         self._timeout_s = request_timeout_ms / 1000
+        self._timeout_ms = request_timeout_ms
+        self._client_settings = dict(client_settings or {})
         common: dict[str, Any] = dict(
             bootstrap_servers=bootstrap_servers,
             client_id=client_id,
@@ -61,7 +63,13 @@ class SourceCluster:
                 await asyncio.wait_for(self._uncommitted.start(), self._timeout_s)
             except (TimeoutError, KafkaError, OSError) as exc:
                 await self.close()
-                raise SourceError(f"source cluster {self.bootstrap_servers} unreachable: {_describe(exc)}") from None
+                reason = _describe(exc)
+                if isinstance(exc, KafkaConnectionError):
+                    diagnosis = await diagnose_bootstrap(
+                        self.bootstrap_servers, self._client_settings, self._timeout_ms
+                    )
+                    reason = diagnosis.reason
+                raise SourceError(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
             self._started = True
 
     async def check_partition(self, topic: str, partition: int) -> None:
