@@ -11,7 +11,9 @@ import pytest
 
 from e2e.destinations import DestinationUnderTest, FilesystemDestinationUnderTest, S3DestinationUnderTest
 from testkit.kafka_broker import KafkaBroker
+from testkit.ports import free_port
 from testkit.s3_servers import MotoServer
+from testkit.tcp_proxy import TcpProxy
 
 _names = itertools.count()
 
@@ -31,14 +33,37 @@ SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
 
 @pytest.fixture(scope="session")
 def kafka_destination_broker() -> Iterator[KafkaBroker]:
-    """A second, independent cluster: the destination of Kafka -> Kafka mirrors. It also has a
-    SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER) for the security pass-through tests."""
-    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD})
+    """A second, independent cluster: the destination of Kafka -> Kafka mirrors.
+
+    Besides its direct `bootstrap` it has a SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER)
+    for the security pass-through tests, and an EXTERNAL listener advertised behind a TCP proxy
+    (`kafka_destination_proxy`, bootstrap `advertised_bootstrap`) for outage tests.
+    """
+    proxy_port = free_port()
+    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, advertised_port=proxy_port)
     broker.start()
     try:
         yield broker
     finally:
         broker.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_destination_proxy(kafka_destination_broker: KafkaBroker) -> Iterator[TcpProxy]:
+    broker = kafka_destination_broker
+    assert broker.external_port is not None and broker.advertised_port is not None
+    with TcpProxy(broker.external_port, port=broker.advertised_port) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def healthy_destination_proxy(kafka_destination_proxy: TcpProxy) -> Iterator[TcpProxy]:
+    """The destination proxy, guaranteed to let connections through again after the test."""
+    kafka_destination_proxy.refuse(False)
+    try:
+        yield kafka_destination_proxy
+    finally:
+        kafka_destination_proxy.refuse(False)
 
 
 @pytest.fixture(scope="session")

@@ -19,6 +19,7 @@ from e2e.destinations import KafkaDestinationUnderTest
 from e2e.harness import (
     MirrorProcess,
     assert_same_records,
+    cli_env,
     read_kafka_destination,
     run_cli,
     source_records,
@@ -38,6 +39,7 @@ from testkit.kafka_data import (
     wait_for_compaction,
     watermarks,
 )
+from testkit.tcp_proxy import TcpProxy
 
 MODES = ["preserve", "renumber"]
 
@@ -120,9 +122,12 @@ def test_sigterm_mid_stream_then_restart(
         flush={"max-time-ms": 60_000, "max-offsets": 40_000},
         spark={"max-offsets-per-read": 4_000},
     )
-    mirror = MirrorProcess(config, tmp_path / "run1.log")
+    # DEBUG heartbeats show what is buffered, so the signal lands while records sit in memory.
+    mirror = MirrorProcess(
+        config, tmp_path / "run1.log", env=cli_env(LOG_LEVEL="DEBUG", MIRROR_V3_HEARTBEAT_SECS="0.2")
+    )
     try:
-        mirror.wait_for_log(r"msg=flushed", timeout=180)
+        mirror.wait_for_log(r"msg=flushed[\s\S]*msg=heartbeat .*buffered_offsets=[1-9]", timeout=180)
         mirror.terminate()
         assert mirror.wait(60) == 0, mirror.tail()
     finally:
@@ -375,3 +380,50 @@ def test_sasl_settings_reach_every_client(
     assert SASL_PASSWORD not in mirror.log_text()
     mirrored = read_kafka_destination(plain, copy, 0)
     assert_same_records(mirrored, source_records(broker.bootstrap, topic_name, 0))
+
+
+@pytest.mark.parametrize("offsets", MODES)
+def test_destination_outages_are_retried_without_duplicates(
+    kafka: KafkaBroker,
+    kafka_destination_broker: KafkaBroker,
+    healthy_destination_proxy: TcpProxy,
+    topic_name: str,
+    tmp_path: Path,
+    offsets: str,
+) -> None:
+    """Connections to the destination are reset mid-flush and refused for a while, three times. The
+    retry layer waits it out; each retry first asks the destination what of the chunk landed."""
+    total = 150_000
+    proxy = healthy_destination_proxy
+    _topics(kafka, kafka_destination_broker, topic_name)
+    produce(kafka.bootstrap, topic_name, 0, generate_records(total, seed=80))
+    assert kafka_destination_broker.advertised_bootstrap is not None
+    destination = KafkaDestinationUnderTest(
+        kafka_destination_broker.advertised_bootstrap, offsets, **{"request-timeout-ms": 1_500}
+    )
+    direct = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, offsets)
+    config = write_config(
+        tmp_path / "mirror.yaml",
+        bootstrap=kafka.bootstrap,
+        destination=destination,
+        mirrors=[{"topic": topic_name, "partition": 0}],
+        flush={"max-time-ms": 300, "max-offsets": 10_000},
+        spark={"max-offsets-per-read": 10_000},
+    )
+    mirror = MirrorProcess(config, tmp_path / "run.log")
+    rng = random.Random(81)
+    try:
+        for outage in range(3):
+            mirror.wait_for_log(r"msg=flushed", timeout=180, count=outage * 3 + 1)
+            time.sleep(rng.uniform(0.0, 0.5))
+            proxy.refuse(True)
+            proxy.cut()
+            time.sleep(rng.uniform(3.0, 4.5))  # longer than a request may take: the sink must retry
+            proxy.refuse(False)
+        wait_until(lambda: direct.next_offset(topic_name, 0) == total, 240, f"not mirrored:\n{mirror.tail()}")
+        mirror.terminate()
+        assert mirror.wait(60) == 0, mirror.tail()
+    finally:
+        mirror.stop()
+    assert re.search(r"level=WARNING .*retry", mirror.log_text()), "no outage was noticed"
+    _assert_exactly_once(kafka, direct, topic_name)

@@ -518,6 +518,8 @@ def _is_transient(exc: BaseException) -> bool:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, KafkaConnectionError):
         return "cannot connect"
+    if isinstance(exc, (KafkaTimeoutError, TimeoutError)) and not str(exc).strip():
+        return "request timed out (destination.request-timeout-ms)"
     text = str(exc).strip().splitlines()
     name = type(exc).__name__
     return f"{name}: {text[0]}" if text and text[0] and text[0] != name else name
