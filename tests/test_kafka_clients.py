@@ -1,0 +1,142 @@
+"""One security block, two kinds of client: aiokafka keyword arguments and JVM (Spark) properties."""
+
+from __future__ import annotations
+
+import ssl
+from pathlib import Path
+
+import pytest
+
+from config import ConfigError, parse_config
+from config.kafka_clients import ClientSettingsError, aiokafka_settings, jvm_properties
+from config.model import KafkaSecurity, SaslConfig, TlsConfig
+
+PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
+
+
+def test_plaintext_is_the_default() -> None:
+    assert aiokafka_settings(KafkaSecurity(), "f") == {"security_protocol": "PLAINTEXT"}
+    assert jvm_properties(KafkaSecurity(), "f") == {"security.protocol": "PLAINTEXT"}
+
+
+@pytest.mark.parametrize(
+    ("mechanism", "module"),
+    [
+        ("PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule"),
+        ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
+    ],
+)
+def test_sasl_reaches_both_clients(mechanism: str, module: str) -> None:
+    security = KafkaSecurity(
+        protocol="SASL_PLAINTEXT",
+        sasl=SaslConfig(mechanism=mechanism, username="svc", password='p"a\\ss'),  # type: ignore[arg-type]
+    )
+    assert aiokafka_settings(security, "f") == {
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": mechanism,
+        "sasl_plain_username": "svc",
+        "sasl_plain_password": 'p"a\\ss',
+    }
+    properties = jvm_properties(security, "f")
+    assert properties["security.protocol"] == "SASL_PLAINTEXT"
+    assert properties["sasl.mechanism"] == mechanism
+    # Quotes and backslashes are escaped inside the JAAS string literal.
+    assert properties["sasl.jaas.config"] == f'{module} required username="svc" password="p\\"a\\\\ss";'
+
+
+def test_tls_material_is_passed_inline_to_the_jvm(tmp_path: Path) -> None:
+    for name in ("ca.pem", "cert.pem", "key.pem"):
+        (tmp_path / name).write_text(PEM.replace("CERTIFICATE", name))
+    tls = TlsConfig(
+        ca_file=str(tmp_path / "ca.pem"),
+        cert_file=str(tmp_path / "cert.pem"),
+        key_file=str(tmp_path / "key.pem"),
+        key_password="kp",
+        check_hostname=False,
+    )
+    properties = jvm_properties(KafkaSecurity(protocol="SSL", tls=tls), "f")
+    assert properties == {
+        "security.protocol": "SSL",
+        "ssl.truststore.type": "PEM",
+        "ssl.truststore.certificates": PEM.replace("CERTIFICATE", "ca.pem"),
+        "ssl.keystore.type": "PEM",
+        "ssl.keystore.certificate.chain": PEM.replace("CERTIFICATE", "cert.pem"),
+        "ssl.keystore.key": PEM.replace("CERTIFICATE", "key.pem"),
+        "ssl.key.password": "kp",
+        "ssl.endpoint.identification.algorithm": "",
+    }
+
+
+def test_tls_without_files_uses_the_system_trust_store() -> None:
+    settings = aiokafka_settings(KafkaSecurity(protocol="SSL"), "f")
+    context = settings["ssl_context"]
+    assert isinstance(context, ssl.SSLContext)
+    assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
+    assert jvm_properties(KafkaSecurity(protocol="SSL"), "f") == {"security.protocol": "SSL"}
+
+
+def test_unusable_tls_files_name_the_field(tmp_path: Path) -> None:
+    missing = KafkaSecurity(protocol="SSL", tls=TlsConfig(ca_file=str(tmp_path / "nope.pem")))
+    with pytest.raises(ClientSettingsError, match=r"^destination\.security\.tls\.ca-file: cannot read .*nope\.pem"):
+        jvm_properties(missing, "destination.security")
+    with pytest.raises(ClientSettingsError, match=r"^destination\.security\.tls: cannot load the TLS files"):
+        aiokafka_settings(missing, "destination.security")
+    (tmp_path / "junk.pem").write_text("not a certificate")
+    junk = KafkaSecurity(protocol="SSL", tls=TlsConfig(ca_file=str(tmp_path / "junk.pem")))
+    with pytest.raises(ClientSettingsError, match=r"junk\.pem is not a PEM file"):
+        jvm_properties(junk, "mirrors[0].source.security")
+
+
+KAFKA_CONFIG = """
+destination:
+  type: kafka
+  bootstrap-servers: dest:9092
+  security: {security}
+mirrors:
+  - name: m
+    source: {{bootstrap-servers: "src:9092"}}
+    topic: t
+    partition: 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("security", "message"),
+    [
+        ("{protocol: SASL_SSL}", r"destination\.security\.sasl: protocol SASL_SSL needs a sasl block"),
+        (
+            "{sasl: {mechanism: PLAIN, username: u, password: p}}",
+            r"destination\.security\.sasl: protocol PLAINTEXT does not use SASL",
+        ),
+        (
+            "{protocol: SASL_PLAINTEXT, sasl: {mechanism: PLAIN, username: u, password: p}, tls: {}}",
+            r"does not use TLS",
+        ),
+        ("{protocol: SSL, tls: {cert-file: c.pem}}", r"destination\.security\.tls\.key-file: mutual TLS needs both"),
+        ("{protocol: SSL, tls: {key-password: x}}", r"destination\.security\.tls\.key-password: key-password without"),
+        ("{protocol: SASL_SSL, sasl: {mechanism: GSSAPI, username: u, password: p}}", r"mechanism"),
+    ],
+)
+def test_inconsistent_security_blocks_are_config_errors(security: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        parse_config(KAFKA_CONFIG.format(security=security), env={})
+
+
+def test_kafka_destination_defaults() -> None:
+    config = parse_config(KAFKA_CONFIG.format(security="{}"), env={})
+    destination = config.destination
+    assert destination.__struct_config__.tag == "kafka"
+    assert (destination.offsets, destination.compression, destination.max_batch_bytes) == (  # type: ignore[union-attr]
+        "preserve",
+        "none",
+        1_000_000,
+    )
+    assert destination.flush.max_time_ms == 1_000
+
+
+def test_source_security_errors_name_the_mirror() -> None:
+    text = KAFKA_CONFIG.format(security="{}").replace(
+        '{bootstrap-servers: "src:9092"}', '{bootstrap-servers: "src:9092", security: {protocol: SASL_SSL}}'
+    )
+    with pytest.raises(ConfigError, match=r"^mirrors\[0\]\.source\.security\.sasl: protocol SASL_SSL needs"):
+        parse_config(text, env={})
