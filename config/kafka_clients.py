@@ -9,6 +9,7 @@ the JVM inline (not as a path) so Spark executors on other hosts need no copy of
 from __future__ import annotations
 
 import asyncio
+import os
 import ssl
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
         settings.update(
             sasl_mechanism=security.sasl.mechanism,
             sasl_plain_username=security.sasl.username,
-            sasl_plain_password=security.sasl.password,
+            sasl_plain_password=_secret(security.sasl.password_env, f"{field}.sasl.password-env"),
         )
     if security.protocol in ("SSL", "SASL_SSL"):
         settings["ssl_context"] = ssl_context(security.tls or TlsConfig(), f"{field}.tls")
@@ -50,7 +51,10 @@ def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
         if tls.ca_file is not None:
             context.load_verify_locations(cafile=tls.ca_file)
         if tls.cert_file is not None and tls.key_file is not None:
-            context.load_cert_chain(tls.cert_file, tls.key_file, password=tls.key_password)
+            password = None
+            if tls.key_password_env is not None:
+                password = _secret(tls.key_password_env, f"{field}.key-password-env")
+            context.load_cert_chain(tls.cert_file, tls.key_file, password=password)
     except (OSError, ssl.SSLError) as exc:
         raise ClientSettingsError(f"{field}: cannot load the TLS files: {_reason(exc)}") from None
     context.check_hostname = tls.check_hostname
@@ -63,9 +67,10 @@ def jvm_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
     sasl = security.sasl
     if sasl is not None:
         properties["sasl.mechanism"] = sasl.mechanism
+        password = _secret(sasl.password_env, f"{field}.sasl.password-env")
         properties["sasl.jaas.config"] = (
             f"{_LOGIN_MODULES[sasl.mechanism]} required "
-            f'username="{_jaas_quote(sasl.username)}" password="{_jaas_quote(sasl.password)}";'
+            f'username="{_jaas_quote(sasl.username)}" password="{_jaas_quote(password)}";'
         )
     tls = security.tls if security.protocol in ("SSL", "SASL_SSL") else None
     if tls is not None:
@@ -76,11 +81,18 @@ def jvm_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
             properties["ssl.keystore.type"] = "PEM"
             properties["ssl.keystore.certificate.chain"] = _read_pem(tls.cert_file, f"{field}.tls.cert-file")
             properties["ssl.keystore.key"] = _read_pem(tls.key_file, f"{field}.tls.key-file")
-            if tls.key_password is not None:
-                properties["ssl.key.password"] = tls.key_password
+            if tls.key_password_env is not None:
+                properties["ssl.key.password"] = _secret(tls.key_password_env, f"{field}.tls.key-password-env")
         if not tls.check_hostname:
             properties["ssl.endpoint.identification.algorithm"] = ""
     return properties
+
+
+def _secret(variable: str, field: str) -> str:
+    value = os.environ.get(variable)
+    if not value:
+        raise ClientSettingsError(f"{field}: environment variable {variable} is not set")
+    return value
 
 
 def _jaas_quote(value: str) -> str:

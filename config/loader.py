@@ -510,7 +510,7 @@ def _security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
     uses_sasl = security.protocol.startswith("SASL_")
     uses_tls = security.protocol in ("SSL", "SASL_SSL")
     if uses_sasl and security.sasl is None:
-        return ("sasl",), f"protocol {security.protocol} needs a sasl block (mechanism, username, password)"
+        return ("sasl",), f"protocol {security.protocol} needs a sasl block (mechanism, username, password-env)"
     if not uses_sasl and security.sasl is not None:
         return ("sasl",), f"protocol {security.protocol} does not use SASL; set protocol SASL_PLAINTEXT or SASL_SSL"
     if not uses_tls and security.tls is not None:
@@ -520,6 +520,6 @@ def _security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
         if (tls.cert_file is None) != (tls.key_file is None):
             missing = "key-file" if tls.key_file is None else "cert-file"
             return ("tls", missing), "mutual TLS needs both cert-file and key-file"
-        if tls.key_password is not None and tls.key_file is None:
-            return ("tls", "key-password"), "key-password without key-file"
+        if tls.key_password_env is not None and tls.key_file is None:
+            return ("tls", "key-password-env"), "key-password-env without key-file"
     return None

@@ -76,12 +76,20 @@ class RetryConfig(_Strict, frozen=True):
     ] = 300_000
 
 
+_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+
 class SaslConfig(_Strict, frozen=True):
-    """SASL authentication. Put the password in the environment and write `password: ${VAR}`."""
+    """SASL authentication; the password is read from the environment variable named here."""
 
     mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
     username: NonEmptyStr
-    password: Annotated[NonEmptyStr, msgspec.Meta(description="Never logged; use ${ENV} substitution.")]
+    password_env: Annotated[
+        str,
+        msgspec.Meta(
+            pattern=_ENV_NAME, description="Environment variable holding the password (never logged or printed)."
+        ),
+    ]
 
 
 class TlsConfig(_Strict, frozen=True):
@@ -93,9 +101,15 @@ class TlsConfig(_Strict, frozen=True):
     ] = None
     cert_file: Annotated[str | None, msgspec.Meta(description="Client certificate chain (mutual TLS).")] = None
     key_file: Annotated[str | None, msgspec.Meta(description="Client private key (mutual TLS), PKCS#8 PEM.")] = None
-    key_password: Annotated[
-        str | None, msgspec.Meta(description="Password of an encrypted key-file; use ${ENV} substitution.")
-    ] = None
+    key_password_env: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=_ENV_NAME, description="Environment variable holding the password of an encrypted key-file."
+            ),
+        ]
+        | None
+    ) = None
     check_hostname: Annotated[
         bool, msgspec.Meta(description="Verify that the broker certificate names the host connected to.")
     ] = True
@@ -134,7 +148,6 @@ class FilesystemDestination(_BlobDestination, tag_field="type", tag="filesystem"
     ]
 
 
-_ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 MiB = 1024 * 1024
 
 

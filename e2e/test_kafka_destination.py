@@ -352,27 +352,29 @@ def test_sasl_settings_reach_every_client(
     create_topic(broker.bootstrap, copy)
     produce(broker.bootstrap, topic_name, 0, generate_records(3_000, seed=70))
 
-    def config_with(password: str) -> Path:
-        security = {
-            "protocol": "SASL_PLAINTEXT",
-            "sasl": {"mechanism": "PLAIN", "username": SASL_USER, "password": password},
-        }
-        destination = KafkaDestinationUnderTest(sasl_bootstrap, "renumber", security=security)
-        return write_config(
-            tmp_path / f"mirror-{len(password)}.yaml",
-            bootstrap=sasl_bootstrap,
-            destination=destination,
-            mirrors=[{"topic": topic_name, "partition": 0, "override": copy, "source": {"security": security}}],
-        )
+    security = {
+        "protocol": "SASL_PLAINTEXT",
+        "sasl": {"mechanism": "PLAIN", "username": SASL_USER, "password-env": "E2E_KAFKA_PASSWORD"},
+    }
+    config = write_config(
+        tmp_path / "mirror.yaml",
+        bootstrap=sasl_bootstrap,
+        destination=KafkaDestinationUnderTest(sasl_bootstrap, "renumber", security=security),
+        mirrors=[{"topic": topic_name, "partition": 0, "override": copy, "source": {"security": security}}],
+    )
 
-    wrong = run_cli("run", "--config", str(config_with("wrong-password")), timeout=180)
+    unset = run_cli("run", "--config", str(config), timeout=60)
+    assert unset.returncode == 2, unset.stderr
+    assert "security.sasl.password-env: environment variable E2E_KAFKA_PASSWORD is not set" in unset.stderr
+
+    wrong = run_cli("run", "--config", str(config), env=cli_env(E2E_KAFKA_PASSWORD="wrong-password"), timeout=180)
     assert wrong.returncode == 1, wrong.stderr
     errors = [line for line in wrong.stderr.splitlines() if "level=ERROR" in line]
     assert len(errors) == 1 and re.search(r"(?i)auth", errors[0]), wrong.stderr
     assert "wrong-password" not in wrong.stderr
 
     plain = KafkaDestinationUnderTest(broker.bootstrap, "renumber")
-    mirror = MirrorProcess(config_with(SASL_PASSWORD), tmp_path / "run.log")
+    mirror = MirrorProcess(config, tmp_path / "run.log", env=cli_env(E2E_KAFKA_PASSWORD=SASL_PASSWORD))
     try:
         wait_until(lambda: plain.next_offset(copy, 0) == 3_000, 240, f"not mirrored:\n{mirror.tail()}")
         mirror.terminate()

@@ -68,6 +68,14 @@ def setup_logging() -> None:
     # reach the operator as one line naming the mirror. Their logs come back with LOG_LEVEL=DEBUG.
     for noisy in ("aiokafka", "py4j", "kafka", "botocore", "aiobotocore", "urllib3"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)
+    if level > logging.DEBUG:
+        handler.addFilter(_drop_py4j_root_records)
+
+
+def _drop_py4j_root_records(record: logging.LogRecord) -> bool:
+    # py4j logs some connection noise through the root logger ("Exception while sending command."
+    # when the JVM stops), out of reach of the per-logger levels above.
+    return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 
 def log_event(logger: logging.Logger, level: int, message: str, **fields: Any) -> None:

@@ -266,13 +266,21 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int, *, 
     consumer = Consumer(
         {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOGGER, "group.id": group, "enable.auto.commit": False}
     )
+    deadline = time.monotonic() + timeout
     try:
-        (found,) = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)
-    except KafkaException as exc:
-        raise KafkaDataError(f"committed offset of group {group!r} for {topic}[{partition}]: {exc}") from None
+        while True:
+            try:
+                (found,) = consumer.committed([TopicPartition(topic, partition)], timeout=timeout)
+                return None if found.offset < 0 else int(found.offset)
+            except KafkaException as exc:
+                # The group coordinator may still be loading or moving (NOT_COORDINATOR, ...).
+                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                    raise KafkaDataError(
+                        f"committed offset of group {group!r} for {topic}[{partition}]: {exc}"
+                    ) from None
+                time.sleep(0.2)
     finally:
         consumer.close()
-    return None if found.offset < 0 else int(found.offset)
 
 
 def delete_records(bootstrap: str, topic: str, partition: int, before_offset: int, *, timeout: float = 30.0) -> int:

@@ -26,10 +26,11 @@ def test_plaintext_is_the_default() -> None:
         ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
     ],
 )
-def test_sasl_reaches_both_clients(mechanism: str, module: str) -> None:
+def test_sasl_reaches_both_clients(mechanism: str, module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KAFKA_PASSWORD", 'p"a\\ss')
     security = KafkaSecurity(
         protocol="SASL_PLAINTEXT",
-        sasl=SaslConfig(mechanism=mechanism, username="svc", password='p"a\\ss'),  # type: ignore[arg-type]
+        sasl=SaslConfig(mechanism=mechanism, username="svc", password_env="KAFKA_PASSWORD"),  # type: ignore[arg-type]
     )
     assert aiokafka_settings(security, "f") == {
         "security_protocol": "SASL_PLAINTEXT",
@@ -44,14 +45,27 @@ def test_sasl_reaches_both_clients(mechanism: str, module: str) -> None:
     assert properties["sasl.jaas.config"] == f'{module} required username="svc" password="p\\"a\\\\ss";'
 
 
-def test_tls_material_is_passed_inline_to_the_jvm(tmp_path: Path) -> None:
+def test_sasl_password_must_be_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOT_THERE", raising=False)
+    security = KafkaSecurity(
+        protocol="SASL_SSL", sasl=SaslConfig(mechanism="PLAIN", username="svc", password_env="NOT_THERE")
+    )
+    for build in (aiokafka_settings, jvm_properties):
+        with pytest.raises(
+            ClientSettingsError, match=r"^destination\.security\.sasl\.password-env: environment variable NOT_THERE"
+        ):
+            build(security, "destination.security")
+
+
+def test_tls_material_is_passed_inline_to_the_jvm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KEY_PASSWORD", "kp")
     for name in ("ca.pem", "cert.pem", "key.pem"):
         (tmp_path / name).write_text(PEM.replace("CERTIFICATE", name))
     tls = TlsConfig(
         ca_file=str(tmp_path / "ca.pem"),
         cert_file=str(tmp_path / "cert.pem"),
         key_file=str(tmp_path / "key.pem"),
-        key_password="kp",
+        key_password_env="KEY_PASSWORD",
         check_hostname=False,
     )
     properties = jvm_properties(KafkaSecurity(protocol="SSL", tls=tls), "f")
@@ -105,16 +119,20 @@ mirrors:
     [
         ("{protocol: SASL_SSL}", r"destination\.security\.sasl: protocol SASL_SSL needs a sasl block"),
         (
-            "{sasl: {mechanism: PLAIN, username: u, password: p}}",
+            "{sasl: {mechanism: PLAIN, username: u, password-env: P}}",
             r"destination\.security\.sasl: protocol PLAINTEXT does not use SASL",
         ),
         (
-            "{protocol: SASL_PLAINTEXT, sasl: {mechanism: PLAIN, username: u, password: p}, tls: {}}",
+            "{protocol: SASL_PLAINTEXT, sasl: {mechanism: PLAIN, username: u, password-env: P}, tls: {}}",
             r"does not use TLS",
         ),
         ("{protocol: SSL, tls: {cert-file: c.pem}}", r"destination\.security\.tls\.key-file: mutual TLS needs both"),
-        ("{protocol: SSL, tls: {key-password: x}}", r"destination\.security\.tls\.key-password: key-password without"),
-        ("{protocol: SASL_SSL, sasl: {mechanism: GSSAPI, username: u, password: p}}", r"mechanism"),
+        (
+            "{protocol: SSL, tls: {key-password-env: X}}",
+            r"destination\.security\.tls\.key-password-env: key-password-env without",
+        ),
+        ("{protocol: SASL_SSL, sasl: {mechanism: GSSAPI, username: u, password-env: P}}", r"mechanism"),
+        ("{protocol: SASL_SSL, sasl: {mechanism: PLAIN, username: u, password: p}}", r"password"),
     ],
 )
 def test_inconsistent_security_blocks_are_config_errors(security: str, message: str) -> None:
