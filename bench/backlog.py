@@ -1,8 +1,9 @@
 """`python -m bench`: raw confluent-kafka vs mirror-v3 backlog throughput on a local broker.
 
 One run produces one backlog, times the raw consumer over it, then the mirror CLI copying it into each
-destination of `--paths` in turn: a directory (filesystem) and a fresh bucket on a moto S3 server that this module
-starts (s3).
+destination of `--paths` in turn: a directory (filesystem), a fresh bucket on a moto S3 server that this module
+starts (s3), and the same topic on a second broker of its own, per Kafka mode (kafka-preserve, kafka-renumber). With a
+Kafka path, a raw confluent-kafka consume -> produce copy to another fresh broker is timed too.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 from bench.data import produce_backlog
 from bench.machine import describe_machine, load_average
 from bench.mirror_run import MirrorResult, MirrorRunError, MirrorSettings, run_mirror, write_config
-from bench.raw import consume_backlog
+from bench.raw import CopyResult, consume_backlog, consume_produce_backlog
 from bench.report import PATH_TITLES, PathRun, Run, console_table, markdown, path_facts, side_facts
-from bench.targets import FilesystemTarget, InMemoryMotoServer, S3Target, Target, moto_version
+from bench.targets import FilesystemTarget, InMemoryMotoServer, KafkaTarget, S3Target, Target, moto_version
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import KafkaDataError, create_topic
 from testkit.s3_servers import S3ServerError
@@ -29,7 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUTPUT = Path("docs/benchmarks.md")
 QUICK_RECORDS = 20_000
 TOPIC = "bench"
-PATHS = ("filesystem", "s3")
+PATHS = ("filesystem", "s3", "kafka-preserve", "kafka-renumber")
 S3_PREFIX = "bench"
 
 
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=parse_paths,
         default=list(PATHS),
         metavar="PATH[,PATH]",
-        help=f"destinations to mirror into, in this order: {', '.join(PATHS)} (default both)",
+        help=f"destinations to mirror into, in this order: {', '.join(PATHS)} (default all)",
     )
     parser.add_argument("--records", type=int, help="records per partition (default 1000000; --quick: 20000)")
     parser.add_argument("--value-size", type=int, default=1024, help="value bytes per record (default 1024)")
@@ -90,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mirror.add_argument("--s3-multipart-threshold-bytes", type=int, default=defaults.s3_multipart_threshold_bytes)
     mirror.add_argument("--s3-part-size-bytes", type=int, default=defaults.s3_part_size_bytes)
+    mirror.add_argument(
+        "--kafka-compression",
+        default=defaults.kafka_compression,
+        choices=["none", "gzip", "snappy", "lz4", "zstd"],
+        help="record-batch compression of the Kafka paths (and of the raw copy's producer)",
+    )
     parser.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each drain (default 1800)")
     parser.add_argument(
         "--workdir",
@@ -130,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         spark_log_level=args.spark_log_level,
         s3_multipart_threshold_bytes=args.s3_multipart_threshold_bytes,
         s3_part_size_bytes=args.s3_part_size_bytes,
+        kafka_compression=args.kafka_compression,
     )
     command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
     try:
@@ -181,6 +189,22 @@ def measure(
 
         raw = consume_backlog(broker.bootstrap, TOPIC, ends, timeout=timeout)
         _say(f"raw consume: {raw.seconds:.2f} s ({raw.records / raw.seconds:,.0f} records/s)")
+        raw_copy: CopyResult | None = None
+        if any(kind.startswith("kafka-") for kind in paths):
+            with KafkaBroker() as copy_broker:
+                create_topic(copy_broker.bootstrap, TOPIC, partitions)
+                raw_copy = consume_produce_backlog(
+                    broker.bootstrap,
+                    copy_broker.bootstrap,
+                    TOPIC,
+                    ends,
+                    compression=settings.kafka_compression,
+                    timeout=timeout,
+                )
+            _say(
+                f"raw consume -> produce: {raw_copy.seconds:.2f} s "
+                f"({raw_copy.records / raw_copy.seconds:,.0f} records/s)"
+            )
 
         results: list[PathRun] = []
         for kind in paths:
@@ -189,6 +213,20 @@ def measure(
             if kind == "filesystem":
                 target = FilesystemTarget(pathdir / "destination", TOPIC)
                 mirror = _mirror(target, pathdir, broker.bootstrap, settings, ends, timeout)
+                results.append(PathRun(kind=kind, mirror=mirror))
+                continue
+            if kind.startswith("kafka-"):
+                # A destination broker of its own per mode (started before the timing), like moto for S3.
+                _say("starting a destination broker")
+                with KafkaBroker() as destination_broker:
+                    create_topic(destination_broker.bootstrap, TOPIC, partitions)
+                    kafka_target = KafkaTarget(
+                        destination_broker.bootstrap, kind.removeprefix("kafka-"), TOPIC, settings.kafka_compression
+                    )
+                    try:
+                        mirror = _mirror(kafka_target, pathdir, broker.bootstrap, settings, ends, timeout)
+                    finally:
+                        kafka_target.close()
                 results.append(PathRun(kind=kind, mirror=mirror))
                 continue
             # s3: a moto server of its own (idle while the other paths ran), a fresh bucket, gone afterwards.
@@ -222,6 +260,7 @@ def measure(
         load_after=load_average(),
         produced=produced,
         raw=raw,
+        raw_copy=raw_copy,
         paths=results,
         moto=moto_version(),
     )

@@ -19,12 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
 import yaml
 
-from bench.targets import StoreUsage, Target
-from config.model import FilesystemDestination, FlushConfig, S3Destination, SparkConfig
+from bench.targets import StoreUsage, Target, VerificationError
+from config.model import FilesystemDestination, FlushConfig, KafkaDestination, S3Destination, SparkConfig
 
 REPO = Path(__file__).resolve().parent.parent
 _FIELD = re.compile(r'([A-Za-z_][\w.-]*)=("(?:[^"\\]|\\.)*"|\S*)')
@@ -44,6 +42,7 @@ class MirrorSettings:
     spark_log_level: str = SparkConfig().log_level
     s3_multipart_threshold_bytes: int = S3Destination(bucket="x").multipart_threshold_bytes
     s3_part_size_bytes: int = S3Destination(bucket="x").part_size_bytes
+    kafka_compression: str = KafkaDestination(bootstrap_servers="x").compression
 
 
 @dataclass(frozen=True)
@@ -127,8 +126,8 @@ def write_config(
         destination["part-size-bytes"] = settings.s3_part_size_bytes
     config = {
         "destination": {
-            **destination,
             "compression": settings.compression,
+            **destination,  # a Kafka target brings its own record-batch compression
             "flush": {
                 "max-time-ms": settings.flush_max_time_ms,
                 "max-bytes": settings.flush_max_bytes,
@@ -219,7 +218,10 @@ def run_mirror(
     if not jobs:
         raise MirrorRunError(f"no Spark job in the event log under {event_log_dir}")
     ready_at = max(started_at, jobs[0].submitted)
-    files, parquet_bytes = verify_chains(target, ends)
+    try:
+        files, parquet_bytes = target.verify(ends)
+    except VerificationError as exc:
+        raise MirrorRunError(str(exc)) from None
     return MirrorResult(
         records=sum(ends.values()),
         startup_seconds=ready_at - process_start,
@@ -236,40 +238,6 @@ def run_mirror(
         parquet_bytes=parquet_bytes,
         store=store,
     )
-
-
-def verify_chains(target: Target, ends: dict[int, int]) -> tuple[int, int]:
-    """Each chain is contiguous from 0, holds offsets 0..end-1 exactly once, each inside its blob's range.
-
-    Reads only the `offset` column of each blob. Returns (blob count, total blob bytes).
-    """
-    files = size = 0
-    for partition, end in ends.items():
-        expected_first = 0
-        offsets: list[pa.Array] = []
-        for blob, blob_bytes in target.blobs(partition):
-            if blob.first != expected_first:
-                raise MirrorRunError(
-                    f"{target.location(partition)}: chain gap or overlap at {blob.name} "
-                    f"(expected from {expected_first})"
-                )
-            expected_first = blob.last + 1
-            column = target.read_offsets(partition, blob)
-            if len(column) and (pc.min(column).as_py() < blob.first or pc.max(column).as_py() > blob.last):
-                raise MirrorRunError(f"{target.location(partition, blob.name)} holds offsets outside its name's range")
-            offsets.append(column)
-            files += 1
-            size += blob_bytes
-        if expected_first != end:
-            raise MirrorRunError(f"{target.location(partition)}: chain ends at {expected_first}, expected {end}")
-        every = pa.chunked_array(offsets, type=pa.int64()).combine_chunks()
-        rows, distinct = len(every), len(pc.unique(every))
-        if rows != end or distinct != end or (end and (pc.min(every).as_py(), pc.max(every).as_py()) != (0, end - 1)):
-            raise MirrorRunError(
-                f"{target.location(partition)}: {rows} rows, {distinct} distinct offsets; "
-                f"expected 0..{end - 1} once each"
-            )
-    return files, size
 
 
 def spark_jobs(event_log_dir: Path) -> list[SparkJob]:
@@ -364,7 +332,7 @@ def _log_time(fields: dict[str, str]) -> float:
 
 def _flush(fields: dict[str, str]) -> Flush:
     return Flush(
-        partition=int(fields["path"].rsplit("/", 2)[-2]),  # <dir or key prefix>/<partition>/<from>-<to>.parquet
+        partition=int(fields["mirror"].rsplit("-", 1)[1]),  # the benchmark names its mirrors bench-<partition>
         first=int(fields["from"]),
         last=int(fields["to"]),
         count=int(fields["count"]),

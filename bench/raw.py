@@ -77,3 +77,93 @@ def consume_backlog(bootstrap: str, topic: str, ends: dict[int, int], *, timeout
     if records != expected:
         raise KafkaDataError(f"raw consume read {records} records, expected {expected}")
     return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds)
+
+
+PRODUCER_CONFIG: dict[str, Any] = {
+    "logger": RDKAFKA_LOGGER,
+    "acks": "all",
+    "enable.idempotence": True,  # what the preserve mode's producer gives
+    "linger.ms": 5,
+    "batch.size": 1_000_000,
+    "batch.num.messages": 100_000,
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 2_097_151,
+    "compression.type": "none",
+}
+
+
+@dataclass(frozen=True)
+class CopyResult:
+    records: int
+    payload_bytes: int
+    seconds: float
+
+
+def consume_produce_backlog(
+    source: str, destination: str, topic: str, ends: dict[int, int], *, compression: str, timeout: float = 1800
+) -> CopyResult:
+    """The Kafka -> Kafka baseline: one confluent-kafka consumer reads each partition from offset 0 to its end and a
+    producer writes every record (key, value, headers, timestamp) to the same partition of `topic` on `destination`.
+
+    Timed from assign() until the producer has every delivery report (acks=all, idempotent); not exactly-once
+    (no transaction, no position kept anywhere): the least a Kafka -> Kafka copy costs on this machine.
+    """
+    from confluent_kafka import Producer
+
+    consumer = Consumer({"bootstrap.servers": source, "group.id": f"bench-copy-{uuid.uuid4().hex}", **CONSUMER_CONFIG})
+    producer = Producer({"bootstrap.servers": destination, **PRODUCER_CONFIG, "compression.type": compression})
+    failures: list[str] = []
+
+    def delivered(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None and len(failures) < 5:
+            failures.append(err.str())
+
+    try:
+        records = payload = 0
+        expected = sum(ends.values())
+        pending = {partition for partition, end in ends.items() if end > 0}
+        began = time.monotonic()
+        consumer.assign([TopicPartition(topic, partition, 0) for partition in pending])
+        deadline = began + timeout
+        while pending:
+            want = max(1, min(BATCH, expected - records))
+            for msg in consumer.consume(num_messages=want, timeout=0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                        continue
+                    raise KafkaDataError(f"raw copy of {topic}[{msg.partition()}]: {err.str()}")
+                key, value, partition = msg.key(), msg.value(), msg.partition()
+                assert partition is not None
+                while True:
+                    try:
+                        producer.produce(
+                            topic,
+                            value=value,
+                            key=key,
+                            partition=partition,
+                            timestamp=msg.timestamp()[1],
+                            headers=msg.headers(),
+                            on_delivery=delivered,
+                        )
+                        break
+                    except BufferError:
+                        producer.poll(0.05)  # the local queue is full: serve delivery reports
+                payload += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
+                records += 1
+                offset = msg.offset()
+                if offset is not None and offset >= ends[partition] - 1:
+                    pending.discard(partition)
+            producer.poll(0)
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"raw copy: {records} of {expected} records after {timeout} s")
+        left = producer.flush(max(1.0, deadline - time.monotonic()))
+        seconds = time.monotonic() - began
+    finally:
+        consumer.close()
+    if left or failures:
+        raise KafkaDataError(f"raw copy: {left} records undelivered, failures: {failures}")
+    if records != expected:
+        raise KafkaDataError(f"raw copy read {records} records, expected {expected}")
+    return CopyResult(records=records, payload_bytes=payload, seconds=seconds)

@@ -8,15 +8,23 @@ from dataclasses import dataclass
 from bench.data import KEY_BYTES, ProduceResult
 from bench.machine import Machine
 from bench.mirror_run import MirrorResult, MirrorSettings
-from bench.raw import CONSUMER_CONFIG, ConsumeResult
+from bench.raw import CONSUMER_CONFIG, PRODUCER_CONFIG, ConsumeResult, CopyResult
 
-HEADER = ("path", "records", "record size", "seconds", "records/s", "MB/s", "ratio to raw")
+HEADER = ("path", "records", "record size", "seconds", "records/s", "MB/s", "ratio to raw", "ratio to raw copy")
 RAW_PATH = "raw: confluent-kafka consume loop"
+RAW_COPY_PATH = "raw: confluent-kafka consume → produce"
 PATH_LABELS = {
     "filesystem": "mirror-v3: Kafka → Parquet files (filesystem)",
     "s3": "mirror-v3: Kafka → Parquet objects (S3 on moto)",
+    "kafka-preserve": "mirror-v3: Kafka → Kafka, offsets: preserve",
+    "kafka-renumber": "mirror-v3: Kafka → Kafka, offsets: renumber",
 }
-PATH_TITLES = {"filesystem": "Kafka → filesystem", "s3": "Kafka → S3 (moto)"}
+PATH_TITLES = {
+    "filesystem": "Kafka → filesystem",
+    "s3": "Kafka → S3 (moto)",
+    "kafka-preserve": "Kafka → Kafka (preserve)",
+    "kafka-renumber": "Kafka → Kafka (renumber)",
+}
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,7 @@ class Run:
     load_after: tuple[float, float, float]
     produced: ProduceResult
     raw: ConsumeResult
+    raw_copy: CopyResult | None  # the Kafka -> Kafka baseline, measured when a Kafka path runs
     paths: list[PathRun]
     moto: str  # moto's version
 
@@ -53,10 +62,16 @@ class Run:
 def rows(run: Run) -> list[tuple[str, ...]]:
     size = f"{KEY_BYTES} B key + {run.value_size} B value"
     raw_rate = run.raw.records / run.raw.seconds
-    table = [_row(RAW_PATH, run.raw.records, size, run.raw.seconds, run.raw.payload_bytes, "1.00")]
+    copy = run.raw_copy
+    copy_rate = copy.records / copy.seconds if copy is not None else None
+    table = [_row(RAW_PATH, run.raw.records, size, run.raw.seconds, run.raw.payload_bytes, "1.00", "")]
+    if copy is not None:
+        ratio = f"{copy.records / copy.seconds / raw_rate:.2f}"
+        table.append(_row(RAW_COPY_PATH, copy.records, size, copy.seconds, copy.payload_bytes, ratio, "1.00"))
     for path in run.paths:
         mirror = path.mirror
         rate = mirror.records / mirror.backlog_seconds
+        to_copy = f"{rate / copy_rate:.2f}" if copy_rate is not None and path.kind.startswith("kafka-") else ""
         table.append(
             _row(
                 PATH_LABELS[path.kind],
@@ -65,12 +80,15 @@ def rows(run: Run) -> list[tuple[str, ...]]:
                 mirror.backlog_seconds,
                 run.payload_bytes,
                 f"{rate / raw_rate:.2f}",
+                to_copy,
             )
         )
     return table
 
 
-def _row(path: str, records: int, size: str, seconds: float, payload: int, ratio: str) -> tuple[str, ...]:
+def _row(
+    path: str, records: int, size: str, seconds: float, payload: int, ratio: str, copy_ratio: str
+) -> tuple[str, ...]:
     return (
         path,
         f"{records:,}",
@@ -79,6 +97,7 @@ def _row(path: str, records: int, size: str, seconds: float, payload: int, ratio
         f"{records / seconds:,.0f}",
         f"{payload / seconds / 1e6:,.1f}",
         ratio,
+        copy_ratio or "-",
     )
 
 
@@ -105,12 +124,17 @@ def side_facts(run: Run) -> list[str]:
         f"produce: {produced.records:,} records in {produced.seconds:.2f} s "
         f"({produce_rate:,.0f} records/s, {produce_mb:,.1f} MB/s)",
         f"raw consume: {run.raw.records:,} records in {run.raw.seconds:.2f} s",
+        *(
+            [f"raw consume → produce: {run.raw_copy.records:,} records in {run.raw_copy.seconds:.2f} s"]
+            if run.raw_copy is not None
+            else []
+        ),
     ]
 
 
 def path_facts(run: Run, path: PathRun) -> list[str]:
     """The numbers around one mirror run, one line each."""
-    mirror, s3 = path.mirror, path.kind == "s3"
+    mirror, s3, kafka = path.mirror, path.kind == "s3", path.kind.startswith("kafka-")
     flushes = mirror.flushes
     flush_seconds = sum(f.elapsed_ms for f in flushes) / 1000
     triggers = sorted({f.trigger for f in flushes})
@@ -122,7 +146,15 @@ def path_facts(run: Run, path: PathRun) -> list[str]:
     job_seconds = covered(job_spans, window)  # wall time with at least one job running (mirrors may overlap)
     first_job = f"the first, on a cold JVM, {jobs[0].seconds:.2f} s; " if len(jobs) > 1 else ""
     outside = mirror.backlog_seconds - covered(job_spans + flush_spans, window)
-    if s3:
+    if kafka:
+        mode = path.kind.removeprefix("kafka-")
+        write = (
+            "record batches built from Arrow, sent and acknowledged (acks=all), base offsets checked"
+            if mode == "preserve"
+            else "one transaction: record batches + the position commit, then commit_transaction"
+        )
+        blobs = f"{len(flushes)} {'flush(es)' if mode == 'preserve' else 'transaction(s)'}"
+    elif s3:
         threshold = run.settings.s3_multipart_threshold_bytes
         multipart = sum(1 for f in flushes if f.bytes > threshold)
         write = "Parquet encode + upload: one PutObject, or a multipart upload above the threshold, If-None-Match: *"
@@ -142,7 +174,12 @@ def path_facts(run: Run, path: PathRun) -> list[str]:
         f"{sum(job.result_bytes for job in jobs) / 1e6:,.1f} MB of Arrow results)",
         f"flushes ({write}; a size-triggered flush holds up the next read): "
         f"{flush_seconds:.2f} s; {blobs}, {per_file:,.0f} records each on average, trigger(s): "
-        f"{', '.join(triggers) or '-'}; {mirror.parquet_bytes / 1e6:,.1f} MB of Parquet",
+        f"{', '.join(triggers) or '-'}; "
+        + (
+            f"{sum(f.bytes for f in flushes) / 1e6:,.1f} MB of record batches"
+            if kafka
+            else f"{mirror.parquet_bytes / 1e6:,.1f} MB of Parquet"
+        ),
         f"backlog time with neither a Spark job nor a flush running (query planning, Arrow into Python, offset "
         f"queries, buffering): {outside:.2f} s",
     ]
@@ -159,7 +196,13 @@ def path_facts(run: Run, path: PathRun) -> list[str]:
             f"requests: {requests} ({store.bench_lists:,} of the LISTs are this benchmark's done-detection polls)"
             f"{startup}"
         )
-    if s3:
+    if kafka:
+        how = "its offset" if path.kind == "kafka-preserve" else "its mirror-v3.source-offset header"
+        facts.append(
+            "verified: the destination partition, read back with a read_committed confluent-kafka consumer, holds "
+            f"every source offset exactly once ({how})"
+        )
+    elif s3:
         facts.append(
             "verified: every chain is contiguous from offset 0 and holds each offset exactly once (listed with "
             "botocore; the `offset` column of every object downloaded with botocore and read with pyarrow)"
@@ -182,7 +225,12 @@ def covered(spans: list[tuple[float, float]], window: tuple[float, float]) -> fl
 
 def title(run: Run) -> str:
     kinds = [path.kind for path in run.paths]
-    names = {"filesystem": "filesystem", "s3": "S3"}
+    names = {
+        "filesystem": "filesystem",
+        "s3": "S3",
+        "kafka-preserve": "Kafka (preserve)",
+        "kafka-renumber": "Kafka (renumber)",
+    }
     return f"Kafka → {' and '.join(names[kind] for kind in kinds)} backlog throughput"
 
 
@@ -202,6 +250,12 @@ def markdown(run: Run) -> str:
         done.append(
             "for the filesystem, the partition directory's listing (every 20 ms) holds a file ending at the "
             "partition's end (files are durable: fsynced and linked to their final name)"
+        )
+    if kinds & {"kafka-preserve", "kafka-renumber"}:
+        done.append(
+            "for Kafka, the destination partition's high watermark (preserve) or the committed offset of the "
+            "mirror's position group (renumber, written by each transaction) equals the partition's end, polled "
+            "every 200 ms and after each flush line"
         )
     if "s3" in kinds:
         done.append(
@@ -240,6 +294,19 @@ def markdown(run: Run) -> str:
             "Python HTTP server that parses, hashes and copies every byte uploaded to it, and its CPU time (listed "
             f"above) comes out of the same {machine.cpus} CPUs that the broker, Spark and the mirror use, which "
             "real S3 would not cost"
+        )
+    if kinds & {"kafka-preserve", "kafka-renumber"}:
+        producer = ", ".join(
+            f"`{k}={v}`" for k, v in PRODUCER_CONFIG.items() if k not in ("logger", "compression.type")
+        )
+        destinations.append(
+            "- Kafka destination: a second Apache Kafka 3.9.1 broker on the same machine, started by the benchmark "
+            "for each mode (and a third one for the raw copy), the topic created with the same partitions; "
+            f"record-batch compression `{settings.kafka_compression}`, other `destination` keys at their defaults "
+            f"except flush (above). The raw copy is one confluent-kafka consumer (settings as the raw row) feeding "
+            f"one producer ({producer}) that copies key, value, headers and timestamp into the same partition, "
+            "timed until every delivery report is in: no transaction and no position, so it is the floor of what a "
+            "Kafka → Kafka copy costs here, not an exactly-once one"
         )
     lines = [
         "# Benchmarks",

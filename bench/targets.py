@@ -1,14 +1,16 @@
 """Where a benchmark's mirror writes, and how the benchmark reads it back around mirror-v3.
 
-Two destinations behind one interface (`Target`):
+Three destinations behind one interface (`Target`):
 
     FilesystemTarget -- a local directory (`destination.type: filesystem`); plain listdir and files.
     S3Target         -- a fresh bucket on a moto S3 server the benchmark started (`destination.type: s3`, path-style,
                         credentials in environment variables named in the config); botocore listings and GETs.
+    KafkaTarget      -- the topic on a second broker the benchmark started (`destination.type: kafka`, preserve or
+                        renumber); confluent-kafka watermarks / committed offsets and a read_committed consumer.
 
 Each gives the type-specific part of the mirror's `destination:` block and the environment the mirror needs, the
-chain's next offset (done-detection, polled while the mirror runs), the chain's blobs and the `offset` column of
-each (verification, after the run), and what the store itself cost while the mirror ran.
+destination's next offset (done-detection, polled while the mirror runs), a verification that every offset landed
+exactly once (after the run), and what the store itself cost while the mirror ran.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sinks.blob_chain import BlobRange, parse_blob_name
@@ -68,15 +71,12 @@ class Target(Protocol):
         ...
 
     def chain_next(self, partition: int) -> int | None:
-        """`to + 1` of the partition's last blob (other names ignored), None while there is none."""
+        """The next source offset the destination holds for the partition, None while it holds nothing."""
         ...
 
-    def blobs(self, partition: int) -> list[tuple[BlobRange, int]]:
-        """The partition's blobs in offset order with their sizes in bytes (other names ignored)."""
-        ...
-
-    def read_offsets(self, partition: int, blob: BlobRange) -> pa.Array:
-        """The blob's `offset` column, read on its own."""
+    def verify(self, ends: dict[int, int]) -> tuple[int, int]:
+        """Check that partition p holds source offsets 0..ends[p]-1 exactly once; return (units written: files,
+        objects or record batches, their bytes). Raises VerificationError."""
         ...
 
     def begin_usage(self) -> None:
@@ -86,6 +86,60 @@ class Target(Protocol):
     def end_usage(self) -> StoreUsage | None:
         """What the store did since begin_usage(); None when there is no server to measure."""
         ...
+
+
+class VerificationError(RuntimeError):
+    pass
+
+
+class BlobTarget(Protocol):
+    """What the chain verification needs of a filesystem or S3 target."""
+
+    def location(self, partition: int, name: str = "") -> str: ...
+
+    def blobs(self, partition: int) -> list[tuple[BlobRange, int]]:
+        """The partition's blobs in offset order with their sizes in bytes (other names ignored)."""
+        ...
+
+    def read_offsets(self, partition: int, blob: BlobRange) -> pa.Array:
+        """The blob's `offset` column, read on its own."""
+        ...
+
+
+def verify_chains(target: BlobTarget, ends: dict[int, int]) -> tuple[int, int]:
+    """Each chain is contiguous from 0, holds offsets 0..end-1 exactly once, each inside its blob's range.
+
+    Reads only the `offset` column of each blob. Returns (blob count, total blob bytes).
+    """
+    files = size = 0
+    for partition, end in ends.items():
+        expected_first = 0
+        offsets: list[pa.Array] = []
+        for blob, blob_bytes in target.blobs(partition):
+            if blob.first != expected_first:
+                raise VerificationError(
+                    f"{target.location(partition)}: chain gap or overlap at {blob.name} "
+                    f"(expected from {expected_first})"
+                )
+            expected_first = blob.last + 1
+            column = target.read_offsets(partition, blob)
+            if len(column) and (pc.min(column).as_py() < blob.first or pc.max(column).as_py() > blob.last):
+                raise VerificationError(
+                    f"{target.location(partition, blob.name)} holds offsets outside its name's range"
+                )
+            offsets.append(column)
+            files += 1
+            size += blob_bytes
+        if expected_first != end:
+            raise VerificationError(f"{target.location(partition)}: chain ends at {expected_first}, expected {end}")
+        _check_once(pa.chunked_array(offsets, type=pa.int64()).combine_chunks(), end, target.location(partition))
+    return files, size
+
+
+def _check_once(every: pa.Array, end: int, where: str) -> None:
+    rows, distinct = len(every), len(pc.unique(every))
+    if rows != end or distinct != end or (end and (pc.min(every).as_py(), pc.max(every).as_py()) != (0, end - 1)):
+        raise VerificationError(f"{where}: {rows} rows, {distinct} distinct offsets; expected 0..{end - 1} once each")
 
 
 class FilesystemTarget:
@@ -127,6 +181,9 @@ class FilesystemTarget:
     def read_offsets(self, partition: int, blob: BlobRange) -> pa.Array:
         table = pq.read_table(self.directory(partition) / blob.name, columns=["offset"])
         return table.column("offset").combine_chunks()
+
+    def verify(self, ends: dict[int, int]) -> tuple[int, int]:
+        return verify_chains(self, ends)
 
     def begin_usage(self) -> None:
         pass
@@ -242,6 +299,9 @@ class S3Target:
         table = pq.read_table(pa.BufferReader(data), columns=["offset"])
         return table.column("offset").combine_chunks()
 
+    def verify(self, ends: dict[int, int]) -> tuple[int, int]:
+        return verify_chains(self, ends)
+
     def begin_usage(self) -> None:
         self._usage_start = (self._server_cpu_seconds(), self._log_size(), self._lists)
 
@@ -305,3 +365,94 @@ def _request_kind(method: str, target: str) -> str:
     if method == "PUT":
         return "PUT object"
     return method
+
+
+class KafkaTarget:
+    """The benchmark topic on a destination broker of its own, in `preserve` or `renumber` mode."""
+
+    idle_look_seconds = 0.2  # a watermark or committed-offset query is cheap, but not free for the broker
+
+    def __init__(self, bootstrap: str, offsets: str, topic: str, compression: str) -> None:
+        from confluent_kafka import Consumer
+
+        from testkit.kafka_data import RDKAFKA_LOGGER
+
+        self.bootstrap = bootstrap
+        self.offsets = offsets
+        self.kind = f"kafka-{offsets}"
+        self.topic = topic
+        self.compression = compression
+        # One consumer for the done-detection polls: its group is the mirror's position group (renumber), so
+        # committed() reads what the mirror's transactions committed; nothing is ever committed by it.
+        self._poller = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"mirror-v3.{topic}",
+                "enable.auto.commit": False,
+                "logger": RDKAFKA_LOGGER,
+            }
+        )
+
+    def close(self) -> None:
+        self._poller.close()
+
+    def destination(self) -> dict[str, Any]:
+        return {
+            "type": "kafka",
+            "bootstrap-servers": self.bootstrap,
+            "offsets": self.offsets,
+            "compression": self.compression,
+        }
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def describe(self) -> str:
+        return f"topic {self.topic} on the destination broker {self.bootstrap} (offsets: {self.offsets})"
+
+    def location(self, partition: int, name: str = "") -> str:
+        return f"{self.bootstrap}/{self.topic}/{partition}"
+
+    def chain_next(self, partition: int) -> int | None:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        tp = TopicPartition(self.topic, partition)
+        if self.offsets == "preserve":
+            _, high = self._poller.get_watermark_offsets(tp, timeout=10, cached=False)
+            return int(high) if high > 0 else None
+        try:
+            (found,) = self._poller.committed([tp], timeout=10)
+        except KafkaException as exc:
+            if exc.args[0].retriable():  # the group coordinator is still loading: ask again on the next poll
+                return None
+            raise
+        return None if found.offset < 0 else int(found.offset)
+
+    def verify(self, ends: dict[int, int]) -> tuple[int, int]:
+        """Read every committed record back (read_committed) and check the source offsets: the record's own
+        offset in preserve mode, its `mirror-v3.source-offset` header in renumber mode."""
+        from testkit.kafka_data import consume_all
+
+        size = 0
+        for partition, end in ends.items():
+            records = consume_all(self.bootstrap, self.topic, partition, "read_committed", timeout=600)
+            if self.offsets == "preserve":
+                offsets = [r.offset for r in records]
+            else:
+                offsets = [_source_offset(r.headers, self.location(partition)) for r in records]
+            _check_once(pa.array(offsets, type=pa.int64()), end, self.location(partition))
+            size += sum(len(r.key or b"") + len(r.value or b"") for r in records)
+        return 0, size  # the flush lines count the batches / transactions
+
+    def begin_usage(self) -> None:
+        pass
+
+    def end_usage(self) -> StoreUsage | None:
+        return None
+
+
+def _source_offset(headers: Any, where: str) -> int:
+    for key, value in headers or ():
+        if key == "mirror-v3.source-offset" and value is not None:
+            return int(value)
+    raise VerificationError(f"{where}: a record without a mirror-v3.source-offset header")

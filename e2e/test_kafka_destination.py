@@ -114,14 +114,14 @@ def test_sigterm_mid_stream_then_restart(
     kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path, offsets: str
 ) -> None:
     _topics(kafka, kafka_destination_broker, topic_name)
-    produce(kafka.bootstrap, topic_name, 0, generate_records(120_000, seed=8))
+    produce(kafka.bootstrap, topic_name, 0, generate_records(60_000, seed=8))
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, offsets)
     config = write_config(
         tmp_path / "mirror.yaml",
         bootstrap=kafka.bootstrap,
         destination=destination,
         mirrors=[{"topic": topic_name, "partition": 0}],
-        flush={"max-time-ms": 60_000, "max-offsets": 40_000},
+        flush={"max-time-ms": 60_000, "max-offsets": 20_000},
         spark={"max-offsets-per-read": 4_000},
     )
     # DEBUG heartbeats show what is buffered, so the signal lands while records sit in memory.
@@ -137,10 +137,10 @@ def test_sigterm_mid_stream_then_restart(
     stopped = re.search(r'msg="mirror stopped" mirror=\S+ next_offset=(\d+)', mirror.log_text())
     assert stopped, mirror.tail()
     assert destination.next_offset(topic_name, 0) == int(stopped.group(1))
-    assert 40_000 < int(stopped.group(1)) < 120_000, "SIGTERM was meant to land mid-stream"
+    assert 20_000 < int(stopped.group(1)) < 60_000, "SIGTERM was meant to land mid-stream"
     assert "trigger=shutdown" in mirror.log_text()
 
-    restarted = _run_until_mirrored(config, tmp_path / "run2.log", destination, topic_name, {0: 120_000})
+    restarted = _run_until_mirrored(config, tmp_path / "run2.log", destination, topic_name, {0: 60_000})
     start = re.search(r'msg="mirror starting" .*start_offset=(\d+)', restarted.log_text())
     assert start and int(start.group(1)) == int(stopped.group(1))
     _assert_exactly_once(kafka, destination, topic_name)
@@ -150,7 +150,7 @@ def test_sigterm_mid_stream_then_restart(
 def test_kill_9_at_random_moments(
     kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path, offsets: str
 ) -> None:
-    total = 300_000
+    total = 150_000
     _topics(kafka, kafka_destination_broker, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(total, seed=12))
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, offsets)
