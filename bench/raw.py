@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError
 
@@ -47,36 +48,48 @@ def consume_backlog(bootstrap: str, topic: str, ends: dict[int, int], *, timeout
     )
     try:
         records = payload = 0
-        expected = sum(ends.values())
-        pending = {partition for partition, end in ends.items() if end > 0}
         began = time.monotonic()
-        # An explicit start offset: OFFSET_BEGINNING costs librdkafka an extra offset lookup before the first fetch.
-        consumer.assign([TopicPartition(topic, partition, 0) for partition in pending])
-        deadline = began + timeout
-        while pending:
-            # consume() waits its whole timeout when fewer than num_messages arrive: never ask for more than is left.
-            want = max(1, min(BATCH, expected - records))
-            for msg in consumer.consume(num_messages=want, timeout=0.5):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
-                        continue
-                    raise KafkaDataError(f"raw consume of {topic}[{msg.partition()}]: {err.str()}")
+        for messages in _drain(consumer, topic, ends, timeout, "raw consume"):
+            for msg in messages:
                 key, value = msg.key(), msg.value()
                 payload += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-                records += 1
-                partition, offset = msg.partition(), msg.offset()
-                if partition is not None and offset is not None and offset >= ends[partition] - 1:
-                    pending.discard(partition)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"raw consume: {records} of {expected} records after {timeout} s")
+            records += len(messages)
         seconds = time.monotonic() - began
     finally:
         consumer.close()
-    if records != expected:
-        raise KafkaDataError(f"raw consume read {records} records, expected {expected}")
     return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds)
+
+
+def _drain(consumer: Consumer, topic: str, ends: dict[int, int], timeout: float, what: str) -> Iterator[list[Message]]:
+    """Assign every partition of `ends` at offset 0 and yield the records read, batch by batch, until each
+    partition's last offset (end - 1) has been seen; then check that exactly sum(ends) records came."""
+    expected = sum(ends.values())
+    records = 0
+    pending = {partition for partition, end in ends.items() if end > 0}
+    deadline = time.monotonic() + timeout
+    # An explicit start offset: OFFSET_BEGINNING costs librdkafka an extra offset lookup before the first fetch.
+    consumer.assign([TopicPartition(topic, partition, 0) for partition in pending])
+    while pending:
+        # consume() waits its whole timeout when fewer than num_messages arrive: never ask for more than is left.
+        want = max(1, min(BATCH, expected - records))
+        batch: list[Message] = []
+        for msg in consumer.consume(num_messages=want, timeout=0.5):
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                    continue
+                raise KafkaDataError(f"{what} of {topic}[{msg.partition()}]: {err.str()}")
+            batch.append(msg)
+            partition, offset = msg.partition(), msg.offset()
+            if partition is not None and offset is not None and offset >= ends[partition] - 1:
+                pending.discard(partition)
+        records += len(batch)
+        yield batch
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{what}: {records} of {expected} records after {timeout} s")
+    if records != expected:
+        raise KafkaDataError(f"{what} read {records} records, expected {expected}")
 
 
 PRODUCER_CONFIG: dict[str, Any] = {
@@ -120,20 +133,10 @@ def consume_produce_backlog(
 
     try:
         records = payload = 0
-        expected = sum(ends.values())
-        pending = {partition for partition, end in ends.items() if end > 0}
         began = time.monotonic()
-        consumer.assign([TopicPartition(topic, partition, 0) for partition in pending])
         deadline = began + timeout
-        while pending:
-            want = max(1, min(BATCH, expected - records))
-            for msg in consumer.consume(num_messages=want, timeout=0.5):
-                err = msg.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        pending.discard(msg.partition())
-                        continue
-                    raise KafkaDataError(f"raw copy of {topic}[{msg.partition()}]: {err.str()}")
+        for messages in _drain(consumer, topic, ends, timeout, "raw copy"):
+            for msg in messages:
                 key, value, partition = msg.key(), msg.value(), msg.partition()
                 assert partition is not None
                 while True:
@@ -151,19 +154,12 @@ def consume_produce_backlog(
                     except BufferError:
                         producer.poll(0.05)  # the local queue is full: serve delivery reports
                 payload += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-                records += 1
-                offset = msg.offset()
-                if offset is not None and offset >= ends[partition] - 1:
-                    pending.discard(partition)
+            records += len(messages)
             producer.poll(0)
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"raw copy: {records} of {expected} records after {timeout} s")
         left = producer.flush(max(1.0, deadline - time.monotonic()))
         seconds = time.monotonic() - began
     finally:
         consumer.close()
     if left or failures:
         raise KafkaDataError(f"raw copy: {left} records undelivered, failures: {failures}")
-    if records != expected:
-        raise KafkaDataError(f"raw copy read {records} records, expected {expected}")
     return CopyResult(records=records, payload_bytes=payload, seconds=seconds)

@@ -416,6 +416,8 @@ class KafkaTarget:
     def chain_next(self, partition: int) -> int | None:
         from confluent_kafka import KafkaException, TopicPartition
 
+        from testkit.kafka_data import is_transient
+
         tp = TopicPartition(self.topic, partition)
         if self.offsets == "preserve":
             _, high = self._poller.get_watermark_offsets(tp, timeout=10, cached=False)
@@ -423,7 +425,7 @@ class KafkaTarget:
         try:
             (found,) = self._poller.committed([tp], timeout=10)
         except KafkaException as exc:
-            if exc.args[0].retriable():  # the group coordinator is still loading: ask again on the next poll
+            if is_transient(exc):  # e.g. the group coordinator is still loading: ask again on the next poll
                 return None
             raise
         return None if found.offset < 0 else int(found.offset)

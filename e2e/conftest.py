@@ -14,6 +14,7 @@ from testkit.kafka_broker import KafkaBroker
 from testkit.ports import free_port
 from testkit.s3_servers import MotoServer
 from testkit.tcp_proxy import TcpProxy
+from testkit.tls import TlsFiles, make_tls_files
 
 _names = itertools.count()
 
@@ -32,15 +33,22 @@ SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
 
 
 @pytest.fixture(scope="session")
-def kafka_destination_broker() -> Iterator[KafkaBroker]:
+def destination_tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
+    """A CA with a server certificate for 127.0.0.1 and a client certificate (PEM)."""
+    return make_tls_files(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(scope="session")
+def kafka_destination_broker(destination_tls: TlsFiles) -> Iterator[KafkaBroker]:
     """A second, independent cluster: the destination of Kafka -> Kafka mirrors.
 
     Besides its direct `bootstrap` it has a SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER)
-    for the security pass-through tests, and an EXTERNAL listener advertised behind a TCP proxy
+    and an SSL listener requiring client certificates (`destination_tls`) for the security pass-through tests,
+    and an EXTERNAL listener advertised behind a TCP proxy
     (`kafka_destination_proxy`, bootstrap `advertised_bootstrap`) for outage tests.
     """
     proxy_port = free_port()
-    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, advertised_port=proxy_port)
+    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, tls=destination_tls, advertised_port=proxy_port)
     broker.start()
     try:
         yield broker

@@ -11,12 +11,14 @@ import random
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from e2e.conftest import SASL_PASSWORD, SASL_USER
 from e2e.destinations import KafkaDestinationUnderTest
 from e2e.harness import (
+    ArchivedRecord,
     MirrorProcess,
     assert_same_records,
     cli_env,
@@ -40,6 +42,7 @@ from testkit.kafka_data import (
     watermarks,
 )
 from testkit.tcp_proxy import TcpProxy
+from testkit.tls import TlsFiles
 
 MODES = ["preserve", "renumber"]
 
@@ -58,6 +61,19 @@ def _assert_exactly_once(
     if destination.offsets == "preserve":
         copied = consume_all(destination.bootstrap, topic, partition, "read_uncommitted")
         assert [r.offset for r in copied] == [r.offset for r in expected], "destination offsets differ"
+
+
+def _one_mirror(
+    tmp_path: Path, source: KafkaBroker, destination: KafkaDestinationUnderTest, topic: str, **settings: Any
+) -> Path:
+    """The config of one mirror, of partition 0 of `topic`, into `destination`."""
+    return write_config(
+        tmp_path / "mirror.yaml",
+        bootstrap=source.bootstrap,
+        destination=destination,
+        mirrors=[{"topic": topic, "partition": 0}],
+        **settings,
+    )
 
 
 def _run_until_mirrored(
@@ -116,11 +132,11 @@ def test_sigterm_mid_stream_then_restart(
     _topics(kafka, kafka_destination_broker, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(60_000, seed=8))
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, offsets)
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
+    config = _one_mirror(
+        tmp_path,
+        kafka,
+        destination,
+        topic_name,
         flush={"max-time-ms": 60_000, "max-offsets": 20_000},
         spark={"max-offsets-per-read": 4_000},
     )
@@ -154,11 +170,11 @@ def test_kill_9_at_random_moments(
     _topics(kafka, kafka_destination_broker, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(total, seed=12))
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, offsets)
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
+    config = _one_mirror(
+        tmp_path,
+        kafka,
+        destination,
+        topic_name,
         flush={"max-time-ms": 300, "max-offsets": 8_000},
         spark={"max-offsets-per-read": 8_000},
     )
@@ -201,13 +217,7 @@ def test_renumber_mirrors_sources_with_holes(
     create_topic(kafka_destination_broker.bootstrap, topic_name)
     end = watermarks(kafka.bootstrap, topic_name, 0)[1]
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, "renumber")
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
-        spark={"max-offsets-per-read": 1_000},
-    )
+    config = _one_mirror(tmp_path, kafka, destination, topic_name, spark={"max-offsets-per-read": 1_000})
     _run_until_mirrored(config, tmp_path / "run.log", destination, topic_name, {0: end})
     mirrored = read_kafka_destination(destination, topic_name, 0)
     assert len(mirrored) < end, "the source was meant to have holes"
@@ -221,12 +231,7 @@ def test_preserve_refuses_sources_with_holes(
     SOURCES_WITH_HOLES[kind](kafka, topic_name)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, "preserve")
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
-    )
+    config = _one_mirror(tmp_path, kafka, destination, topic_name)
     mirror = MirrorProcess(config, tmp_path / "run.log")
     try:
         assert mirror.wait(180) == 1, mirror.tail()
@@ -247,12 +252,7 @@ def test_preserve_refuses_a_misaligned_destination(
     foreign = [Record(b"foreign", b"not from this source") for _ in range(5)]
     produce(kafka_destination_broker.bootstrap, topic_name, 0, foreign)
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, "preserve")
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
-    )
+    config = _one_mirror(tmp_path, kafka, destination, topic_name)
     result = run_cli("run", "--config", str(config), timeout=180)
     assert result.returncode == 1, result.stderr
     assert re.search(r"ends at offset 5, but its record at offset 4 differs from source \S+ offset 4", result.stderr)
@@ -266,12 +266,7 @@ def test_preserve_refuses_an_empty_destination_behind_a_trimmed_source(
     produce(kafka.bootstrap, topic_name, 0, generate_records(100, seed=51))
     delete_records(kafka.bootstrap, topic_name, 0, 40)
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, "preserve")
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
-    )
+    config = _one_mirror(tmp_path, kafka, destination, topic_name)
     result = run_cli("run", "--config", str(config), timeout=180)
     assert result.returncode == 1, result.stderr
     assert "is empty (end offset 0) but source" in result.stderr and "begins at offset 40" in result.stderr
@@ -311,11 +306,11 @@ def test_a_second_renumber_process_fences_the_first(
     _topics(kafka, kafka_destination_broker, topic_name)
     produce(kafka.bootstrap, topic_name, 0, generate_records(150_000, seed=60))
     destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, "renumber")
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
+    config = _one_mirror(
+        tmp_path,
+        kafka,
+        destination,
+        topic_name,
         flush={"max-time-ms": 300, "max-offsets": 3_000},
         spark={"max-offsets-per-read": 3_000},
     )
@@ -406,11 +401,11 @@ def test_destination_outages_are_retried_without_duplicates(
         kafka_destination_broker.advertised_bootstrap, offsets, **{"request-timeout-ms": 1_500}
     )
     direct = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, offsets)
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
+    config = _one_mirror(
+        tmp_path,
+        kafka,
+        destination,
+        topic_name,
         flush={"max-time-ms": 300, "max-offsets": 10_000},
         spark={"max-offsets-per-read": 10_000},
     )
@@ -431,3 +426,49 @@ def test_destination_outages_are_retried_without_duplicates(
         mirror.stop()
     assert re.search(r"level=WARNING .*retry", mirror.log_text()), "no outage was noticed"
     _assert_exactly_once(kafka, direct, topic_name)
+
+
+def test_mutual_tls_settings_reach_every_client(
+    kafka_destination_broker: KafkaBroker, destination_tls: TlsFiles, topic_name: str, tmp_path: Path
+) -> None:
+    """Source and destination both behind TLS with client certificates: the PEM files reach aiokafka and,
+    inline, Spark's JVM reader; without a client certificate the broker refuses and the error says so."""
+    broker = kafka_destination_broker
+    ssl_bootstrap = broker.ssl_bootstrap
+    assert ssl_bootstrap is not None
+    copy = f"{topic_name}-copy"
+    create_topic(broker.bootstrap, topic_name)
+    create_topic(broker.bootstrap, copy)
+    produce(broker.bootstrap, topic_name, 0, generate_records(3_000, seed=90))
+
+    def config(name: str, tls: dict[str, str]) -> Path:
+        security = {"protocol": "SSL", "tls": tls}
+        return write_config(
+            tmp_path / name,
+            bootstrap=ssl_bootstrap,
+            destination=KafkaDestinationUnderTest(ssl_bootstrap, "preserve", security=security),
+            mirrors=[{"topic": topic_name, "partition": 0, "override": copy, "source": {"security": security}}],
+        )
+
+    anonymous = run_cli("run", "--config", str(config("anonymous.yaml", {"ca-file": str(destination_tls.ca)})))
+    assert anonymous.returncode == 1, anonymous.stderr
+    errors = [line for line in anonymous.stderr.splitlines() if "level=ERROR" in line]
+    assert len(errors) == 1 and "unreachable" in errors[0], anonymous.stderr
+    assert watermarks(broker.bootstrap, copy, 0) == (0, 0)
+
+    mutual = config(
+        "mutual.yaml",
+        {
+            "ca-file": str(destination_tls.ca),
+            "cert-file": str(destination_tls.client_cert),
+            "key-file": str(destination_tls.client_key),
+        },
+    )
+    _run_until_mirrored(
+        mutual, tmp_path / "run.log", KafkaDestinationUnderTest(broker.bootstrap, "preserve"), copy, {0: 3_000}
+    )
+    copied = consume_all(broker.bootstrap, copy, 0, "read_uncommitted")
+    assert_same_records(
+        [ArchivedRecord(r.offset, r.key, r.value, list(r.headers or []), r.timestamp_ms) for r in copied],
+        source_records(broker.bootstrap, topic_name, 0),
+    )

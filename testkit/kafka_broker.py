@@ -31,6 +31,7 @@ from testkit.jars import MissingJarsError, kafka_broker_jar_dir
 from testkit.kafka_data import KafkaDataError, Record, admin_client, create_topic, delete_topic, produce
 from testkit.ports import HOST, free_ports
 from testkit.processes import ChildProcess, StartStop, Startup, log_tails, serve_until_signalled
+from testkit.tls import TlsFiles
 
 PropertyValue = str | int | float | bool
 
@@ -140,6 +141,20 @@ def sasl_listener_properties(props: Mapping[str, str], port: int, users: Mapping
     }
 
 
+def ssl_listener_properties(props: Mapping[str, str], port: int, tls: TlsFiles) -> dict[str, str]:
+    """An extra SSL listener with PEM key material that requires client certificates of the same CA."""
+    return {
+        "listeners": f"{props['listeners']},SSL://{HOST}:{port}",
+        "advertised.listeners": f"{props['advertised.listeners']},SSL://{HOST}:{port}",
+        "listener.security.protocol.map": f"{props['listener.security.protocol.map']},SSL:SSL",
+        "listener.name.ssl.ssl.keystore.type": "PEM",
+        "listener.name.ssl.ssl.keystore.location": str(tls.server),
+        "listener.name.ssl.ssl.truststore.type": "PEM",
+        "listener.name.ssl.ssl.truststore.location": str(tls.ca),
+        "listener.name.ssl.ssl.client.auth": "required",
+    }
+
+
 def log4j_properties(log_file: Path) -> str:
     """reload4j config: everything to one file in the workdir, nothing to the console."""
     return "\n".join(
@@ -171,6 +186,7 @@ class KafkaBroker(StartStop):
         extra_properties: Mapping[str, PropertyValue] | None = None,
         advertised_port: int | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        tls: TlsFiles | None = None,
         jar_dir: Path | None = None,
         jvm_opts: Sequence[str] = DEFAULT_JVM_OPTS,
         start_timeout: float = 60.0,
@@ -191,10 +207,12 @@ class KafkaBroker(StartStop):
         self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="kafka-broker-"))
         self.advertised_port = advertised_port
         self.sasl_users = dict(sasl_users or {})
-        ports = free_ports(4)
+        self.tls = tls
+        ports = free_ports(5)
         self.port, self.controller_port = ports[0], ports[1]
         self.external_port: int | None = ports[2] if advertised_port is not None else None
         self.sasl_port: int | None = ports[3] if self.sasl_users else None
+        self.ssl_port: int | None = ports[4] if tls is not None else None
         self.cluster_id = random_cluster_id()
         self._child: ChildProcess | None = None
         self._paused = False
@@ -211,6 +229,11 @@ class KafkaBroker(StartStop):
     def sasl_bootstrap(self) -> str | None:
         """The SASL_PLAINTEXT (mechanism PLAIN) listener, when the broker was given sasl_users."""
         return None if self.sasl_port is None else f"{HOST}:{self.sasl_port}"
+
+    @property
+    def ssl_bootstrap(self) -> str | None:
+        """The SSL listener (mutual TLS: clients need a certificate of the same CA), when given tls."""
+        return None if self.ssl_port is None else f"{HOST}:{self.ssl_port}"
 
     @property
     def advertised_bootstrap(self) -> str | None:
@@ -332,6 +355,8 @@ class KafkaBroker(StartStop):
         )
         if self.sasl_port is not None:
             props.update(sasl_listener_properties(props, self.sasl_port, self.sasl_users))
+        if self.ssl_port is not None and self.tls is not None:
+            props.update(ssl_listener_properties(props, self.ssl_port, self.tls))
         props.update({k: _prop_str(v) for k, v in self._extra.items()})
         server_props = self.workdir / "server.properties"
         server_props.write_text("".join(f"{k}={_escape(v)}\n" for k, v in props.items()))

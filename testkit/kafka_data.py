@@ -261,6 +261,18 @@ def watermarks(bootstrap: str, topic: str, partition: int, *, timeout: float = 1
         consumer.close()
 
 
+_COORDINATOR_ERRORS = frozenset(
+    {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+)
+
+
+def is_transient(exc: KafkaException) -> bool:
+    """Worth asking again: librdkafka's retriable errors, and a group coordinator that is still loading or
+    moving (which it does not mark retriable)."""
+    error = exc.args[0]
+    return bool(error.retriable()) or error.code() in _COORDINATOR_ERRORS
+
+
 def committed_offset(bootstrap: str, group: str, topic: str, partition: int, *, timeout: float = 10.0) -> int | None:
     """The offset consumer group `group` committed for the partition, or None."""
     consumer = Consumer(
@@ -274,7 +286,7 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int, *, 
                 return None if found.offset < 0 else int(found.offset)
             except KafkaException as exc:
                 # The group coordinator may still be loading or moving (NOT_COORDINATOR, ...).
-                if not exc.args[0].retriable() or time.monotonic() > deadline:
+                if not is_transient(exc) or time.monotonic() > deadline:
                     raise KafkaDataError(
                         f"committed offset of group {group!r} for {topic}[{partition}]: {exc}"
                     ) from None
