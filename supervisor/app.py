@@ -50,6 +50,7 @@ class Supervisor:
         sinks = SinkFactory(self._config.destination)
         for index, mirror in enumerate(self._config.mirrors):
             metrics = MirrorMetrics.for_partition(self._families, mirror.topic, mirror.partition)
+            metrics.flush_max_time.set(settings.flush.max_time_ms / 1000)
             cluster = self._clusters.get(mirror.source, f"mirrors[{index}].source")
             self.actors.append(
                 MirrorActor(

@@ -37,9 +37,15 @@ class MetricFamilies:
         )
         self.records = counter("mirror_v3_destination_records", "Records durably written to the destination.")
         self.bytes = counter("mirror_v3_destination_bytes", "Bytes durably written to the destination.")
-        self.flushes = counter("mirror_v3_destination_flushes", "Durable destination writes (files, objects).")
+        self.flushes = counter(
+            "mirror_v3_destination_flushes", "Durable destination writes (files, objects, Kafka batches/transactions)."
+        )
         self.last_flush = gauge(
             "mirror_v3_destination_last_flush_timestamp_seconds", "Unix time of the most recent durable write."
+        )
+        self.flush_max_time = gauge(
+            "mirror_v3_destination_flush_max_time_seconds",
+            "The configured flush.max-time-ms, in seconds (alerts compare the flush age with it).",
         )
         self.gap_records = counter(
             "mirror_v3_source_offset_gap_records",
@@ -72,6 +78,7 @@ class MirrorMetrics:
     bytes: Counter
     flushes: Counter
     last_flush: Gauge
+    flush_max_time: Gauge
     gap_records: Counter
     lost_records: Counter
     source_log_start: Gauge
@@ -88,6 +95,7 @@ class MirrorMetrics:
             bytes=families.bytes.labels(**labels),
             flushes=families.flushes.labels(**labels),
             last_flush=families.last_flush.labels(**labels),
+            flush_max_time=families.flush_max_time.labels(**labels),
             gap_records=families.gap_records.labels(**labels),
             lost_records=families.lost_records.labels(**labels),
             source_log_start=families.source_log_start.labels(**labels),

@@ -1,0 +1,124 @@
+"""deploy/: the manifests parse, say what SPEC §7 asks, and only use metrics the code exports."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.parser import text_string_to_metric_families
+
+from config import parse_config
+from supervisor.metrics import MetricFamilies, MirrorMetrics
+
+DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
+MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+DASHBOARD = DEPLOY / "grafana" / "mirror-v3-dashboard.json"
+METRIC_NAME = re.compile(r"\b((?:mirror_v3|process)_[a-z0-9_]+)\b")
+
+
+def documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if d is not None]
+
+
+def exported_metric_names() -> set[str]:
+    """Every sample name a running mirror exposes on /metrics (one mirror's label children created)."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    MirrorMetrics.for_partition(MetricFamilies(registry), "t", 0)
+    from prometheus_client import generate_latest
+
+    text = generate_latest(registry).decode()
+    return {sample.name for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=[p.name for p in MANIFESTS])
+def test_manifests_parse(path: Path) -> None:
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d is not None]
+    assert docs and all({"apiVersion", "kind"} <= d.keys() or d.get("kind") == "Kustomization" for d in docs)
+
+
+def test_kustomization_lists_existing_files() -> None:
+    (kustomization,) = documents("kustomization.yaml")
+    for resource in kustomization["resources"]:
+        assert (DEPLOY / "kubernetes" / resource).is_file(), resource
+
+
+def test_deployment_runs_one_non_root_replica_with_probes() -> None:
+    (deployment,) = documents("deployment.yaml")
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["runAsUser"] != 0
+    (container,) = pod["containers"]
+    assert container["args"][:1] == ["run"]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    port = next(p for p in container["ports"] if p["name"] == "metrics")
+    assert str(port["containerPort"]) == env["MIRROR_V3_METRICS_PORT"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert container["envFrom"] == [{"secretRef": {"name": "mirror-v3-secrets"}}]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["config"]["configMap"]["name"] == "mirror-v3-config"
+
+
+def test_configmap_holds_a_valid_config_without_secrets() -> None:
+    (configmap,) = documents("configmap.yaml")
+    text = configmap["data"]["config.yaml"]
+    config = parse_config(text, source="configmap.yaml", env={})
+    assert config.mirrors
+    (secret,) = documents("secret.example.yaml")
+    for variable in secret["stringData"]:
+        assert variable not in text or f"-env: {variable}" in text, f"{variable} appears in the config itself"
+
+
+def test_alerts_cover_what_operators_need() -> None:
+    (rule,) = documents("prometheusrule.yaml")
+    alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    assert {"MirrorV3DestinationRetrying", "MirrorV3LagGrowing", "MirrorV3NoRecentFlush", "MirrorV3Restarting"} <= set(
+        alerts
+    )
+    assert alerts["MirrorV3DestinationRetrying"]["for"] == "5m"
+    assert "mirror_v3_destination_offset_inflight_retry" in alerts["MirrorV3DestinationRetrying"]["expr"]
+    assert "2 * mirror_v3_destination_flush_max_time_seconds" in alerts["MirrorV3NoRecentFlush"]["expr"]
+    for name, alert in alerts.items():
+        assert alert["labels"]["severity"] in ("warning", "critical"), name
+        assert alert["annotations"]["summary"], name
+
+
+def test_rules_and_dashboard_use_only_exported_metrics() -> None:
+    exported = exported_metric_names()
+    (rule,) = documents("prometheusrule.yaml")
+    expressions = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+    dashboard = json.loads(DASHBOARD.read_text())
+    expressions += [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    expressions += [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
+    used = {name for expr in expressions for name in METRIC_NAME.findall(expr)}
+    assert used, "no metric names found"
+    unknown = used - exported
+    assert not unknown, f"not exported by mirror-v3: {sorted(unknown)}"
+    # The dashboard shows what an operator needs per topic/partition.
+    for needed in (
+        "mirror_v3_destination_records_total",
+        "mirror_v3_source_lag_offsets",
+        "mirror_v3_destination_offset_verified",
+        "mirror_v3_destination_last_flush_timestamp_seconds",
+        "mirror_v3_destination_offset_inflight_retry",
+        "mirror_v3_source_offset_gap_records_total",
+    ):
+        assert needed in used, needed
+
+
+def test_podmonitor_scrapes_the_metrics_port() -> None:
+    (monitor,) = documents("podmonitor.yaml")
+    (deployment,) = documents("deployment.yaml")
+    assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
