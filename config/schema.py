@@ -26,14 +26,18 @@ def render() -> str:
 
 
 def main(argv: list[str]) -> int:
-    text = render()
-    if "--check" in argv:
-        if not SCHEMA_PATH.exists() or SCHEMA_PATH.read_text(encoding="utf-8") != text:
-            print(f"{SCHEMA_PATH} is stale: run `python -m config.schema`", file=sys.stderr)
+    return write_or_check(SCHEMA_PATH, render(), check="--check" in argv, command="python -m config.schema")
+
+
+def write_or_check(path: Path, text: str, *, check: bool, command: str) -> int:
+    """Write a generated schema, or (check) exit 1 when the committed file differs from it."""
+    if check:
+        if not path.exists() or path.read_text(encoding="utf-8") != text:
+            print(f"{path} is stale: run `{command}`", file=sys.stderr)
             return 1
         return 0
-    SCHEMA_PATH.write_text(text, encoding="utf-8")
-    print(f"wrote {SCHEMA_PATH}")
+    path.write_text(text, encoding="utf-8")
+    print(f"wrote {path}")
     return 0
 
 

@@ -16,5 +16,6 @@ echo "== mypy"
 mypy .
 echo "== schema"
 python -m config.schema --check
+python -m supervisor.status --check
 echo "== pytest"
 python -m pytest "$@"

@@ -35,6 +35,14 @@ class Chunk:
 
 
 @dataclass(frozen=True)
+class Inspection:
+    """What a read-only look at the destination found (for `status`)."""
+
+    next_offset: int | None  # None: the destination holds nothing for this partition yet
+    last_write: float | None = None  # Unix time of the newest durable write, where the destination records it
+
+
+@dataclass(frozen=True)
 class Committed:
     """What a durable write produced: where it went and how many bytes it took."""
 
@@ -56,7 +64,7 @@ class Sink(Protocol):
         """
         ...
 
-    async def inspect(self, deep: bool = False) -> int | None:
+    async def inspect(self, deep: bool = False) -> Inspection:
         """Like open(), but read-only (for `status`): changes nothing at the destination. `deep`
         validates the whole destination instead of its tail."""
         ...

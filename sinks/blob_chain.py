@@ -86,6 +86,10 @@ class BlobStore(Protocol):
         temporaries excluded; and whether more follow."""
         ...
 
+    async def modified_at(self, name: str) -> float | None:
+        """Unix time the blob was written, None if the store cannot tell or the blob is gone."""
+        ...
+
     async def put_if_absent(self, name: str, data: memoryview) -> int:
         """Durably create `name` with `data` unless it exists (then raise BlobExistsError; a blob
         already there with exactly these bytes counts as created). Returns the bytes stored."""
@@ -204,8 +208,13 @@ class BlobChain:
 
     async def inspect(self, deep: bool = False) -> int | None:
         """Validate the chain (its tail, or all of it) and return the next offset; changes nothing."""
+        tail = await self.inspect_tail(deep)
+        return None if tail is None else tail.last + 1
+
+    async def inspect_tail(self, deep: bool = False) -> BlobRange | None:
+        """Validate the chain (its tail, or all of it) and return its last blob; changes nothing."""
         ranges = await (verify_all(self._store) if deep else find_tail(self._store))
-        return ranges[-1].last + 1 if ranges else None
+        return ranges[-1] if ranges else None
 
     async def append(self, first: int, last: int, data: memoryview) -> tuple[str, int]:
         """Store the blob for [first, last]; it must continue the chain. Returns (location, bytes).

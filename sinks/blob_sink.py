@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import anyio.to_thread
 
-from sinks.base import Chunk, Committed
+from sinks.base import Chunk, Committed, Inspection
 from sinks.blob_chain import BlobChain, BlobStore
 from sinks.records import encode_parquet
 
@@ -27,8 +27,11 @@ class BlobSink:
     async def open(self) -> int | None:
         return await self._chain.open()
 
-    async def inspect(self, deep: bool = False) -> int | None:
-        return await self._chain.inspect(deep)
+    async def inspect(self, deep: bool = False) -> Inspection:
+        tail = await self._chain.inspect_tail(deep)
+        if tail is None:
+            return Inspection(next_offset=None)
+        return Inspection(next_offset=tail.last + 1, last_write=await self._chain.store.modified_at(tail.name))
 
     async def commit(self, chunk: Chunk) -> Committed:
         # Parquet encoding is CPU-bound: keep it off the event loop.

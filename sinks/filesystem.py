@@ -54,6 +54,12 @@ class FilesystemStore:
             names = names[bisect.bisect_right(names, start_after) :]
         return names[:max_keys], len(names) > max_keys
 
+    async def modified_at(self, name: str) -> float | None:
+        try:
+            return float((await aiofiles.os.stat(self._dir / name)).st_mtime)
+        except FileNotFoundError:
+            return None
+
     async def clean_leftovers(self) -> list[str]:
         removed = [n for n in await self._entries() if is_temp_name(n)]
         for name in removed:

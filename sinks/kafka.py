@@ -34,7 +34,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from config.kafka_clients import diagnose_bootstrap
-from sinks.base import Chunk, Committed, DestinationError
+from sinks.base import Chunk, Committed, DestinationError, Inspection
 from sinks.kafka_records import PreparedBatch, build_batches, first_hole, parse_source_offset
 from sinks.retry import TransientDestinationError
 
@@ -226,14 +226,15 @@ class KafkaSink:
             self._position = await self._renumber_position()
         return self._position
 
-    async def inspect(self, deep: bool = False) -> int | None:
-        """Read-only: no producer is started, so a running mirror is never fenced by `status`."""
+    async def inspect(self, deep: bool = False) -> Inspection:
+        """Read-only: no producer is started, so a running mirror is never fenced by `status`. Kafka
+        records no write time of its own (record timestamps are the source's), so last_write is None."""
 
-        async def inspect() -> int | None:
+        async def inspect() -> Inspection:
             await self._check_topic()
             if self._mode == "preserve":
-                return await self._preserve_position(verify=deep)
-            return await self._renumber_position()
+                return Inspection(await self._preserve_position(verify=deep))
+            return Inspection(await self._renumber_position())
 
         return await self._call(inspect)
 

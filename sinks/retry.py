@@ -22,7 +22,7 @@ from typing import TypeVar
 
 import anyio
 
-from sinks.base import Chunk, Committed, DestinationError, Sink
+from sinks.base import Chunk, Committed, DestinationError, Inspection, Sink
 
 T = TypeVar("T")
 log = logging.getLogger("mirror_v3.retry")
@@ -113,7 +113,7 @@ class RetryingSink:
     async def open(self) -> int | None:
         return await self._retry(self._inner.open, "open")
 
-    async def inspect(self, deep: bool = False) -> int | None:
+    async def inspect(self, deep: bool = False) -> Inspection:
         return await self._retry(lambda: self._inner.inspect(deep), "inspect")
 
     async def commit(self, chunk: Chunk) -> Committed:

@@ -169,6 +169,13 @@ class S3Store:
     async def clean_leftovers(self) -> list[str]:
         return await self.abort_incomplete_uploads()
 
+    async def modified_at(self, name: str) -> float | None:
+        s3 = await self._s3()
+        key = self._prefix + name
+        head = await self._call(f"head {self.location(name)}", lambda: s3.head_object(Bucket=self._bucket, Key=key))
+        modified = head.get("LastModified")
+        return None if modified is None else float(modified.timestamp())
+
     async def put_if_absent(self, name: str, data: memoryview) -> int:
         s3 = await self._s3()
         key = self._prefix + name

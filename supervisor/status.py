@@ -6,30 +6,58 @@ Every mirror is queried concurrently, each bounded by a timeout.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import sys
 from dataclasses import dataclass
+from typing import Annotated, Any
 
 import anyio
 import msgspec
 
 from config.kafka_clients import ClientSettingsError
 from config.model import Config, MirrorConfig
+from config.schema import SCHEMA_PATH, write_or_check
 from sinks.base import DestinationError, Sink
 from sinks.factory import SinkFactory
 from supervisor.describe import describe_error
 from supervisor.source import SourceClusters
 
 
+def _field(description: str) -> Any:
+    return msgspec.Meta(description=description)
+
+
 class MirrorStatus(msgspec.Struct, rename="kebab"):
-    name: str
-    topic: str
-    partition: int
-    destination: str
-    source_log_start: int | None = None
-    source_end: int | None = None
-    source_high_watermark: int | None = None
-    destination_next: int | None = None
-    lag: int | None = None
-    error: str | None = None
+    """One mirror's row. Fields that could not be queried are null and `error` says why."""
+
+    name: Annotated[str, _field("The mirror's name from the config.")]
+    topic: Annotated[str, _field("Source topic.")]
+    partition: Annotated[int, _field("Source partition.")]
+    destination: Annotated[str, _field("Where the mirror writes, without secrets.")]
+    source_log_start: Annotated[int | None, _field("Earliest offset the source partition holds.")] = None
+    source_end: Annotated[
+        int | None, _field("Offset the mirror reads up to: the last stable offset with read_committed.")
+    ] = None
+    source_high_watermark: Annotated[int | None, _field("The source partition's high watermark.")] = None
+    destination_next: Annotated[
+        int | None, _field("Next source offset the destination expects; null when it holds nothing yet.")
+    ] = None
+    lag: Annotated[int | None, _field("source-end minus destination-next (or minus source-log-start when empty).")] = (
+        None
+    )
+    last_flush: Annotated[
+        str | None,
+        _field("UTC time (ISO 8601) of the newest durable write where the destination records it (files, objects)."),
+    ] = None
+    error: Annotated[str | None, _field("Why the row is incomplete; null when every query succeeded.")] = None
+
+
+class StatusDocument(msgspec.Struct):
+    """`status --format json`: the exit code is 0 exactly when `ok` is true."""
+
+    ok: Annotated[bool, _field("Every mirror was queried without error.")]
+    mirrors: list[MirrorStatus]
 
 
 @dataclass(frozen=True)
@@ -93,7 +121,10 @@ async def _query_one(
     else:
         try:
             with anyio.fail_after(timeout_s * (10 if deep else 1)):
-                row.destination_next = await sink.inspect(deep)
+                inspection = await sink.inspect(deep)
+            row.destination_next = inspection.next_offset
+            if inspection.last_write is not None:
+                row.last_flush = _iso_utc(inspection.last_write)
         except TimeoutError:
             errors.append(f"destination {sink.description}: timed out after {timeout_s:g}s")
         except Exception as exc:
@@ -111,7 +142,18 @@ async def _query_one(
 
 
 def render_table(report: StatusReport) -> str:
-    headers = ["MIRROR", "TOPIC", "PARTITION", "SOURCE-START", "SOURCE-END", "DEST-NEXT", "LAG", "DESTINATION", "ERROR"]
+    headers = [
+        "MIRROR",
+        "TOPIC",
+        "PARTITION",
+        "SOURCE-START",
+        "SOURCE-END",
+        "DEST-NEXT",
+        "LAG",
+        "LAST-FLUSH",
+        "DESTINATION",
+        "ERROR",
+    ]
     body = [
         [
             row.name,
@@ -121,6 +163,7 @@ def render_table(report: StatusReport) -> str:
             _cell(row.source_end),
             "empty" if row.destination_next is None and row.error is None else _cell(row.destination_next),
             _cell(row.lag),
+            row.last_flush or "-",
             row.destination,
             row.error or "",
         ]
@@ -132,7 +175,36 @@ def render_table(report: StatusReport) -> str:
 
 
 def render_json(report: StatusReport) -> str:
-    return msgspec.json.encode({"ok": report.ok, "mirrors": report.rows}).decode()
+    return msgspec.json.encode(StatusDocument(ok=report.ok, mirrors=report.rows)).decode()
+
+
+def status_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = msgspec.json.schema(StatusDocument)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "mirror-v3 status --format json"
+    # Every key is always present (null when unknown), so consumers never test for absence.
+    for definition in schema.get("$defs", {}).values():
+        definition["required"] = sorted(definition.get("properties", {}))
+    return schema
+
+
+def render_schema() -> str:
+    return json.dumps(status_schema(), indent=2, sort_keys=True) + "\n"
+
+
+def _iso_utc(timestamp: float) -> str:
+    return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+STATUS_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.status.schema.json"
+
+
+if __name__ == "__main__":  # python -m supervisor.status [--check]: (re)generate the status output schema
+    raise SystemExit(
+        write_or_check(
+            STATUS_SCHEMA_PATH, render_schema(), check="--check" in sys.argv, command="python -m supervisor.status"
+        )
+    )
 
 
 def _cell(value: int | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from dataclasses import dataclass, field
 
 import anyio
@@ -99,6 +100,7 @@ class InMemoryStore:
         self.removed: list[str] = []
         self.list_calls = 0
         self.unsure: set[str] = set()  # names a failed put may have written (see FlakyStore)
+        self.written_at: dict[str, float] = {}
 
     def location(self, name: str) -> str:
         return f"mem://{name}"
@@ -114,12 +116,16 @@ class InMemoryStore:
             await self.remove(name)
         return leftovers
 
+    async def modified_at(self, name: str) -> float | None:
+        return self.written_at.get(name)
+
     async def put_if_absent(self, name: str, data: memoryview) -> int:
         if name in self.blobs:
             if name in self.unsure and self.blobs[name] == bytes(data):
                 return len(data)
             raise BlobExistsError(f"{name} exists")
         self.blobs[name] = bytes(data)
+        self.written_at[name] = time.time()
         return len(data)
 
     async def close(self) -> None:

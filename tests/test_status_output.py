@@ -1,0 +1,76 @@
+"""The status output: its committed JSON Schema is current and describes what `render_json` prints."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+
+from supervisor.status import STATUS_SCHEMA_PATH, MirrorStatus, StatusReport, render_json, render_schema, render_table
+
+
+def report() -> StatusReport:
+    return StatusReport(
+        [
+            MirrorStatus(
+                "orders-0",
+                "orders",
+                0,
+                "s3://b/p/orders/0/",
+                source_log_start=0,
+                source_end=10,
+                source_high_watermark=11,
+                destination_next=10,
+                lag=0,
+                last_flush="2026-11-21T12:00:00Z",
+            ),
+            MirrorStatus("orders-1", "orders", 1, "-", error="source cluster k:9092 unreachable: refused"),
+        ]
+    )
+
+
+def test_committed_status_schema_is_current() -> None:
+    assert STATUS_SCHEMA_PATH.read_text(encoding="utf-8") == render_schema(), (
+        f"{STATUS_SCHEMA_PATH} is stale: run `python -m supervisor.status`"
+    )
+
+
+def test_json_output_matches_the_schema_with_every_key_present() -> None:
+    schema = json.loads(STATUS_SCHEMA_PATH.read_text(encoding="utf-8"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    document = json.loads(render_json(report()))
+    jsonschema.Draft202012Validator(schema).validate(document)
+    assert document["ok"] is False
+    ok_row, failed_row = document["mirrors"]
+    assert ok_row["last-flush"] == "2026-11-21T12:00:00Z" and ok_row["error"] is None
+    assert set(failed_row) == set(ok_row)
+    assert failed_row["lag"] is None and "unreachable" in failed_row["error"]
+
+
+def test_table_shows_every_row_and_the_error() -> None:
+    header, first, second = render_table(report()).splitlines()
+    assert header.split() == [
+        "MIRROR",
+        "TOPIC",
+        "PARTITION",
+        "SOURCE-START",
+        "SOURCE-END",
+        "DEST-NEXT",
+        "LAG",
+        "LAST-FLUSH",
+        "DESTINATION",
+        "ERROR",
+    ]
+    assert first.split()[:9] == [
+        "orders-0",
+        "orders",
+        "0",
+        "0",
+        "10",
+        "10",
+        "0",
+        "2026-11-21T12:00:00Z",
+        "s3://b/p/orders/0/",
+    ]
+    assert second.split()[:8] == ["orders-1", "orders", "1", "-", "-", "-", "-", "-"]
+    assert second.endswith("source cluster k:9092 unreachable: refused")
