@@ -28,7 +28,7 @@ TopicName = Annotated[
     msgspec.Meta(
         pattern=_PATH_SEGMENT,
         max_length=249,
-        description="Source topic; also the destination directory / key segment unless overridden.",
+        description="Source topic; also the destination topic, directory or key segment unless overridden.",
     ),
 ]
 DestinationName = Annotated[
@@ -36,7 +36,8 @@ DestinationName = Annotated[
     msgspec.Meta(
         pattern=_PATH_SEGMENT,
         max_length=249,
-        description="Directory / key segment used instead of the source topic name.",
+        description="Destination topic (kafka) or directory / key segment (filesystem, s3) used instead of the "
+        "source topic name.",
     ),
 ]
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
@@ -82,8 +83,10 @@ _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 class SaslConfig(_Strict, frozen=True):
     """SASL authentication; the password is read from the environment variable named here."""
 
-    mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
-    username: NonEmptyStr
+    mechanism: Annotated[
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], msgspec.Meta(description="SASL mechanism.")
+    ]
+    username: Annotated[NonEmptyStr, msgspec.Meta(description="SASL user name.")]
     password_env: Annotated[
         str,
         msgspec.Meta(
@@ -119,7 +122,12 @@ class KafkaSecurity(_Strict, frozen=True):
     """How clients authenticate to a Kafka cluster; the same settings reach every client of it
     (offset queries, Spark's reader, the destination producer)."""
 
-    protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    protocol: Annotated[
+        Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"],
+        msgspec.Meta(
+            description="Kafka security.protocol: SASL_* needs a sasl block; tls applies to SSL and SASL_SSL."
+        ),
+    ] = "PLAINTEXT"
     sasl: SaslConfig | None = None
     tls: TlsConfig | None = None
 
@@ -128,7 +136,9 @@ class _BlobDestination(_Strict, frozen=True, kw_only=True):
     """What filesystem and S3 destinations share: Parquet blobs, flush policy, retries."""
 
     flush: FlushConfig = msgspec.field(default_factory=FlushConfig)
-    compression: Literal["zstd", "snappy", "gzip", "lz4", "none"] = "zstd"
+    compression: Annotated[
+        Literal["zstd", "snappy", "gzip", "lz4", "none"], msgspec.Meta(description="Parquet compression codec.")
+    ] = "zstd"
     compression_level: Annotated[
         int | None,
         msgspec.Meta(
@@ -154,7 +164,7 @@ MiB = 1024 * 1024
 class S3Destination(_BlobDestination, tag_field="type", tag="s3", frozen=True, kw_only=True):
     """The same Parquet blobs as objects under `s3://<bucket>/<prefix>/<dest-name>/<partition>/`."""
 
-    bucket: Annotated[NonEmptyStr, msgspec.Meta(max_length=255)]
+    bucket: Annotated[NonEmptyStr, msgspec.Meta(max_length=255, description="Bucket holding the chains; must exist.")]
     prefix: Annotated[
         str,
         msgspec.Meta(
@@ -228,7 +238,10 @@ class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_o
     flush: FlushConfig = msgspec.field(
         default_factory=lambda: FlushConfig(max_time_ms=1_000, max_bytes=32 * MiB, max_offsets=500_000)
     )
-    compression: Literal["none", "gzip", "snappy", "lz4", "zstd"] = "none"
+    compression: Annotated[
+        Literal["none", "gzip", "snappy", "lz4", "zstd"],
+        msgspec.Meta(description="Record-batch compression of the producer."),
+    ] = "none"
     max_batch_bytes: Annotated[
         int,
         msgspec.Meta(
@@ -267,7 +280,13 @@ class SourceConfig(_Strict, frozen=True):
             "comes from the destination). Default: mirror-v3.<mirror name>."
         ),
     ] = None
-    isolation_level: Literal["read_committed", "read_uncommitted"] = "read_committed"
+    isolation_level: Annotated[
+        Literal["read_committed", "read_uncommitted"],
+        msgspec.Meta(
+            description="read_committed reads up to the last stable offset and skips aborted records; "
+            "read_uncommitted copies every record up to the high watermark."
+        ),
+    ] = "read_committed"
     on_data_loss: Annotated[
         Literal["fail", "skip"],
         msgspec.Meta(
@@ -322,7 +341,10 @@ class SparkConfig(_Strict, frozen=True):
             "into it, so it bounds max-bytes-per-read times the number of mirrors reading at once.",
         ),
     ] = "2g"
-    log_level: Literal["ERROR", "WARN", "INFO", "DEBUG"] = "ERROR"
+    log_level: Annotated[
+        Literal["ERROR", "WARN", "INFO", "DEBUG"],
+        msgspec.Meta(description="Log level of Spark's JVM (its own output)."),
+    ] = "ERROR"
     conf: Annotated[
         dict[str, str],
         msgspec.Meta(description="Extra Spark configuration, passed to the SparkSession builder as is."),

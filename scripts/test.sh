@@ -17,5 +17,6 @@ mypy .
 echo "== schema"
 python -m config.schema --check
 python -m supervisor.status --check
+python -m config.reference --check
 echo "== pytest"
 python -m pytest "$@"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -537,3 +538,23 @@ def test_schema_rejects_what_the_loader_rejects() -> None:
 def _root(config: Config) -> str:
     assert isinstance(config.destination, FilesystemDestination)
     return config.destination.root
+
+
+def test_configuration_reference_is_current() -> None:
+    from config import reference
+
+    assert reference.REFERENCE_PATH.read_text(encoding="utf-8") == reference.render(), (
+        f"{reference.REFERENCE_PATH} is stale: run `python -m config.reference` and commit the result"
+    )
+
+
+def test_configuration_reference_lists_every_schema_key() -> None:
+    from config import reference
+
+    text = reference.render()
+    schema = json.loads(config_schema.SCHEMA_PATH.read_text(encoding="utf-8"))
+    for name, definition in schema["$defs"].items():
+        for key in definition.get("properties", {}):
+            # Top-level keys start a path; every other key follows a dot and ends a path or continues it.
+            pattern = rf"`{key}[.\[]" if name == "Config" else rf"\.{re.escape(key)}[`.]"
+            assert re.search(pattern, text), f"{name}.{key} missing from the configuration reference"
