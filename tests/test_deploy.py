@@ -122,3 +122,17 @@ def test_podmonitor_scrapes_the_metrics_port() -> None:
     assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
     assert (endpoint["port"], endpoint["path"]) == ("metrics", "/metrics")
+
+
+def test_dockerfile_builds_with_the_ci_install_script_and_runs_as_non_root() -> None:
+    dockerfile = (DEPLOY.parent / "Dockerfile").read_text()
+    instructions = [line.split(None, 1) for line in dockerfile.splitlines() if line and not line.startswith("#")]
+    stages = [args for keyword, *args in instructions if keyword == "FROM"]
+    assert len(stages) >= 2, "multi-stage build expected"
+    runs = " ".join(" ".join(args) for keyword, *args in instructions if keyword == "RUN")
+    assert "bash scripts/setup.sh --no-dev" in runs, "the image must install through the script CI runs"
+    ci = (DEPLOY.parent / ".ci" / "run").read_text() + (DEPLOY.parent / "scripts" / "test.sh").read_text()
+    assert "scripts/setup.sh" in ci
+    users = [args[0] for keyword, *args in instructions if keyword == "USER"]
+    assert users and not users[-1].startswith(("0", "root")), users
+    assert 'ENTRYPOINT ["python", "-m", "supervisor"]' in dockerfile
