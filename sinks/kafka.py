@@ -220,10 +220,11 @@ class KafkaSink:
     async def _open(self) -> int | None:
         await self._check_topic()
         if self._mode == "preserve":
+            # An empty partition still has a position: the first record must land at offset 0.
             self._position = await self._preserve_position(verify=True)
-        else:
-            await self._start_producer()  # fences any older writer before the position is read
-            self._position = await self._renumber_position()
+            return self._position or None
+        await self._start_producer()  # fences any older writer before the position is read
+        self._position = await self._renumber_position()
         return self._position
 
     async def inspect(self, deep: bool = False) -> Inspection:
@@ -233,7 +234,7 @@ class KafkaSink:
         async def inspect() -> Inspection:
             await self._check_topic()
             if self._mode == "preserve":
-                return Inspection(await self._preserve_position(verify=deep))
+                return Inspection(await self._preserve_position(verify=deep) or None)
             return Inspection(await self._renumber_position())
 
         return await self._call(inspect)
