@@ -31,6 +31,7 @@ from e2e.harness import (
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
     Record,
+    admin_client,
     compacted_topic_config,
     consume_all,
     create_topic,
@@ -472,3 +473,26 @@ def test_mutual_tls_settings_reach_every_client(
         [ArchivedRecord(r.offset, r.key, r.value, list(r.headers or []), r.timestamp_ms) for r in copied],
         source_records(broker.bootstrap, topic_name, 0),
     )
+
+
+def test_renumber_position_survives_a_lost_consumer_group(
+    kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path
+) -> None:
+    """The group's committed offsets expire after offsets.retention.minutes of inactivity (or an admin
+    deletes the group): the position then comes from the last mirrored record's header."""
+    _topics(kafka, kafka_destination_broker, topic_name)
+    produce(kafka.bootstrap, topic_name, 0, generate_records(3_000, seed=130))
+    destination = KafkaDestinationUnderTest(kafka_destination_broker.bootstrap, "renumber")
+    config = _one_mirror(tmp_path, kafka, destination, topic_name)
+    _run_until_mirrored(config, tmp_path / "run1.log", destination, topic_name, {0: 3_000})
+
+    admin = admin_client(kafka_destination_broker.bootstrap)
+    admin.delete_consumer_groups([f"mirror-v3.{topic_name}"])[f"mirror-v3.{topic_name}"].result(30)
+    assert destination.next_offset(topic_name, 0) is None
+
+    produce(kafka.bootstrap, topic_name, 0, generate_records(1_000, seed=131))
+    restarted = _run_until_mirrored(config, tmp_path / "run2.log", destination, topic_name, {0: 4_000})
+    assert re.search(r"no committed position in consumer group", restarted.log_text()), restarted.tail()
+    start = re.search(r'msg="mirror starting" .*start_offset=(\d+)', restarted.log_text())
+    assert start and int(start.group(1)) == 3_000
+    _assert_exactly_once(kafka, destination, topic_name)

@@ -295,12 +295,12 @@ class KafkaSink:
         committed = await self._clients.committed_offset(self.group_id, self._tp)
         from_header = await self._last_header_position(search_all=committed is None)
         if committed is None and from_header is not None:
+            # Same structured fields as every other line (supervisor.logs formats them).
+            fields = {"destination": self.description, "group": self.group_id, "last_source_offset": from_header - 1}
             log.warning(
-                "%s: no committed position in consumer group %s (expired after offsets.retention.minutes?); "
-                "continuing after the last mirrored record, source offset %d",
-                self._name,
-                self.group_id,
-                from_header - 1,
+                "no committed position in consumer group (expired after offsets.retention.minutes?); "
+                "continuing after the last mirrored record",
+                extra={"mirror_v3_fields": fields},
             )
         candidates = [p for p in (committed, from_header) if p is not None]
         return max(candidates) if candidates else None
@@ -436,7 +436,8 @@ class KafkaSink:
         self._position, self._uncertain = end, False
         landed = end - chunk.first_offset
         if landed:
-            log.info("%s: %d offsets of the retried chunk had landed; sending from %d", self._name, landed, end)
+            fields = {"destination": self.description, "landed": landed, "resend_from": end}
+            log.info("part of the retried chunk had landed", extra={"mirror_v3_fields": fields})
         return await self._commit(Chunk(end, chunk.last_offset, chunk.records.slice(landed)))
 
     def _already_there(self, chunk: Chunk) -> Committed:
