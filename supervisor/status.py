@@ -141,19 +141,22 @@ async def _query_one(
     return row
 
 
+TABLE_COLUMNS = (
+    "MIRROR",
+    "TOPIC",
+    "PARTITION",
+    "SOURCE-START",
+    "SOURCE-END",
+    "DEST-NEXT",
+    "LAG",
+    "LAST-FLUSH",
+    "DESTINATION",
+    "ERROR",
+)
+
+
 def render_table(report: StatusReport) -> str:
-    headers = [
-        "MIRROR",
-        "TOPIC",
-        "PARTITION",
-        "SOURCE-START",
-        "SOURCE-END",
-        "DEST-NEXT",
-        "LAG",
-        "LAST-FLUSH",
-        "DESTINATION",
-        "ERROR",
-    ]
+    headers = list(TABLE_COLUMNS)
     body = [
         [
             row.name,
