@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from config.model import KafkaSecurity, TlsConfig
+from config.secrets import remember
 
 _LOGIN_MODULES = {
     "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
@@ -92,7 +93,7 @@ def _secret(variable: str, field: str) -> str:
     value = os.environ.get(variable)
     if not value:
         raise ClientSettingsError(f"{field}: environment variable {variable} is not set")
-    return value
+    return remember(value)
 
 
 def _jaas_quote(value: str) -> str:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 
 from config.kafka_clients import aiokafka_settings
 from config.model import Destination, FilesystemDestination, KafkaDestination, MirrorConfig, S3Destination
+from config.secrets import remember
 from sinks.base import DestinationError, Sink
 from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
@@ -83,7 +84,7 @@ def s3_settings(destination: S3Destination) -> S3Settings:
         value = os.environ.get(variable)
         if not value:
             raise DestinationError(f"destination.{field}: environment variable {variable} is not set")
-        return value
+        return remember(value)
 
     return S3Settings(
         bucket=destination.bucket,

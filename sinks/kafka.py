@@ -174,8 +174,18 @@ class KafkaClients:
         return found[0] if found else None
 
     async def committed_offset(self, group: str, tp: TopicPartition) -> int | None:
+        deadline = time.monotonic() + self._timeout_ms / 1000
         async with self.admin() as admin:
-            offsets = await admin.list_consumer_group_offsets(group, partitions=[tp])
+            while True:
+                try:
+                    offsets = await admin.list_consumer_group_offsets(group, partitions=[tp])
+                    break
+                except KafkaError as exc:
+                    # A new cluster creates __consumer_offsets on the first group lookup, and a
+                    # coordinator may be loading or moving: these pass within moments.
+                    if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                        raise
+                    await anyio.sleep(0.2)
         found = offsets.get(tp)
         return None if found is None or found.offset < 0 else int(found.offset)
 

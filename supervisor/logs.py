@@ -9,6 +9,8 @@ import sys
 import time
 from typing import Any
 
+from config.secrets import redact
+
 _FIELDS = "mirror_v3_fields"
 
 
@@ -31,7 +33,7 @@ class KeyValueFormatter(logging.Formatter):
         parts.extend(f"{key}={_quote(value)}" for key, value in fields.items())
         if record.exc_info and logging.getLogger().isEnabledFor(logging.DEBUG):
             parts.append(f"traceback={_quote(self.formatException(record.exc_info))}")
-        return " ".join(parts)
+        return redact(" ".join(parts))
 
 
 class JsonFormatter(logging.Formatter):
@@ -49,7 +51,7 @@ class JsonFormatter(logging.Formatter):
                 for key, value in fields.items()
             }
         )
-        return json.dumps(entry)
+        return redact(json.dumps(entry))
 
 
 def setup_logging() -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.model import SparkConfig
+from config.secrets import SECRET_KEY_PATTERN, remember
 from workers.jars import spark_kafka_jars
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
@@ -46,6 +47,9 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         # A local session talks to nothing but itself: bind and advertise loopback only.
         conf["spark.driver.host"] = "127.0.0.1"
         conf["spark.driver.bindAddress"] = "127.0.0.1"
+    for key, value in config.conf.items():
+        if SECRET_KEY_PATTERN.search(key):
+            remember(value)  # never printed, whatever logs it
     conf.update(config.conf)
     return conf
 

@@ -1,0 +1,48 @@
+"""Log lines: key=value and JSON formats, and secrets redacted from whatever a library logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from config.secrets import REDACTED, remember
+from supervisor.logs import JsonFormatter, KeyValueFormatter, log_event
+
+
+def record(message: str, **fields: object) -> logging.LogRecord:
+    captured: list[logging.LogRecord] = []
+
+    class Capture(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            captured.append(record)
+
+    logger = logging.getLogger("test.logs")
+    logger.handlers[:] = [Capture()]
+    logger.propagate = False
+    logger.setLevel(logging.DEBUG)
+    log_event(logger, logging.WARNING, message, **fields)
+    return captured[0]
+
+
+def test_key_value_line() -> None:
+    line = KeyValueFormatter().format(record("flushed", mirror="m-0", count=3, path="a b"))
+    assert line.split(" ", 1)[1] == 'level=WARNING msg=flushed mirror=m-0 count=3 path="a b"'
+
+
+def test_json_line() -> None:
+    entry = json.loads(JsonFormatter().format(record("flushed", mirror="m-0", count=3)))
+    assert (entry["level"], entry["msg"], entry["mirror"], entry["count"]) == ("WARNING", "flushed", "m-0", 3)
+
+
+def test_remembered_secrets_never_reach_a_line() -> None:
+    secret = remember('s3cr"et-value-for-the-test')
+    leaky = record(f"Authorization: Credential={secret}/x", header=f"token {secret}")
+    for formatter in (KeyValueFormatter(), JsonFormatter()):
+        line = formatter.format(leaky)
+        assert "et-value-for-the-test" not in line, line
+        assert REDACTED in line
+
+
+def test_short_values_are_not_treated_as_secrets() -> None:
+    remember("ab")
+    assert "ab" in KeyValueFormatter().format(record("about a tab"))
