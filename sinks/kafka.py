@@ -509,7 +509,6 @@ class KafkaSink:
             ) from None
         except (KafkaError, OSError, TimeoutError) as exc:
             await self._stop_producer()
-            self._uncertain = self._uncertain or self._position is not None
             detail, transient = _describe(exc), _is_transient(exc)
             if isinstance(exc, KafkaConnectionError):
                 diagnosis = await diagnose_bootstrap(
