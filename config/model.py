@@ -50,9 +50,14 @@ class _Strict(msgspec.Struct, rename="kebab", forbid_unknown_fields=True, frozen
 class FlushConfig(_Strict, frozen=True):
     """When a buffered batch becomes a destination file: whichever limit trips first."""
 
-    max_time_ms: Annotated[int, msgspec.Meta(ge=1, description="Longest a read record waits in the buffer, in ms.")] = (
-        10_000
-    )
+    max_time_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Longest a record waits, from when it became readable on the source (as far as the "
+            "mirror's offset queries tell) until its flush starts, in ms; a read that takes longer delays it.",
+        ),
+    ] = 10_000
     max_bytes: Annotated[
         int,
         msgspec.Meta(ge=1, description="Buffered record bytes (in-memory Arrow size of the rows) that force a flush."),

@@ -143,8 +143,12 @@ class MirrorActor:
 
     async def _ingest(self) -> None:
         poll = self.mirror.source.poll_interval_ms / 1000
+        # (monotonic time it was asked, source end it showed) of the previous offset query.
+        previous: tuple[float, int] | None = None
         while not self._stop.is_set():
+            asked_at = time.monotonic()
             offsets = await self._source.offsets()
+            earlier, previous = previous, (asked_at, offsets.end)
             self._observe(offsets)
             self._handle_data_loss(offsets)
             if offsets.high_watermark < self._next_read:
@@ -169,7 +173,11 @@ class MirrorActor:
                 raise
             self._planner.observe(plan.end - start, record_bytes(records))
             self._accept(start, plan.end - 1, records.num_rows)
-            self._buffer.add(start, plan.end - 1, records)
+            # flush.max-time counts from when the records could first be seen: if the previous query
+            # already ended at `start`, every record read now became readable after it. Measuring from
+            # the read instead would add a poll interval and a read to every record's wait.
+            waiting_since = earlier[0] if earlier is not None and earlier[1] <= start else asked_at
+            self._buffer.add(start, plan.end - 1, records, waiting_since)
             self._buffer_filled.set()
             trigger = self._size_trigger()
             if trigger is not None:

@@ -22,7 +22,8 @@ class RangeBuffer:
         self._tables: list[pa.Table] = []
         self.record_count = 0
         self.byte_count = 0
-        self.started_at: float | None = None  # monotonic time the oldest range was added
+        # Monotonic time from which the oldest buffered record counts as waiting (see `add`).
+        self.started_at: float | None = None
 
     @property
     def empty(self) -> bool:
@@ -32,11 +33,15 @@ class RangeBuffer:
     def offset_count(self) -> int:
         return 0 if self.first_offset is None else self.last_offset - self.first_offset + 1
 
-    def add(self, first: int, last: int, records: pa.Table) -> None:
-        """Append the read of [first, last]; it must start right after what is buffered."""
+    def add(self, first: int, last: int, records: pa.Table, waiting_since: float | None = None) -> None:
+        """Append the read of [first, last]; it must start right after what is buffered.
+
+        `waiting_since` (monotonic) is when these records may first have been readable on the source; the
+        buffer's age counts from there when it was empty, and from now when it is not given.
+        """
         if self.first_offset is None:
             self.first_offset = first
-            self.started_at = time.monotonic()
+            self.started_at = time.monotonic() if waiting_since is None else waiting_since
         elif first != self.last_offset + 1:
             raise ValueError(f"buffer ends at {self.last_offset}, cannot append {first}-{last}")
         self.last_offset = last

@@ -227,3 +227,25 @@ async def test_hole_only_range_still_advances_the_chain() -> None:
     await run_until(actor, stop, store, 15)
     assert sample(families, "mirror_v3_source_lag_offsets") == 0
     assert read_back(store) == expected_rows(source)
+
+
+async def test_max_time_counts_from_when_records_became_readable() -> None:
+    """A record's wait includes the read that fetched it: with a read as slow as max-time, the flush
+    follows the read at once instead of waiting another max-time in the buffer."""
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.read_delay = 0.4
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=400))
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        await actor.started.wait()
+        await anyio.sleep(0.05)  # idle: the actor has seen the (empty) end
+        appended = anyio.current_time()
+        source.append(10)
+        with anyio.fail_after(5):
+            while destination_next(store) != 10:
+                await anyio.sleep(0.005)
+        waited = anyio.current_time() - appended
+        stop.set()
+    # 0.4 s read + flush at once (the buffer counts from before the read); measuring from the read would be >= 0.8 s.
+    assert waited < 0.65, waited
+    assert read_back(store) == expected_rows(source)

@@ -32,6 +32,18 @@ class RangeRequest:
     kafka_options: dict[str, str] = field(default_factory=dict)
 
 
+# Spark's Kafka consumers fetch with the Kafka client defaults (1 MiB per partition, 500 records per
+# poll), so a read of one partition is a long series of small round trips. Measured with
+# bench/profile_reads.py (100 000 x 1 KiB records, 2 tasks): 59k records/s with the defaults, 104-115k
+# records/s with these. They bound what each cached consumer may hold (Spark keeps its fetched data
+# between tasks), so they stay modest. Security properties and the user's never get overridden.
+FETCH_OPTIONS = {
+    "kafka.max.partition.fetch.bytes": str(8 * 1024 * 1024),
+    "kafka.fetch.max.bytes": str(16 * 1024 * 1024),
+    "kafka.max.poll.records": "20000",
+}
+
+
 class RangeReadError(RuntimeError):
     pass
 
@@ -48,6 +60,7 @@ SPARK_GONE = (
 
 def spark_options(request: RangeRequest) -> dict[str, str]:
     options = {
+        **FETCH_OPTIONS,
         "kafka.bootstrap.servers": request.bootstrap_servers,
         "assign": json.dumps({request.topic: [request.partition]}),
         "startingOffsets": json.dumps({request.topic: {str(request.partition): request.start}}),
