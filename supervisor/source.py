@@ -18,6 +18,13 @@ from config.kafka_clients import aiokafka_settings, diagnose_bootstrap
 from config.model import SourceConfig
 from supervisor.errors import SourceError
 
+# How long an offset query waits for others to share its request. Mirrors that sleep the same poll
+# interval wake within microseconds of each other; 1 000 idle mirrors then cost a few requests per poll
+# instead of 3 000.
+COALESCE_SECONDS = 0.002
+
+_PartitionOffsets = tuple[int, int, int]  # log start, last stable offset, high watermark
+
 
 @dataclass(frozen=True)
 class SourceOffsets:
@@ -53,6 +60,13 @@ class SourceCluster:
         self._uncommitted = AIOKafkaConsumer(isolation_level="read_uncommitted", **common)
         self._started = False
         self._start_lock = asyncio.Lock()
+        # Offset queries waiting for the next batch, and the batches under way.
+        self._pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]] = {}
+        self._collecting = False
+        self._batches: set[asyncio.Future[None]] = set()
+        # The metadata fetch shared by mirrors that check their partition at about the same time.
+        self._metadata_fetch: asyncio.Future[Any] | None = None
+        self._metadata_at = 0.0
 
     async def start(self) -> None:
         async with self._start_lock:
@@ -75,8 +89,7 @@ class SourceCluster:
     async def check_partition(self, topic: str, partition: int) -> None:
         await self.start()
         try:
-            # consumer.topics() discards the partition lists it fetched; ask the client directly.
-            metadata = await asyncio.wait_for(self._committed._client.fetch_all_metadata(), self._timeout_s)
+            metadata = await self._cluster_metadata()
         except (TimeoutError, KafkaError, OSError) as exc:
             raise SourceError(
                 f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
@@ -90,26 +103,114 @@ class SourceCluster:
                 f"(partitions: {', '.join(str(p) for p in sorted(partitions))})"
             )
 
+    async def _cluster_metadata(self) -> Any:
+        """The cluster's topics and partitions. Mirrors starting together share one fetch: each full
+        metadata response describes every partition of the cluster, so 1 000 mirrors fetching their
+        own would decode it 1 000 times on the event loop and delay every start."""
+        now = asyncio.get_running_loop().time()
+        fetch = self._metadata_fetch
+        stale = fetch is None or (
+            fetch.done() and (fetch.cancelled() or fetch.exception() is not None or now - self._metadata_at > 1.0)
+        )
+        if stale:
+            self._metadata_at = now
+            # consumer.topics() discards the partition lists it fetched; ask the client directly.
+            fetch = asyncio.ensure_future(
+                asyncio.wait_for(self._committed._client.fetch_all_metadata(), self._timeout_s)
+            )
+            self._metadata_fetch = fetch
+        assert fetch is not None
+        # Shielded: one mirror giving up must not cancel the fetch the others wait for.
+        return await asyncio.shield(fetch)
+
     async def offsets(self, topic: str, partition: int, isolation_level: str) -> SourceOffsets:
+        """Where the partition starts and ends. Queries that arrive within COALESCE_SECONDS of each other
+        (the mirrors of one process poll in step) travel together: one request per kind for all of them."""
         await self.start()
         tp = TopicPartition(topic, partition)
+        answer: asyncio.Future[_PartitionOffsets] = asyncio.get_running_loop().create_future()
+        self._pending.setdefault(tp, []).append(answer)
+        if not self._collecting:
+            self._collecting = True
+            batch = asyncio.ensure_future(self._answer_pending())
+            self._batches.add(batch)
+            batch.add_done_callback(self._batches.discard)
+        start, stable, high = await answer
+        end = stable if isolation_level == "read_committed" else high
+        return SourceOffsets(log_start=start, end=end, high_watermark=high)
+
+    async def _answer_pending(self) -> None:
+        pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]] | None = None
+        try:
+            await asyncio.sleep(COALESCE_SECONDS)
+            pending, self._pending, self._collecting = self._pending, {}, False
+            answers = await self._answers(pending)
+        except BaseException as exc:  # cancelled by close(), or a bug: no mirror may wait forever
+            if pending is None:
+                pending, self._pending, self._collecting = self._pending, {}, False
+            failure = SourceError(f"source {self.bootstrap_servers}: offset query failed: {exc!r}")
+            self._settle(pending, dict.fromkeys(pending, failure))
+            if not isinstance(exc, Exception):
+                raise
+            return
+        self._settle(pending, answers)
+
+    async def _answers(
+        self, pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]]
+    ) -> dict[TopicPartition, _PartitionOffsets | BaseException]:
+        try:
+            return dict(await self._list_offsets(list(pending)))
+        except SourceError as exc:
+            if len(pending) == 1:
+                return {tp: exc for tp in pending}
+            # Ask again one by one, so each mirror gets its own answer and an error names its partition.
+            single = await asyncio.gather(*(self._list_offsets([tp]) for tp in pending), return_exceptions=True)
+            return {
+                tp: result[tp] if isinstance(result, dict) else result
+                for tp, result in zip(pending, single, strict=True)
+            }
+
+    @staticmethod
+    def _settle(
+        pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]],
+        answers: dict[TopicPartition, _PartitionOffsets | BaseException],
+    ) -> None:
+        for tp, waiters in pending.items():
+            outcome = answers[tp]
+            for waiter in waiters:
+                if waiter.done():  # its mirror stopped waiting (drain)
+                    continue
+                if isinstance(outcome, BaseException):
+                    waiter.set_exception(outcome)
+                else:
+                    waiter.set_result(outcome)
+
+    async def _list_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, _PartitionOffsets]:
         try:
             start, stable, high = await asyncio.wait_for(
                 asyncio.gather(
-                    self._committed.beginning_offsets([tp]),
-                    self._committed.end_offsets([tp]),
-                    self._uncommitted.end_offsets([tp]),
+                    self._committed.beginning_offsets(tps),
+                    self._committed.end_offsets(tps),
+                    self._uncommitted.end_offsets(tps),
                 ),
                 self._timeout_s,
             )
         except (TimeoutError, KafkaError, OSError) as exc:
+            where = f"{tps[0].topic}-{tps[0].partition}" if len(tps) == 1 else f"{len(tps)} partitions"
             raise SourceError(
-                f"source {topic}-{partition} on {self.bootstrap_servers}: offset query failed: {_describe(exc)}"
+                f"source {where} on {self.bootstrap_servers}: offset query failed: {_describe(exc)}"
             ) from None
-        end = stable[tp] if isolation_level == "read_committed" else high[tp]
-        return SourceOffsets(log_start=start[tp], end=end, high_watermark=high[tp])
+        return {tp: (start[tp], stable[tp], high[tp]) for tp in tps}
 
     async def close(self) -> None:
+        for batch in list(self._batches):
+            batch.cancel()
+        if self._metadata_fetch is not None and not self._metadata_fetch.done():
+            self._metadata_fetch.cancel()
+        # A batch cancelled before it ran never answers its queries: fail them here.
+        pending, self._pending, self._collecting = self._pending, {}, False
+        failure = SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
+        self._settle(pending, dict.fromkeys(pending, failure))
         for consumer in (self._committed, self._uncommitted):
             # Closing a half-started client must not mask the real error.
             with contextlib.suppress(Exception):

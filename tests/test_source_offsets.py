@@ -1,0 +1,115 @@
+"""Offset queries of many mirrors share requests; an error still reaches only the mirror it concerns."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+from aiokafka import TopicPartition
+
+from supervisor.errors import SourceError
+from supervisor.source import SourceCluster
+
+
+class CountingCluster(SourceCluster):
+    """A SourceCluster whose ListOffsets requests are answered in memory and recorded."""
+
+    def __init__(self, broken: set[TopicPartition] | None = None) -> None:
+        super().__init__("127.0.0.1:1", request_timeout_ms=1000)
+        self._started = True  # no broker: the requests below never reach the network
+        self.requests: list[list[TopicPartition]] = []
+        self.broken = broken or set()
+
+    async def _list_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int, int]]:
+        self.requests.append(tps)
+        await asyncio.sleep(0.001)
+        if self.broken & set(tps):
+            raise SourceError(f"source {len(tps)} partitions: offset query failed: NotLeaderForPartitionError")
+        return {tp: (tp.partition, 100 + tp.partition, 200 + tp.partition) for tp in tps}
+
+
+Make = Callable[..., CountingCluster]
+
+
+@pytest.fixture
+async def make() -> AsyncIterator[Make]:
+    made: list[CountingCluster] = []
+
+    def factory(broken: set[TopicPartition] | None = None) -> CountingCluster:
+        made.append(CountingCluster(broken))
+        return made[-1]
+
+    yield factory
+    for cluster in made:
+        await cluster.close()
+
+
+async def test_concurrent_queries_share_one_request(make: Make) -> None:
+    cluster = make()
+    answers = await asyncio.gather(*(cluster.offsets("t", p, "read_committed") for p in range(500)))
+    assert len(cluster.requests) == 1
+    assert sorted(tp.partition for tp in cluster.requests[0]) == list(range(500))
+    assert [(a.log_start, a.end, a.high_watermark) for a in answers] == [(p, 100 + p, 200 + p) for p in range(500)]
+    uncommitted = await cluster.offsets("t", 7, "read_uncommitted")
+    assert uncommitted.end == 207
+    assert len(cluster.requests) == 2
+
+
+async def test_an_error_reaches_only_its_partition(make: Make) -> None:
+    cluster = make(broken={TopicPartition("t", 3)})
+    answers = await asyncio.gather(
+        *(cluster.offsets("t", p, "read_committed") for p in range(5)), return_exceptions=True
+    )
+    assert isinstance(answers[3], SourceError)
+    assert [a.end for i, a in enumerate(answers) if i != 3] == [100, 101, 102, 104]  # type: ignore[union-attr]
+    # The shared request failed, then each partition was asked on its own.
+    assert len(cluster.requests) == 1 + 5
+
+
+async def test_a_waiter_that_gives_up_does_not_disturb_the_others(make: Make) -> None:
+    cluster = make()
+    impatient = asyncio.ensure_future(cluster.offsets("t", 1, "read_committed"))
+    patient = asyncio.ensure_future(cluster.offsets("t", 2, "read_committed"))
+    await asyncio.sleep(0)
+    impatient.cancel()
+    assert (await patient).end == 102
+    with pytest.raises(asyncio.CancelledError):
+        await impatient
+
+
+async def test_close_fails_queries_under_way(make: Make) -> None:
+    cluster = make()
+    waiting = asyncio.ensure_future(cluster.offsets("t", 1, "read_committed"))
+    await asyncio.sleep(0)
+    await cluster.close()
+    with pytest.raises(SourceError, match="offset query failed"):
+        await waiting
+
+
+class FakeMetadata:
+    def topics(self) -> set[str]:
+        return {"t"}
+
+    def partitions_for_topic(self, topic: str) -> set[int]:
+        return set(range(1000)) if topic == "t" else set()
+
+
+async def test_mirrors_starting_together_share_one_metadata_fetch(make: Make, monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = make()
+    fetches = 0
+
+    async def fetch_all_metadata() -> FakeMetadata:
+        nonlocal fetches
+        fetches += 1
+        await asyncio.sleep(0.01)
+        return FakeMetadata()
+
+    monkeypatch.setattr(cluster._committed._client, "fetch_all_metadata", fetch_all_metadata)
+    await asyncio.gather(*(cluster.check_partition("t", p) for p in range(1000)))
+    assert fetches == 1
+    with pytest.raises(SourceError, match="has no partition 1000"):
+        await cluster.check_partition("t", 1000)
+    with pytest.raises(SourceError, match="'u' does not exist"):
+        await cluster.check_partition("u", 0)
+    assert fetches == 1  # within a second the answer is reused
