@@ -21,6 +21,8 @@ from typing import Any
 
 import yaml
 
+from bench.cpu import CpuMonitor
+from bench.pyspy import ProfileSummary, PySpyRecorder, summarise
 from bench.targets import StoreUsage, Target, VerificationError
 from config.model import FilesystemDestination, FlushConfig, KafkaDestination, S3Destination, SparkConfig
 
@@ -37,7 +39,9 @@ class MirrorSettings:
     flush_max_offsets: int = FlushConfig().max_offsets
     compression: str = FilesystemDestination(root="x").compression
     max_offsets_per_read: int = SparkConfig().max_offsets_per_read
+    max_bytes_per_read: int = SparkConfig().max_bytes_per_read
     offsets_per_task: int = SparkConfig().offsets_per_task
+    bytes_per_task: int = SparkConfig().bytes_per_task
     spark_conf: dict[str, str] = field(default_factory=dict)
     spark_log_level: str = SparkConfig().log_level
     s3_multipart_threshold_bytes: int = S3Destination(bucket="x").multipart_threshold_bytes
@@ -91,6 +95,8 @@ class MirrorResult:
     files: int
     parquet_bytes: int
     store: StoreUsage | None  # what the S3 server did from process start to done; None for the filesystem
+    cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds of each process inside the backlog window
+    profile: ProfileSummary | None = None  # py-spy's view of the mirror process over the backlog
 
 
 class MirrorRunError(RuntimeError):
@@ -111,7 +117,9 @@ def write_config(
     event_log_dir.mkdir(parents=True, exist_ok=True)
     spark: dict[str, Any] = {
         "max-offsets-per-read": settings.max_offsets_per_read,
+        "max-bytes-per-read": settings.max_bytes_per_read,
         "offsets-per-task": settings.offsets_per_task,
+        "bytes-per-task": settings.bytes_per_task,
         "log-level": settings.spark_log_level,
         "conf": {
             "spark.eventLog.enabled": "true",
@@ -150,7 +158,15 @@ def write_config(
 
 
 def run_mirror(
-    config: Path, *, target: Target, ends: dict[int, int], log_path: Path, event_log_dir: Path, timeout: float
+    config: Path,
+    *,
+    target: Target,
+    ends: dict[int, int],
+    log_path: Path,
+    event_log_dir: Path,
+    timeout: float,
+    watch: dict[str, int] | None = None,
+    profile: Path | None = None,
 ) -> MirrorResult:
     """Start the CLI, wait until every partition's chain ends at its end offset, SIGTERM it, verify the blobs.
 
@@ -159,6 +175,10 @@ def run_mirror(
     the first look at the destination that finds every chain at its end. The log is read every 20 ms; the chains are
     looked at on each such tick where the log shows a new `flushed` line (a blob was just committed) and otherwise
     at least every `target.idle_look_seconds` (0 for the filesystem: every tick).
+
+    The CPU time of the mirror, its Spark JVM and the `watch` processes (label -> pid: brokers, the S3 server) is
+    sampled throughout and reported for the backlog window. With `profile`, py-spy samples the mirror process from
+    its `mirror starting` line to the end of the backlog and writes its folded stacks there.
     """
     env = dict(os.environ)
     env["MIRROR_V3_METRICS_PORT"] = "0"
@@ -177,6 +197,8 @@ def run_mirror(
             stdout=subprocess.DEVNULL,
             stderr=log_file,
         )
+        monitor = CpuMonitor(named=dict(watch or {}), root=proc.pid)
+        recorder: PySpyRecorder | None = None
         try:
             deadline = time.monotonic() + timeout
             started_at: float | None = None
@@ -189,18 +211,24 @@ def run_mirror(
                     )
                 if time.monotonic() > deadline:
                     raise MirrorRunError(f"mirror did not finish within {timeout} s:\n{_tail(log_path)}")
+                monitor.sample()
                 if started_at is None:
                     starts = [_log_time(fields) for fields in _events(log_path, "mirror starting")]
                     if len(starts) == len(ends):
                         started_at = min(starts)
+                        if profile is not None:
+                            recorder = PySpyRecorder(proc.pid, profile)
                 flushes_logged, now = flushed.count(), time.monotonic()
                 if flushes_logged != looked_at_flushes or now - looked_at >= target.idle_look_seconds:
                     looked_at_flushes, looked_at = flushes_logged, now
                     if all(target.chain_next(p) == end for p, end in ends.items()):
                         done_at = time.time()
+                        monitor.sample(force=True)
                         break
                 time.sleep(0.02)
             store = target.end_usage()
+            if recorder is not None:
+                recorder.stop()
             if started_at is None:  # finished between two polls of the log
                 started_at = min(_log_time(fields) for fields in _events(log_path, "mirror starting"))
             stop_at = time.monotonic()
@@ -208,6 +236,8 @@ def run_mirror(
             exit_code = proc.wait(120)
             drain_seconds = time.monotonic() - stop_at
         finally:
+            if recorder is not None:
+                recorder.stop()
             if proc.poll() is None:
                 proc.kill()
                 proc.wait(30)
@@ -237,6 +267,8 @@ def run_mirror(
         files=files,
         parquet_bytes=parquet_bytes,
         store=store,
+        cpu=monitor.between(ready_at, done_at),
+        profile=summarise(profile) if profile is not None and profile.exists() else None,
     )
 
 

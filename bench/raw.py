@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 import time
 import uuid
 from collections.abc import Iterator
@@ -163,3 +165,34 @@ def consume_produce_backlog(
     if left or failures:
         raise KafkaDataError(f"raw copy: {left} records undelivered, failures: {failures}")
     return CopyResult(records=records, payload_bytes=payload, seconds=seconds)
+
+
+def kcat_binary() -> str | None:
+    """kcat (formerly kafkacat), if installed (`apt-get install kcat`): a second raw baseline in C."""
+    return shutil.which("kcat") or shutil.which("kafkacat")
+
+
+def kcat_consume(
+    kcat: str, bootstrap: str, topic: str, ends: dict[int, int], *, timeout: float = 1800
+) -> ConsumeResult:
+    """kcat reading every partition of `topic` from the beginning to its end, with the raw consumer's fetch
+    settings; it prints one size per record, which is summed here. Timed from process start to exit."""
+    settings = [
+        f"-X{key}={value}"
+        for key, value in CONSUMER_CONFIG.items()
+        if key not in ("logger", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof")
+    ]
+    command = [kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", *settings, "-f", "%K %S\n"]
+    began = time.monotonic()
+    done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
+    seconds = time.monotonic() - began
+    if done.returncode != 0:
+        raise KafkaDataError(f"kcat exited {done.returncode}: {done.stderr.decode(errors='replace').strip()[-500:]}")
+    records = payload = 0
+    for line in done.stdout.splitlines():
+        key_size, _, value_size = line.partition(b" ")
+        payload += max(0, int(key_size)) + max(0, int(value_size))  # -1 is a null key or value
+        records += 1
+    if records != sum(ends.values()):
+        raise KafkaDataError(f"kcat read {records} records, expected {sum(ends.values())}")
+    return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds)

@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.data import KEY_BYTES, ProduceResult
+from bench.idle import IdleResult, markdown_idle
+from bench.latency import LatencyResult, markdown_latency
 from bench.machine import Machine
 from bench.mirror_run import MirrorResult, MirrorSettings
 from bench.raw import CONSUMER_CONFIG, PRODUCER_CONFIG, ConsumeResult, CopyResult
+from bench.restart import RestartResult, markdown_restart
 
 HEADER = ("path", "records", "record size", "seconds", "records/s", "MB/s", "ratio to raw", "ratio to raw copy")
 RAW_PATH = "raw: confluent-kafka consume loop"
 RAW_COPY_PATH = "raw: confluent-kafka consume → produce"
+KCAT_PATH = "raw: kcat -C (C, librdkafka)"
 PATH_LABELS = {
     "filesystem": "mirror-v3: Kafka → Parquet files (filesystem)",
     "s3": "mirror-v3: Kafka → Parquet objects (S3 on moto)",
@@ -31,40 +36,94 @@ PATH_TITLES = {
 class PathRun:
     """One mirror run: the same backlog into one kind of destination."""
 
-    kind: str  # "filesystem" or "s3"
+    kind: str  # a key of PATH_LABELS
     mirror: MirrorResult
     server_startup_seconds: float | None = None  # the S3 server's own start-up (not part of any timing)
 
 
 @dataclass(frozen=True)
-class Run:
-    command: str
-    started: float  # epoch seconds
-    records_per_partition: int
-    partitions: int
+class Cell:
+    """One backlog shape: records of one value size spread over some partitions."""
+
     value_size: int
+    partitions: int
+    records_per_partition: int
+
+    @property
+    def records(self) -> int:
+        return self.records_per_partition * self.partitions
+
+    @property
+    def size_label(self) -> str:
+        return (
+            f"{self.value_size // 1024} KiB"
+            if self.value_size % 1024 == 0 and self.value_size
+            else f"{self.value_size} B"
+        )
+
+    @property
+    def label(self) -> str:
+        parts = "partition" if self.partitions == 1 else "partitions"
+        return f"{self.size_label} records, {self.partitions} {parts}"
+
+    @property
+    def slug(self) -> str:
+        return f"{self.value_size}b-{self.partitions}p"
+
+
+@dataclass(frozen=True)
+class CellRun:
+    """Everything measured over one cell's backlog: the raw baselines and each mirror path."""
+
+    cell: Cell
     topic: str
-    settings: MirrorSettings
-    machine: Machine
-    load_before: tuple[float, float, float]
-    load_after: tuple[float, float, float]
     produced: ProduceResult
     raw: ConsumeResult
+    kcat: ConsumeResult | None  # kcat over the same backlog, when kcat is installed
     raw_copy: CopyResult | None  # the Kafka -> Kafka baseline, measured when a Kafka path runs
     paths: list[PathRun]
-    moto: str  # moto's version
 
     @property
     def payload_bytes(self) -> int:
         return self.produced.payload_bytes
 
+    @property
+    def raw_rate(self) -> float:
+        return self.raw.records / self.raw.seconds
 
-def rows(run: Run) -> list[tuple[str, ...]]:
-    size = f"{KEY_BYTES} B key + {run.value_size} B value"
+    def rate(self, kind: str) -> float | None:
+        for path in self.paths:
+            if path.kind == kind:
+                return path.mirror.records / path.mirror.backlog_seconds
+        return None
+
+
+@dataclass(frozen=True)
+class Suite:
+    command: str
+    started: float  # epoch seconds
+    finished: float
+    settings: MirrorSettings
+    machine: Machine
+    load_before: tuple[float, float, float]
+    load_after: tuple[float, float, float]
+    cells: list[CellRun]
+    latency: LatencyResult | None
+    restart: list[RestartResult] | None
+    idle: list[IdleResult] | None
+    moto: str  # moto's version
+
+
+def rows(run: CellRun) -> list[tuple[str, ...]]:
+    size = f"{KEY_BYTES} B key + {run.cell.value_size} B value"
     raw_rate = run.raw.records / run.raw.seconds
     copy = run.raw_copy
     copy_rate = copy.records / copy.seconds if copy is not None else None
     table = [_row(RAW_PATH, run.raw.records, size, run.raw.seconds, run.raw.payload_bytes, "1.00", "")]
+    if run.kcat is not None:
+        kcat = run.kcat
+        ratio = f"{kcat.records / kcat.seconds / raw_rate:.2f}"
+        table.append(_row(KCAT_PATH, kcat.records, size, kcat.seconds, kcat.payload_bytes, ratio, ""))
     if copy is not None:
         ratio = f"{copy.records / copy.seconds / raw_rate:.2f}"
         table.append(_row(RAW_COPY_PATH, copy.records, size, copy.seconds, copy.payload_bytes, ratio, "1.00"))
@@ -101,7 +160,7 @@ def _row(
     )
 
 
-def console_table(run: Run) -> str:
+def console_table(run: CellRun) -> str:
     table = [HEADER, *rows(run)]
     widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
     lines = []
@@ -116,23 +175,17 @@ def console_table(run: Run) -> str:
     return "\n".join(lines)
 
 
-def side_facts(run: Run) -> list[str]:
-    """The numbers around all measurements, one line each."""
+def side_facts(run: CellRun) -> list[str]:
+    """The numbers around one cell's measurements, one line each."""
     produced = run.produced
     produce_rate, produce_mb = produced.records / produced.seconds, produced.payload_bytes / produced.seconds / 1e6
     return [
         f"produce: {produced.records:,} records in {produced.seconds:.2f} s "
         f"({produce_rate:,.0f} records/s, {produce_mb:,.1f} MB/s)",
-        f"raw consume: {run.raw.records:,} records in {run.raw.seconds:.2f} s",
-        *(
-            [f"raw consume → produce: {run.raw_copy.records:,} records in {run.raw_copy.seconds:.2f} s"]
-            if run.raw_copy is not None
-            else []
-        ),
     ]
 
 
-def path_facts(run: Run, path: PathRun) -> list[str]:
+def path_facts(run: CellRun, path: PathRun, settings: MirrorSettings, cpus: int) -> list[str]:
     """The numbers around one mirror run, one line each."""
     mirror, s3, kafka = path.mirror, path.kind == "s3", path.kind.startswith("kafka-")
     flushes = mirror.flushes
@@ -155,7 +208,7 @@ def path_facts(run: Run, path: PathRun) -> list[str]:
         )
         blobs = f"{len(flushes)} {'flush(es)' if mode == 'preserve' else 'transaction(s)'}"
     elif s3:
-        threshold = run.settings.s3_multipart_threshold_bytes
+        threshold = settings.s3_multipart_threshold_bytes
         multipart = sum(1 for f in flushes if f.bytes > threshold)
         write = "Parquet encode + upload: one PutObject, or a multipart upload above the threshold, If-None-Match: *"
         blobs = f"{len(flushes)} object(s), {multipart} of them multipart"
@@ -183,6 +236,26 @@ def path_facts(run: Run, path: PathRun) -> list[str]:
         f"backlog time with neither a Spark job nor a flush running (query planning, Arrow into Python, offset "
         f"queries, buffering): {outside:.2f} s",
     ]
+    if mirror.cpu:
+        window_cpu = sum(mirror.cpu.values())
+        split = ", ".join(
+            f"{label} {seconds:.1f} s" for label, seconds in sorted(mirror.cpu.items(), key=lambda x: -x[1])
+        )
+        facts.append(
+            f"CPU during the backlog ({mirror.backlog_seconds:.1f} s × {cpus} CPUs = "
+            f"{mirror.backlog_seconds * cpus:.1f} CPU-seconds available): {split}; "
+            f"{window_cpu:.1f} CPU-seconds in all ({window_cpu / max(mirror.backlog_seconds, 1e-9):.2f} cores busy)"
+        )
+    if mirror.profile is not None:
+        profile = mirror.profile
+        doing = ", ".join(
+            f"{name} {seconds:.1f} s" for name, seconds in profile.activities if not name.startswith("idle")
+        )
+        top = ", ".join(f"`{name}` {seconds:.1f} s" for name, seconds in profile.top_frames[:5])
+        facts.append(
+            f"py-spy on the mirror process (wall time of its threads over {profile.seconds:.1f} s from `mirror "
+            f"starting`): {doing}; busiest Python frames: {top or 'none'}"
+        )
     store = mirror.store
     if store is not None:
         requests = ", ".join(f"{count:,} {kind}" for kind, count in sorted(store.requests.items())) or "none logged"
@@ -192,7 +265,7 @@ def path_facts(run: Run, path: PathRun) -> list[str]:
         )
         facts.append(
             f"moto server, process start → last offset durable: {store.cpu_seconds:.2f} s of CPU "
-            f"({cores:.2f} cores on average, taken from the same {run.machine.cpus} CPUs as Spark and the mirror); "
+            f"({cores:.2f} cores on average, taken from the same {cpus} CPUs as Spark and the mirror); "
             f"requests: {requests} ({store.bench_lists:,} of the LISTs are this benchmark's done-detection polls)"
             f"{startup}"
         )
@@ -223,155 +296,308 @@ def covered(spans: list[tuple[float, float]], window: tuple[float, float]) -> fl
     return total
 
 
-def title(run: Run) -> str:
-    kinds = [path.kind for path in run.paths]
-    names = {
-        "filesystem": "filesystem",
-        "s3": "S3",
-        "kafka-preserve": "Kafka (preserve)",
-        "kafka-renumber": "Kafka (renumber)",
-    }
-    return f"Kafka → {' and '.join(names[kind] for kind in kinds)} backlog throughput"
+TARGETS_NOTE = (
+    "Targets of issue #6 on this 2-CPU machine: Kafka → filesystem at ≥ 0.6× the raw consume rate for 1 KiB records "
+    "and ≥ 500,000 records/s for 100 B records; produce → durable p99 ≤ max-time + 0.5 s; 1,000 idle mirrors in "
+    "≤ 4 GiB RSS."
+)
+GIB = 1024**3
 
 
-def markdown(run: Run) -> str:
-    settings, machine = run.settings, run.machine
-    kinds = {path.kind for path in run.paths}
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(run.started))
-    table = [HEADER, *rows(run)]
-    md_table = [f"| {' | '.join(row)} |" for row in table]
-    md_table.insert(1, "|" + "|".join("---" if i in (0, 2) else "---:" for i in range(len(HEADER))) + "|")
-    conf = ", ".join(f"`{k}={v}`" for k, v in sorted(settings.spark_conf.items())) or "none"
-    consumer = ", ".join(f"`{k}={v}`" for k, v in CONSUMER_CONFIG.items() if k != "logger")
-    load_before = " / ".join(f"{x:.2f}" for x in run.load_before)
-    load_after = " / ".join(f"{x:.2f}" for x in run.load_after)
-    done = []
-    if "filesystem" in kinds:
-        done.append(
-            "for the filesystem, the partition directory's listing (every 20 ms) holds a file ending at the "
-            "partition's end (files are durable: fsynced and linked to their final name)"
+def targets(suite: Suite) -> list[tuple[str, str, str]]:
+    """(target, measured, holds) rows for what this run measured."""
+    found: list[tuple[str, str, str]] = []
+    for run in suite.cells:
+        rate = run.rate("filesystem")
+        if rate is None:
+            continue
+        if run.cell.value_size == 1024:
+            ratio = rate / run.raw_rate
+            found.append(
+                (
+                    f"Kafka → filesystem ≥ 0.6× raw consume ({run.cell.label})",
+                    f"{ratio:.2f}× ({rate:,.0f} of {run.raw_rate:,.0f} records/s)",
+                    _holds(ratio >= 0.6),
+                )
+            )
+        if run.cell.value_size == 100:
+            found.append(
+                (
+                    f"Kafka → filesystem ≥ 500,000 records/s ({run.cell.label})",
+                    f"{rate:,.0f} records/s ({rate / run.raw_rate:.2f}× raw)",
+                    _holds(rate >= 500_000),
+                )
+            )
+    if suite.latency is not None:
+        latency = suite.latency
+        found.append(
+            (
+                f"produce → durable p99 ≤ max-time + 0.5 s = {latency.target_seconds:.1f} s "
+                f"({latency.rate:,} records/s, max-time-ms {latency.max_time_ms})",
+                f"p99 {latency.latency.p99:.3f} s (p50 {latency.latency.p50:.3f} s)",
+                _holds(latency.meets_target),
+            )
         )
-    if kinds & {"kafka-preserve", "kafka-renumber"}:
-        done.append(
-            "for Kafka, the destination partition's high watermark (preserve) or the committed offset of the "
-            "mirror's position group (renumber, written by each transaction) equals the partition's end, polled "
-            "every 200 ms and after each flush line"
+    for idle in suite.idle or []:
+        if idle.mirrors == 1000:
+            total = idle.rss_total_max_bytes
+            found.append(
+                (
+                    "1,000 idle mirrors ≤ 4 GiB RSS (Python + Spark JVM)",
+                    f"{total / GIB:.2f} GiB at most ({idle.rss_python_max_bytes / 2**20:,.0f} MiB Python, "
+                    f"{idle.rss_jvm_max_bytes / 2**20:,.0f} MiB JVM)",
+                    _holds(idle.failed is None and total <= 4 * GIB),
+                )
+            )
+    return found
+
+
+def _holds(ok: bool) -> str:
+    return "**holds**" if ok else "**missed**"
+
+
+def summary_rows(suite: Suite) -> list[tuple[str, ...]]:
+    """One row per cell and path: the overview table."""
+    table: list[tuple[str, ...]] = []
+    for run in suite.cells:
+        raw_rate = run.raw_rate
+        copy_rate = run.raw_copy.records / run.raw_copy.seconds if run.raw_copy is not None else None
+        record = KEY_BYTES + run.cell.value_size
+        table.append(
+            (run.cell.label, "raw consume (confluent-kafka)", f"{raw_rate:,.0f}", _mb(raw_rate, record), "1.00", "-")
         )
-    if "s3" in kinds:
-        done.append(
-            "for S3, a botocore `ListObjectsV2` of the partition's key prefix shows an object ending there: the "
-            "chain's next offset is max(to) + 1 over the keys `<from>-<to>.parquet` (an object is listed only once "
-            "its PutObject or CompleteMultipartUpload has succeeded). Every LIST costs moto CPU on this machine, so "
-            "the benchmark lists within 20 ms of the mirror logging a flush (the object is committed by then) and "
-            "otherwise once a second, each time only the keys after the last one seen"
-        )
-    details: list[str] = []
-    for path in run.paths:
-        details += [
-            f"### {PATH_TITLES[path.kind]}",
-            "",
-            *[f"- {fact}" for fact in path_facts(run, path)],
-            "",
-        ]
-    destinations = []
-    if "filesystem" in kinds:
-        destinations.append(
-            "- filesystem destination: a fresh directory on this machine's local disk (`destination.type: "
-            "filesystem`); every file fsynced, hard-linked to its final name, directory fsynced"
-        )
-    if "s3" in kinds:
-        destinations.append(
-            f"- S3 destination: **moto {run.moto}** (`python -m moto.server`, started by the benchmark through "
-            "`testkit.s3_servers.MotoServer`) on 127.0.0.1, a fresh bucket, prefix `bench`; `destination.type: s3`, "
-            "`path-style: true`, the endpoint and region in the config, the credentials in environment variables "
-            "of the mirror process named by `access-key-id-env` / `secret-access-key-env`; "
-            f"multipart-threshold-bytes {settings.s3_multipart_threshold_bytes}, part-size-bytes "
-            f"{settings.s3_part_size_bytes}, retry and request-timeout-ms defaults. **moto keeps every object in RAM "
-            "on this same machine** (in its own Python process; `MOTO_S3_DEFAULT_KEY_BUFFER_SIZE` is raised so "
-            "no object spills to a temp file): no network, no disk, no replication. Latency-wise the S3 row is "
-            "therefore an upper bound for real S3, where every request (the commit's PutObject or multipart upload, "
-            "the LISTs) takes longer and the bytes cross a network. CPU-wise it is the other way round: moto is a "
-            "Python HTTP server that parses, hashes and copies every byte uploaded to it, and its CPU time (listed "
-            f"above) comes out of the same {machine.cpus} CPUs that the broker, Spark and the mirror use, which "
-            "real S3 would not cost"
-        )
-    if kinds & {"kafka-preserve", "kafka-renumber"}:
-        producer = ", ".join(
-            f"`{k}={v}`" for k, v in PRODUCER_CONFIG.items() if k not in ("logger", "compression.type")
-        )
-        destinations.append(
-            "- Kafka destination: a second Apache Kafka 3.9.1 broker on the same machine, started by the benchmark "
-            "for each mode (and a third one for the raw copy), the topic created with the same partitions; "
-            f"record-batch compression `{settings.kafka_compression}`, other `destination` keys at their defaults "
-            f"except flush (above). The raw copy is one confluent-kafka consumer (settings as the raw row) feeding "
-            f"one producer ({producer}) that copies key, value, headers and timestamp into the same partition, "
-            "timed until every delivery report is in: no transaction and no position, so it is the floor of what a "
-            "Kafka → Kafka copy costs here, not an exactly-once one"
-        )
+        if run.kcat is not None:
+            kcat_rate = run.kcat.records / run.kcat.seconds
+            table.append(
+                (
+                    run.cell.label,
+                    "raw consume (kcat)",
+                    f"{kcat_rate:,.0f}",
+                    _mb(kcat_rate, record),
+                    f"{kcat_rate / raw_rate:.2f}",
+                    "-",
+                )
+            )
+        if copy_rate is not None:
+            table.append(
+                (
+                    run.cell.label,
+                    "raw copy (confluent-kafka consume → produce)",
+                    f"{copy_rate:,.0f}",
+                    _mb(copy_rate, record),
+                    f"{copy_rate / raw_rate:.2f}",
+                    "1.00",
+                )
+            )
+        for path in run.paths:
+            rate = path.mirror.records / path.mirror.backlog_seconds
+            to_copy = f"{rate / copy_rate:.2f}" if copy_rate is not None and path.kind.startswith("kafka-") else "-"
+            table.append(
+                (
+                    run.cell.label,
+                    PATH_TITLES[path.kind],
+                    f"{rate:,.0f}",
+                    _mb(rate, record),
+                    f"{rate / raw_rate:.2f}",
+                    to_copy,
+                )
+            )
+    return table
+
+
+def _mb(rate: float, record_bytes: int) -> str:
+    return f"{rate * record_bytes / 1e6:,.1f}"
+
+
+def _md_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> list[str]:
+    lines = [
+        f"| {' | '.join(header)} |",
+        "|" + "|".join("---" if i in left else "---:" for i in range(len(header))) + "|",
+    ]
+    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return lines
+
+
+def _demote(lines: list[str]) -> list[str]:
+    """A section written with `###` headings, as a `##` section of this document."""
+    return [line[1:] if line.startswith("###") else line for line in lines]
+
+
+def markdown(suite: Suite, chart: str | None) -> str:
+    settings, machine = suite.settings, suite.machine
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(suite.started))
+    minutes = (suite.finished - suite.started) / 60
+    load_before = " / ".join(f"{x:.2f}" for x in suite.load_before)
+    load_after = " / ".join(f"{x:.2f}" for x in suite.load_after)
     lines = [
         "# Benchmarks",
         "",
-        f"<!-- Generated by `{run.command}`; edits are overwritten. -->",
+        f"<!-- Generated by `{suite.command}`; edits are overwritten. -->",
         "",
-        f"## {title(run)}",
+        f"Measured {when} with `{suite.command}` ({minutes:.0f} minutes) on {machine.cpus} CPUs ({machine.cpu_model}), "
+        f"{machine.ram_gib:.1f} GiB RAM, at commit {machine.commit}. Every service runs on this one machine: the "
+        "brokers, Spark, the mirror, moto and the raw clients share the same CPUs. Machine, versions and settings "
+        "are at the end; how to reproduce is at the very end.",
         "",
-        f"Measured {when} with `{run.command}`.",
+        "## Targets",
         "",
-        f"A local broker holds a backlog of {run.records_per_partition:,} records in each of {run.partitions} "
-        f"partition(s) of one topic. The **raw** row is one confluent-kafka consumer reading it in a tight "
-        f"`consume()` loop (read_committed, touching every key and value): the most this machine delivers from "
-        f"this broker to one Python process. Each **mirror-v3** row is the real CLI (`python -m supervisor run`) "
-        f"copying the same backlog, in the same run, one destination after the other, timed from the moment it is "
-        f"ready to read (the later of its `mirror starting` log line and its first Spark job, so the Spark JVM "
-        f"start-up is excluded; it is listed below) until the destination chain's next offset equals the "
-        f"partition's end: {'; '.join(done)}. MB = 10^6 bytes of key + value payload. "
-        f"Ratio to raw = mirror records/s ÷ raw records/s.",
+        TARGETS_NOTE,
         "",
-        *md_table,
+    ]
+    found = targets(suite)
+    lines += (
+        _md_table(("target", "measured", "verdict"), found) if found else ["(none of the targeted measurements ran)"]
+    )
+    lines += [
         "",
-        *[f"- {fact}" for fact in side_facts(run)],
+        "Where a target is missed, [where the time goes](#where-the-time-goes) says why, with the numbers.",
         "",
-        *details,
-        "### Settings",
+    ]
+    if suite.cells:
+        lines += [
+            "## Backlog throughput",
+            "",
+            "Each cell is one backlog (a topic of its own on the source broker: random, incompressible values, 8 B "
+            "keys, no headers). The **raw** rows drain it with a tight client loop in the same run; each mirror-v3 "
+            "row is the real CLI (`python -m supervisor run`, one mirror per partition in one process) copying it "
+            "into one destination, timed from the moment it is ready to read (the later of its `mirror starting` "
+            "line and its first Spark job, so Spark's JVM start-up is excluded and listed below) until the "
+            "destination shows every offset durable. MB = 10^6 bytes of key + value. **Ratio to raw** = records/s ÷ "
+            "the raw confluent-kafka consume loop's; **ratio to raw copy** = records/s ÷ a raw confluent-kafka "
+            "consume → produce copy to a fresh broker (the floor of any Kafka → Kafka copy).",
+            "",
+        ]
+        if chart:
+            lines += [f"![records/s per path and cell, log scale]({chart})", ""]
+        lines += _md_table(
+            ("cell", "path", "records/s", "MB/s", "ratio to raw", "ratio to raw copy"), summary_rows(suite), left=(0, 1)
+        )
+        lines += ["", *where_the_time_goes(suite), ""]
+    if suite.latency is not None:
+        lines += [*_demote(markdown_latency(suite.latency)), ""]
+    if suite.restart is not None:
+        lines += [*_demote(markdown_restart(suite.restart)), ""]
+    if suite.idle is not None:
+        lines += [*_demote(markdown_idle(suite.idle)), ""]
+    if suite.cells:
+        lines += ["## Throughput details", ""]
+        for run in suite.cells:
+            lines += [f"### {run.cell.label}", "", *[f"- {fact}" for fact in side_facts(run)], ""]
+            table = [HEADER, *rows(run)]
+            lines += [f"| {' | '.join(row)} |" for row in table[:1]]
+            lines += ["|" + "|".join("---" if i in (0, 2) else "---:" for i in range(len(HEADER))) + "|"]
+            lines += [f"| {' | '.join(row)} |" for row in table[1:]]
+            lines.append("")
+            for path in run.paths:
+                lines += [
+                    f"#### {PATH_TITLES[path.kind]}",
+                    "",
+                    *[f"- {f}" for f in path_facts(run, path, settings, machine.cpus)],
+                    "",
+                ]
+    conf = ", ".join(f"`{k}={v}`" for k, v in sorted(settings.spark_conf.items())) or "none"
+    consumer = ", ".join(f"`{k}={v}`" for k, v in CONSUMER_CONFIG.items() if k != "logger")
+    producer = ", ".join(f"`{k}={v}`" for k, v in PRODUCER_CONFIG.items() if k not in ("logger", "compression.type"))
+    lines += [
+        "## Settings",
         "",
-        f"- data: {run.partitions} partition(s) × {run.records_per_partition:,} records, key {KEY_BYTES} B, value "
-        f"{run.value_size} B of random (incompressible) bytes, no headers, producer compression none",
-        "- broker: Apache Kafka 3.9.1 (KRaft, single node, `testkit.kafka_broker.KafkaBroker` defaults) on 127.0.0.1, "
-        "same machine as the consumers; its log is in the page cache for every read",
-        f"- raw consumer: {consumer}, `consume(num_messages=min(10000, records left))`",
-        f"- mirror: one mirror per partition in one process, a new process per destination; compression "
-        f"`{settings.compression}`, flush max-time-ms {settings.flush_max_time_ms}, max-bytes "
-        f"{settings.flush_max_bytes}, max-offsets {settings.flush_max_offsets}; spark master `local[*]`, "
-        f"max-offsets-per-read {settings.max_offsets_per_read}, offsets-per-task {settings.offsets_per_task}, "
-        f"extra spark.conf: {conf}; Spark's event log is on (for the job timings above); everything else: "
-        "config/model.py defaults",
-        *destinations,
+        "- broker: Apache Kafka 3.9.1 (KRaft, single node, `testkit.kafka_broker.KafkaBroker` defaults) on 127.0.0.1; "
+        "its log is in the page cache for every read",
+        f"- raw consumer (confluent-kafka): {consumer}, `consume(num_messages=min(10000, records left))`, touching "
+        "every key and value; kcat: `kcat -C -e -o beginning` with the same librdkafka settings, printing each "
+        "record's key and value sizes",
+        f"- raw copy: the raw consumer feeding one producer ({producer}) that copies key, value, headers and "
+        "timestamp into the same partition of a fresh broker, timed until every delivery report is in",
+        f"- mirror (throughput runs): compression `{settings.compression}`, flush max-time-ms "
+        f"{settings.flush_max_time_ms}, max-bytes {settings.flush_max_bytes}, max-offsets "
+        f"{settings.flush_max_offsets}; "
+        f"spark master `local[*]`, max-offsets-per-read {settings.max_offsets_per_read}, max-bytes-per-read "
+        f"{settings.max_bytes_per_read}, offsets-per-task {settings.offsets_per_task}, bytes-per-task "
+        f"{settings.bytes_per_task}, extra spark.conf: {conf}; Spark's event log is on (job timings); everything "
+        "else: config/model.py defaults. Why these Spark settings: [spark-tuning.md](spark-tuning.md)",
+        "- filesystem destination: a fresh directory on this machine's local disk; every file fsynced, hard-linked to "
+        "its final name, directory fsynced",
+        f"- S3 destination: **moto {suite.moto}** (`python -m moto.server`) on 127.0.0.1, a fresh bucket, path-style, "
+        f"multipart-threshold-bytes {settings.s3_multipart_threshold_bytes}, part-size-bytes "
+        f"{settings.s3_part_size_bytes}. moto keeps every object in RAM in its own Python process on this machine: "
+        "latency-wise an upper bound for real S3; CPU-wise a cost real S3 would not take from the mirror's CPUs",
+        f"- Kafka destination: a fresh Apache Kafka 3.9.1 broker per mode on this machine, record-batch compression "
+        f"`{settings.kafka_compression}`; other `destination` keys at their defaults except flush (above)",
         "",
-        "### Machine",
+        "## Machine",
         "",
         f"- {machine.cpus} CPUs ({machine.cpu_model}), {machine.ram_gib:.1f} GiB RAM, Linux {machine.kernel}",
         f"- Python {machine.python}, pyspark {machine.pyspark}, pyarrow {machine.pyarrow}, confluent-kafka "
-        f"{machine.confluent_kafka} (librdkafka {machine.librdkafka}), {machine.java}"
-        + (
-            f", aiobotocore {machine.aiobotocore}, botocore {machine.botocore}, moto {run.moto}"
-            if "s3" in kinds
-            else ""
-        ),
-        f"- load average (1 / 5 / 15 min) before the broker started: {load_before}; after the run: {load_after} "
-        "(after includes this benchmark's own broker, Spark and S3 server; other work on the machine lowers every "
-        "row)",
+        f"{machine.confluent_kafka} (librdkafka {machine.librdkafka}), {machine.java}, aiobotocore "
+        f"{machine.aiobotocore}, botocore {machine.botocore}, moto {suite.moto}",
+        f"- load average (1 / 5 / 15 min) before the broker started: {load_before}; after the run: {load_after}",
         f"- commit {machine.commit}",
         "",
-        "### Reproduce",
+        "## Reproduce",
         "",
         "```bash",
         "bash scripts/setup.sh && source .venv/bin/activate",
-        run.command,
+        "apt-get install -y kcat   # optional: the kcat baseline row",
+        suite.command,
         "```",
         "",
-        "`python -m bench --help` lists the options (`--paths filesystem,s3` picks the destinations, `--quick` is a "
-        "smoke run that writes no document). `python -m bench.profile_reads` times single Spark range reads and "
-        "Parquet encoding in-process.",
+        "`python -m bench --help` lists the options (`--only throughput,latency` picks parts, `--paths`, "
+        "`--value-sizes`, `--partition-counts` shape the throughput matrix, `--quick` is a smoke run that writes "
+        "no document). `python -m bench.latency`, `python -m bench.restart` and `python -m bench.idle` run one part "
+        "alone; `python -m bench.profile_reads` times single Spark range reads in-process.",
         "",
     ]
     return "\n".join(lines)
+
+
+def where_the_time_goes(suite: Suite) -> list[str]:
+    """Per filesystem run: how the backlog's CPU time splits between processes, and what py-spy saw."""
+    lines = ["### Where the time goes", ""]
+    rows_: list[tuple[str, ...]] = []
+    for run in suite.cells:
+        for path in run.paths:
+            mirror = path.mirror
+            if not mirror.cpu:
+                continue
+            available = mirror.backlog_seconds * suite.machine.cpus
+            cells = [run.cell.label, PATH_TITLES[path.kind], f"{mirror.backlog_seconds:.1f}"]
+            for label in CPU_COLUMNS:
+                cells.append(f"{mirror.cpu.get(label, 0.0) / available * 100:.0f} %")
+            other = sum(v for k, v in mirror.cpu.items() if k not in CPU_COLUMNS)
+            cells.append(f"{other / available * 100:.0f} %")
+            cells.append(f"{sum(mirror.cpu.values()) / available * 100:.0f} %")
+            rows_.append(tuple(cells))
+    if rows_:
+        lines += [
+            f"Share of the machine's {suite.machine.cpus} CPUs each process used during the backlog (from "
+            "/proc/<pid>/stat, sampled every 0.25 s). The mirror process itself (Python: asyncio, pyarrow, Parquet, "
+            "the Kafka sink) is one column; Spark's JVM, which fetches from Kafka, builds rows and Arrow batches and "
+            "serves them to Python, is another.",
+            "",
+            *_md_table(
+                ("cell", "path", "backlog s", *[CPU_COLUMNS[c] for c in CPU_COLUMNS], "destination server", "all"),
+                rows_,
+                left=(0, 1),
+            ),
+            "",
+        ]
+    for run in suite.cells:
+        for path in run.paths:
+            profile = path.mirror.profile
+            if profile is None:
+                continue
+            busy = [(name, sec) for name, sec in profile.activities if not name.startswith("idle")]
+            lines += [
+                f"py-spy, {run.cell.label}, {PATH_TITLES[path.kind]} (seconds of thread wall time over "
+                f"{profile.seconds:.1f} s; idle worker threads left out): "
+                + "; ".join(f"{name} {sec:.1f} s" for name, sec in busy),
+                "",
+            ]
+    return lines
+
+
+CPU_COLUMNS = {
+    "Spark JVM (its child)": "Spark JVM",
+    "mirror process (Python)": "mirror (Python)",
+    "source broker": "source broker",
+}
