@@ -60,7 +60,11 @@ class FlushConfig(_Strict, frozen=True):
     ] = 10_000
     max_bytes: Annotated[
         int,
-        msgspec.Meta(ge=1, description="Buffered record bytes (in-memory Arrow size of the rows) that force a flush."),
+        msgspec.Meta(
+            ge=1,
+            description="Buffered record bytes (in-memory Arrow size of the rows) that force a flush; a buffer "
+            "within 1/8 of it is flushed rather than topped up by a small read.",
+        ),
     ] = 128 * 1024 * 1024
     max_offsets: Annotated[
         int, msgspec.Meta(ge=1, description="Buffered source offsets (records and holes) that force a flush.")
@@ -315,7 +319,7 @@ class SparkConfig(_Strict, frozen=True):
     )
     max_offsets_per_read: Annotated[
         int, msgspec.Meta(ge=1, description="Largest offset range one Spark read covers.")
-    ] = 200_000
+    ] = 1_000_000
     max_bytes_per_read: Annotated[
         int,
         msgspec.Meta(
@@ -323,7 +327,7 @@ class SparkConfig(_Strict, frozen=True):
             description="Largest amount of record data (Arrow bytes) one read brings into the driver; "
             "ranges are sized from the bytes per offset seen so far. Keep it well under driver-memory.",
         ),
-    ] = 64 * 1024 * 1024
+    ] = 128 * 1024 * 1024
     offsets_per_task: Annotated[
         int,
         msgspec.Meta(
@@ -331,13 +335,13 @@ class SparkConfig(_Strict, frozen=True):
             description="A read is split into at least ceil(offsets / offsets-per-task) Spark tasks "
             "(Kafka source minPartitions) so a backlog uses every core.",
         ),
-    ] = 50_000
+    ] = 500_000
     bytes_per_task: Annotated[
         int,
         msgspec.Meta(
             ge=1, description="A read is split into at least ceil(expected bytes / bytes-per-task) Spark tasks."
         ),
-    ] = 32 * 1024 * 1024
+    ] = 64 * 1024 * 1024
     driver_memory: Annotated[
         str,
         msgspec.Meta(

@@ -227,7 +227,9 @@ class MirrorActor:
         flush = self._settings.flush
         if self._buffer.offset_count >= flush.max_offsets:
             return "max-offsets"
-        if self._buffer.byte_count >= flush.max_bytes:
+        # Byte sizes of reads are estimates: filling the last few bytes exactly would take one or two
+        # reads of a handful of records, each costing a whole Spark job (~0.2 s). Within 1/8, flush.
+        if self._buffer.byte_count >= flush.max_bytes - flush.max_bytes // 8:
             return "max-bytes"
         return None
 

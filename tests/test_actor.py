@@ -12,11 +12,12 @@ import pytest
 from config.model import FlushConfig, MirrorConfig, SourceConfig
 from sinks.blob_chain import parse_blob_name
 from sinks.blob_sink import BlobSink
+from sinks.records import record_bytes
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.errors import DataLossError, MirrorError
 from supervisor.metrics import MetricFamilies
 from supervisor.read_planner import ReadLimits
-from tests.fakes import FakePartitionSource, InMemoryStore, fresh_metrics, sample
+from tests.fakes import FakePartitionSource, InMemoryStore, fresh_metrics, records_table, sample
 
 MIRROR = MirrorConfig(
     name="m", source=SourceConfig(bootstrap_servers="fake:9092", poll_interval_ms=10), topic="t", partition=0
@@ -248,4 +249,16 @@ async def test_max_time_counts_from_when_records_became_readable() -> None:
         stop.set()
     # 0.4 s read + flush at once (the buffer counts from before the read); measuring from the read would be >= 0.8 s.
     assert waited < 0.65, waited
+    assert read_back(store) == expected_rows(source)
+
+
+async def test_a_nearly_full_buffer_is_flushed_rather_than_topped_up() -> None:
+    """Reading a sliver to fill max-bytes exactly costs a whole Spark job: within 1/8 of it, flush instead."""
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(1000)
+    two_reads = record_bytes(records_table([source.records[o] for o in range(200)]))
+    flush = FlushConfig(max_time_ms=60_000, max_bytes=int(two_reads * 1.1), max_offsets=10**9)
+    actor, stop, _ = make_actor(source, store, flush=flush, max_per_read=100)
+    await run_until(actor, stop, store, 1000)
+    assert [end - start for start, end in source.reads] == [100] * 10
     assert read_back(store) == expected_rows(source)
