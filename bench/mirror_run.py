@@ -178,7 +178,7 @@ def run_mirror(
 
     The CPU time of the mirror, its Spark JVM and the `watch` processes (label -> pid: brokers, the S3 server) is
     sampled throughout and reported for the backlog window. With `profile`, py-spy samples the mirror process from
-    its `mirror starting` line to the end of the backlog and writes its folded stacks there.
+    its `spark session ready` line to the end of the backlog and writes its folded stacks there.
     """
     env = dict(os.environ)
     env["MIRROR_V3_METRICS_PORT"] = "0"
@@ -216,8 +216,8 @@ def run_mirror(
                     starts = [_log_time(fields) for fields in _events(log_path, "mirror starting")]
                     if len(starts) == len(ends):
                         started_at = min(starts)
-                        if profile is not None:
-                            recorder = PySpyRecorder(proc.pid, profile)
+                if profile is not None and recorder is None and _events(log_path, "spark session ready"):
+                    recorder = PySpyRecorder(proc.pid, profile)
                 flushes_logged, now = flushed.count(), time.monotonic()
                 if flushes_logged != looked_at_flushes or now - looked_at >= target.idle_look_seconds:
                     looked_at_flushes, looked_at = flushes_logged, now

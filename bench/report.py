@@ -253,8 +253,8 @@ def path_facts(run: CellRun, path: PathRun, settings: MirrorSettings, cpus: int)
         )
         top = ", ".join(f"`{name}` {seconds:.1f} s" for name, seconds in profile.top_frames[:5])
         facts.append(
-            f"py-spy on the mirror process (wall time of its threads over {profile.seconds:.1f} s from `mirror "
-            f"starting`): {doing}; busiest Python frames: {top or 'none'}"
+            f"py-spy on the mirror process (wall time of its threads over {profile.seconds:.1f} s from `spark "
+            f"session ready`): {doing}; busiest Python frames: {top or 'none'}"
         )
     store = mirror.store
     if store is not None:

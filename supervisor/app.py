@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 
 import anyio
 import anyio.to_thread
@@ -114,11 +115,20 @@ class Supervisor:
         return None if actor is None else float(actor.lag)
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
+        began = time.monotonic()
         try:
             await anyio.to_thread.run_sync(get_spark, self._config.spark)
         except Exception as exc:
             self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
             scope.cancel()
+            return
+        log_event(
+            log,
+            logging.INFO,
+            "spark session ready",
+            master=self._config.spark.master,
+            elapsed_ms=round((time.monotonic() - began) * 1000),
+        )
 
     def _fail(
         self,
