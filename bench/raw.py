@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import resource
 import shutil
 import subprocess
 import time
@@ -38,6 +39,7 @@ class ConsumeResult:
     records: int
     payload_bytes: int  # key + value bytes, as received
     seconds: float
+    cpu_seconds: float = 0.0  # the client's user + system CPU (all its threads) while it read
 
 
 def consume_backlog(bootstrap: str, topic: str, ends: dict[int, int], *, timeout: float = 1800) -> ConsumeResult:
@@ -50,16 +52,16 @@ def consume_backlog(bootstrap: str, topic: str, ends: dict[int, int], *, timeout
     )
     try:
         records = payload = 0
-        began = time.monotonic()
+        began, cpu_began = time.monotonic(), time.process_time()
         for messages in _drain(consumer, topic, ends, timeout, "raw consume"):
             for msg in messages:
                 key, value = msg.key(), msg.value()
                 payload += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
             records += len(messages)
-        seconds = time.monotonic() - began
+        seconds, cpu = time.monotonic() - began, time.process_time() - cpu_began
     finally:
         consumer.close()
-    return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds)
+    return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds, cpu_seconds=cpu)
 
 
 def _drain(consumer: Consumer, topic: str, ends: dict[int, int], timeout: float, what: str) -> Iterator[list[Message]]:
@@ -183,9 +185,12 @@ def kcat_consume(
         if key not in ("logger", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof")
     ]
     command = [kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", *settings, "-f", "%K %S\n"]
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
     began = time.monotonic()
     done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
     seconds = time.monotonic() - began
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (children.ru_utime - children_before.ru_utime) + (children.ru_stime - children_before.ru_stime)
     if done.returncode != 0:
         raise KafkaDataError(f"kcat exited {done.returncode}: {done.stderr.decode(errors='replace').strip()[-500:]}")
     records = payload = 0
@@ -195,4 +200,4 @@ def kcat_consume(
         records += 1
     if records != sum(ends.values()):
         raise KafkaDataError(f"kcat read {records} records, expected {sum(ends.values())}")
-    return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds)
+    return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds, cpu_seconds=cpu)

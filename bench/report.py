@@ -581,6 +581,49 @@ def where_the_time_goes(suite: Suite) -> list[str]:
             ),
             "",
         ]
+    per_record: list[tuple[str, ...]] = []
+    for run in suite.cells:
+        fs = next((path for path in run.paths if path.kind == "filesystem" and path.mirror.cpu), None)
+        if fs is None or run.raw.cpu_seconds <= 0:
+            continue
+        records = fs.mirror.records
+        jvm = fs.mirror.cpu.get("Spark JVM (its child)", 0.0) / records * 1e6
+        python = fs.mirror.cpu.get("mirror process (Python)", 0.0) / records * 1e6
+        broker = fs.mirror.cpu.get("source broker", 0.0) / records * 1e6
+        raw = run.raw.cpu_seconds / run.raw.records * 1e6
+        total = jvm + python + broker
+        per_record.append(
+            (
+                run.cell.label,
+                f"{raw:.1f}",
+                f"{jvm:.1f}",
+                f"{python:.1f}",
+                f"{broker:.1f}",
+                f"{suite.machine.cpus / (total / 1e6):,.0f}",
+                f"{fs.mirror.records / fs.mirror.backlog_seconds:,.0f}",
+            )
+        )
+    if per_record:
+        lines += [
+            "CPU cost per record of Kafka → filesystem against the raw consumer's (µs of CPU per record; the raw "
+            "consumer's is its process's CPU time while it read, librdkafka threads included). If the machine's "
+            "CPUs did nothing else, the mirror could not go faster than CPUs ÷ (JVM + Python + broker µs): the "
+            "ceiling column.",
+            "",
+            *_md_table(
+                (
+                    "cell",
+                    "raw consumer µs",
+                    "Spark JVM µs",
+                    "mirror Python µs",
+                    "source broker µs",
+                    "CPU ceiling records/s",
+                    "measured records/s",
+                ),
+                per_record,
+            ),
+            "",
+        ]
     for run in suite.cells:
         for path in run.paths:
             profile = path.mirror.profile
