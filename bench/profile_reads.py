@@ -29,6 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
+from bench import jfr
 from bench.data import KEY_BYTES, produce_backlog
 from bench.machine import load_average
 from config.model import SparkConfig
@@ -71,8 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log-level", default="ERROR", choices=["ERROR", "WARN", "INFO", "DEBUG"], help="Spark's")
     parser.add_argument("--bootstrap", help="use this broker instead of starting one (with --topic, already filled)")
     parser.add_argument("--topic", default=TOPIC)
+    parser.add_argument(
+        "--jfr", type=Path, metavar="FILE", help="record the Spark JVM with Java Flight Recorder and summarise it"
+    )
     args = parser.parse_args(argv)
     conf = dict(entry.split("=", 1) for entry in args.spark_conf)
+    if args.jfr is not None:
+        conf["spark.driver.extraJavaOptions"] = jfr.jvm_options(args.jfr.resolve())
     spark_config = SparkConfig(conf=conf, log_level=args.log_level)
     experiments = set(args.only) or {"overhead", "modes", "tasks", "sizes", "fetch", "batch", "parquet"}
     say(f"load average {' / '.join(f'{x:.2f}' for x in load_average())}")
@@ -87,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"produced {args.records:,} records in {produced.seconds:.2f} s")
                 profile(args, broker.bootstrap, args.topic, spark_config, experiments)
     say(f"load average {' / '.join(f'{x:.2f}' for x in load_average())}")
+    if args.jfr is not None:
+        jfr.print_summary(jfr.summarise(args.jfr))
     return 0
 
 
