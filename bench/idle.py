@@ -41,6 +41,7 @@ from typing import Any
 import yaml
 
 from bench.mirror_run import REPO, _events, _log_time, _tail
+from bench.pyspy import py_spy_binary
 from config.model import SourceConfig
 
 PARTITIONS_PER_TOPIC = 100
@@ -300,7 +301,7 @@ def profile_python(pid: int, seconds: float, output: Path, rate: int = PROFILE_R
     --nonblocking: the target is not paused per sample, so it keeps its own pace; --threads puts each thread
     at the root of its stacks; idle samples (a thread waiting in epoll or on a lock) are left out.
     """
-    spy = _py_spy()
+    spy = py_spy_binary()
     if spy is None:
         return None
     command = [spy, "record", "-p", str(pid), "-d", str(max(1, round(seconds))), "-r", str(rate)]
@@ -312,12 +313,6 @@ def profile_python(pid: int, seconds: float, output: Path, rate: int = PROFILE_R
     return output
 
 
-def _py_spy() -> str | None:
-    """py-spy from the PATH or next to this interpreter (the venv's bin)."""
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
-    return spy if Path(spy).exists() else None
-
-
 def spark_starting(pid: int) -> bool | None:
     """Whether a thread of `pid` is still inside `get_spark` (the SparkSession being built); None without py-spy.
 
@@ -325,7 +320,7 @@ def spark_starting(pid: int) -> bool | None:
     the supervisor's own stack tells when `get_spark` has returned. --nonblocking: the process is not paused, so a
     dump may fail (a stack changing while read); that counts as "still starting" and the caller asks again.
     """
-    spy = _py_spy()
+    spy = py_spy_binary()
     if spy is None:
         return None
     try:

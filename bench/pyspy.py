@@ -11,6 +11,7 @@ import re
 import shutil
 import signal
 import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,9 @@ _LINE = re.compile(r":\d+\)")
 
 
 def py_spy_binary() -> str | None:
-    return shutil.which("py-spy")
+    """py-spy from the PATH or next to this interpreter (the venv's bin, when the venv is not activated)."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    return spy if Path(spy).exists() else None
 
 
 class PySpyRecorder:
