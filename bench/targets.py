@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from confluent_kafka import KafkaError
 
 from sinks.blob_chain import BlobRange, parse_blob_name
 from testkit.s3_servers import MotoServer, S3Server
@@ -367,6 +368,14 @@ def _request_kind(method: str, target: str) -> str:
     return method
 
 
+_NOT_READY_YET = {
+    KafkaError.NOT_LEADER_FOR_PARTITION,
+    KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.UNKNOWN_TOPIC_OR_PART,
+    KafkaError._TIMED_OUT,
+}
+
+
 class KafkaTarget:
     """The benchmark topic on a destination broker of its own, in `preserve` or `renumber` mode."""
 
@@ -419,13 +428,15 @@ class KafkaTarget:
         from testkit.kafka_data import is_transient
 
         tp = TopicPartition(self.topic, partition)
-        if self.offsets == "preserve":
-            _, high = self._poller.get_watermark_offsets(tp, timeout=10, cached=False)
-            return int(high) if high > 0 else None
         try:
+            if self.offsets == "preserve":
+                _, high = self._poller.get_watermark_offsets(tp, timeout=10, cached=False)
+                return int(high) if high > 0 else None
             (found,) = self._poller.committed([tp], timeout=10)
         except KafkaException as exc:
-            if is_transient(exc):  # e.g. the group coordinator is still loading: ask again on the next poll
+            # A coordinator still loading, or a new topic whose leaders are not settled yet (a fresh broker answers
+            # NOT_LEADER_FOR_PARTITION for a moment): not there yet, ask again on the next poll.
+            if is_transient(exc) or exc.args[0].code() in _NOT_READY_YET:
                 return None
             raise
         return None if found.offset < 0 else int(found.offset)
