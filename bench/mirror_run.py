@@ -218,6 +218,8 @@ def run_mirror(
                         started_at = min(starts)
                 if profile is not None and recorder is None and _events(log_path, "spark session ready"):
                     recorder = PySpyRecorder(proc.pid, profile)
+                    # Its sampling takes CPU from the same machine: account for it next to the others.
+                    monitor.named["py-spy (profiler)"] = recorder.pid
                 flushes_logged, now = flushed.count(), time.monotonic()
                 if flushes_logged != looked_at_flushes or now - looked_at >= target.idle_look_seconds:
                     looked_at_flushes, looked_at = flushes_logged, now

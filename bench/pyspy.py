@@ -63,6 +63,10 @@ class PySpyRecorder:
             stderr=subprocess.DEVNULL,
         )
 
+    @property
+    def pid(self) -> int:
+        return self._proc.pid
+
     def stop(self) -> None:
         if self._proc.poll() is None:
             self._proc.send_signal(signal.SIGINT)

@@ -575,7 +575,14 @@ def where_the_time_goes(suite: Suite) -> list[str]:
             "serves them to Python, is another.",
             "",
             *_md_table(
-                ("cell", "path", "backlog s", *[CPU_COLUMNS[c] for c in CPU_COLUMNS], "destination server", "all"),
+                (
+                    "cell",
+                    "path",
+                    "backlog s",
+                    *[CPU_COLUMNS[c] for c in CPU_COLUMNS],
+                    "destination server, py-spy",
+                    "all",
+                ),
                 rows_,
                 left=(0, 1),
             ),
