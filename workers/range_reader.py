@@ -36,7 +36,7 @@ class RangeRequest:
 # poll), so a read of one partition is a long series of small round trips. Measured with
 # bench/profile_reads.py (100 000 x 1 KiB records, 2 tasks): 59k records/s with the defaults, 104-115k
 # records/s with these. They bound what each cached consumer may hold (Spark keeps its fetched data
-# between tasks), so they stay modest. Security properties and the user's never get overridden.
+# between tasks), so they stay modest. The source's security properties are applied after them.
 FETCH_OPTIONS = {
     "kafka.max.partition.fetch.bytes": str(8 * 1024 * 1024),
     "kafka.fetch.max.bytes": str(16 * 1024 * 1024),
