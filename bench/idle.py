@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from bench.mirror_run import REPO, _events, _log_time, _tail
+from bench.mirror_run import REPO, _events, _log_time, _tail, start_mirror
 from bench.pyspy import py_spy_binary
 from config.model import SourceConfig
 
@@ -581,25 +581,13 @@ def _run_idle(
     profile_path: Path,
     source_settings: dict[str, Any],
 ) -> IdleResult:
-    env = dict(os.environ)
-    env["MIRROR_V3_METRICS_PORT"] = "0"
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("LOG_FORMAT", None)  # key=value lines, which _events parses
-    env["LOG_LEVEL"] = "INFO"
     started, startup_seconds, spark_seconds = 0, None, None
     startup_cpu: tuple[float, float] | None = None
     profile, failed, drain_seconds = None, None, None
     code = code_state()  # what the process is about to import (the tree may change under a long benchmark)
     with log_path.open("wb") as log_file:
         process_start = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
+        proc = start_mirror(config, log_file)
         life = _Window(proc.pid, port, broker_pid, from_start=True)  # start-up, and what a failed run measured
         life.begin()
         window = life

@@ -46,13 +46,13 @@ from confluent_kafka import KafkaError, Message, Producer
 from bench.data import PAYLOAD_BUFFER_BYTES, PRODUCER_CONFIG
 from bench.machine import load_average
 from bench.mirror_run import (
-    REPO,
     MirrorRunError,
     MirrorSettings,
     _event_lines,
     _events,
     _log_time,
     _tail,
+    start_mirror,
     write_config,
 )
 from bench.targets import FilesystemTarget, VerificationError
@@ -492,26 +492,13 @@ def measure_latency(
         settings=MirrorSettings(flush_max_time_ms=max_time_ms),
         event_log_dir=event_log_dir,
     )
-    env = dict(os.environ)
-    env["MIRROR_V3_METRICS_PORT"] = "0"
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("LOG_FORMAT", None)  # key=value lines, which this module parses
-    env["LOG_LEVEL"] = "INFO"
-    env.update(target.env())
 
     producer = _RateProducer(bootstrap, topic, value_size)
     watcher = BlobWatcher(target.directory(0))
     watcher.start()
     with log_path.open("wb") as log_file:
         process_start = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
+        proc = start_mirror(config, log_file, target.env())
         try:
 
             def wait_durable(end: int, timeout: float, what: str) -> float:

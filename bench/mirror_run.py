@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import yaml
 
@@ -157,6 +157,27 @@ def write_config(
     return path
 
 
+def start_mirror(config: Path, log_file: IO[bytes], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    """`python -m supervisor run --config <config>` from this checkout, its stderr (the log) into `log_file`.
+
+    No metrics port; `key=value` log lines at INFO (what `_events` parses); `env` adds to this process's environment.
+    """
+    process_env = dict(os.environ)
+    process_env["MIRROR_V3_METRICS_PORT"] = "0"
+    process_env["PYTHONPATH"] = str(REPO) + os.pathsep + process_env.get("PYTHONPATH", "")
+    process_env.pop("LOG_FORMAT", None)
+    process_env["LOG_LEVEL"] = "INFO"
+    process_env.update(env or {})
+    return subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
+        cwd=REPO,
+        env=process_env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=log_file,
+    )
+
+
 def run_mirror(
     config: Path,
     *,
@@ -180,23 +201,10 @@ def run_mirror(
     sampled throughout and reported for the backlog window. With `profile`, py-spy samples the mirror process from
     its `spark session ready` line to the end of the backlog and writes its folded stacks there.
     """
-    env = dict(os.environ)
-    env["MIRROR_V3_METRICS_PORT"] = "0"
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.pop("LOG_FORMAT", None)  # key=value lines, which this module parses
-    env["LOG_LEVEL"] = "INFO"
-    env.update(target.env())
     with log_path.open("wb") as log_file:
         target.begin_usage()
         process_start = time.time()
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=log_file,
-        )
+        proc = start_mirror(config, log_file, target.env())
         monitor = CpuMonitor(named=dict(watch or {}), root=proc.pid)
         recorder: PySpyRecorder | None = None
         try:

@@ -37,7 +37,15 @@ from typing import Any
 import pyarrow as pa
 
 from bench.data import produce_backlog
-from bench.mirror_run import REPO, MirrorRunError, MirrorSettings, _events, _log_time, spark_jobs, write_config
+from bench.mirror_run import (
+    MirrorRunError,
+    MirrorSettings,
+    _events,
+    _log_time,
+    spark_jobs,
+    start_mirror,
+    write_config,
+)
 from bench.targets import FilesystemTarget, InMemoryMotoServer, S3Target, VerificationError
 from config.loader import load_config
 from config.model import FilesystemDestination
@@ -479,24 +487,11 @@ def _run_once(
         run_config = _config(run_dir, bootstrap, target, topic)
         event_dir = run_dir / "spark-events"
         log_path = run_dir / "mirror.log"
-        process_env = dict(os.environ)
-        process_env["MIRROR_V3_METRICS_PORT"] = "0"
-        process_env["PYTHONPATH"] = str(REPO) + os.pathsep + process_env.get("PYTHONPATH", "")
-        process_env.pop("LOG_FORMAT", None)  # key=value lines, which _events parses
-        process_env["LOG_LEVEL"] = "INFO"
-        process_env.update(env)
         with log_path.open("wb") as log_file:
             load = os.getloadavg()[0]
             target.begin_usage()
             process_start = time.time()
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "supervisor", "run", "--config", str(run_config)],
-                cwd=REPO,
-                env=process_env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=log_file,
-            )
+            proc = start_mirror(run_config, log_file, env)
             try:
                 deadline = time.monotonic() + timeout
                 starting = _wait_for_starting(proc, log_path, deadline)
