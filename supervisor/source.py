@@ -62,7 +62,6 @@ class SourceCluster:
         self._start_lock = asyncio.Lock()
         # Offset queries waiting for the next batch, and the batches under way.
         self._pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]] = {}
-        self._collecting = False
         self._batches: set[asyncio.Future[None]] = set()
         # The metadata fetch shared by mirrors that check their partition at about the same time.
         self._metadata_fetch: asyncio.Future[Any] | None = None
@@ -129,12 +128,11 @@ class SourceCluster:
         await self.start()
         tp = TopicPartition(topic, partition)
         answer: asyncio.Future[_PartitionOffsets] = asyncio.get_running_loop().create_future()
-        self._pending.setdefault(tp, []).append(answer)
-        if not self._collecting:
-            self._collecting = True
+        if not self._pending:  # the first query of a new batch starts it
             batch = asyncio.ensure_future(self._answer_pending())
             self._batches.add(batch)
             batch.add_done_callback(self._batches.discard)
+        self._pending.setdefault(tp, []).append(answer)
         start, stable, high = await answer
         end = stable if isolation_level == "read_committed" else high
         return SourceOffsets(log_start=start, end=end, high_watermark=high)
@@ -143,11 +141,11 @@ class SourceCluster:
         pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]] | None = None
         try:
             await asyncio.sleep(COALESCE_SECONDS)
-            pending, self._pending, self._collecting = self._pending, {}, False
+            pending, self._pending = self._pending, {}
             answers = await self._answers(pending)
         except BaseException as exc:  # cancelled by close(), or a bug: no mirror may wait forever
             if pending is None:
-                pending, self._pending, self._collecting = self._pending, {}, False
+                pending, self._pending = self._pending, {}
             failure = SourceError(f"source {self.bootstrap_servers}: offset query failed: {exc!r}")
             self._settle(pending, dict.fromkeys(pending, failure))
             if not isinstance(exc, Exception):
@@ -208,7 +206,7 @@ class SourceCluster:
         if self._metadata_fetch is not None and not self._metadata_fetch.done():
             self._metadata_fetch.cancel()
         # A batch cancelled before it ran never answers its queries: fail them here.
-        pending, self._pending, self._collecting = self._pending, {}, False
+        pending, self._pending = self._pending, {}
         failure = SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
         self._settle(pending, dict.fromkeys(pending, failure))
         for consumer in (self._committed, self._uncommitted):
