@@ -79,20 +79,22 @@ class FilesystemStore:
                 await anyio.to_thread.run_sync(os.fsync, handle.fileno())
             try:
                 await _publish(temp, final)
+                await anyio.to_thread.run_sync(_fsync_directory, self._dir)
             except BlobExistsError:
                 # After a failed attempt, an identical blob is that attempt's (its success went
                 # unreported); on a first attempt a taken name always means another writer.
                 if name in self._unsure and await anyio.to_thread.run_sync(_same_content, final, data):
                     self._unsure.discard(name)
+                    await anyio.to_thread.run_sync(_fsync_directory, self._dir)
                     return len(data)
                 raise
             except OSError:
+                # The link or the directory fsync failed: the blob may be visible already.
                 self._unsure.add(name)
                 raise
         finally:
             with contextlib.suppress(FileNotFoundError):
                 await aiofiles.os.remove(temp)
-        await anyio.to_thread.run_sync(_fsync_directory, self._dir)
         return len(data)
 
     async def close(self) -> None:

@@ -12,6 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from sinks.blob_chain import BlobExistsError, is_temp_name
 from sinks.records import KAFKA_SCHEMA
+from sinks.retry import TransientDestinationError
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.source import SourceOffsets
 
@@ -99,8 +100,15 @@ class InMemoryStore:
         self.blobs: dict[str, bytes] = {}
         self.removed: list[str] = []
         self.list_calls = 0
-        self.unsure: set[str] = set()  # names a failed put may have written (see FlakyStore)
+        self.unsure: set[str] = set()  # names a failed put of this writer may have written
+        self.lose_answers = 0  # the next puts land, then fail as if their answer was lost
         self.written_at: dict[str, float] = {}
+
+    def twin(self) -> InMemoryStore:
+        """Another writer on the same blobs (a second process on the same chain)."""
+        other = InMemoryStore()
+        other.blobs, other.written_at = self.blobs, self.written_at
+        return other
 
     def location(self, name: str) -> str:
         return f"mem://{name}"
@@ -126,6 +134,10 @@ class InMemoryStore:
             raise BlobExistsError(f"{name} exists")
         self.blobs[name] = bytes(data)
         self.written_at[name] = time.time()
+        if self.lose_answers:
+            self.lose_answers -= 1
+            self.unsure.add(name)
+            raise TransientDestinationError("connection reset after the upload")
         return len(data)
 
     async def close(self) -> None:

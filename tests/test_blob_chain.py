@@ -99,14 +99,6 @@ async def test_filesystem_commit_is_atomic_and_no_clobber(tmp_path: Path) -> Non
     assert sorted(os.listdir(directory)) == [blob_name(0, 9)]  # no temporaries left behind
 
 
-async def test_second_writer_on_the_same_chain_fails(tmp_path: Path) -> None:
-    first, second = BlobChain(FilesystemStore(tmp_path)), BlobChain(FilesystemStore(tmp_path))
-    assert await first.open() is None and await second.open() is None
-    await first.append(0, 9, memoryview(b"a"))
-    with pytest.raises(BlobExistsError):
-        await second.append(0, 9, memoryview(b"b"))
-
-
 def _chain_of(count: int, start: int = 0, sizes: tuple[int, ...] = (1, 7, 100, 3)) -> dict[str, bytes]:
     blobs, offset = {}, start
     for index in range(count):
@@ -154,12 +146,3 @@ async def test_a_second_writer_is_detected_after_the_next_append() -> None:
     with pytest.raises(CorruptChainError, match="another writer") as caught:
         await chain.append(start, start + 9, memoryview(b"ours"))
     assert blob_name(start, start + 4) in str(caught.value)
-
-
-async def test_identical_blob_of_another_writer_is_still_a_conflict(tmp_path: Path) -> None:
-    """Without a failed attempt of our own, a taken name means a second writer, even if the bytes
-    happen to be the same (two processes on one mirror read the same records)."""
-    store = FilesystemStore(tmp_path)
-    await store.put_if_absent(blob_name(0, 9), memoryview(b"same"))
-    with pytest.raises(BlobExistsError):
-        await FilesystemStore(tmp_path).put_if_absent(blob_name(0, 9), memoryview(b"same"))

@@ -1,0 +1,285 @@
+"""The `BlobStore` contract, once, against every store: in memory, a directory, and S3 (moto in this process).
+
+The blob chain (sinks/blob_chain.py) relies on exactly these behaviours, so each store is held to them here rather
+than through the CLI: put-if-absent refuses a taken name and keeps what is there, an answer lost after the write
+landed is retried without a duplicate or a false "another writer", listings come in name order from any
+`start_after`, temporaries are never listed and leftovers of interrupted writes are cleaned, and the tail of a long
+chain is found with a bounded number of listings.
+"""
+
+from __future__ import annotations
+
+import errno
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import sinks.blob_chain
+import sinks.filesystem
+from sinks.blob_chain import BlobExistsError, BlobStore, blob_name, find_tail, is_temp_name, temp_name
+from sinks.filesystem import FilesystemStore
+from sinks.s3 import S3Connection, S3Settings, S3Store
+from testkit.http_fault_proxy import FaultProxy, RequestInfo
+from testkit.ports import HOST, free_port
+from tests.fakes import InMemoryStore
+
+KINDS = ["memory", "filesystem", "s3"]
+
+
+@dataclass
+class StoreUnderTest:
+    """A store plus the means to look at it and disturb it from outside the interface."""
+
+    store: BlobStore
+    another_writer: Callable[[], BlobStore]  # a second process on the same location
+    read: Callable[[str], bytes]
+    lose_next_answer: Callable[[], None]  # the next put lands, but its caller gets an error
+    leave_leftover: Callable[[str], None]  # what a write interrupted half-way leaves behind
+    leftovers: Callable[[], list[str]]
+
+
+@pytest.fixture(scope="module")
+def moto_endpoint() -> Iterator[str]:
+    from moto.server import ThreadedMotoServer
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
+    server.start()
+    try:
+        yield f"http://{HOST}:{port}"
+    finally:
+        server.stop()
+
+
+def _memory() -> StoreUnderTest:
+    store = InMemoryStore()
+
+    def leave(name: str) -> None:
+        store.blobs[temp_name(name, "deadbeef")] = b"half"
+
+    return StoreUnderTest(
+        store=store,
+        another_writer=lambda: store.twin(),
+        read=lambda name: store.blobs[name],
+        lose_next_answer=lambda: setattr(store, "lose_answers", 1),
+        leave_leftover=leave,
+        leftovers=lambda: [n for n in store.blobs if is_temp_name(n)],
+    )
+
+
+def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderTest:
+    fsync_directory = sinks.filesystem._fsync_directory
+
+    def lose_next_answer() -> None:
+        # The link has made the blob visible; the directory fsync then fails (EIO): the caller cannot know.
+        # (The directory exists already, so the failure cannot hit its creation instead.)
+        directory.mkdir(parents=True, exist_ok=True)
+        calls = {"failed": False}
+
+        def failing_once(path: Path) -> None:
+            if not calls["failed"]:
+                calls["failed"] = True
+                raise OSError(errno.EIO, "Input/output error")
+            fsync_directory(path)
+
+        monkeypatch.setattr(sinks.filesystem, "_fsync_directory", failing_once)
+
+    def leave(name: str) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / temp_name(name, "deadbeef")).write_bytes(b"half a file")
+
+    return StoreUnderTest(
+        store=FilesystemStore(directory),
+        another_writer=lambda: FilesystemStore(directory),
+        read=lambda name: (directory / name).read_bytes(),
+        lose_next_answer=lose_next_answer,
+        leave_leftover=leave,
+        leftovers=lambda: [p.name for p in directory.iterdir() if is_temp_name(p.name)] if directory.exists() else [],
+    )
+
+
+async def _s3(endpoint: str, bucket: str) -> AsyncIterator[StoreUnderTest]:
+    import boto3
+
+    client: Any = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+    )
+    client.create_bucket(Bucket=bucket)
+    prefix = "archive/t/0/"
+    with FaultProxy(endpoint) as proxy:
+
+        def store_via(url: str) -> S3Store:
+            settings = S3Settings(
+                bucket=bucket,
+                region="us-east-1",
+                endpoint=url,
+                path_style=True,
+                access_key_id="k",
+                secret_access_key="s",
+                session_token=None,
+                multipart_threshold=64 * 1024 * 1024,
+                part_size=8 * 1024 * 1024,
+                request_timeout_s=10,
+            )
+            return S3Store(S3Connection(settings), prefix)
+
+        def is_put(request: RequestInfo) -> bool:
+            return request.method == "PUT"
+
+        def leave(name: str) -> None:
+            upload = client.create_multipart_upload(Bucket=bucket, Key=prefix + name)
+            client.upload_part(Bucket=bucket, Key=prefix + name, UploadId=upload["UploadId"], PartNumber=1, Body=b"h")
+
+        def leftovers() -> list[str]:
+            return [u["Key"] for u in client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])]
+
+        stores: list[S3Store] = []
+
+        def another_writer() -> S3Store:
+            stores.append(store_via(endpoint))
+            return stores[-1]
+
+        stores.append(store_via(proxy.endpoint))
+        try:
+            yield StoreUnderTest(
+                store=stores[0],
+                another_writer=another_writer,
+                read=lambda name: bytes(client.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()),
+                # aiohttp resends a PUT once by itself when the connection drops: lose both answers.
+                lose_next_answer=lambda: proxy.lose_response_next(2, match=is_put),
+                leave_leftover=leave,
+                leftovers=leftovers,
+            )
+        finally:
+            for store in stores:
+                await store.close()
+
+
+_buckets = iter(range(1_000_000))
+
+
+@pytest.fixture(params=KINDS)
+async def under_test(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[StoreUnderTest]:
+    if request.param == "memory":
+        yield _memory()
+    elif request.param == "filesystem":
+        yield _filesystem(tmp_path / "t" / "0", monkeypatch)
+    else:
+        async for s3 in _s3(request.getfixturevalue("moto_endpoint"), f"contract-{next(_buckets)}"):
+            yield s3
+
+
+async def test_a_free_name_is_created_once(under_test: StoreUnderTest) -> None:
+    store = under_test.store
+    assert await store.list_page(None, 10) == ([], False)
+    assert await store.put_if_absent(blob_name(0, 9), memoryview(b"first")) == 5
+    assert under_test.read(blob_name(0, 9)) == b"first"
+    assert await store.list_page(None, 10) == ([blob_name(0, 9)], False)
+    modified = await store.modified_at(blob_name(0, 9))
+    assert modified is not None and abs(time.time() - modified) < 60
+
+
+async def test_a_taken_name_is_refused_and_what_is_there_stays(under_test: StoreUnderTest) -> None:
+    name = blob_name(0, 9)
+    await under_test.store.put_if_absent(name, memoryview(b"first"))
+    with pytest.raises(BlobExistsError):
+        await under_test.store.put_if_absent(name, memoryview(b"second"))
+    with pytest.raises(BlobExistsError):
+        await under_test.another_writer().put_if_absent(name, memoryview(b"third"))
+    assert under_test.read(name) == b"first"
+
+
+async def test_identical_bytes_from_another_writer_are_still_a_conflict(under_test: StoreUnderTest) -> None:
+    """Two processes on one mirror read the same records and encode the same bytes: the second one must fail."""
+    await under_test.store.put_if_absent(blob_name(0, 9), memoryview(b"same"))
+    with pytest.raises(BlobExistsError):
+        await under_test.another_writer().put_if_absent(blob_name(0, 9), memoryview(b"same"))
+
+
+async def test_a_lost_answer_is_retried_without_a_duplicate(under_test: StoreUnderTest) -> None:
+    """The write landed but its caller saw an error: the retry (the same bytes, from the same writer) succeeds."""
+    store, name, data = under_test.store, blob_name(0, 9), memoryview(b"the chunk")
+    under_test.lose_next_answer()
+    with pytest.raises(Exception) as lost:  # each store reports it its own way (OSError, 5xx, a reset)
+        await store.put_if_absent(name, data)
+    assert not isinstance(lost.value, BlobExistsError)
+    assert await store.put_if_absent(name, data) == len(data)
+    assert under_test.read(name) == b"the chunk"
+    assert await store.list_page(None, 10) == ([name], False)
+    # The retry's tolerance covers only its own bytes: different bytes under that name are another writer's.
+    with pytest.raises(BlobExistsError):
+        await store.put_if_absent(name, memoryview(b"other bytes"))
+
+
+async def test_listings_come_in_name_order_after_any_start_after(under_test: StoreUnderTest) -> None:
+    names = [blob_name(first, first + 9) for first in range(0, 70, 10)]
+    for name in reversed(names):  # creation order must not matter
+        await under_test.store.put_if_absent(name, memoryview(b"x"))
+    store = under_test.store
+    assert await store.list_page(None, 3) == (names[:3], True)
+    assert await store.list_page(names[2], 3) == (names[3:6], True)
+    assert await store.list_page(names[5], 3) == (names[6:], False)
+    assert await store.list_page(names[6], 3) == ([], False)
+    # A probe key between two names (the tail search's): the listing starts at the next name.
+    assert await store.list_page(f"{25:020d}-{'9' * 20}", 2) == (names[3:5], True)
+
+
+async def test_leftovers_are_never_listed_and_are_cleaned(under_test: StoreUnderTest) -> None:
+    await under_test.store.put_if_absent(blob_name(0, 9), memoryview(b"x"))
+    under_test.leave_leftover(blob_name(10, 19))
+    assert await under_test.store.list_page(None, 10) == ([blob_name(0, 9)], False)
+    assert under_test.leftovers()
+    removed = await under_test.store.clean_leftovers()
+    assert len(removed) == 1 and blob_name(10, 19) in removed[0]
+    assert under_test.leftovers() == []
+    assert await under_test.store.list_page(None, 10) == ([blob_name(0, 9)], False)
+
+
+class CountingStore:
+    """Counts the listings a search makes, whatever the store."""
+
+    def __init__(self, store: BlobStore) -> None:
+        self._store = store
+        self.checks_for_foreign_blobs = store.checks_for_foreign_blobs
+        self.lists = 0
+
+    def location(self, name: str) -> str:
+        return self._store.location(name)
+
+    async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
+        self.lists += 1
+        return await self._store.list_page(start_after, max_keys)
+
+    async def modified_at(self, name: str) -> float | None:
+        return await self._store.modified_at(name)
+
+    async def put_if_absent(self, name: str, data: memoryview) -> int:
+        return await self._store.put_if_absent(name, data)
+
+    async def clean_leftovers(self) -> list[str]:
+        return await self._store.clean_leftovers()
+
+    async def close(self) -> None:
+        await self._store.close()
+
+
+async def test_the_tail_of_a_long_chain_is_found_with_few_listings(
+    under_test: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """30 pages of blobs of skewed sizes (pages of 10 names stand in for S3's 1 000)."""
+    monkeypatch.setattr(sinks.blob_chain, "PAGE", 10)
+    offset = 0
+    for index in range(300):
+        size = (1, 7, 1000, 3)[index % 4] if index < 200 else 1  # large blobs, then a run of tiny ones
+        await under_test.store.put_if_absent(blob_name(offset, offset + size - 1), memoryview(b"x"))
+        offset += size
+    counting = CountingStore(under_test.store)
+    tail = await find_tail(counting)
+    assert tail[-1].last + 1 == offset
+    assert counting.lists <= 20, counting.lists
