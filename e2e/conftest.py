@@ -1,5 +1,5 @@
-"""Real services for the end-to-end suite: an Apache Kafka broker (KRaft) and an S3 server per
-session, and the destinations every exactly-once test runs against."""
+"""Real services for the end-to-end suite, one of each per session: a source Kafka broker (KRaft), a destination
+broker with SASL, TLS and proxied listeners, and a moto S3 server; plus a fresh target per test."""
 
 from __future__ import annotations
 
@@ -9,27 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from e2e.destinations import DestinationUnderTest, FilesystemDestinationUnderTest, S3DestinationUnderTest
 from testkit.kafka_broker import KafkaBroker
 from testkit.ports import free_port
 from testkit.s3_servers import MotoServer
+from testkit.targets import FilesystemTarget, S3Target
 from testkit.tcp_proxy import TcpProxy
 from testkit.tls import TlsFiles, make_tls_files
 
 _names = itertools.count()
+SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
 
 
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[KafkaBroker]:
-    broker = KafkaBroker()
-    broker.start()
-    try:
+    with KafkaBroker() as broker:
         yield broker
-    finally:
-        broker.stop()
-
-
-SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
 
 
 @pytest.fixture(scope="session")
@@ -42,18 +36,13 @@ def destination_tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 def kafka_destination_broker(destination_tls: TlsFiles) -> Iterator[KafkaBroker]:
     """A second, independent cluster: the destination of Kafka -> Kafka mirrors.
 
-    Besides its direct `bootstrap` it has a SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER)
-    and an SSL listener requiring client certificates (`destination_tls`) for the security pass-through tests,
-    and an EXTERNAL listener advertised behind a TCP proxy
-    (`kafka_destination_proxy`, bootstrap `advertised_bootstrap`) for outage tests.
+    Besides its direct `bootstrap` it has a SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER), an SSL
+    listener requiring client certificates (`destination_tls`), and an EXTERNAL listener advertised behind a TCP
+    proxy (`kafka_destination_proxy`, bootstrap `advertised_bootstrap`) for outage tests.
     """
-    proxy_port = free_port()
-    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, tls=destination_tls, advertised_port=proxy_port)
-    broker.start()
-    try:
+    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, tls=destination_tls, advertised_port=free_port())
+    with broker:
         yield broker
-    finally:
-        broker.stop()
 
 
 @pytest.fixture(scope="session")
@@ -76,26 +65,19 @@ def healthy_destination_proxy(kafka_destination_proxy: TcpProxy) -> Iterator[Tcp
 
 @pytest.fixture(scope="session")
 def moto() -> Iterator[MotoServer]:
-    server = MotoServer()
-    server.start()
-    try:
+    with MotoServer() as server:
         yield server
-    finally:
-        server.stop()
 
 
-@pytest.fixture(params=["filesystem", "s3"])
-def destination(
-    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> DestinationUnderTest:
-    """Each exactly-once test runs once per destination type."""
-    if request.param == "filesystem":
-        return FilesystemDestinationUnderTest(tmp_path / "archive")
-    server: MotoServer = request.getfixturevalue("moto")
-    s3 = S3DestinationUnderTest(server.endpoint, server.access_key, server.secret_key, server.region)
-    for name, value in s3.env().items():
-        monkeypatch.setenv(name, value)  # the CLI subprocesses inherit the credentials
-    return s3
+@pytest.fixture
+def fs(tmp_path: Path) -> FilesystemTarget:
+    return FilesystemTarget(tmp_path / "archive")
+
+
+@pytest.fixture
+def s3(moto: MotoServer) -> S3Target:
+    """A fresh bucket on the session's moto server."""
+    return S3Target(moto.endpoint, moto.access_key, moto.secret_key, moto.region)
 
 
 @pytest.fixture

@@ -1,229 +1,120 @@
-"""Drive the real CLI as a subprocess and read back what it wrote."""
+"""What the end-to-end tests share on top of testkit's launcher and targets: a source backlog, a config with the
+suite's defaults, a run to a given destination offset, the exactly-once comparison and `status` as JSON."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-import time
-from dataclasses import dataclass
+import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-import pyarrow.compute as pc
-import yaml
+import jsonschema
 
-from e2e.destinations import DestinationConfig, DestinationUnderTest, KafkaDestinationUnderTest, read_tables
-from testkit.kafka_data import ConsumedRecord, consume_all
+from supervisor.status import STATUS_SCHEMA_PATH
+from testkit.kafka_data import create_topic, generate_records, produce
+from testkit.mirror_run import MirrorRun, run_cli, write_config
+from testkit.targets import Target, assert_same_records, source_records
 
-REPO = Path(__file__).resolve().parent.parent
+# Offset queries every 200 ms instead of 500: the tests wait less for a mirror to notice new records.
+SOURCE_DEFAULTS = {"poll-interval-ms": 200}
+STATUS_SCHEMA = json.loads(STATUS_SCHEMA_PATH.read_text())
 
 
-def write_config(
+def backlog(bootstrap: str, topic: str, counts: Sequence[int], *, seed: int = 0, config: Any = None) -> None:
+    """A topic with one partition per entry of `counts`, each holding that many generated records."""
+    create_topic(bootstrap, topic, partitions=len(counts), config=config)
+    for partition, count in enumerate(counts):
+        if count:
+            produce(bootstrap, topic, partition, generate_records(count, seed=seed + partition))
+
+
+def mirror_config(
     path: Path,
-    *,
     bootstrap: str,
-    destination: DestinationConfig,
-    mirrors: list[dict[str, Any]],
-    flush: dict[str, int] | None = None,
-    spark: dict[str, Any] | None = None,
+    target: Target,
+    mirrors: Sequence[Mapping[str, Any]],
+    *,
+    flush: Mapping[str, int] | None = None,
+    spark: Mapping[str, Any] | None = None,
 ) -> Path:
-    config: dict[str, Any] = {
-        "destination": destination.config(flush),
-        "mirrors": [
-            {
-                "name": m.get("name", f"{m['topic']}-{m['partition']}"),
-                "source": {"bootstrap-servers": bootstrap, "poll-interval-ms": 200, **m.get("source", {})},
-                "topic": m["topic"],
-                "partition": m["partition"],
-                **({"destination-name-override": m["override"]} if "override" in m else {}),
-            }
-            for m in mirrors
-        ],
-    }
-    if spark:
-        config["spark"] = spark
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def cli_env(**extra: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.setdefault("MIRROR_V3_METRICS_PORT", "0")
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
-
-
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "supervisor", *args],
-        cwd=REPO,
-        env=env or cli_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+    """The config of `mirrors` (each {topic, partition, ...}, see testkit.mirror_run) into `target`."""
+    return write_config(
+        path,
+        bootstrap=bootstrap,
+        destination=target.config(flush),
+        mirrors=mirrors,
+        spark=spark,
+        source=SOURCE_DEFAULTS,
     )
 
 
-class MirrorProcess:
-    """`python -m supervisor run` in the background; stderr goes to a file we can search."""
-
-    def __init__(self, config: Path, log_path: Path, env: dict[str, str] | None = None) -> None:
-        self.log_path = log_path
-        self._log = open(log_path, "ab")  # noqa: SIM115 - closed in wait()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
-            cwd=REPO,
-            env=env or cli_env(),
-            stdout=subprocess.DEVNULL,
-            stderr=self._log,
-        )
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_for_log(self, pattern: str, timeout: float = 120, count: int = 1) -> re.Match[str]:
-        deadline = time.monotonic() + timeout
-        regex = re.compile(pattern)
-        while time.monotonic() < deadline:
-            matches = list(regex.finditer(self.log_text()))
-            if len(matches) >= count:
-                return matches[count - 1]
-            if self.proc.poll() is not None:
-                raise AssertionError(f"mirror exited {self.proc.returncode} before /{pattern}/:\n{self.tail()}")
-            time.sleep(0.1)
-        raise AssertionError(f"timed out waiting for /{pattern}/:\n{self.tail()}")
-
-    def tail(self, lines: int = 30) -> str:
-        return "\n".join(self.log_text().splitlines()[-lines:])
-
-    def terminate(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-
-    def kill9(self) -> None:
-        self.proc.kill()
-
-    def wait(self, timeout: float = 120) -> int:
-        try:
-            return self.proc.wait(timeout)
-        finally:
-            self._log.close()
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-        self._log.close()
+def one_mirror(
+    tmp_path: Path,
+    bootstrap: str,
+    target: Target,
+    topic: str,
+    *,
+    flush: Mapping[str, int] | None = None,
+    spark: Mapping[str, Any] | None = None,
+    name: str = "mirror.yaml",
+) -> Path:
+    """`tmp_path/<name>`: one mirror, of partition 0 of `topic`, into `target`."""
+    return mirror_config(tmp_path / name, bootstrap, target, partitions_of(topic, 1), flush=flush, spark=spark)
 
 
-@dataclass(frozen=True)
-class ArchivedRecord:
-    offset: int
-    key: bytes | None
-    value: bytes | None
-    headers: list[tuple[str, bytes | None]]
-    timestamp_ms: int
+def partitions_of(topic: str, count: int, **extra: Any) -> list[dict[str, Any]]:
+    """One mirror per partition of `topic`."""
+    return [{"topic": topic, "partition": p, **extra} for p in range(count)]
 
 
-def read_archive(destination: DestinationUnderTest, dest_name: str, partition: int) -> list[ArchivedRecord]:
-    """Every row of every blob, checking the chain and that each row lies inside its blob's range."""
-    records: list[ArchivedRecord] = []
-    for blob, table in read_tables(destination, dest_name, partition):
-        records.extend(_rows(table, blob.first, blob.last, blob.name))
-    return records
+def start(config: Path, log: Path, target: Target, **env: str) -> MirrorRun:
+    return MirrorRun(config, log, env={**target.env(), **env})
 
 
-def read_kafka_destination(destination: KafkaDestinationUnderTest, topic: str, partition: int) -> list[ArchivedRecord]:
-    """Every committed record of the destination partition, as the source record it copies.
-
-    preserve: the destination offset is the source offset. renumber: the source offset comes from the
-    `mirror-v3.source-offset` header (removed here), and destination offsets must only increase.
-    """
-    records: list[ArchivedRecord] = []
-    last_destination_offset = -1
-    for r in consume_all(destination.bootstrap, topic, partition, "read_committed"):
-        assert r.offset > last_destination_offset
-        last_destination_offset = r.offset
-        headers = [(k, v) for k, v in (r.headers or [])]
-        offset = r.offset
-        if destination.offsets == "renumber":
-            tagged = [v for k, v in headers if k == "mirror-v3.source-offset"]
-            assert len(tagged) == 1 and tagged[0] is not None, f"destination offset {r.offset}: header {headers}"
-            offset = int(tagged[0])
-            headers = [(k, v) for k, v in headers if k != "mirror-v3.source-offset"]
-        records.append(ArchivedRecord(offset, r.key, r.value, headers, r.timestamp_ms))
-    return records
+def refused(config: Path, log: Path, target: Target, code: int = 1, only_error: bool = True, **env: str) -> str:
+    """Run the mirror, which must stop by itself with `code`, no traceback and (unless `only_error` is False) one
+    ERROR line; returns the first ERROR line."""
+    with start(config, log, target, **env) as run:
+        return run.expect_failure(code, only_error=only_error)
 
 
-def _rows(table: pa.Table, first: int, last: int, name: str) -> list[ArchivedRecord]:
-    millis = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
-    rows = []
-    for offset, key, value, headers, ts in zip(
-        table.column("offset").to_pylist(),
-        table.column("key").to_pylist(),
-        table.column("value").to_pylist(),
-        table.column("headers").to_pylist(),
-        millis,
-        strict=True,
-    ):
-        assert first <= offset <= last, f"{name} holds offset {offset}"
-        rows.append(ArchivedRecord(offset, key, value, [(h["key"], h["value"]) for h in (headers or [])], int(ts)))
-    return rows
+def run_until(config: Path, log: Path, target: Target, name: str, ends: Mapping[int, int], **env: str) -> MirrorRun:
+    """Run the mirror until `name`'s partitions reach `ends` at the destination, then drain it (exit 0)."""
+    with start(config, log, target, **env) as run:
+        run.wait_for_offsets(lambda p: target.next_offset(name, p), ends)
+        run.drain()
+    return run
 
 
-def source_records(bootstrap: str, topic: str, partition: int) -> list[ArchivedRecord]:
-    consumed: list[ConsumedRecord] = consume_all(bootstrap, topic, partition, "read_committed")
-    return [
-        ArchivedRecord(r.offset, r.key, r.value, [(k, v) for k, v in (r.headers or [])], r.timestamp_ms)
-        for r in consumed
-    ]
+def sigterm_while_buffering(config: Path, log: Path, target: Target, topic: str) -> int:
+    """Start the mirror and SIGTERM it once it has flushed and holds more records in its buffer. It must drain
+    (exit 0) and the destination must end where the mirror says it stopped; returns that offset."""
+    # DEBUG heartbeats show what is buffered, so the signal lands while records sit in memory.
+    with start(config, log, target, LOG_LEVEL="DEBUG", MIRROR_V3_HEARTBEAT_SECS="0.2") as run:
+        run.wait_for_log(r"msg=flushed[\s\S]*msg=heartbeat .*buffered_offsets=[1-9]")
+        run.drain()
+    (stopped,) = run.events("mirror stopped")
+    assert "trigger=shutdown" in run.log_text(), run.tail()
+    stopped_at = int(stopped["next_offset"])
+    assert target.next_offset(topic, 0) == stopped_at
+    return stopped_at
 
 
-def assert_same_records(archive: list[ArchivedRecord], source: list[ArchivedRecord]) -> None:
-    """Record-by-record equality, with a readable first difference."""
-    archived_offsets = [r.offset for r in archive]
-    assert len(archived_offsets) == len(set(archived_offsets)), "an offset landed twice"
-    if archive == source:
-        return
-    source_by_offset = {r.offset: r for r in source}
-    archive_by_offset = {r.offset: r for r in archive}
-    missing = sorted(set(source_by_offset) - set(archive_by_offset))
-    extra = sorted(set(archive_by_offset) - set(source_by_offset))
-    differing = [
-        o for o in sorted(set(source_by_offset) & set(archive_by_offset)) if source_by_offset[o] != archive_by_offset[o]
-    ]
-    detail = ""
-    if differing:
-        o = differing[0]
-        detail = f"\nfirst difference at {o}:\n  source  {source_by_offset[o]}\n  archive {archive_by_offset[o]}"
-    raise AssertionError(
-        f"archive != source: {len(missing)} missing (first {missing[:5]}), {len(extra)} extra (first {extra[:5]}), "
-        f"{len(differing)} differing{detail}"
-    )
+def assert_exactly_once(bootstrap: str, target: Target, topic: str, partitions: int = 1, name: str = "") -> None:
+    """Every partition of the destination (`name`, default the source topic) holds exactly the source's records."""
+    for partition in range(partitions):
+        assert_same_records(target.records(name or topic, partition), source_records(bootstrap, topic, partition))
 
 
-def wait_until(check: Any, timeout: float, message: str, interval: float = 0.2) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(interval)
-    raise AssertionError(message)
+def status_json(config: Path, *extra: str, env: Mapping[str, str] | None = None) -> tuple[int, dict[str, Any]]:
+    """`status --format json`, validated against the committed schema."""
+    result = run_cli("status", "--config", str(config), "--format", "json", *extra, env=env)
+    document: dict[str, Any] = json.loads(result.stdout)
+    jsonschema.validate(document, STATUS_SCHEMA)
+    return result.returncode, document
 
 
-def scrape_metric(port: int, name: str, topic: str, partition: int) -> float | None:
-    """One sample of a metric from the running mirror's /metrics endpoint."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and sample.labels == {"topic": topic, "partition": str(partition)}:
-                return float(sample.value)
-    return None
+def status_rows(config: Path, env: Mapping[str, str] | None = None) -> list[tuple[Any, ...]]:
+    """(source-end, destination-next, lag, error) of each row of `status --format json`."""
+    _, document = status_json(config, env=env)
+    return [(r["source-end"], r["destination-next"], r["lag"], r["error"]) for r in document["mirrors"]]

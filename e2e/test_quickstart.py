@@ -7,8 +7,9 @@ import re
 import subprocess
 from pathlib import Path
 
-from e2e.destinations import FilesystemDestinationUnderTest
-from e2e.harness import REPO, assert_same_records, read_archive
+from testkit.mirror_run import REPO
+from testkit.quickstart import RECORDS_PER_PARTITION, TOPIC
+from testkit.targets import FilesystemTarget
 
 
 def test_quickstart_mirrors_sample_data_and_prints_status(tmp_path: Path) -> None:
@@ -23,11 +24,11 @@ def test_quickstart_mirrors_sample_data_and_prints_status(tmp_path: Path) -> Non
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # status printed one row per mirror, each caught up (lag 0).
-    rows = re.findall(r"^orders-(\d)\s+quickstart-orders\s+\d\s+0\s+50000\s+50000\s+0\s", result.stdout, re.M)
+    count = RECORDS_PER_PARTITION
+    rows = re.findall(rf"^orders-(\d)\s+{TOPIC}\s+\d\s+0\s+{count}\s+{count}\s+0\s", result.stdout, re.M)
     assert sorted(rows) == ["0", "1", "2"], result.stdout
-    assert (tmp_path / "quickstart.yaml").exists()
+    assert (tmp_path / "quickstart.yaml").exists() and (tmp_path / "quickstart-mirror.log").exists()
+    archive = FilesystemTarget(tmp_path / "mirror-data")
     for partition in range(3):
-        archive = read_archive(FilesystemDestinationUnderTest(tmp_path / "mirror-data"), "quickstart-orders", partition)
-        assert [r.offset for r in archive] == list(range(50_000))
-        assert_same_records(archive, archive)  # no offset twice
+        assert [r.offset for r in archive.records(TOPIC, partition)] == list(range(count))
     assert "Traceback" not in result.stderr

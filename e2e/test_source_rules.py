@@ -1,23 +1,14 @@
-"""SPEC §3 against a real broker: compaction holes, transactions, DeleteRecords, data loss."""
+"""SPEC §3 against a real broker: compaction holes, transactions, DeleteRecords, data loss.
+
+How a source is read does not depend on the destination, so these run on the filesystem only; one mirror process
+serves several independent topics, each checked through its own metric series and chain.
+"""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from e2e.destinations import DestinationUnderTest, chain, next_offset
-from e2e.harness import (
-    ArchivedRecord,
-    MirrorProcess,
-    assert_same_records,
-    cli_env,
-    read_archive,
-    run_cli,
-    scrape_metric,
-    source_records,
-    wait_until,
-    write_config,
-)
+from e2e.harness import backlog, mirror_config, refused, run_until
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
     Record,
@@ -31,164 +22,105 @@ from testkit.kafka_data import (
     wait_for_compaction,
     watermarks,
 )
+from testkit.mirror_run import MirrorRun
 from testkit.ports import free_port
+from testkit.targets import FilesystemTarget, SourceRecord, assert_same_records, chain, source_records
 
 
-def _run_to(
-    config: Path,
-    log: Path,
-    destination: DestinationUnderTest,
-    topic: str,
-    until: int,
-    port: int | None = None,
-) -> tuple[MirrorProcess, dict[str, float | None]]:
-    """Run the mirror until the chain reaches next_offset; return it drained plus a metrics snapshot."""
-    env = cli_env(MIRROR_V3_METRICS_PORT=str(port)) if port else cli_env()
-    mirror = MirrorProcess(config, log, env=env)
-    metrics: dict[str, float | None] = {}
-    try:
-        wait_until(lambda: next_offset(destination, topic, 0) == until, 180, f"chain did not reach {until}")
-        if port:
-            partition = 0
-            for name in (
-                "mirror_v3_source_offset_gap_records_total",
-                "mirror_v3_source_lost_records_total",
-                "mirror_v3_source_lag_offsets",
-                "mirror_v3_destination_offset_verified",
-            ):
-                metrics[name] = scrape_metric(port, name, topic, partition)
-        mirror.terminate()
-        assert mirror.wait(60) == 0, mirror.tail()
-    finally:
-        mirror.stop()
-    return mirror, metrics
-
-
-def test_compacted_topic_holes_are_counted(
-    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+def test_holes_transactions_and_deleted_records_in_one_process(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
-    create_topic(kafka.bootstrap, topic_name, config=compacted_topic_config())
-    # Few keys, no null keys (a compacted topic rejects them), no tombstones: plenty to compact away.
-    produce(
+    compacted, transactional, trimmed = (f"{topic_name}-{kind}" for kind in ("compacted", "txn", "trimmed"))
+
+    # A compacted topic: few keys, no null keys (rejected there), no tombstones: plenty to compact away.
+    create_topic(kafka.bootstrap, compacted, config=compacted_topic_config())
+    records = generate_records(20_000, seed=5, key_space=200, null_key_ratio=0.0, null_value_ratio=0.0)
+    produce(kafka.bootstrap, compacted, 0, records)
+    compacted_low = wait_for_compaction(kafka.bootstrap, compacted, 0, timeout=60)
+    low, compacted_end = watermarks(kafka.bootstrap, compacted, 0)
+    assert compacted_low > low, "compaction did not happen"
+    before_mirroring = {r.offset: r for r in source_records(kafka.bootstrap, compacted, 0)}
+    assert len(before_mirroring) < compacted_end - low, "compaction left no holes"
+
+    # Transactions, committed and aborted, one aborted at the very end: the chain must still reach the end.
+    create_topic(kafka.bootstrap, transactional)
+    batches = [(generate_records(300 + 50 * i, seed=100 + i), commit) for i, commit in enumerate([1, 0, 1, 1, 0, 1, 0])]
+    produce_transactional(kafka.bootstrap, transactional, 0, [(r, bool(c)) for r, c in batches])
+    txn_low, txn_end = watermarks(kafka.bootstrap, transactional, 0)
+    committed = source_records(kafka.bootstrap, transactional, 0)
+    assert len(committed) == sum(len(r) for r, c in batches if c)
+
+    # Records deleted before the first run: the chain starts at the log start offset.
+    backlog(kafka.bootstrap, trimmed, [3_000], seed=21)
+    assert delete_records(kafka.bootstrap, trimmed, 0, 1_200) == 1_200
+
+    config = mirror_config(
+        tmp_path / "mirror.yaml",
         kafka.bootstrap,
-        topic_name,
-        0,
-        generate_records(20_000, seed=5, key_space=200, null_key_ratio=0.0, null_value_ratio=0.0),
-    )
-    first_readable = wait_for_compaction(kafka.bootstrap, topic_name, 0, timeout=60)
-    low, high = watermarks(kafka.bootstrap, topic_name, 0)
-    assert first_readable > low, "compaction did not happen"
-    before = {r.offset: r for r in source_records(kafka.bootstrap, topic_name, 0)}
-    assert len(before) < high - low, "compaction left no holes"
-
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
-        spark={"max-offsets-per-read": 5_000},
-    )
-    _, metrics = _run_to(config, tmp_path / "run.log", destination, topic_name, high, port=free_port())
-
-    archive = read_archive(destination, topic_name, 0)
-    after = {r.offset: r for r in source_records(kafka.bootstrap, topic_name, 0)}
-    # The cleaner may keep compacting while we mirror: every archived record must be exactly the
-    # source's record at that offset, and every record still in the source must be archived.
-    for record in archive:
-        assert record == before.get(record.offset), f"offset {record.offset} differs from the source"
-    missing = sorted(set(after) - {r.offset for r in archive})
-    assert not missing, f"records still in the source are missing from the archive: {missing[:10]}"
-    assert len({r.offset for r in archive}) == len(archive)
-    assert chain(destination, topic_name, 0)[0].first == low
-    holes = (high - low) - len(archive)
-    assert holes > 0
-    assert metrics["mirror_v3_source_offset_gap_records_total"] == holes
-
-
-def test_transactions_only_committed_land_and_lag_reaches_zero(
-    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
-) -> None:
-    create_topic(kafka.bootstrap, topic_name)
-    batches: list[tuple[list[Record], bool]] = []
-    for index, commit in enumerate([True, False, True, True, False, True, False]):
-        batches.append((generate_records(300 + 50 * index, seed=100 + index), commit))
-    produce_transactional(kafka.bootstrap, topic_name, 0, batches)
-    low, high = watermarks(kafka.bootstrap, topic_name, 0)
-    committed = source_records(kafka.bootstrap, topic_name, 0)
-    assert len(committed) == sum(len(records) for records, commit in batches if commit)
-
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
+        fs,
+        [{"topic": topic, "partition": 0} for topic in (compacted, transactional, trimmed)],
         spark={"max-offsets-per-read": 700},
     )
-    # The chain must reach the high watermark: the ranges cover commit and abort markers, and the
-    # aborted transaction at the very end.
-    _, metrics = _run_to(config, tmp_path / "run.log", destination, topic_name, high, port=free_port())
-    assert_same_records(read_archive(destination, topic_name, 0), committed)
-    assert metrics["mirror_v3_source_lag_offsets"] == 0
-    assert metrics["mirror_v3_destination_offset_verified"] == high
-    assert metrics["mirror_v3_source_offset_gap_records_total"] == (high - low) - len(committed)
+    ends = {compacted: compacted_end, transactional: txn_end, trimmed: 3_000}
+    port = free_port()
+    with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
+        run.wait_until(lambda: all(fs.next_offset(t, 0) == end for t, end in ends.items()), 180, f"chains at {ends}")
+        metrics = {
+            (topic, name): run.metric(f"mirror_v3_{name}", topic=topic, partition=0)
+            for topic in ends
+            for name in ("source_offset_gap_records_total", "source_lag_offsets", "destination_offset_verified")
+        }
+        run.drain()
 
-    status = run_cli("status", "--config", str(config), "--format", "json")
-    assert status.returncode == 0, status.stderr
-    assert '"lag":0' in status.stdout
+    # Compaction: every archived record is the source's at that offset, every record still there is archived (the
+    # cleaner may go on compacting while we mirror), and the holes are counted.
+    archive = fs.records(compacted, 0)
+    after = {r.offset: r for r in source_records(kafka.bootstrap, compacted, 0)}
+    assert all(record == before_mirroring.get(record.offset) for record in archive)
+    assert not sorted(set(after) - {r.offset for r in archive})
+    assert len({r.offset for r in archive}) == len(archive)
+    assert chain(fs, compacted, 0)[0].first == low
+    assert metrics[compacted, "source_offset_gap_records_total"] == (compacted_end - low) - len(archive) > 0
+
+    # Transactions: only committed records land; lag reaches 0 at the end, markers included.
+    assert_same_records(fs.records(transactional, 0), committed)
+    assert metrics[transactional, "source_lag_offsets"] == 0
+    assert metrics[transactional, "destination_offset_verified"] == txn_end
+    assert metrics[transactional, "source_offset_gap_records_total"] == (txn_end - txn_low) - len(committed)
+
+    # Deleted before the first run.
+    (starting,) = [e for e in run.events("mirror starting") if e["mirror"] == f"{trimmed}-0"]
+    assert (starting["start_offset"], starting["source_low_watermark"]) == ("1200", "1200")
+    assert chain(fs, trimmed, 0)[0].first == 1_200
+    assert_same_records(fs.records(trimmed, 0), source_records(kafka.bootstrap, trimmed, 0))
 
 
-def test_delete_records_before_first_run_starts_at_log_start(
-    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
+def test_records_deleted_before_they_were_mirrored_fail_or_are_skipped(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
-    create_topic(kafka.bootstrap, topic_name)
-    produce(kafka.bootstrap, topic_name, 0, generate_records(3_000, seed=21))
-    assert delete_records(kafka.bootstrap, topic_name, 0, 1_200) == 1_200
-    config = write_config(
-        tmp_path / "mirror.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{"topic": topic_name, "partition": 0}],
-    )
-    mirror, _ = _run_to(config, tmp_path / "run.log", destination, topic_name, 3_000)
-    assert re.search(r'msg="mirror starting" .*start_offset=1200 .*source_low_watermark=1200', mirror.log_text())
-    assert chain(destination, topic_name, 0)[0].first == 1_200
-    assert_same_records(read_archive(destination, topic_name, 0), source_records(kafka.bootstrap, topic_name, 0))
-
-
-def test_destination_behind_log_start_fails_or_skips(
-    kafka: KafkaBroker, destination: DestinationUnderTest, topic_name: str, tmp_path: Path
-) -> None:
-    create_topic(kafka.bootstrap, topic_name)
-    produce(kafka.bootstrap, topic_name, 0, generate_records(1_000, seed=31))
+    backlog(kafka.bootstrap, topic_name, [1_000], seed=31)
     before_loss = source_records(kafka.bootstrap, topic_name, 0)
     mirrors = [{"topic": topic_name, "partition": 0}]
-    config = write_config(tmp_path / "mirror.yaml", bootstrap=kafka.bootstrap, destination=destination, mirrors=mirrors)
-    _run_to(config, tmp_path / "run1.log", destination, topic_name, 1_000)
+    config = mirror_config(tmp_path / "mirror.yaml", kafka.bootstrap, fs, mirrors)
+    run_until(config, tmp_path / "run1.log", fs, topic_name, {0: 1_000})
 
-    produce(kafka.bootstrap, topic_name, 0, generate_records(1_000, seed=32))
+    produce(kafka.bootstrap, topic_name, 0, [Record(b"k%d" % i, b"v%d" % i) for i in range(1_000)])
     assert delete_records(kafka.bootstrap, topic_name, 0, 1_500) == 1_500
-    mirror = MirrorProcess(config, tmp_path / "run2.log")
-    try:
-        assert mirror.wait(120) == 1
-    finally:
-        mirror.stop()
-    errors = [line for line in mirror.log_text().splitlines() if "level=ERROR" in line]
-    assert len(errors) == 1, mirror.tail()
-    assert "log start offset 1500" in errors[0] and "next offset to mirror 1000" in errors[0], errors[0]
-    assert "Traceback" not in mirror.log_text()
-    assert next_offset(destination, topic_name, 0) == 1_000  # nothing written
+    line = refused(config, tmp_path / "run2.log", fs)
+    assert "log start offset 1500" in line and "next offset to mirror 1000" in line, line
+    assert fs.next_offset(topic_name, 0) == 1_000  # nothing written
 
-    skip = write_config(
-        tmp_path / "skip.yaml",
-        bootstrap=kafka.bootstrap,
-        destination=destination,
-        mirrors=[{**mirrors[0], "source": {"on-data-loss": "skip"}}],
+    skip = mirror_config(
+        tmp_path / "skip.yaml", kafka.bootstrap, fs, [{**mirrors[0], "source": {"on-data-loss": "skip"}}]
     )
-    mirror, metrics = _run_to(skip, tmp_path / "run3.log", destination, topic_name, 2_000, port=free_port())
-    assert metrics["mirror_v3_source_lost_records_total"] == 500
-    assert re.search(
-        r"level=WARNING msg=\"source records lost, skipping\" .*lost_from=1000 lost_to=1499", mirror.log_text()
-    )
-    expected: list[ArchivedRecord] = before_loss + source_records(kafka.bootstrap, topic_name, 0)
-    assert_same_records(read_archive(destination, topic_name, 0), expected)
+    port = free_port()
+    with MirrorRun(skip, tmp_path / "run3.log", metrics_port=port) as skipping:
+        skipping.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 2_000})
+        lost = skipping.metric("mirror_v3_source_lost_records_total", topic=topic_name, partition=0)
+        skipping.drain()
+    assert lost == 500
+    (warning,) = skipping.events("source records lost, skipping")
+    assert (warning["level"], warning["lost_from"], warning["lost_to"]) == ("WARNING", "1000", "1499")
+    expected: list[SourceRecord] = before_loss + source_records(kafka.bootstrap, topic_name, 0)
+    assert_same_records(fs.records(topic_name, 0), expected)
     assert first_readable_offset(kafka.bootstrap, topic_name, 0) == 1_500

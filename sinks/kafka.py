@@ -198,12 +198,16 @@ class KafkaSink:
         partition: int,
         source: SourceLookup,
         source_name: str,
+        clients: KafkaClients | None = None,
     ) -> None:
         self._settings = settings
         self._tp = TopicPartition(topic, partition)
         self._source = source
         self._source_name = source_name  # "<topic>-<partition>" of the source, for messages
-        self._clients = KafkaClients(settings.bootstrap_servers, settings.client, settings.request_timeout_ms)
+        # `clients` replaces the destination's clients (tests give an in-memory cluster).
+        self._clients = clients or KafkaClients(
+            settings.bootstrap_servers, settings.client, settings.request_timeout_ms
+        )
         self._producer: AIOKafkaProducer | None = None
         self._position: int | None = None  # next source offset the destination expects
         self._uncertain = False  # a commit failed half-way: resolve from the destination first

@@ -199,6 +199,26 @@ def produce_transactional(
         raise KafkaDataError(f"transactional produce to {topic}[{partition}] failed: {exc}") from None
     finally:
         producer.close()
+    # The coordinator writes the last commit/abort marker after EndTxn has returned; until it lands the high
+    # watermark is still moving and read_committed readers stop short. Return once the log is final.
+    _wait_until(
+        lambda: _stable_end(bootstrap, topic, partition),
+        timeout,
+        f"the last transaction marker of {topic}[{partition}] did not land",
+    )
+
+
+def _stable_end(bootstrap: str, topic: str, partition: int) -> bool:
+    """Is the last stable offset (read_committed end) the high watermark: no transaction open or unmarked?"""
+    ends = []
+    isolations: tuple[Isolation, ...] = ("read_committed", "read_uncommitted")
+    for isolation in isolations:
+        consumer = _consumer(bootstrap, isolation)
+        try:
+            ends.append(_watermarks(consumer, topic, partition, 10.0)[1])
+        finally:
+            consumer.close()
+    return ends[0] == ends[1]
 
 
 def generate_records(
@@ -293,6 +313,24 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int, *, 
                 time.sleep(0.2)
     finally:
         consumer.close()
+
+
+def delete_consumer_group(bootstrap: str, group: str, *, timeout: float = 60.0) -> None:
+    """Delete a consumer group (as an admin would, or as offsets.retention.minutes does); retried while its
+    coordinator is loading or moving, and until its committed offsets are gone."""
+    admin = admin_client(bootstrap)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            admin.delete_consumer_groups([group], request_timeout=10)[group].result(15)
+            return
+        except KafkaException as exc:
+            if not is_transient(exc) or time.monotonic() > deadline:
+                raise KafkaDataError(f"delete consumer group {group!r}: {exc}") from None
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise KafkaDataError(f"delete consumer group {group!r}: no answer within {timeout}s") from None
+        time.sleep(0.5)
 
 
 def delete_records(bootstrap: str, topic: str, partition: int, before_offset: int, *, timeout: float = 30.0) -> int:

@@ -1,27 +1,24 @@
 """The quickstart: a local broker with sample data, mirrored to ./mirror-data, then `status`.
 
-Run through `bash scripts/quickstart.sh`. Everything it starts, it stops; the archive and the config
-it wrote stay behind for you to look at.
+Run through `bash scripts/quickstart.sh`. Everything it starts, it stops; the archive, the config and the
+mirror's log it wrote stay behind for you to look at.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import yaml
-
-from sinks.blob_chain import parse_blob_name
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, generate_records, produce
+from testkit.mirror_run import MirrorRun, MirrorRunError, mirror_config, run_cli
+from testkit.targets import FilesystemTarget
 
 TOPIC = "quickstart-orders"
 PARTITIONS = 3
-RECORDS_PER_PARTITION = 50_000
+RECORDS_PER_PARTITION = 20_000
+SCHEMA_HEADER = "# yaml-language-server: $schema=schemas/mirror-v3.config.schema.json\n# Written by the quickstart.\n"
 
 
 def say(message: str) -> None:
@@ -29,8 +26,10 @@ def say(message: str) -> None:
 
 
 def main() -> int:
+    import yaml
+
     workdir = Path.cwd()
-    archive = workdir / "mirror-data"
+    archive = FilesystemTarget(workdir / "mirror-data")
     config_path = workdir / "quickstart.yaml"
     say("starting a local Apache Kafka broker (KRaft)")
     with KafkaBroker() as broker:
@@ -38,61 +37,40 @@ def main() -> int:
         for partition in range(PARTITIONS):
             produce(broker.bootstrap, TOPIC, partition, generate_records(RECORDS_PER_PARTITION, seed=partition))
         say(f"produced {PARTITIONS} x {RECORDS_PER_PARTITION} sample records to {TOPIC} on {broker.bootstrap}")
-        config_path.write_text(_config(broker.bootstrap, archive))
-        say(f"wrote {config_path.name}; mirroring into {archive}/ (Spark start-up takes a few seconds)")
-        env = dict(os.environ, MIRROR_V3_METRICS_PORT=os.environ.get("MIRROR_V3_METRICS_PORT", "0"))
-        run = subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config", str(config_path)], env=env)
-        try:
-            _wait_caught_up(archive, run)
-        finally:
-            if run.poll() is None:
-                run.send_signal(signal.SIGTERM)
-            code = run.wait(120)
-        say(f"mirror stopped with exit code {code}; `status` of the mirrors:")
-        status = subprocess.run(
-            [sys.executable, "-m", "supervisor", "status", "--config", str(config_path)], env=env, check=False
+        document = mirror_config(
+            bootstrap=broker.bootstrap,
+            destination=archive.config({"max-time-ms": 2000}),
+            mirrors=[{"topic": TOPIC, "partition": p, "name": f"orders-{p}"} for p in range(PARTITIONS)],
         )
+        config_path.write_text(SCHEMA_HEADER + yaml.safe_dump(document, sort_keys=False))
+        say(f"wrote {config_path.name}; mirroring into {archive.root}/ (Spark start-up takes a few seconds)")
+        log = workdir / "quickstart-mirror.log"
+        log.unlink(missing_ok=True)
+        say(f"the mirror's log: {log.name}")
+        env = {"MIRROR_V3_METRICS_PORT": os.environ.get("MIRROR_V3_METRICS_PORT", "0")}
+        with MirrorRun(config_path, log, env=env) as run:
+            try:
+                run.wait_for_offsets(
+                    lambda p: archive.next_offset(TOPIC, p),
+                    dict.fromkeys(range(PARTITIONS), RECORDS_PER_PARTITION),
+                    300,
+                )
+                run.drain()
+            except MirrorRunError as exc:
+                say(f"the mirror did not finish: {exc}")
+                return 1
+        say("mirror stopped with exit code 0; `status` of the mirrors:")
+        status = run_cli("status", "--config", str(config_path), env=env)
+        print(status.stdout, end="")
+        print(status.stderr, end="", file=sys.stderr)
         say("files written:")
-        for path in sorted(archive.glob(f"{TOPIC}/*/*.parquet")):
+        for path in sorted(archive.root.glob(f"{TOPIC}/*/*.parquet")):
             print(f"  {path.relative_to(workdir)}  ({path.stat().st_size} bytes)")
         say("stopping the broker")
-    if code != 0 or status.returncode != 0:
+    if status.returncode != 0:
         return 1
     say("done. Read it back with pyarrow: pyarrow.parquet.read_table('mirror-data/quickstart-orders/0')")
     return 0
-
-
-def _config(bootstrap: str, archive: Path) -> str:
-    config = {
-        "destination": {"type": "filesystem", "root": str(archive), "flush": {"max-time-ms": 2000}},
-        "mirrors": [
-            {
-                "name": f"orders-{partition}",
-                "source": {"bootstrap-servers": bootstrap},
-                "topic": TOPIC,
-                "partition": partition,
-            }
-            for partition in range(PARTITIONS)
-        ],
-    }
-    header = "# yaml-language-server: $schema=schemas/mirror-v3.config.schema.json\n# Written by the quickstart.\n"
-    return header + yaml.safe_dump(config, sort_keys=False)
-
-
-def _wait_caught_up(archive: Path, run: subprocess.Popen[bytes], timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if run.poll() is not None:
-            raise SystemExit(f"quickstart: the mirror exited early with code {run.returncode}")
-        if all(_next_offset(archive / TOPIC / str(p)) == RECORDS_PER_PARTITION for p in range(PARTITIONS)):
-            return
-        time.sleep(0.5)
-    raise SystemExit("quickstart: the mirror did not catch up in time")
-
-
-def _next_offset(directory: Path) -> int | None:
-    ranges = [r for p in directory.glob("*.parquet") if (r := parse_blob_name(p.name)) is not None]
-    return max(r.last for r in ranges) + 1 if ranges else None
 
 
 if __name__ == "__main__":

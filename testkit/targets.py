@@ -68,8 +68,9 @@ class Target(Protocol):
         """The next source offset the destination holds for `name`/`partition`; None while it holds nothing."""
         ...
 
-    def records(self, name: str, partition: int) -> list[SourceRecord]:
-        """Every record that landed, as the source record it copies, in destination order."""
+    def records(self, name: str, partition: int, since: int = 0) -> list[SourceRecord]:
+        """Every record that landed (from source offset `since` on), as the source record it copies, in
+        destination order."""
         ...
 
     def offsets(self, name: str, partition: int) -> pa.Array:
@@ -160,10 +161,15 @@ def _chain_next(target: BlobTarget, name: str, partition: int) -> int | None:
     return blobs[-1].last + 1 if blobs else None
 
 
-def _blob_tables(target: BlobTarget, name: str, partition: int, columns: list[str] | None) -> list[pa.Table]:
-    """Each blob of the chain as a table; every row's offset must lie inside its blob's name range."""
+def _blob_tables(
+    target: BlobTarget, name: str, partition: int, columns: list[str] | None, since: int = 0
+) -> list[pa.Table]:
+    """Each blob of the chain (those ending at or after `since`) as a table; every row's offset must lie inside its
+    blob's name range."""
     tables = []
     for blob in chain(target, name, partition):
+        if blob.last < since:
+            continue
         table = pq.read_table(io.BytesIO(target.read(name, partition, blob.name)), columns=columns)
         offsets = table.column("offset")
         if len(offsets) and (pc.min(offsets).as_py() < blob.first or pc.max(offsets).as_py() > blob.last):
@@ -173,9 +179,9 @@ def _blob_tables(target: BlobTarget, name: str, partition: int, columns: list[st
     return tables
 
 
-def _blob_records(target: BlobTarget, name: str, partition: int) -> list[SourceRecord]:
+def _blob_records(target: BlobTarget, name: str, partition: int, since: int) -> list[SourceRecord]:
     records: list[SourceRecord] = []
-    for table in _blob_tables(target, name, partition, None):
+    for table in _blob_tables(target, name, partition, None, since):
         millis = pc.divide(pc.cast(table.column("timestamp"), pa.int64()), 1000).to_pylist()
         for offset, key, value, headers, ms in zip(
             table.column("offset").to_pylist(),
@@ -185,7 +191,9 @@ def _blob_records(target: BlobTarget, name: str, partition: int) -> list[SourceR
             millis,
             strict=True,
         ):
-            records.append(SourceRecord(offset, key, value, [(h["key"], h["value"]) for h in headers or []], int(ms)))
+            if offset >= since:
+                headers = [(h["key"], h["value"]) for h in headers or []]
+                records.append(SourceRecord(offset, key, value, headers, int(ms)))
     return records
 
 
@@ -230,8 +238,8 @@ class FilesystemTarget:
     def next_offset(self, name: str, partition: int) -> int | None:
         return _chain_next(self, name, partition)
 
-    def records(self, name: str, partition: int) -> list[SourceRecord]:
-        return _blob_records(self, name, partition)
+    def records(self, name: str, partition: int, since: int = 0) -> list[SourceRecord]:
+        return _blob_records(self, name, partition, since)
 
     def offsets(self, name: str, partition: int) -> pa.Array:
         return _blob_offsets(self, name, partition)
@@ -333,8 +341,8 @@ class S3Target:
             self._seen[prefix] = (keys[-1], seen)
         return seen
 
-    def records(self, name: str, partition: int) -> list[SourceRecord]:
-        return _blob_records(self, name, partition)
+    def records(self, name: str, partition: int, since: int = 0) -> list[SourceRecord]:
+        return _blob_records(self, name, partition, since)
 
     def offsets(self, name: str, partition: int) -> pa.Array:
         return _blob_offsets(self, name, partition)
@@ -375,7 +383,7 @@ class KafkaTarget:
             return watermarks(self.bootstrap, name, partition)[1] or None
         return committed_offset(self.bootstrap, f"mirror-v3.{name}", name, partition)
 
-    def records(self, name: str, partition: int) -> list[SourceRecord]:
+    def records(self, name: str, partition: int, since: int = 0) -> list[SourceRecord]:
         """Every committed record (read_committed); destination offsets must only increase."""
         records = []
         previous = -1
@@ -393,7 +401,8 @@ class KafkaTarget:
                     )
                 offset = int(tagged[0])
                 headers = [(k, v) for k, v in headers if k != SOURCE_OFFSET_HEADER]
-            records.append(_from_consumed(consumed, offset, headers))
+            if offset >= since:
+                records.append(_from_consumed(consumed, offset, headers))
         return records
 
     def offsets(self, name: str, partition: int) -> pa.Array:
