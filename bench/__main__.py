@@ -1,3 +1,103 @@
-from bench.backlog import main
+"""`python -m bench`: the micro benchmarks, the scenario table and the report, in one run."""
 
-raise SystemExit(main())
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import shlex
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench import report, runner
+from bench.scenarios import FULL, KINDS, PATHS, QUICK
+
+DOCUMENT = runner.REPO / "docs" / "benchmarks.md"
+PARTS = ("micro", *KINDS)
+
+
+def names(choices: tuple[str, ...]) -> Callable[[str], list[str]]:
+    """An argparse type: `a,b` -> ["a", "b"], each one of `choices`."""
+
+    def parse(text: str) -> list[str]:
+        found = [part.strip() for part in text.split(",") if part.strip()]
+        if not found or any(part not in choices for part in found):
+            raise argparse.ArgumentTypeError(f"expected some of {','.join(choices)}, got {text!r}")
+        return found
+
+    return parse
+
+
+def setting(text: str) -> tuple[str, Any]:
+    """An argparse type: `key=value` -> (key, the value read as YAML)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, yaml.safe_load(value)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Micro benchmarks of the hot pure functions, then every end-to-end scenario (backlog throughput "
+        "of every destination next to raw Kafka clients, produce -> durable latency, restart with a long chain, idle "
+        "mirrors) against brokers and moto started on 127.0.0.1; one JSON line per measurement in WORKDIR/"
+        f"results.jsonl, rendered as {DOCUMENT.relative_to(runner.REPO)} and its chart.",
+    )
+    p.add_argument("--quick", action="store_true", help="the small table (a few minutes); the report stays in WORKDIR")
+    p.add_argument("--only", type=names(PARTS), default=list(PARTS), help=f"parts to run: {','.join(PARTS)} (all)")
+    p.add_argument("--paths", type=names(PATHS), help=f"throughput destinations: {','.join(PATHS)} (all)")
+    p.add_argument("--repeat", type=int, default=1, help="run the table this many times; the report shows the spread")
+    p.add_argument("--profile", action="store_true", help="py-spy and JFR on the throughput runs into the filesystem")
+    p.add_argument(
+        "--spark",
+        type=setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a key of every mirror config's `spark:` block, e.g. max-offsets-per-read=200000 (repeatable)",
+    )
+    p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each wait of a scenario (1800)")
+    p.add_argument("--workdir", type=Path, help="an empty or new directory for results, configs and logs (a temp dir)")
+    p.add_argument("--output", type=Path, help=f"the report (default {DOCUMENT}; --quick: WORKDIR/benchmarks.md)")
+    p.add_argument(
+        "--report-only", type=Path, metavar="WORKDIR", help="render the report of an earlier run, measure nothing"
+    )
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    if args.report_only is not None:
+        output = args.output or args.report_only / "benchmarks.md"
+        report.render(args.report_only, output)
+        print(f"wrote {output}")
+        return 0
+    workdir = (args.workdir or Path(tempfile.mkdtemp(prefix="mirror-v3-bench-"))).resolve()
+    workdir.mkdir(parents=True, exist_ok=True)
+    if any(workdir.iterdir()):
+        parser().error(f"--workdir {workdir} is not empty")
+    table = [s for s in (QUICK if args.quick else FULL) if s.kind in args.only]
+    if args.paths:
+        table = [dataclasses.replace(s, paths=tuple(args.paths)) if s.kind == "throughput" else s for s in table]
+    command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
+    runner.append(workdir, {**runner.machine(command), "spark": dict(args.spark)})
+    ok = "micro" not in args.only or runner.run_micro(workdir, args.quick)
+    failed = runner.run_table(
+        table, workdir, repeat=args.repeat, profile=args.profile, timeout=args.timeout, spark=dict(args.spark)
+    )
+    runner.append(workdir, {"kind": "end", "finished": time.time(), "load": os.getloadavg(), "failed": failed})
+    output = (args.output or (workdir / "benchmarks.md" if args.quick else DOCUMENT)).resolve()
+    report.render(workdir, output)
+    print(f"results in {workdir / runner.RESULTS}; wrote {output}")
+    return 0 if ok and not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

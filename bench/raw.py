@@ -1,203 +1,183 @@
-"""The raw baseline: how fast one plain confluent-kafka consumer drains the same partitions."""
+"""Backlogs and the raw baselines: produce N fixed-size records fast; drain them with a tight confluent-kafka loop,
+with kcat, and copy them to another broker with a confluent-kafka consume -> produce loop."""
 
 from __future__ import annotations
 
+import os
 import resource
 import shutil
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError
+from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError, watermarks
 
+KEY_BYTES = 8  # b"%08x" % (i mod 2**32)
+# Records walk through this buffer without overlap, so a Parquet page (or a zstd window) never sees the same bytes
+# twice: the payload is as incompressible as random data, and making it costs one slice per record.
+PAYLOAD_BUFFER_BYTES = 64 * 1024 * 1024
 BATCH = 10_000  # records asked for per consume() call
 
-CONSUMER_CONFIG: dict[str, Any] = {
+PRODUCER: dict[str, Any] = {
+    "logger": RDKAFKA_LOGGER,
+    "acks": 1,
+    "max.in.flight.requests.per.connection": 1,  # in order even when a batch is retried
+    "compression.type": "none",  # random payloads do not compress
+    "linger.ms": 50,
+    "batch.size": 1_000_000,  # below the broker's message.max.bytes (1 MiB)
+    "batch.num.messages": 100_000,
+    "queue.buffering.max.messages": 2_000_000,
+    "queue.buffering.max.kbytes": 2_097_151,
+}
+CONSUMER: dict[str, Any] = {
     "logger": RDKAFKA_LOGGER,
     "enable.auto.commit": False,
-    "enable.auto.offset.store": False,
     "auto.offset.reset": "earliest",
     "isolation.level": "read_committed",
     "enable.partition.eof": True,
-    # Large fetches and a deep pre-fetch queue: the broker is never waiting for us to ask.
+    # Large fetches and a deep pre-fetch queue: the broker never waits for the client to ask.
     "fetch.max.bytes": 64 * 1024 * 1024,
     "max.partition.fetch.bytes": 32 * 1024 * 1024,
-    "receive.message.max.bytes": 64 * 1024 * 1024 + 1024 * 1024,
+    "receive.message.max.bytes": 65 * 1024 * 1024,
     "queued.min.messages": 1_000_000,
     "queued.max.messages.kbytes": 1_048_576,
     "fetch.wait.max.ms": 100,
 }
+# The copy's producer: what the preserve mode's producer gives (acks=all, idempotent), not transactional.
+COPY_PRODUCER: dict[str, Any] = {**PRODUCER, "acks": "all", "enable.idempotence": True, "linger.ms": 5}
+del COPY_PRODUCER["max.in.flight.requests.per.connection"]
 
 
-@dataclass(frozen=True)
-class ConsumeResult:
-    records: int
-    payload_bytes: int  # key + value bytes, as received
-    seconds: float
-    cpu_seconds: float = 0.0  # the client's user + system CPU (all its threads) while it read
+def _send(producer: Producer, topic: str, partition: int, value: Any, key: Any, **extra: Any) -> None:
+    while True:
+        try:
+            producer.produce(topic, value, key, partition, **extra)
+            return
+        except BufferError:  # the local queue is full: serve delivery reports, then try again
+            producer.poll(0.01)
 
 
-def consume_backlog(bootstrap: str, topic: str, ends: dict[int, int], *, timeout: float = 1800) -> ConsumeResult:
-    """Read every partition in `ends` from offset 0 up to its end offset (exclusive), touching each key and value.
+def _flushed(producer: Producer, errors: list[str], what: str) -> None:
+    left = producer.flush(300)
+    if left or errors:
+        raise KafkaDataError(f"{what}: {left} records undelivered; {'; '.join(errors[:5])}")
 
-    Timed from assign() to the last record; the partitions are known to hold offsets 0..end-1 with no holes.
-    """
-    consumer = Consumer(
-        {"bootstrap.servers": bootstrap, "group.id": f"bench-raw-{uuid.uuid4().hex}", **CONSUMER_CONFIG}
+
+def produce_backlog(bootstrap: str, topic: str, ends: Mapping[int, int], value_size: int) -> float:
+    """Produce ends[p] records of `value_size` bytes to each partition p; return the seconds it took."""
+    payload = os.urandom(max(PAYLOAD_BUFFER_BYTES, 2 * value_size))
+    wrap, position, errors = len(payload) - value_size, 0, []
+
+    def failed(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    # Delivery reports only for failures: no Python callback per record.
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, **PRODUCER, "delivery.report.only.error": True, "on_delivery": failed}
     )
-    try:
-        records = payload = 0
-        began, cpu_began = time.monotonic(), time.process_time()
-        for messages in _drain(consumer, topic, ends, timeout, "raw consume"):
-            for msg in messages:
-                key, value = msg.key(), msg.value()
-                payload += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-            records += len(messages)
-        seconds, cpu = time.monotonic() - began, time.process_time() - cpu_began
-    finally:
-        consumer.close()
-    return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds, cpu_seconds=cpu)
+    began = time.monotonic()
+    for partition, count in ends.items():
+        for i in range(count):
+            _send(producer, topic, partition, payload[position : position + value_size], b"%08x" % (i & 0xFFFFFFFF))
+            position += value_size
+            if position > wrap:
+                position = 0
+    _flushed(producer, errors, "produce")
+    seconds = time.monotonic() - began
+    for partition, count in ends.items():
+        if watermarks(bootstrap, topic, partition) != (0, count):
+            raise KafkaDataError(f"{topic}[{partition}] does not hold offsets 0..{count - 1}")
+    return seconds
 
 
-def _drain(consumer: Consumer, topic: str, ends: dict[int, int], timeout: float, what: str) -> Iterator[list[Message]]:
-    """Assign every partition of `ends` at offset 0 and yield the records read, batch by batch, until each
-    partition's last offset (end - 1) has been seen; then check that exactly sum(ends) records came."""
-    expected = sum(ends.values())
-    records = 0
+def _drain(consumer: Consumer, topic: str, ends: Mapping[int, int], timeout: float) -> Iterator[list[Message]]:
+    """Every record of `ends` from offset 0, batch by batch, until each partition's last offset was seen."""
+    expected, records = sum(ends.values()), 0
     pending = {partition for partition, end in ends.items() if end > 0}
     deadline = time.monotonic() + timeout
-    # An explicit start offset: OFFSET_BEGINNING costs librdkafka an extra offset lookup before the first fetch.
+    # An explicit start offset: OFFSET_BEGINNING costs librdkafka an offset lookup before the first fetch.
     consumer.assign([TopicPartition(topic, partition, 0) for partition in pending])
     while pending:
+        batch = []
         # consume() waits its whole timeout when fewer than num_messages arrive: never ask for more than is left.
-        want = max(1, min(BATCH, expected - records))
-        batch: list[Message] = []
-        for msg in consumer.consume(num_messages=want, timeout=0.5):
+        for msg in consumer.consume(num_messages=max(1, min(BATCH, expected - records)), timeout=0.5):
             err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                    continue
-                raise KafkaDataError(f"{what} of {topic}[{msg.partition()}]: {err.str()}")
-            batch.append(msg)
+            if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                raise KafkaDataError(f"{topic}[{msg.partition()}]: {err.str()}")
+            if err is None:
+                batch.append(msg)
             partition, offset = msg.partition(), msg.offset()
-            if partition is not None and offset is not None and offset >= ends[partition] - 1:
+            if err is None and partition is not None and offset is not None and offset >= ends[partition] - 1:
                 pending.discard(partition)
         records += len(batch)
         yield batch
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{what}: {records} of {expected} records after {timeout} s")
+            raise TimeoutError(f"{topic}: {records} of {expected} records after {timeout} s")
     if records != expected:
-        raise KafkaDataError(f"{what} read {records} records, expected {expected}")
+        raise KafkaDataError(f"{topic}: read {records} records, expected {expected}")
 
 
-PRODUCER_CONFIG: dict[str, Any] = {
-    "logger": RDKAFKA_LOGGER,
-    "acks": "all",
-    "enable.idempotence": True,  # what the preserve mode's producer gives
-    "linger.ms": 5,
-    "batch.size": 1_000_000,
-    "batch.num.messages": 100_000,
-    "queue.buffering.max.messages": 2_000_000,
-    "queue.buffering.max.kbytes": 2_097_151,
-    "compression.type": "none",
-}
+def _consumer(bootstrap: str) -> Consumer:
+    return Consumer({"bootstrap.servers": bootstrap, "group.id": f"bench-{uuid.uuid4().hex}", **CONSUMER})
 
 
-@dataclass(frozen=True)
-class CopyResult:
-    records: int
-    payload_bytes: int
-    seconds: float
-
-
-def consume_produce_backlog(
-    source: str, destination: str, topic: str, ends: dict[int, int], *, compression: str, timeout: float = 1800
-) -> CopyResult:
-    """The Kafka -> Kafka baseline: one confluent-kafka consumer reads each partition from offset 0 to its end and a
-    producer writes every record (key, value, headers, timestamp) to the same partition of `topic` on `destination`.
-
-    Timed from assign() until the producer has every delivery report (acks=all, idempotent); not exactly-once
-    (no transaction, no position kept anywhere): the least a Kafka -> Kafka copy costs on this machine.
-    """
-    from confluent_kafka import Producer
-
-    consumer = Consumer({"bootstrap.servers": source, "group.id": f"bench-copy-{uuid.uuid4().hex}", **CONSUMER_CONFIG})
-    producer = Producer({"bootstrap.servers": destination, **PRODUCER_CONFIG, "compression.type": compression})
-    failures: list[str] = []
-
-    def delivered(err: KafkaError | None, _msg: Any) -> None:
-        if err is not None and len(failures) < 5:
-            failures.append(err.str())
-
+def consume(bootstrap: str, topic: str, ends: Mapping[int, int], timeout: float) -> dict[str, float]:
+    """The raw consume loop over the backlog, touching every key and value: its seconds and CPU seconds (this
+    process, librdkafka's threads included), from assign() to the last record."""
+    consumer = _consumer(bootstrap)
     try:
-        records = payload = 0
-        began = time.monotonic()
-        deadline = began + timeout
-        for messages in _drain(consumer, topic, ends, timeout, "raw copy"):
-            for msg in messages:
-                key, value, partition = msg.key(), msg.value(), msg.partition()
-                assert partition is not None
-                while True:
-                    try:
-                        producer.produce(
-                            topic,
-                            value=value,
-                            key=key,
-                            partition=partition,
-                            timestamp=msg.timestamp()[1],
-                            headers=msg.headers(),
-                            on_delivery=delivered,
-                        )
-                        break
-                    except BufferError:
-                        producer.poll(0.05)  # the local queue is full: serve delivery reports
-                payload += (len(key) if key is not None else 0) + (len(value) if value is not None else 0)
-            records += len(messages)
-            producer.poll(0)
-        left = producer.flush(max(1.0, deadline - time.monotonic()))
-        seconds = time.monotonic() - began
+        began, cpu = time.monotonic(), time.process_time()
+        payload = 0
+        for batch in _drain(consumer, topic, ends, timeout):
+            for msg in batch:
+                payload += len(msg.key() or b"") + len(msg.value() or b"")
+        return {"seconds": time.monotonic() - began, "cpu_seconds": time.process_time() - cpu}
     finally:
         consumer.close()
-    if left or failures:
-        raise KafkaDataError(f"raw copy: {left} records undelivered, failures: {failures}")
-    return CopyResult(records=records, payload_bytes=payload, seconds=seconds)
 
 
-def kcat_binary() -> str | None:
-    """kcat (formerly kafkacat), if installed (`apt-get install kcat`): a second raw baseline in C."""
-    return shutil.which("kcat") or shutil.which("kafkacat")
+def copy(source: str, destination: str, topic: str, target: str, ends: Mapping[int, int], timeout: float) -> float:
+    """The floor of a Kafka -> Kafka copy: every record (key, value, headers, timestamp) consumed and produced to the
+    same partition of `target` on `destination`; seconds from assign() until every delivery report is in."""
+    consumer, errors = _consumer(source), []
+
+    def delivered(err: KafkaError | None, _msg: Message) -> None:
+        if err is not None:
+            errors.append(err.str())
+
+    producer = Producer({"bootstrap.servers": destination, **COPY_PRODUCER, "on_delivery": delivered})
+    try:
+        began = time.monotonic()
+        for batch in _drain(consumer, topic, ends, timeout):
+            for msg in batch:
+                extra = {"timestamp": msg.timestamp()[1], "headers": msg.headers()}
+                _send(producer, target, msg.partition() or 0, msg.value(), msg.key(), **extra)
+            producer.poll(0)
+        _flushed(producer, errors, "raw copy")
+        return time.monotonic() - began
+    finally:
+        consumer.close()
 
 
-def kcat_consume(
-    kcat: str, bootstrap: str, topic: str, ends: dict[int, int], *, timeout: float = 1800
-) -> ConsumeResult:
-    """kcat reading every partition of `topic` from the beginning to its end, with the raw consumer's fetch
-    settings; it prints one size per record, which is summed here. Timed from process start to exit."""
-    settings = [
-        f"-X{key}={value}"
-        for key, value in CONSUMER_CONFIG.items()
-        if key not in ("logger", "enable.auto.commit", "enable.auto.offset.store", "enable.partition.eof")
-    ]
-    command = [kcat, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", *settings, "-f", "%K %S\n"]
-    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    began = time.monotonic()
+def kcat(bootstrap: str, topic: str, ends: Mapping[int, int], timeout: float) -> dict[str, float] | None:
+    """kcat (C, librdkafka) reading the backlog with the raw consumer's fetch settings, printing each record's key and
+    value sizes: seconds and CPU seconds from process start to exit. None when kcat is not installed."""
+    binary = shutil.which("kcat") or shutil.which("kafkacat")
+    if binary is None:
+        return None
+    skip = ("logger", "enable.auto.commit", "enable.partition.eof")
+    settings = [f"-X{key}={value}" for key, value in CONSUMER.items() if key not in skip]
+    command = [binary, "-C", "-b", bootstrap, "-t", topic, "-o", "beginning", "-e", "-q", *settings, "-f", "%K %S\n"]
+    before, began = resource.getrusage(resource.RUSAGE_CHILDREN), time.monotonic()
     done = subprocess.run(command, capture_output=True, timeout=timeout, check=False)
-    seconds = time.monotonic() - began
-    children = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (children.ru_utime - children_before.ru_utime) + (children.ru_stime - children_before.ru_stime)
-    if done.returncode != 0:
-        raise KafkaDataError(f"kcat exited {done.returncode}: {done.stderr.decode(errors='replace').strip()[-500:]}")
-    records = payload = 0
-    for line in done.stdout.splitlines():
-        key_size, _, value_size = line.partition(b" ")
-        payload += max(0, int(key_size)) + max(0, int(value_size))  # -1 is a null key or value
-        records += 1
-    if records != sum(ends.values()):
-        raise KafkaDataError(f"kcat read {records} records, expected {sum(ends.values())}")
-    return ConsumeResult(records=records, payload_bytes=payload, seconds=seconds, cpu_seconds=cpu)
+    seconds, after = time.monotonic() - began, resource.getrusage(resource.RUSAGE_CHILDREN)
+    records = done.stdout.count(b"\n")
+    if done.returncode != 0 or records != sum(ends.values()):
+        raise KafkaDataError(f"kcat exited {done.returncode} after {records} records: {done.stderr[-500:]!r}")
+    cpu = after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+    return {"seconds": seconds, "cpu_seconds": cpu}

@@ -1,653 +1,411 @@
-"""The console table and the generated docs/benchmarks.md."""
+"""The report step: `<workdir>/results.jsonl` and `micro.json` rendered as the benchmark document and its chart.
+
+Every number comes from those files; a measurement repeated (`--repeat`) shows its median with the range of the runs.
+"""
 
 from __future__ import annotations
 
+import json
+import statistics
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
-from bench.data import KEY_BYTES, ProduceResult
-from bench.idle import IdleResult, markdown_idle
-from bench.latency import LatencyResult, markdown_latency
-from bench.machine import Machine
-from bench.mirror_run import MirrorResult, MirrorSettings
-from bench.raw import CONSUMER_CONFIG, PRODUCER_CONFIG, ConsumeResult, CopyResult
-from bench.restart import RestartResult, markdown_restart
+from bench.procs import JVM, MIRROR
+from bench.raw import CONSUMER, KEY_BYTES
+from bench.runner import MICRO, RESULTS
 
-HEADER = ("path", "records", "record size", "seconds", "records/s", "MB/s", "ratio to raw", "ratio to raw copy")
-RAW_PATH = "raw: confluent-kafka consume loop"
-RAW_COPY_PATH = "raw: confluent-kafka consume → produce"
-KCAT_PATH = "raw: kcat -C (C, librdkafka)"
-PATH_LABELS = {
-    "filesystem": "mirror-v3: Kafka → Parquet files (filesystem)",
-    "s3": "mirror-v3: Kafka → Parquet objects (S3 on moto)",
-    "kafka-preserve": "mirror-v3: Kafka → Kafka, offsets: preserve",
-    "kafka-renumber": "mirror-v3: Kafka → Kafka, offsets: renumber",
+Row = dict[str, Any]
+GIB_MIB = 1024
+BASELINES = {
+    "raw": "raw consume (confluent-kafka)",
+    "kcat": "raw consume (kcat)",
+    "raw-copy": "raw copy (consume → produce)",
 }
-PATH_TITLES = {
-    "filesystem": "Kafka → filesystem",
-    "s3": "Kafka → S3 (moto)",
-    "kafka-preserve": "Kafka → Kafka (preserve)",
-    "kafka-renumber": "Kafka → Kafka (renumber)",
+PATHS = {
+    "filesystem": "mirror → filesystem",
+    "s3": "mirror → S3 (moto)",
+    "kafka-preserve": "mirror → Kafka (preserve)",
+    "kafka-renumber": "mirror → Kafka (renumber)",
 }
-
-
-@dataclass(frozen=True)
-class PathRun:
-    """One mirror run: the same backlog into one kind of destination."""
-
-    kind: str  # a key of PATH_LABELS
-    mirror: MirrorResult
-    server_startup_seconds: float | None = None  # the S3 server's own start-up (not part of any timing)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One backlog shape: records of one value size spread over some partitions."""
-
-    value_size: int
-    partitions: int
-    records_per_partition: int
-
-    @property
-    def records(self) -> int:
-        return self.records_per_partition * self.partitions
-
-    @property
-    def size_label(self) -> str:
-        return (
-            f"{self.value_size // 1024} KiB"
-            if self.value_size % 1024 == 0 and self.value_size
-            else f"{self.value_size} B"
-        )
-
-    @property
-    def label(self) -> str:
-        parts = "partition" if self.partitions == 1 else "partitions"
-        return f"{self.size_label} records, {self.partitions} {parts}"
-
-    @property
-    def slug(self) -> str:
-        return f"{self.value_size}b-{self.partitions}p"
-
-
-@dataclass(frozen=True)
-class CellRun:
-    """Everything measured over one cell's backlog: the raw baselines and each mirror path."""
-
-    cell: Cell
-    topic: str
-    produced: ProduceResult
-    raw: ConsumeResult
-    kcat: ConsumeResult | None  # kcat over the same backlog, when kcat is installed
-    raw_copy: CopyResult | None  # the Kafka -> Kafka baseline, measured when a Kafka path runs
-    paths: list[PathRun]
-
-    @property
-    def payload_bytes(self) -> int:
-        return self.produced.payload_bytes
-
-    @property
-    def raw_rate(self) -> float:
-        return self.raw.records / self.raw.seconds
-
-    def rate(self, kind: str) -> float | None:
-        for path in self.paths:
-            if path.kind == kind:
-                return path.mirror.records / path.mirror.backlog_seconds
-        return None
-
-
-@dataclass(frozen=True)
-class Suite:
-    command: str
-    started: float  # epoch seconds
-    finished: float
-    settings: MirrorSettings
-    machine: Machine
-    load_before: tuple[float, float, float]
-    load_after: tuple[float, float, float]
-    cells: list[CellRun]
-    latency: LatencyResult | None
-    restart: list[RestartResult] | None
-    idle: list[IdleResult] | None
-    moto: str  # moto's version
-
-
-def rows(run: CellRun) -> list[tuple[str, ...]]:
-    size = f"{KEY_BYTES} B key + {run.cell.value_size} B value"
-    raw_rate = run.raw.records / run.raw.seconds
-    copy = run.raw_copy
-    copy_rate = copy.records / copy.seconds if copy is not None else None
-    table = [_row(RAW_PATH, run.raw.records, size, run.raw.seconds, run.raw.payload_bytes, "1.00", "")]
-    if run.kcat is not None:
-        kcat = run.kcat
-        ratio = f"{kcat.records / kcat.seconds / raw_rate:.2f}"
-        table.append(_row(KCAT_PATH, kcat.records, size, kcat.seconds, kcat.payload_bytes, ratio, ""))
-    if copy is not None:
-        ratio = f"{copy.records / copy.seconds / raw_rate:.2f}"
-        table.append(_row(RAW_COPY_PATH, copy.records, size, copy.seconds, copy.payload_bytes, ratio, "1.00"))
-    for path in run.paths:
-        mirror = path.mirror
-        rate = mirror.records / mirror.backlog_seconds
-        to_copy = f"{rate / copy_rate:.2f}" if copy_rate is not None and path.kind.startswith("kafka-") else ""
-        table.append(
-            _row(
-                PATH_LABELS[path.kind],
-                mirror.records,
-                size,
-                mirror.backlog_seconds,
-                run.payload_bytes,
-                f"{rate / raw_rate:.2f}",
-                to_copy,
-            )
-        )
-    return table
-
-
-def _row(
-    path: str, records: int, size: str, seconds: float, payload: int, ratio: str, copy_ratio: str
-) -> tuple[str, ...]:
-    return (
-        path,
-        f"{records:,}",
-        size,
-        f"{seconds:.2f}",
-        f"{records / seconds:,.0f}",
-        f"{payload / seconds / 1e6:,.1f}",
-        ratio,
-        copy_ratio or "-",
-    )
-
-
-def console_table(run: CellRun) -> str:
-    table = [HEADER, *rows(run)]
-    widths = [max(len(row[i]) for row in table) for i in range(len(HEADER))]
-    lines = []
-    for n, row in enumerate(table):
-        cells = [
-            cell.ljust(width) if i in (0, 2) else cell.rjust(width)
-            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
-        ]
-        lines.append("  ".join(cells))
-        if n == 0:
-            lines.append("  ".join("-" * width for width in widths))
-    return "\n".join(lines)
-
-
-def side_facts(run: CellRun) -> list[str]:
-    """The numbers around one cell's measurements, one line each."""
-    produced = run.produced
-    produce_rate, produce_mb = produced.records / produced.seconds, produced.payload_bytes / produced.seconds / 1e6
-    return [
-        f"produce: {produced.records:,} records in {produced.seconds:.2f} s "
-        f"({produce_rate:,.0f} records/s, {produce_mb:,.1f} MB/s)",
-    ]
-
-
-def path_facts(run: CellRun, path: PathRun, settings: MirrorSettings, cpus: int) -> list[str]:
-    """The numbers around one mirror run, one line each."""
-    mirror, s3, kafka = path.mirror, path.kind == "s3", path.kind.startswith("kafka-")
-    flushes = mirror.flushes
-    flush_seconds = sum(f.elapsed_ms for f in flushes) / 1000
-    triggers = sorted({f.trigger for f in flushes})
-    per_file = mirror.records / len(flushes) if flushes else 0
-    jobs = [job for job in mirror.jobs if job.submitted >= mirror.ready_at - 0.001]
-    window = (mirror.ready_at, mirror.done_at)
-    job_spans = [(job.submitted, job.completed) for job in jobs]
-    flush_spans = [(f.logged_at - f.elapsed_ms / 1000, f.logged_at) for f in flushes]
-    job_seconds = covered(job_spans, window)  # wall time with at least one job running (mirrors may overlap)
-    first_job = f"the first, on a cold JVM, {jobs[0].seconds:.2f} s; " if len(jobs) > 1 else ""
-    outside = mirror.backlog_seconds - covered(job_spans + flush_spans, window)
-    if kafka:
-        mode = path.kind.removeprefix("kafka-")
-        write = (
-            "record batches built from Arrow, sent and acknowledged (acks=all), base offsets checked"
-            if mode == "preserve"
-            else "one transaction: record batches + the position commit, then commit_transaction"
-        )
-        blobs = f"{len(flushes)} {'flush(es)' if mode == 'preserve' else 'transaction(s)'}"
-    elif s3:
-        threshold = settings.s3_multipart_threshold_bytes
-        multipart = sum(1 for f in flushes if f.bytes > threshold)
-        write = "Parquet encode + upload: one PutObject, or a multipart upload above the threshold, If-None-Match: *"
-        blobs = f"{len(flushes)} object(s), {multipart} of them multipart"
-    else:
-        write = "Parquet encode + write + fsync + link"
-        blobs = f"{len(flushes)} file(s)"
-    facts = [
-        f"start-up (process start → first Spark job submitted: Spark JVM, session, planning of the first "
-        f"read): {mirror.startup_seconds:.2f} s "
-        f"(`mirror starting` logged after {mirror.starting_logged_seconds:.2f} s)",
-        f"end to end (process start → last offset durable): {mirror.total_seconds:.2f} s; "
-        f"drain after SIGTERM: {mirror.drain_seconds:.2f} s, exit {mirror.exit_code}",
-        f"Spark jobs (one per range read): {len(jobs)}, running {job_seconds:.2f} s of the backlog time ({first_job}"
-        f"{sum(job.tasks for job in jobs)} tasks, executor run time {sum(job.task_seconds for job in jobs):.2f} s, "
-        f"CPU {sum(job.cpu_seconds for job in jobs):.2f} s, GC {sum(job.gc_seconds for job in jobs):.2f} s, "
-        f"{sum(job.result_bytes for job in jobs) / 1e6:,.1f} MB of Arrow results)",
-        f"flushes ({write}; a size-triggered flush holds up the next read): "
-        f"{flush_seconds:.2f} s; {blobs}, {per_file:,.0f} records each on average, trigger(s): "
-        f"{', '.join(triggers) or '-'}; "
-        + (
-            f"{sum(f.bytes for f in flushes) / 1e6:,.1f} MB of record batches"
-            if kafka
-            else f"{mirror.parquet_bytes / 1e6:,.1f} MB of Parquet"
-        ),
-        f"backlog time with neither a Spark job nor a flush running (query planning, Arrow into Python, offset "
-        f"queries, buffering): {outside:.2f} s",
-    ]
-    if mirror.cpu:
-        window_cpu = sum(mirror.cpu.values())
-        split = ", ".join(
-            f"{label} {seconds:.1f} s" for label, seconds in sorted(mirror.cpu.items(), key=lambda x: -x[1])
-        )
-        facts.append(
-            f"CPU during the backlog ({mirror.backlog_seconds:.1f} s × {cpus} CPUs = "
-            f"{mirror.backlog_seconds * cpus:.1f} CPU-seconds available): {split}; "
-            f"{window_cpu:.1f} CPU-seconds in all ({window_cpu / max(mirror.backlog_seconds, 1e-9):.2f} cores busy)"
-        )
-    if mirror.profile is not None:
-        profile = mirror.profile
-        doing = ", ".join(
-            f"{name} {seconds:.1f} s" for name, seconds in profile.activities if not name.startswith("idle")
-        )
-        top = ", ".join(f"`{name}` {seconds:.1f} s" for name, seconds in profile.top_frames[:5])
-        facts.append(
-            f"py-spy on the mirror process (wall time of its threads over {profile.seconds:.1f} s from `spark "
-            f"session ready`): {doing}; busiest Python frames: {top or 'none'}"
-        )
-    store = mirror.store
-    if store is not None:
-        requests = ", ".join(f"{count:,} {kind}" for kind, count in sorted(store.requests.items())) or "none logged"
-        cores = store.cpu_seconds / mirror.total_seconds if mirror.total_seconds > 0 else 0.0
-        startup = (
-            f" (server start-up {path.server_startup_seconds:.2f} s, not timed)" if path.server_startup_seconds else ""
-        )
-        facts.append(
-            f"moto server, process start → last offset durable: {store.cpu_seconds:.2f} s of CPU "
-            f"({cores:.2f} cores on average, taken from the same {cpus} CPUs as Spark and the mirror); "
-            f"requests: {requests} ({store.bench_lists:,} of the LISTs are this benchmark's done-detection polls)"
-            f"{startup}"
-        )
-    if kafka:
-        how = "its offset" if path.kind == "kafka-preserve" else "its mirror-v3.source-offset header"
-        facts.append(
-            "verified: the destination partition, read back with a read_committed confluent-kafka consumer, holds "
-            f"every source offset exactly once ({how})"
-        )
-    elif s3:
-        facts.append(
-            "verified: every chain is contiguous from offset 0 and holds each offset exactly once (listed with "
-            "botocore; the `offset` column of every object downloaded with botocore and read with pyarrow)"
-        )
-    else:
-        facts.append("verified: every chain is contiguous from offset 0 and holds each offset exactly once")
-    return facts
-
-
-def covered(spans: list[tuple[float, float]], window: tuple[float, float]) -> float:
-    """Seconds of `window` inside at least one of `spans`."""
-    total, reached = 0.0, window[0]
-    for begin, end in sorted(spans):
-        begin, end = max(begin, reached), min(end, window[1])
-        if end > begin:
-            total += end - begin
-            reached = end
-    return total
-
-
+COLOURS = ("#4d4d4d", "#8c8c8c", "#bfbfbf", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+CPU_COLUMNS = (MIRROR, JVM, "source broker", "destination server")
+IDLE_HEADER = (
+    "mirrors|RSS Python MiB|RSS JVM MiB|RSS total MiB|CPU Python cores|CPU JVM cores|CPU broker cores|fds|"
+    "threads Python / JVM|start-up s|drain s"
+)
+CPU_HEADER = (
+    "cell|path|mirror (Python) µs|Spark JVM µs|source broker µs|destination server µs|all µs|raw consumer µs|"
+    "CPU ceiling records/s|measured records/s"
+)
 TARGETS_NOTE = (
     "Targets of issue #6 on this 2-CPU machine: Kafka → filesystem at ≥ 0.6× the raw consume rate for 1 KiB records "
     "and ≥ 500,000 records/s for 100 B records; produce → durable p99 ≤ max-time + 0.5 s; 1,000 idle mirrors in "
     "≤ 4 GiB RSS."
 )
-GIB = 1024**3
 
 
-def targets(suite: Suite) -> list[tuple[str, str, str]]:
-    """(target, measured, holds) rows for what this run measured."""
-    found: list[tuple[str, str, str]] = []
-    for run in suite.cells:
-        rate = run.rate("filesystem")
-        if rate is None:
-            continue
-        if run.cell.value_size == 1024:
-            ratio = rate / run.raw_rate
-            found.append(
-                (
-                    f"Kafka → filesystem ≥ 0.6× raw consume ({run.cell.label})",
-                    f"{ratio:.2f}× ({rate:,.0f} of {run.raw_rate:,.0f} records/s)",
-                    _holds(ratio >= 0.6),
-                )
-            )
-        if run.cell.value_size == 100:
-            found.append(
-                (
-                    f"Kafka → filesystem ≥ 500,000 records/s ({run.cell.label})",
-                    f"{rate:,.0f} records/s ({rate / run.raw_rate:.2f}× raw)",
-                    _holds(rate >= 500_000),
-                )
-            )
-    if suite.latency is not None:
-        latency = suite.latency
-        found.append(
-            (
-                f"produce → durable p99 ≤ max-time + 0.5 s = {latency.target_seconds:.1f} s "
-                f"({latency.rate:,} records/s, max-time-ms {latency.max_time_ms})",
-                f"p99 {latency.latency.p99:.3f} s (p50 {latency.latency.p50:.3f} s)",
-                _holds(latency.meets_target),
-            )
-        )
-    for idle in suite.idle or []:
-        if idle.mirrors == 1000:
-            total = idle.rss_total_max_bytes
-            found.append(
-                (
-                    "1,000 idle mirrors ≤ 4 GiB RSS (Python + Spark JVM)",
-                    f"{total / GIB:.2f} GiB at most ({idle.rss_python_max_bytes / 2**20:,.0f} MiB Python, "
-                    f"{idle.rss_jvm_max_bytes / 2**20:,.0f} MiB JVM)",
-                    _holds(idle.failed is None and total <= 4 * GIB),
-                )
-            )
-    return found
+def spread(values: Sequence[float], fmt: Callable[[float], str]) -> str:
+    """The median; with the range of the runs when there were several."""
+    if len(values) < 2:
+        return fmt(values[0])
+    if fmt(min(values)) == fmt(max(values)):
+        return f"{fmt(values[0])} ({len(values)} runs)"
+    return f"{fmt(statistics.median(values))} ({fmt(min(values))}–{fmt(max(values))}, {len(values)} runs)"
 
 
-def _holds(ok: bool) -> str:
-    return "**holds**" if ok else "**missed**"
-
-
-def summary_rows(suite: Suite) -> list[tuple[str, ...]]:
-    """One row per cell and path: the overview table."""
-    table: list[tuple[str, ...]] = []
-    for run in suite.cells:
-        raw_rate = run.raw_rate
-        copy_rate = run.raw_copy.records / run.raw_copy.seconds if run.raw_copy is not None else None
-        record = KEY_BYTES + run.cell.value_size
-        table.append(
-            (run.cell.label, "raw consume (confluent-kafka)", f"{raw_rate:,.0f}", _mb(raw_rate, record), "1.00", "-")
-        )
-        if run.kcat is not None:
-            kcat_rate = run.kcat.records / run.kcat.seconds
-            table.append(
-                (
-                    run.cell.label,
-                    "raw consume (kcat)",
-                    f"{kcat_rate:,.0f}",
-                    _mb(kcat_rate, record),
-                    f"{kcat_rate / raw_rate:.2f}",
-                    "-",
-                )
-            )
-        if copy_rate is not None:
-            table.append(
-                (
-                    run.cell.label,
-                    "raw copy (confluent-kafka consume → produce)",
-                    f"{copy_rate:,.0f}",
-                    _mb(copy_rate, record),
-                    f"{copy_rate / raw_rate:.2f}",
-                    "1.00",
-                )
-            )
-        for path in run.paths:
-            rate = path.mirror.records / path.mirror.backlog_seconds
-            to_copy = f"{rate / copy_rate:.2f}" if copy_rate is not None and path.kind.startswith("kafka-") else "-"
-            table.append(
-                (
-                    run.cell.label,
-                    PATH_TITLES[path.kind],
-                    f"{rate:,.0f}",
-                    _mb(rate, record),
-                    f"{rate / raw_rate:.2f}",
-                    to_copy,
-                )
-            )
-    return table
-
-
-def _mb(rate: float, record_bytes: int) -> str:
-    return f"{rate * record_bytes / 1e6:,.1f}"
-
-
-def _md_table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]], left: tuple[int, ...] = (0,)) -> list[str]:
+def md_table(header: str, rows: Iterable[Sequence[str]], left: int = 1) -> list[str]:
+    """A markdown table of the `|`-separated `header`, its first `left` columns left-aligned, the rest right-aligned."""
+    columns = header.split("|")
     lines = [
-        f"| {' | '.join(header)} |",
-        "|" + "|".join("---" if i in left else "---:" for i in range(len(header))) + "|",
+        f"| {' | '.join(columns)} |",
+        "|" + "|".join("---" if i < left else "---:" for i in range(len(columns))) + "|",
     ]
-    lines += [f"| {' | '.join(row)} |" for row in rows]
+    return [*lines, *(f"| {' | '.join(row)} |" for row in rows), ""]
+
+
+def group(rows: Iterable[Row], *keys: str) -> dict[tuple[Any, ...], list[Row]]:
+    grouped: dict[tuple[Any, ...], list[Row]] = defaultdict(list)
+    for row in rows:
+        grouped[tuple(row.get(key) for key in keys)].append(row)
+    return grouped
+
+
+def num(x: float, digits: int = 0) -> str:
+    return f"{x:,.{digits}f}"
+
+
+def triggers(row: Row) -> str:
+    return ", ".join(f"{name} {count}" for name, count in sorted(row["triggers"].items()))
+
+
+class Throughput:
+    """The throughput rows, by (cell, path): rates and their ratios to the same cell's baselines."""
+
+    def __init__(self, rows: list[Row]) -> None:
+        self.runs = group((r for r in rows if r["kind"] == "throughput" and "path" in r), "scenario", "path")
+        self.cells = list(dict.fromkeys(cell for cell, _ in self.runs))
+
+    def rates(self, cell: str, path: str) -> list[float]:
+        return [r["records"] / r["seconds"] for r in self.runs.get((cell, path), [])]
+
+    def rate(self, cell: str, path: str) -> float | None:
+        rates = self.rates(cell, path)
+        return statistics.median(rates) if rates else None
+
+    def paths(self, cell: str) -> list[str]:
+        return [p for p in (*BASELINES, *PATHS) if (cell, p) in self.runs]
+
+    def row(self, cell: str) -> Row:
+        return next(iter(r for (c, _), runs in self.runs.items() if c == cell for r in runs))
+
+
+def targets(rows: list[Row], tp: Throughput) -> list[tuple[str, str, str]]:
+    found = []
+    for cell in tp.cells:
+        rate, raw = tp.rate(cell, "filesystem"), tp.rate(cell, "raw")
+        if rate is None or raw is None:
+            continue
+        if tp.row(cell)["value_size"] == 1024:
+            found.append((f"Kafka → filesystem ≥ 0.6× raw consume ({cell})", f"{rate / raw:.2f}×", rate / raw >= 0.6))
+        elif tp.row(cell)["value_size"] == 100:
+            found.append((f"Kafka → filesystem ≥ 500,000 records/s ({cell})", f"{num(rate)}/s", rate >= 500_000))
+    for r in rows:
+        if r["kind"] == "latency" and "p99" in r:
+            bound = r["max_time_ms"] / 1000 + 0.5
+            what = f"produce → durable p99 ≤ {bound:g} s ({num(r['rate'])} records/s, max-time-ms {r['max_time_ms']})"
+            found.append((what, f"p99 {r['p99']:.3f} s", r["p99"] <= bound))
+        if r["kind"] == "idle" and r.get("mirrors") == 1000:
+            total = r["rss_total_mib"]
+            found.append(
+                ("1,000 idle mirrors ≤ 4 GiB RSS (Python + JVM)", f"{total / GIB_MIB:.2f} GiB", total <= 4 * GIB_MIB)
+            )
+    return [(what, measured, "**holds**" if ok else "**missed**") for what, measured, ok in found]
+
+
+def throughput_section(tp: Throughput, cpus: int, chart: str | None) -> list[str]:
+    lines = [
+        "## Backlog throughput",
+        "",
+        "Each cell is one backlog in a topic of its own (random, incompressible values, 8 B keys). The **raw** rows "
+        "drain it with a tight client loop in the same run; each mirror row is the real CLI (`python -m supervisor "
+        "run`, one mirror per partition in one process) copying it into one destination, timed from the moment it "
+        "can read (its `spark session ready` line, or its last `mirror starting` line if later) to its last "
+        "`flushed` line; every destination was verified (each offset exactly once) after the run. MB = 10^6 bytes "
+        "of key + value. **Ratio to raw**: records/s ÷ the raw consume loop's; **ratio to raw copy**: ÷ a raw "
+        "confluent-kafka consume → produce copy to the destination broker (the floor of any Kafka → Kafka copy).",
+        "",
+        *([f"![records/s per path and cell, log scale]({chart})", ""] if chart else []),
+    ]
+    table = []
+    for cell in tp.cells:
+        raw, copy, record = tp.rate(cell, "raw"), tp.rate(cell, "raw-copy"), KEY_BYTES + tp.row(cell)["value_size"]
+        for path in tp.paths(cell):
+            rate = tp.rate(cell, path) or 0.0
+            to_copy = f"{rate / copy:.2f}" if copy and path in ("raw-copy", "kafka-preserve", "kafka-renumber") else "-"
+            name = BASELINES.get(path) or PATHS[path]
+            to_raw = f"{rate / raw:.2f}" if raw else "-"
+            table.append((cell, name, spread(tp.rates(cell, path), num), num(rate * record / 1e6, 1), to_raw, to_copy))
+    lines += md_table("cell|path|records/s|MB/s|ratio to raw|ratio to raw copy", table, 2)
+    cpu_rows, runs = [], []
+    for cell in tp.cells:
+        raw_runs = tp.runs.get((cell, "raw"), [])
+        raw_us = statistics.median(r["cpu_seconds"] / r["records"] * 1e6 for r in raw_runs) if raw_runs else 0.0
+        for path in PATHS:
+            for r in tp.runs.get((cell, path), []):
+                us = [r["cpu"].get(label, 0.0) / r["records"] * 1e6 for label in CPU_COLUMNS]
+                ceiling = cpus / (sum(us) / 1e6) if sum(us) else 0.0
+                cells = (num(x, 1) for x in (*us, sum(us), raw_us))
+                cpu_rows.append((cell, PATHS[path], *cells, num(ceiling), num(r["records"] / r["seconds"])))
+                seconds = (f"{r['startup_seconds']:.1f}", f"{r['seconds']:.2f}")
+                written = (
+                    f"{r['flushes']} ({triggers(r)})",
+                    f"{r['flush_seconds']:.1f}",
+                    num(r["flush_bytes"] / 1e6, 1),
+                )
+                runs.append((cell, PATHS[path], *seconds, *written, f"{r['drain_seconds']:.1f}", "yes"))
+    lines += [
+        "### Where the time goes",
+        "",
+        "µs of CPU per record of each process during the backlog (psutil, sampled every 0.25 s; Spark JVM = every "
+        "process below the mirror's), next to the raw consumer's (its process's CPU while it read, librdkafka's "
+        f"threads included). If the machine's {cpus} CPUs did nothing else, the mirror could not go faster than "
+        "CPUs ÷ (all µs): the ceiling column.",
+        "",
+        *md_table(CPU_HEADER, cpu_rows, 2),
+        "### Mirror runs",
+        "",
+        "Start-up: process start → ready to read (Spark's JVM and session, not timed above). Flush s: the "
+        "`flushed` lines' write time (encode + write/upload/produce + commit), summed. MB written: Parquet, or "
+        "record batches for Kafka. Verified: the destination read back around mirror-v3 (directory listings and "
+        "pyarrow, boto3, a read_committed confluent-kafka consumer) holds every source offset exactly once.",
+        "",
+        *md_table("cell|path|start-up s|backlog s|flushes (triggers)|flush s|MB written|drain s|verified", runs, 2),
+    ]
+    for cell in tp.cells:
+        for r in tp.runs.get((cell, "filesystem"), []):
+            if "py_spy" in r:
+                frames = "; ".join(f"`{f}` {share:.0%}" for f, share in r["py_spy"]["frames"])
+                lines += [
+                    f"py-spy, {cell}, mirror → filesystem ({r['py_spy']['busy_thread_seconds']:.1f} busy "
+                    f"thread-seconds; innermost frames): {frames}",
+                    "",
+                ]
+            if "jfr" in r and "frames" in r["jfr"]:
+                frames = "; ".join(f"`{f[:90]}` {share:.0%}" for f, share in r["jfr"]["frames"])
+                lines += [f"JFR, {cell}, Spark JVM ({r['jfr']['samples']:,} samples; innermost frames): {frames}", ""]
     return lines
 
 
-def _demote(lines: list[str]) -> list[str]:
-    """A section written with `###` headings, as a `##` section of this document."""
-    return [line[1:] if line.startswith("###") else line for line in lines]
+def latency_section(runs: list[Row]) -> list[str]:
+    first = runs[0]
+    stats = ("p50", "p90", "p99", "p99.9", "max", "mean")
+    return [
+        "## Produce → durable latency",
+        "",
+        f"One mirror copies a one-partition topic to the filesystem with `flush.max-time-ms: {first['max_time_ms']}` "
+        f"while a confluent-kafka producer (acks=all, linger 5 ms) sends {num(first['rate'])} records/s of "
+        f"{num(first['value_size'])} B in 10 ms ticks, each value starting with its produce time. A record's latency "
+        "is the moment a 5 ms directory poll first sees its Parquet file minus its produce time, over the "
+        f"{first['window_seconds']:g} s after a {first['warmup_seconds']:g} s warm-up.",
+        "",
+        *md_table(
+            "statistic|produce → durable",
+            [(s, spread([r[s] for r in runs], lambda x: f"{x * 1000:,.0f} ms")) for s in stats],
+        ),
+        *[
+            f"- {num(r['records'])} measured records (achieved {num(r['achieved_rate'])}/s, largest producer tick gap "
+            f"{r['largest_tick_gap_ms']:.0f} ms) in {r['files']} files; {r['flushes']} flushes in all (triggers: "
+            f"{triggers(r)}), {r['flush_seconds']:.1f} s writing; mirror start → first records durable "
+            f"{r['startup_seconds']:.1f} s; drain {r['drain_seconds']:.1f} s; every offset verified once"
+            for r in runs
+        ],
+        "",
+    ]
 
 
-def markdown(suite: Suite, chart: str | None) -> str:
-    settings, machine = suite.settings, suite.machine
-    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(suite.started))
-    minutes = (suite.finished - suite.started) / 60
-    load_before = " / ".join(f"{x:.2f}" for x in suite.load_before)
-    load_after = " / ".join(f"{x:.2f}" for x in suite.load_after)
+def restart_section(runs: list[Row]) -> list[str]:
+    objects = runs[0]["objects"]
+    rows = []
+    for (destination,), found in group(runs, "destination").items():
+        lists = [r["lists"] for r in found if r["lists"] is not None]
+        others = ", ".join(f"{n} {k}" for k, n in sorted(found[-1]["requests"].items()) if k != "LIST") or "n/a"
+        seconds = spread([r["restart_seconds"] for r in found], lambda x: f"{x:.2f}")
+        rows.append((destination, num(objects), seconds, spread(lists, num) if lists else "n/a", others))
+    return [
+        f"## Restart with {num(objects)} objects in the chain",
+        "",
+        f"Each destination's chain was filled with {num(objects)} one-record blobs (named and encoded as the mirror "
+        "writes them) and the CLI started on it, timed from process start to its `mirror starting` line (logged "
+        "once the chain's tail is found; Spark's JVM starts meanwhile), with the requests moto logged until then; "
+        f"it then copied {num(runs[0]['extra'])} more records, was drained (exit 0) and its chain verified. A full "
+        f"listing of the chain would take {-(-objects // 1000)} LIST page(s) of 1,000 keys.",
+        "",
+        *md_table(
+            "destination|objects|process start → position known, s|LIST requests|other requests (last run)", rows
+        ),
+    ]
+
+
+def col(runs: list[Row], key: str, fmt: Callable[[float], str] = num, sub: str | None = None) -> str:
+    """One column of a group of repeated runs: a field's values (or its entry `sub`), as a spread."""
+    return spread([r[key] if sub is None else r[key].get(sub, 0.0) for r in runs], fmt)
+
+
+def idle_section(runs: list[Row]) -> list[str]:
+    rows = []
+    for (mirrors,), found in group(runs, "mirrors").items():
+        cores = [col(found, "cores", lambda x: f"{x:.3f}", label) for label in (MIRROR, JVM, "source broker")]
+        threads = f"{found[-1]['python_threads']} / {found[-1]['jvm_threads']}"
+        seconds = [col(found, key, lambda x: f"{x:.1f}") for key in ("startup_seconds", "drain_seconds")]
+        memory = [col(found, key) for key in ("rss_python_mib", "rss_jvm_mib", "rss_total_mib")]
+        rows.append((num(mirrors), *memory, *cores, col(found, "python_fds"), threads, *seconds))
+    first = runs[0]
+    return [
+        "## Idle mirrors",
+        "",
+        "N mirrors in one `python -m supervisor run` process, one per partition of empty topics (up to 100 "
+        "partitions each), filesystem destination, every other setting default. After every mirror logged `mirror "
+        f"starting` and the SparkSession was up, the process was left alone for {first['settle_seconds']:g} s, then "
+        f"sampled with psutil once a second for {first['window_seconds']:.0f} s: the highest RSS of the Python "
+        "process and of the processes below it (Spark's JVM), CPU as average cores, fds and threads at the end. "
+        "Start-up: process start → the last `mirror starting` line.",
+        "",
+        *md_table(IDLE_HEADER, rows),
+    ]
+
+
+def micro_section(micro: dict[str, Any]) -> list[str]:
+    rows = []
+    for b in micro.get("benchmarks", []):
+        s, extra = b["stats"], b.get("extra_info", {})
+        per = f"{s['median'] / extra['items'] * 1e9:,.1f} ns" if extra.get("items") else "-"
+        note = f"{extra['listings']} listings" if "listings" in extra else ""
+        times = (f"{s[key] * 1e3:,.3f}" for key in ("median", "min", "max"))
+        rows.append((b["name"], *times, num(extra.get("items", 0)), per, str(s["rounds"]), note))
+    return [
+        "## Micro benchmarks",
+        "",
+        "The mirror's hot pure functions in this process, timed by pytest-benchmark (`bench/micro`): read planning, "
+        "the buffer, record conversion (conform, Kafka record batches), Parquet encoding, and the tail search of a "
+        "chain of 10,000 and 1,000,000 blob names (a sorted in-memory store). Items: what one call handles (records; "
+        "reads planned; blob names in the chain); per item = median ÷ items.",
+        "",
+        *md_table("benchmark|median ms|min ms|max ms|items|per item|rounds|note", rows),
+    ]
+
+
+def render(workdir: Path, output: Path) -> None:
+    """Write `output` (markdown) and the chart beside it from the results in `workdir`."""
+    rows = [json.loads(line) for line in (workdir / RESULTS).read_text().splitlines() if line.strip()]
+    machine = next(r for r in rows if r["kind"] == "machine")
+    end: Row = next((r for r in rows if r["kind"] == "end"), {"finished": time.time(), "load": [0, 0, 0]})
+    micro = json.loads((workdir / MICRO).read_text()) if (workdir / MICRO).exists() else {}
+    tp = Throughput(rows)
+    chart = output.with_suffix(".png") if tp.cells else None
+    if chart is not None:
+        write_chart(tp, chart)
+    by_kind = group((r for r in rows if "error" not in r), "kind")
+    versions = ", ".join(f"{name} {version}" for name, version in machine["versions"].items())
     lines = [
         "# Benchmarks",
         "",
-        f"<!-- Generated by `{suite.command}`; edits are overwritten. -->",
+        f"<!-- Generated by `{machine['command']}`; edits are overwritten. -->",
         "",
-        f"Measured {when} with `{suite.command}` ({minutes:.0f} minutes) on {machine.cpus} CPUs ({machine.cpu_model}), "
-        f"{machine.ram_gib:.1f} GiB RAM, at commit {machine.commit}. Every service runs on this one machine: the "
-        "brokers, Spark, the mirror, moto and the raw clients share the same CPUs. Machine, versions and settings "
-        "are at the end; how to reproduce is at the very end.",
+        f"Measured {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(machine['started']))} with "
+        f"`{machine['command']}` ({(end['finished'] - machine['started']) / 60:.0f} minutes) on {machine['cpus']} CPUs "
+        f"({machine['cpu_model']}), {machine['ram_gib']} GiB RAM, at commit {machine['commit']}. Every process "
+        "(brokers, Spark, the mirror, moto, the raw clients) shares this one machine.",
         "",
         "## Targets",
         "",
         TARGETS_NOTE,
         "",
+        *md_table("target|measured|verdict", targets(rows, tp)),
+        *(
+            ["Where a throughput target is missed, [where the time goes](#where-the-time-goes) shows the CPU.", ""]
+            if tp.cells
+            else []
+        ),
     ]
-    found = targets(suite)
-    lines += (
-        _md_table(("target", "measured", "verdict"), found) if found else ["(none of the targeted measurements ran)"]
-    )
-    lines += [
-        "",
-        "Where a target is missed, [where the time goes](#where-the-time-goes) says why, with the numbers.",
-        "",
-    ]
-    if suite.cells:
+    errors = [r for r in rows if "error" in r]
+    if errors:
         lines += [
-            "## Backlog throughput",
+            "## Failed scenarios",
             "",
-            "Each cell is one backlog (a topic of its own on the source broker: random, incompressible values, 8 B "
-            "keys, no headers). The **raw** rows drain it with a tight client loop in the same run; each mirror-v3 "
-            "row is the real CLI (`python -m supervisor run`, one mirror per partition in one process) copying it "
-            "into one destination, timed from the moment it is ready to read (the later of its `mirror starting` "
-            "line and its first Spark job, so Spark's JVM start-up is excluded and listed below) until the "
-            "destination shows every offset durable. MB = 10^6 bytes of key + value. **Ratio to raw** = records/s ÷ "
-            "the raw confluent-kafka consume loop's; **ratio to raw copy** = records/s ÷ a raw confluent-kafka "
-            "consume → produce copy to a fresh broker (the floor of any Kafka → Kafka copy).",
+            *(f"- {r['scenario']} (round {r['round']}): `{r['error'][:500]}`" for r in errors),
             "",
         ]
-        if chart:
-            lines += [f"![records/s per path and cell, log scale]({chart})", ""]
-        lines += _md_table(
-            ("cell", "path", "records/s", "MB/s", "ratio to raw", "ratio to raw copy"), summary_rows(suite), left=(0, 1)
-        )
-        lines += ["", *where_the_time_goes(suite), ""]
-    if suite.latency is not None:
-        lines += [*_demote(markdown_latency(suite.latency)), ""]
-    if suite.restart is not None:
-        lines += [*_demote(markdown_restart(suite.restart)), ""]
-    if suite.idle is not None:
-        lines += [*_demote(markdown_idle(suite.idle)), ""]
-    if suite.cells:
-        lines += ["## Throughput details", ""]
-        for run in suite.cells:
-            lines += [f"### {run.cell.label}", "", *[f"- {fact}" for fact in side_facts(run)], ""]
-            table = [HEADER, *rows(run)]
-            lines += [f"| {' | '.join(row)} |" for row in table[:1]]
-            lines += ["|" + "|".join("---" if i in (0, 2) else "---:" for i in range(len(HEADER))) + "|"]
-            lines += [f"| {' | '.join(row)} |" for row in table[1:]]
-            lines.append("")
-            for path in run.paths:
-                lines += [
-                    f"#### {PATH_TITLES[path.kind]}",
-                    "",
-                    *[f"- {f}" for f in path_facts(run, path, settings, machine.cpus)],
-                    "",
-                ]
-    conf = ", ".join(f"`{k}={v}`" for k, v in sorted(settings.spark_conf.items())) or "none"
-    consumer = ", ".join(f"`{k}={v}`" for k, v in CONSUMER_CONFIG.items() if k != "logger")
-    producer = ", ".join(f"`{k}={v}`" for k, v in PRODUCER_CONFIG.items() if k not in ("logger", "compression.type"))
+    if tp.cells:
+        lines += throughput_section(tp, machine["cpus"], chart.name if chart else None)
+    for kind, section in (("latency", latency_section), ("restart", restart_section), ("idle", idle_section)):
+        if (kind,) in by_kind:
+            lines += section(by_kind[(kind,)])
+    if micro:
+        lines += micro_section(micro)
+    consumer = ", ".join(f"`{k}={v}`" for k, v in CONSUMER.items() if k != "logger")
     lines += [
-        "## Settings",
+        "## Settings and machine",
         "",
-        "- broker: Apache Kafka 3.9.1 (KRaft, single node, `testkit.kafka_broker.KafkaBroker` defaults) on 127.0.0.1; "
-        "its log is in the page cache for every read",
-        f"- raw consumer (confluent-kafka): {consumer}, `consume(num_messages=min(10000, records left))`, touching "
-        "every key and value; kcat: `kcat -C -e -o beginning` with the same librdkafka settings, printing each "
-        "record's key and value sizes",
-        f"- raw copy: the raw consumer feeding one producer ({producer}) that copies key, value, headers and "
-        "timestamp into the same partition of a fresh broker, timed until every delivery report is in",
-        f"- mirror (throughput runs): compression `{settings.compression}`, flush max-time-ms "
-        f"{settings.flush_max_time_ms}, max-bytes {settings.flush_max_bytes}, max-offsets "
-        f"{settings.flush_max_offsets}; "
-        f"spark master `local[*]`, max-offsets-per-read {settings.max_offsets_per_read}, max-bytes-per-read "
-        f"{settings.max_bytes_per_read}, offsets-per-task {settings.offsets_per_task}, bytes-per-task "
-        f"{settings.bytes_per_task}, extra spark.conf: {conf}; Spark's event log is on (job timings); everything "
-        "else: config/model.py defaults. Why these Spark settings: [spark-tuning.md](spark-tuning.md)",
-        "- filesystem destination: a fresh directory on this machine's local disk; every file fsynced, hard-linked to "
-        "its final name, directory fsynced",
-        f"- S3 destination: **moto {suite.moto}** (`python -m moto.server`) on 127.0.0.1, a fresh bucket, path-style, "
-        f"multipart-threshold-bytes {settings.s3_multipart_threshold_bytes}, part-size-bytes "
-        f"{settings.s3_part_size_bytes}. moto keeps every object in RAM in its own Python process on this machine: "
-        "latency-wise an upper bound for real S3; CPU-wise a cost real S3 would not take from the mirror's CPUs",
-        f"- Kafka destination: a fresh Apache Kafka 3.9.1 broker per mode on this machine, record-batch compression "
-        f"`{settings.kafka_compression}`; other `destination` keys at their defaults except flush (above)",
-        "",
-        "## Machine",
-        "",
-        f"- {machine.cpus} CPUs ({machine.cpu_model}), {machine.ram_gib:.1f} GiB RAM, Linux {machine.kernel}",
-        f"- Python {machine.python}, pyspark {machine.pyspark}, pyarrow {machine.pyarrow}, confluent-kafka "
-        f"{machine.confluent_kafka} (librdkafka {machine.librdkafka}), {machine.java}, aiobotocore "
-        f"{machine.aiobotocore}, botocore {machine.botocore}, moto {suite.moto}",
-        f"- load average (1 / 5 / 15 min) before the broker started: {load_before}; after the run: {load_after}",
-        f"- commit {machine.commit}",
+        "- brokers: Apache Kafka 3.9.1 (KRaft, single node, `testkit.kafka_broker.KafkaBroker` defaults) on 127.0.0.1",
+        f"- raw consumer (confluent-kafka): {consumer}; kcat `-C -e -o beginning` with the same settings; raw copy: "
+        "that consumer feeding an idempotent acks=all producer (linger 5 ms) into the destination broker",
+        f"- mirror: `flush.max-time-ms: 1000`, `spark:` {machine.get('spark') or 'defaults'}, every other setting at "
+        "its config/model.py default; S3 on moto (objects "
+        "in RAM, in its own process on this machine: a cost real S3 would not take from these CPUs)",
+        f"- {machine['cpus']} CPUs ({machine['cpu_model']}), {machine['ram_gib']} GiB RAM, Linux {machine['kernel']}; "
+        f"Python {machine['python']}, {versions}, {machine['java']}",
+        f"- load average (1 / 5 / 15 min) at the start: {load(machine)}; at the end: {load(end)}",
         "",
         "## Reproduce",
         "",
         "```bash",
         "bash scripts/setup.sh && source .venv/bin/activate",
-        "apt-get install -y kcat   # optional: the kcat baseline row",
-        suite.command,
+        "apt-get install -y kcat   # optional: the kcat baseline",
+        machine["command"],
         "```",
         "",
-        "`python -m bench --help` lists the options (`--only throughput,latency` picks parts, `--paths`, "
-        "`--value-sizes`, `--partition-counts` shape the throughput matrix, `--quick` is a smoke run that writes "
-        "no document). `python -m bench.latency`, `python -m bench.restart` and `python -m bench.idle` run one part "
-        "alone; `python -m bench.profile_reads` times single Spark range reads in-process.",
+        "`python -m bench --help` lists the options; `--report-only DIR` renders this page again from a run's "
+        "`results.jsonl` and `micro.json`.",
         "",
     ]
-    return "\n".join(lines)
+    output.write_text("\n".join(lines))
 
 
-def where_the_time_goes(suite: Suite) -> list[str]:
-    """Per filesystem run: how the backlog's CPU time splits between processes, and what py-spy saw."""
-    lines = ["### Where the time goes", ""]
-    rows_: list[tuple[str, ...]] = []
-    for run in suite.cells:
-        for path in run.paths:
-            mirror = path.mirror
-            if not mirror.cpu:
-                continue
-            available = mirror.backlog_seconds * suite.machine.cpus
-            cells = [run.cell.label, PATH_TITLES[path.kind], f"{mirror.backlog_seconds:.1f}"]
-            for label in CPU_COLUMNS:
-                cells.append(f"{mirror.cpu.get(label, 0.0) / available * 100:.0f} %")
-            other = sum(v for k, v in mirror.cpu.items() if k not in CPU_COLUMNS)
-            cells.append(f"{other / available * 100:.0f} %")
-            cells.append(f"{sum(mirror.cpu.values()) / available * 100:.0f} %")
-            rows_.append(tuple(cells))
-    if rows_:
-        lines += [
-            f"Share of the machine's {suite.machine.cpus} CPUs each process used during the backlog (from "
-            "/proc/<pid>/stat, sampled every 0.25 s). The mirror process itself (Python: asyncio, pyarrow, Parquet, "
-            "the Kafka sink) is one column; Spark's JVM, which fetches from Kafka, builds rows and Arrow batches and "
-            "serves them to Python, is another.",
-            "",
-            *_md_table(
-                (
-                    "cell",
-                    "path",
-                    "backlog s",
-                    *[CPU_COLUMNS[c] for c in CPU_COLUMNS],
-                    "destination server, py-spy",
-                    "all",
-                ),
-                rows_,
-                left=(0, 1),
-            ),
-            "",
-        ]
-    per_record: list[tuple[str, ...]] = []
-    for run in suite.cells:
-        fs = next((path for path in run.paths if path.kind == "filesystem" and path.mirror.cpu), None)
-        if fs is None or run.raw.cpu_seconds <= 0:
-            continue
-        records = fs.mirror.records
-        jvm = fs.mirror.cpu.get("Spark JVM (its child)", 0.0) / records * 1e6
-        python = fs.mirror.cpu.get("mirror process (Python)", 0.0) / records * 1e6
-        broker = fs.mirror.cpu.get("source broker", 0.0) / records * 1e6
-        raw = run.raw.cpu_seconds / run.raw.records * 1e6
-        total = jvm + python + broker
-        per_record.append(
-            (
-                run.cell.label,
-                f"{raw:.1f}",
-                f"{jvm:.1f}",
-                f"{python:.1f}",
-                f"{broker:.1f}",
-                f"{suite.machine.cpus / (total / 1e6):,.0f}",
-                f"{fs.mirror.records / fs.mirror.backlog_seconds:,.0f}",
-            )
+def load(row: Row) -> str:
+    return " / ".join(f"{x:.2f}" for x in row["load"])
+
+
+def write_chart(tp: Throughput, file: Path) -> None:
+    """Grouped bars of records/s per cell (log scale), the mirror's bars labelled with their ratio to raw."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display: straight to the file
+    import matplotlib.pyplot as plt
+
+    series = [p for p in (*BASELINES, *PATHS) if any(tp.rate(cell, p) for cell in tp.cells)]
+    width = 0.8 / max(1, len(series))
+    figure, axes = plt.subplots(figsize=(max(8.0, 2.6 * len(tp.cells)), 5.0), dpi=110)
+    for index, path in enumerate(series):
+        points = [(i, rate, tp.rate(cell, "raw")) for i, cell in enumerate(tp.cells) if (rate := tp.rate(cell, path))]
+        xs = [i - 0.4 + width * (index + 0.5) for i, _, _ in points]
+        colour = COLOURS[(*BASELINES, *PATHS).index(path)]
+        bars = axes.bar(
+            xs, [rate for _, rate, _ in points], width=width, color=colour, label=BASELINES.get(path) or PATHS[path]
         )
-    if per_record:
-        lines += [
-            "CPU cost per record of Kafka → filesystem against the raw consumer's (µs of CPU per record; the raw "
-            "consumer's is its process's CPU time while it read, librdkafka threads included). If the machine's "
-            "CPUs did nothing else, the mirror could not go faster than CPUs ÷ (JVM + Python + broker µs): the "
-            "ceiling column.",
-            "",
-            *_md_table(
-                (
-                    "cell",
-                    "raw consumer µs",
-                    "Spark JVM µs",
-                    "mirror Python µs",
-                    "source broker µs",
-                    "CPU ceiling records/s",
-                    "measured records/s",
-                ),
-                per_record,
-            ),
-            "",
-        ]
-    for run in suite.cells:
-        for path in run.paths:
-            profile = path.mirror.profile
-            if profile is None:
-                continue
-            busy = [(name, sec) for name, sec in profile.activities if not name.startswith("idle")]
-            lines += [
-                f"py-spy, {run.cell.label}, {PATH_TITLES[path.kind]} (seconds of thread wall time over "
-                f"{profile.seconds:.1f} s; idle worker threads left out): "
-                + "; ".join(f"{name} {sec:.1f} s" for name, sec in busy),
-                "",
-            ]
-    return lines
-
-
-CPU_COLUMNS = {
-    "Spark JVM (its child)": "Spark JVM",
-    "mirror process (Python)": "mirror (Python)",
-    "source broker": "source broker",
-}
+        for bar, (_, rate, raw) in zip(bars, points, strict=True):
+            if path in PATHS and raw:
+                axes.annotate(
+                    f"{rate / raw:.2f}×", (bar.get_x() + width / 2, rate), ha="center", va="bottom", fontsize=7
+                )
+    axes.set_yscale("log")
+    axes.set_ylabel("records/s (log scale); labels: ratio to raw consume")
+    axes.set_xticks(range(len(tp.cells)), [cell.replace(", ", "\n") for cell in tp.cells])
+    axes.set_title("mirror-v3 backlog throughput vs raw Kafka clients, same run, same machine")
+    axes.grid(axis="y", which="both", alpha=0.3)
+    axes.legend(fontsize=8, ncols=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    figure.tight_layout()
+    figure.savefig(file)
+    plt.close(figure)

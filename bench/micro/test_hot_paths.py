@@ -1,0 +1,152 @@
+"""Micro benchmarks of the mirror's hot pure functions, timed by pytest-benchmark.
+
+`python -m bench` runs them (the test suite does not: pyproject's testpaths leave bench/ out). Each records in
+`extra_info` how many items (records, reads planned, blob names) one call handles, for the time per item.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from collections.abc import Coroutine
+from functools import partial
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pytest
+from aiokafka.producer.message_accumulator import BatchBuilder
+from pytest_benchmark.fixture import BenchmarkFixture
+
+from sinks.blob_chain import BlobRange, blob_name, find_tail
+from sinks.kafka_records import build_batches
+from sinks.records import KAFKA_SCHEMA, conform, encode_parquet
+from supervisor.buffer import RangeBuffer
+from supervisor.read_planner import ReadLimits, ReadPlanner
+
+T = TypeVar("T")
+ROWS = 20_000
+SIZES = [pytest.param(100, id="100B"), pytest.param(1024, id="1KiB")]
+
+
+def records(rows: int, value_size: int, first: int = 0) -> pa.Table:
+    """`rows` records as the mirror holds them: random values, 8-byte keys, no headers."""
+    payload = os.urandom(rows * value_size)
+    return pa.table(
+        {
+            "key": [b"%08x" % i for i in range(rows)],
+            "value": [payload[i * value_size : (i + 1) * value_size] for i in range(rows)],
+            "topic": ["bench"] * rows,
+            "partition": [0] * rows,
+            "offset": range(first, first + rows),
+            "timestamp": pa.array(range(rows), pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "timestampType": [0] * rows,
+            "headers": [[]] * rows,
+        },
+        schema=KAFKA_SCHEMA,
+    )
+
+
+def test_read_planning(benchmark: BenchmarkFixture) -> None:
+    """Planning and observing 10,000 consecutive reads through a backlog whose record size drifts."""
+    limits = ReadLimits(1_000_000, 128 * 1024 * 1024, 500_000, 64 * 1024 * 1024)
+
+    def plan_all() -> int:
+        planner, start = ReadPlanner(limits), 0
+        for i in range(10_000):
+            plan = planner.plan(start, start + 5_000_000, byte_room=None if i % 3 else 64 * 1024 * 1024)
+            planner.observe(plan.end - start, (plan.end - start) * (100 + i % 900))
+            start = plan.end
+        return start
+
+    benchmark.extra_info["items"] = 10_000
+    benchmark(plan_all)
+
+
+@pytest.mark.parametrize("value_size", SIZES)
+def test_buffer(benchmark: BenchmarkFixture, value_size: int) -> None:
+    """20 reads of 1,000 records added to the buffer, then taken as one chunk."""
+    reads = [records(1000, value_size, first) for first in range(0, ROWS, 1000)]
+
+    def fill_and_take() -> int:
+        buffer = RangeBuffer()
+        for table in reads:
+            buffer.add(table["offset"][0].as_py(), table["offset"][-1].as_py(), table)
+        return int(buffer.take().records.num_rows)
+
+    benchmark.extra_info["items"] = ROWS
+    assert benchmark(fill_and_take) == ROWS
+
+
+@pytest.mark.parametrize("value_size", SIZES)
+def test_conform(benchmark: BenchmarkFixture, value_size: int) -> None:
+    """A read's Arrow table, columns in another order and with schema metadata, brought to KAFKA_SCHEMA."""
+    table = records(ROWS, value_size)
+    shuffled = table.select(list(reversed(table.column_names))).replace_schema_metadata({"spark": "x"})
+    benchmark.extra_info["items"] = ROWS
+    assert benchmark(conform, shuffled).schema.equals(KAFKA_SCHEMA)
+
+
+@pytest.mark.parametrize("renumber", [pytest.param(False, id="preserve"), pytest.param(True, id="renumber")])
+@pytest.mark.parametrize("value_size", SIZES)
+def test_build_batches(benchmark: BenchmarkFixture, value_size: int, renumber: bool) -> None:
+    """Rows into aiokafka record batches of 1 MiB (renumber adds the source-offset header to each record)."""
+    table = records(ROWS, value_size)
+    builder = partial(BatchBuilder, 1024 * 1024, 0, is_transactional=renumber)
+    benchmark.extra_info["items"] = ROWS
+    batches = benchmark(build_batches, table, builder, add_source_offset=renumber)
+    assert sum(batch.record_count for batch in batches) == ROWS
+
+
+@pytest.mark.parametrize("value_size", SIZES)
+def test_encode_parquet(benchmark: BenchmarkFixture, value_size: int) -> None:
+    """A chunk encoded as the blob the mirror writes (zstd, the destination's default codec)."""
+    table = records(ROWS, value_size)
+    benchmark.extra_info["items"] = ROWS
+    benchmark(encode_parquet, table, "zstd", None)
+
+
+class SortedStore:
+    """A BlobStore over a sorted list of names whose listing is a bisect: the benchmark times find_tail."""
+
+    checks_for_foreign_blobs = False
+
+    def __init__(self, names: list[str]) -> None:
+        self.names, self.listings = names, 0
+
+    def location(self, name: str) -> str:
+        return f"mem://{name}"
+
+    async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
+        self.listings += 1
+        first = 0 if start_after is None else bisect.bisect_right(self.names, start_after)
+        return self.names[first : first + max_keys], first + max_keys < len(self.names)
+
+    async def modified_at(self, name: str) -> float | None:
+        return None
+
+    async def put_if_absent(self, name: str, data: memoryview) -> int:
+        raise NotImplementedError
+
+    async def clean_leftovers(self) -> list[str]:
+        return []
+
+    async def close(self) -> None:
+        pass
+
+
+def run_sync(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine that never suspends (the store answers at once) without an event loop's overhead."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+    raise RuntimeError("the coroutine suspended")
+
+
+@pytest.mark.parametrize("blobs", [pytest.param(10_000, id="10k"), pytest.param(1_000_000, id="1M")])
+def test_find_tail(benchmark: BenchmarkFixture, blobs: int) -> None:
+    """The tail of a chain of `blobs` one-record blobs, found with a bounded number of listings."""
+    store = SortedStore([blob_name(offset, offset) for offset in range(blobs)])
+    assert run_sync(find_tail(store))[-1] == BlobRange(blobs - 1, blobs - 1)
+    benchmark.extra_info.update(items=blobs, listings=store.listings)
+    benchmark(lambda: run_sync(find_tail(store)))

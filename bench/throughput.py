@@ -1,0 +1,104 @@
+"""Backlog throughput of one cell (record size x partitions): the raw baselines and the mirror into each path.
+
+A topic of its own gets the backlog; the raw confluent-kafka consume loop, kcat (when installed) and, when a Kafka
+path runs, a raw consume -> produce copy to a destination broker drain it first. Then the real CLI copies it into
+each destination in turn (a directory; a fresh bucket on a moto server started for the cell; a fresh topic per
+offsets mode on the destination broker), one mirror per partition in one process, timed from the moment it can read
+(its `spark session ready` line, or the last `mirror starting` line if later) to its last `flushed` line, and the
+destination is verified after the drain. psutil samples the CPU of every process meanwhile.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+from bench import raw
+from bench.mirror import Context, finish, flushes, start, wait_for, wait_landed
+from bench.procs import Sampler
+from bench.profilers import PySpy, jfr_options, jfr_summary, py_spy
+from bench.scenarios import Scenario
+from testkit.kafka_broker import KafkaBroker
+from testkit.kafka_data import create_topic, delete_topic
+from testkit.mirror_run import log_time
+from testkit.s3_servers import MotoServer
+from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target
+
+MOTO_KEY_BUFFER = "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"
+
+
+class RamMoto(MotoServer):
+    """moto with every object in RAM: by default it spools objects above 5 MiB to temp files on disk."""
+
+    def _command(self) -> tuple[list[str], dict[str, str]]:
+        command, env = super()._command()
+        return command, {**(env or {}), MOTO_KEY_BUFFER: str(1 << 40)}
+
+
+def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
+    topic = ctx.name
+    create_topic(ctx.bootstrap, topic, s.partitions)
+    ends = dict.fromkeys(range(s.partitions), -(-s.records // s.partitions))
+    cell = {"records": sum(ends.values()), "value_size": s.value_size, "partitions": s.partitions}
+    produced = raw.produce_backlog(ctx.bootstrap, topic, ends, s.value_size)
+    yield {**cell, "path": "produce", "seconds": produced}
+    yield {**cell, "path": "raw", **raw.consume(ctx.bootstrap, topic, ends, ctx.timeout)}
+    if (kcat := raw.kcat(ctx.bootstrap, topic, ends, ctx.timeout)) is not None:
+        yield {**cell, "path": "kcat", **kcat}
+    with contextlib.ExitStack() as servers:
+        kafka = any(path.startswith("kafka-") for path in s.paths)
+        destination = servers.enter_context(KafkaBroker()) if kafka else None
+        moto = servers.enter_context(RamMoto()) if "s3" in s.paths else None
+        if destination is not None:
+            create_topic(destination.bootstrap, f"{topic}.copy", s.partitions)
+            seconds = raw.copy(ctx.bootstrap, destination.bootstrap, topic, f"{topic}.copy", ends, ctx.timeout)
+            yield {**cell, "path": "raw-copy", "seconds": seconds}
+        for path in s.paths:
+            target: Target
+            name, server = topic, None
+            if path == "filesystem":
+                target = FilesystemTarget(ctx.scratch / path)
+            elif path == "s3" and moto is not None:
+                target, server = S3Target(moto.endpoint, moto.access_key, moto.secret_key, moto.region), moto.pid
+            elif path.startswith("kafka-") and destination is not None:
+                name, server = f"{topic}.{path.removeprefix('kafka-')}", destination.pid
+                create_topic(destination.bootstrap, name, s.partitions)
+                target = KafkaTarget(destination.bootstrap, path.removeprefix("kafka-"))
+            else:
+                raise ValueError(f"unknown path {path!r}")
+            yield {**cell, "path": path, **_mirror(s, ctx, path, target, name, ends, server)}
+    delete_topic(ctx.bootstrap, topic)  # a gigabyte the broker need not keep for the rest of the run
+
+
+def _mirror(
+    s: Scenario, ctx: Context, path: str, target: Target, name: str, ends: dict[int, int], server: int | None
+) -> dict[str, Any]:
+    """One mirror process copying the backlog into `target` (topic or prefix `name`)."""
+    topic, profile = ctx.name, ctx.profile and path == "filesystem"
+    jfr = ctx.logs / f"{path}.jfr"
+    spark = {"conf": {"spark.driver.extraJavaOptions": jfr_options(jfr)}} if profile else None
+    mirrors = [{"topic": topic, "partition": p, **({"override": name} if name != topic else {})} for p in ends]
+    run = start(ctx, path, target, mirrors, s.max_time_ms, spark)
+    named = {"source broker": ctx.broker_pid, "destination server": server}
+    with run, Sampler(run.pid, named) as sampler:
+        ready = log_time(wait_for(run, "spark session ready", ctx.timeout)[0])
+        spy_binary = py_spy() if profile else None
+        spy = PySpy(spy_binary, run.pid, ctx.logs / f"{path}.py-spy.txt") if spy_binary else None
+        wait_landed(run, target, name, ends, ctx.timeout)
+        sampler.sample()
+        profiles = {"py_spy": spy.stop()} if spy is not None else {}
+        began = max([ready, *(log_time(f) for f in run.events("mirror starting"))])
+        written = flushes(run)
+        done = written.pop("last_flush_at")
+        result = finish(run, target, {name: ends})
+    if profile:
+        profiles["jfr"] = jfr_summary(jfr)
+    return {
+        "seconds": round(done - began, 3),
+        "startup_seconds": round(began - run.started_at, 3),
+        "cpu": sampler.cpu_between(began, done),
+        **written,
+        **result,
+        **profiles,
+    }
