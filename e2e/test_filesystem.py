@@ -201,6 +201,7 @@ def test_kill_9_at_random_moments(kafka: KafkaBroker, fs: FilesystemTarget, topi
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(7200)  # a hundred cycles of ~12 s each, beyond the suite's 900 s per test
 def test_soak_kill_9_cycles(kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path) -> None:
     """MIRROR_V3_SOAK_KILLS (default 100) kill -9 cycles on one chain."""
     backlog(kafka.bootstrap, topic_name, [0])
