@@ -1,9 +1,10 @@
 """Filesystem BlobStore: one directory per partition, atomic no-clobber commits.
 
 Commit = write a temporary file in the same directory, fsync it, link it to its final name
-(fails if the name exists, so a second writer cannot silently replace a blob), remove the
-temporary name, fsync the directory. Where hard links are not supported the commit falls back to
-rename(2) after an existence check.
+(fails if the name exists, so a second writer cannot silently replace a blob), fsync the directory,
+remove the temporary name (one left by a crash is cleaned on the next start). Where hard links are
+not supported the commit falls back to rename(2) after an existence check. A link or directory fsync
+that fails leaves the outcome unknown: the retry then accepts the name if it holds exactly its bytes.
 """
 
 from __future__ import annotations
