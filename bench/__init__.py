@@ -9,5 +9,4 @@ procs       -- CPU and memory of processes (psutil)
 profilers   -- py-spy and JFR, behind --profile
 report      -- the results rendered as docs/benchmarks.md and its chart
 micro/      -- pytest-benchmark tests of the hot pure functions
-profile_reads -- single Spark range reads timed in-process (a development aid)
 """

@@ -61,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="a key of every mirror config's `spark:` block, e.g. max-offsets-per-read=200000 (repeatable)",
+        help="a key of every mirror config's `spark:` block, e.g. max-offsets-per-job=200000 (repeatable)",
     )
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each wait of a scenario (1800)")
     p.add_argument("--workdir", type=Path, help="an empty or new directory for results, configs and logs (a temp dir)")

@@ -1,9 +1,10 @@
 """Kafka client settings derived from a `security` block, for both kinds of client the process runs.
 
-The Python clients (aiokafka: offset queries, the destination producer) take keyword arguments and an
-`ssl.SSLContext`; the JVM client inside Spark's Kafka reader takes `kafka.*` properties. Both are built
-from the same config so a cluster is reached the same way by every client. PEM material is passed to
-the JVM inline (not as a path) so Spark executors on other hosts need no copy of the files.
+The asyncio clients (aiokafka: offset queries, the destination producer) take keyword arguments and an
+`ssl.SSLContext`; the librdkafka consumers inside Spark tasks take properties (`librdkafka_properties`);
+the JVM client takes `kafka.*` properties (`jvm_properties`). All are built from the same config so a
+cluster is reached the same way by every client. PEM material goes to the task consumers inline (not
+as a path) so Spark executors on other hosts need no copy of the files.
 """
 
 from __future__ import annotations
@@ -86,6 +87,31 @@ def jvm_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
                 properties["ssl.key.password"] = _secret(tls.key_password_env, f"{field}.tls.key-password-env")
         if not tls.check_hostname:
             properties["ssl.endpoint.identification.algorithm"] = ""
+    return properties
+
+
+def librdkafka_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
+    """librdkafka (confluent-kafka) properties for the consumers inside Spark tasks. PEM material is
+    inline, so executors on other hosts need no copy of the files."""
+    properties: dict[str, str] = {"security.protocol": security.protocol.lower()}
+    sasl = security.sasl
+    if sasl is not None:
+        properties["sasl.mechanism"] = sasl.mechanism
+        properties["sasl.username"] = sasl.username
+        properties["sasl.password"] = _secret(sasl.password_env, f"{field}.sasl.password-env")
+    tls = security.tls if security.protocol in ("SSL", "SASL_SSL") else None
+    if security.protocol in ("SSL", "SASL_SSL"):
+        tls = tls or TlsConfig()
+        if tls.ca_file is not None:
+            properties["ssl.ca.pem"] = _read_pem(tls.ca_file, f"{field}.tls.ca-file")
+        else:
+            properties["ssl.ca.location"] = "probe"  # the system's CA store, wherever this host keeps it
+        if tls.cert_file is not None and tls.key_file is not None:
+            properties["ssl.certificate.pem"] = _read_pem(tls.cert_file, f"{field}.tls.cert-file")
+            properties["ssl.key.pem"] = _read_pem(tls.key_file, f"{field}.tls.key-file")
+            if tls.key_password_env is not None:
+                properties["ssl.key.password"] = _secret(tls.key_password_env, f"{field}.tls.key-password-env")
+        properties["ssl.endpoint.identification.algorithm"] = "https" if tls.check_hostname else "none"
     return properties
 
 

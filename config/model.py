@@ -48,7 +48,8 @@ class _Strict(msgspec.Struct, rename="kebab", forbid_unknown_fields=True, frozen
 
 
 class FlushConfig(_Strict, frozen=True):
-    """When a buffered batch becomes a destination file: whichever limit trips first."""
+    """When readable records become destination files, and how large the files are: whichever limit trips
+    first. Records wait in the source (Kafka is the buffer), not in the mirror's memory."""
 
     max_time_ms: Annotated[
         int,
@@ -62,12 +63,17 @@ class FlushConfig(_Strict, frozen=True):
         int,
         msgspec.Meta(
             ge=1,
-            description="Buffered record bytes (in-memory Arrow size of the rows) that force a flush; a buffer "
-            "within 1/8 of it is flushed rather than topped up by a small read.",
+            description="Record bytes (keys, values and headers) per destination file: a flush is due once this "
+            "much is readable, each blob holds at most this much, and a larger record is a blob of its own.",
         ),
     ] = 128 * 1024 * 1024
     max_offsets: Annotated[
-        int, msgspec.Meta(ge=1, description="Buffered source offsets (records and holes) that force a flush.")
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Source offsets (records and holes) per destination file: a flush is due once this many "
+            "are readable, and no blob spans more.",
+        ),
     ] = 1_000_000
 
 
@@ -215,14 +221,14 @@ class S3Destination(_BlobDestination, tag_field="type", tag="s3", frozen=True, k
         Annotated[str, msgspec.Meta(pattern=_ENV_NAME, description="Environment variable holding a session token.")]
         | None
     ) = None
-    multipart_threshold_bytes: Annotated[
+    part_size_bytes: Annotated[
         int,
         msgspec.Meta(
-            ge=5 * MiB, description="Blobs larger than this are sent as a multipart upload (conditional complete)."
+            ge=5 * MiB,
+            le=5 * 1024 * MiB,
+            description="Part size of the multipart upload each blob is staged as (Spark tasks upload the parts; "
+            "the driver completes the upload with If-None-Match: *).",
         ),
-    ] = 64 * MiB
-    part_size_bytes: Annotated[
-        int, msgspec.Meta(ge=5 * MiB, le=5 * 1024 * MiB, description="Part size of multipart uploads.")
     ] = 16 * MiB
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Upper bound of one S3 request, upload included.")
@@ -317,37 +323,41 @@ class SparkConfig(_Strict, frozen=True):
     master: Annotated[NonEmptyStr, msgspec.Meta(description="spark.master, e.g. local[*] or spark://host:7077.")] = (
         "local[*]"
     )
-    max_offsets_per_read: Annotated[
-        int, msgspec.Meta(ge=1, description="Largest offset range one Spark read covers.")
-    ] = 1_000_000
-    max_bytes_per_read: Annotated[
+    max_offsets_per_job: Annotated[
         int,
         msgspec.Meta(
             ge=1,
-            description="Largest amount of record data (Arrow bytes) one read brings into the driver; "
-            "ranges are sized from the bytes per offset seen so far. Keep it well under driver-memory.",
+            description="Largest offset range one flush's Spark job covers (at least one blob per core); a longer "
+            "backlog is written by several jobs, each committed before the next starts.",
         ),
-    ] = 128 * 1024 * 1024
+    ] = 2_000_000
+    max_bytes_per_job: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="Record bytes one Spark job covers at most (at least one blob per core), sized from the "
+            "bytes per offset seen so far. For the Kafka destination the job's records come to the driver, so "
+            "this bounds its memory per mirror.",
+        ),
+    ] = 256 * 1024 * 1024
     offsets_per_task: Annotated[
         int,
         msgspec.Meta(
             ge=1,
-            description="A read is split into at least ceil(offsets / offsets-per-task) Spark tasks "
-            "(Kafka source minPartitions) so a backlog uses every core.",
+            description="A Spark task covers at most about this many offsets (rounded to whole blobs), so a "
+            "backlog is spread over every core and tasks of other mirrors get their turn.",
         ),
     ] = 500_000
     bytes_per_task: Annotated[
         int,
-        msgspec.Meta(
-            ge=1, description="A read is split into at least ceil(expected bytes / bytes-per-task) Spark tasks."
-        ),
+        msgspec.Meta(ge=1, description="A Spark task covers at most about this many record bytes (whole blobs)."),
     ] = 64 * 1024 * 1024
     driver_memory: Annotated[
         str,
         msgspec.Meta(
             pattern=r"^[0-9]+[kmgt]?$",
-            description="JVM heap of the Spark driver (spark.driver.memory), e.g. 2g. Reads are collected "
-            "into it, so it bounds max-bytes-per-read times the number of mirrors reading at once.",
+            description="JVM heap of the Spark driver (spark.driver.memory), e.g. 2g. Blob destinations keep "
+            "records out of the driver; the Kafka destination collects each job's records into it.",
         ),
     ] = "2g"
     log_level: Annotated[

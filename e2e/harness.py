@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 
 from supervisor.status import STATUS_SCHEMA_PATH
-from testkit.kafka_data import create_topic, generate_records, produce
+from testkit.kafka_data import create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, run_cli, write_config
 from testkit.targets import Target, assert_same_records, source_records
 
@@ -86,16 +86,21 @@ def run_until(config: Path, log: Path, target: Target, name: str, ends: Mapping[
     return run
 
 
-def sigterm_while_buffering(config: Path, log: Path, target: Target, topic: str) -> int:
-    """Start the mirror and SIGTERM it once it has flushed and holds more records in its buffer. It must drain
-    (exit 0) and the destination must end where the mirror says it stopped; returns that offset."""
-    # DEBUG heartbeats show what is buffered, so the signal lands while records sit in memory.
+def sigterm_while_records_wait(config: Path, log: Path, target: Target, bootstrap: str, topic: str, more: int) -> int:
+    """Start the mirror; once it has flushed, add `more` records (less than a blob, far from max-time) and SIGTERM
+    it as soon as it has seen them waiting in the source. The drain must write them (exit 0, trigger=shutdown) and
+    the destination must end where the mirror says it stopped: at the source's end. Returns that offset."""
+    # DEBUG heartbeats show the source end the mirror has seen.
     with start(config, log, target, LOG_LEVEL="DEBUG", MIRROR_V3_HEARTBEAT_SECS="0.2") as run:
-        run.wait_for_log(r"msg=flushed[\s\S]*msg=heartbeat .*buffered_offsets=[1-9]")
+        run.wait_for_log(r"msg=flushed")
+        produce(bootstrap, topic, 0, generate_records(more, seed=99))
+        end = watermarks(bootstrap, topic, 0)[1]
+        run.wait_for_log(rf"msg=heartbeat .*source_end={end}\b")
         run.drain()
     (stopped,) = run.events("mirror stopped")
     assert "trigger=shutdown" in run.log_text(), run.tail()
     stopped_at = int(stopped["next_offset"])
+    assert stopped_at == end, run.tail()
     assert target.next_offset(topic, 0) == stopped_at
     return stopped_at
 

@@ -24,7 +24,7 @@ from e2e.harness import (
     one_mirror,
     partitions_of,
     run_until,
-    sigterm_while_buffering,
+    sigterm_while_records_wait,
     start,
     status_json,
     status_rows,
@@ -60,7 +60,7 @@ def test_round_trip_with_status_metrics_and_probes(
         fs,
         partitions_of(topic_name, 3),
         flush={"max-time-ms": 2000, "max-offsets": 3_000},
-        spark={"max-offsets-per-read": 2_000, "offsets-per-task": 1_000},
+        spark={"max-offsets-per-job": 2_000, "offsets-per-task": 1_000},
     )
     code, before = status_json(config)
     assert code == 0 and before["ok"], before
@@ -146,18 +146,18 @@ def assert_spark_reads_it_back(kafka: KafkaBroker, fs: FilesystemTarget, topic: 
 def test_sigterm_mid_stream_then_restart(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
-    backlog(kafka.bootstrap, topic_name, [30_000], seed=7)
-    flush, spark = {"max-time-ms": 60_000, "max-offsets": 10_000}, {"max-offsets-per-read": 2_000}
+    backlog(kafka.bootstrap, topic_name, [20_000], seed=7)
+    flush, spark = {"max-time-ms": 60_000, "max-offsets": 10_000}, {"max-offsets-per-job": 2_000}
     config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, flush=flush, spark=spark)
-    stopped_at = sigterm_while_buffering(config, tmp_path / "run1.log", fs, topic_name)
-    assert 10_000 <= stopped_at < 30_000, "SIGTERM was meant to land mid-stream"
+    stopped_at = sigterm_while_records_wait(config, tmp_path / "run1.log", fs, kafka.bootstrap, topic_name, 3_000)
+    produce(kafka.bootstrap, topic_name, 0, generate_records(7_000, seed=8))  # work for the restart
 
     # What a write interrupted by a crash leaves behind is removed on the next start.
     leftover = temp_name(blob_name(stopped_at, stopped_at + 99), "deadbeef")
     fs.write_raw(topic_name, 0, leftover, b"half a file")
     # The same mirror, with time-based flushes that do not keep the test waiting for the backlog's last records.
     restart = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, spark=spark, name="restart.yaml")
-    second = run_until(restart, tmp_path / "run2.log", fs, topic_name, {0: 30_000})
+    second = run_until(restart, tmp_path / "run2.log", fs, topic_name, {0: stopped_at + 7_000})
     (starting,) = second.events("mirror starting")
     assert int(starting["start_offset"]) == stopped_at
     assert not any(is_temp_name(name) for name in fs.names(topic_name, 0))
@@ -171,7 +171,7 @@ def kill_9_cycles(
     source is topped up whenever the mirror nears its end, so every cycle has work to be killed in. Then one run
     catches up, and the chain must hold every record exactly once."""
     rng = random.Random(seed)
-    flush, spark = {"max-time-ms": 500, "max-offsets": 5_000}, {"max-offsets-per-read": 5_000}
+    flush, spark = {"max-time-ms": 500, "max-offsets": 5_000}, {"max-offsets-per-job": 5_000}
     config = one_mirror(tmp_path, kafka.bootstrap, fs, topic, flush=flush, spark=spark)
     for cycle in range(kills):
         end = watermarks(kafka.bootstrap, topic, 0)[1]

@@ -25,7 +25,7 @@ from e2e.harness import (
     partitions_of,
     refused,
     run_until,
-    sigterm_while_buffering,
+    sigterm_while_records_wait,
     start,
     status_json,
     status_rows,
@@ -95,7 +95,7 @@ def test_round_trip_with_status(
         destination,
         partitions_of(topic_name, 3) + [{"topic": topic, "partition": 0} for topic in holes],
         flush={"max-time-ms": 2000, "max-offsets": 3_000},
-        spark={"max-offsets-per-read": 3_000, "offsets-per-task": 1_500},
+        spark={"max-offsets-per-job": 3_000, "offsets-per-task": 1_500},
     )
     assert status_rows(config)[:3] == [(10_000, None, 10_000, None)] * 3
 
@@ -126,17 +126,19 @@ def test_sigterm_mid_stream_then_restart(
     backlog(kafka.bootstrap, topic_name, [20_000], seed=8)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
     destination = KafkaTarget(kafka_destination_broker.bootstrap, offsets)
-    flush, spark = {"max-time-ms": 60_000, "max-offsets": 5_000}, {"max-offsets-per-read": 1_000}
+    flush, spark = {"max-time-ms": 60_000, "max-offsets": 5_000}, {"max-offsets-per-job": 1_000}
     config = one_mirror(tmp_path, kafka.bootstrap, destination, topic_name, flush=flush, spark=spark)
-    stopped_at = sigterm_while_buffering(config, tmp_path / "run1.log", destination, topic_name)
-    assert 5_000 <= stopped_at < 20_000, "SIGTERM was meant to land mid-stream"
+    stopped_at = sigterm_while_records_wait(
+        config, tmp_path / "run1.log", destination, kafka.bootstrap, topic_name, 3_000
+    )
+    produce(kafka.bootstrap, topic_name, 0, generate_records(4_000, seed=9))  # work for the restart
 
     if offsets == "renumber":
         delete_consumer_group(kafka_destination_broker.bootstrap, f"mirror-v3.{topic_name}")
         assert destination.next_offset(topic_name, 0) is None
     # The same mirror, with time-based flushes that do not keep the test waiting for the backlog's last records.
     restart = one_mirror(tmp_path, kafka.bootstrap, destination, topic_name, spark=spark, name="restart.yaml")
-    second = run_until(restart, tmp_path / "run2.log", destination, topic_name, {0: 20_000})
+    second = run_until(restart, tmp_path / "run2.log", destination, topic_name, {0: stopped_at + 4_000})
     (starting,) = second.events("mirror starting")
     assert int(starting["start_offset"]) == stopped_at
     if offsets == "renumber":
@@ -152,7 +154,7 @@ def test_kill_9_at_random_moments(
     backlog(kafka.bootstrap, topic_name, [total], seed=12)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
     destination = KafkaTarget(kafka_destination_broker.bootstrap, offsets)
-    flush, spark = {"max-time-ms": 300, "max-offsets": 4_000}, {"max-offsets-per-read": 4_000}
+    flush, spark = {"max-time-ms": 300, "max-offsets": 4_000}, {"max-offsets-per-job": 4_000}
     config = one_mirror(tmp_path, kafka.bootstrap, destination, topic_name, flush=flush, spark=spark)
     rng = random.Random(401)
     for attempt in range(3):
@@ -211,7 +213,7 @@ def test_a_second_renumber_process_fences_the_first(
     backlog(kafka.bootstrap, topic_name, [30_000], seed=60)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
     destination = KafkaTarget(kafka_destination_broker.bootstrap, "renumber")
-    flush, spark = {"max-time-ms": 300, "max-offsets": 3_000}, {"max-offsets-per-read": 3_000}
+    flush, spark = {"max-time-ms": 300, "max-offsets": 3_000}, {"max-offsets-per-job": 3_000}
     config = one_mirror(tmp_path, kafka.bootstrap, destination, topic_name, flush=flush, spark=spark)
     with start(config, tmp_path / "first.log", destination) as first:
         first.wait_for_log(r"msg=flushed")
@@ -308,7 +310,7 @@ def test_destination_outages_are_retried_without_duplicates(
     assert kafka_destination_broker.advertised_bootstrap is not None
     destination = KafkaTarget(kafka_destination_broker.advertised_bootstrap, offsets, **{"request-timeout-ms": 1_500})
     direct = KafkaTarget(kafka_destination_broker.bootstrap, offsets)
-    flush, spark = {"max-time-ms": 300, "max-offsets": 3_000}, {"max-offsets-per-read": 3_000}
+    flush, spark = {"max-time-ms": 300, "max-offsets": 3_000}, {"max-offsets-per-job": 3_000}
     config = one_mirror(tmp_path, kafka.bootstrap, destination, topic_name, flush=flush, spark=spark)
     rng = random.Random(81)
     with start(config, tmp_path / "run.log", destination) as run:

@@ -54,7 +54,7 @@ def test_faults_are_retried_and_the_chain_equals_the_source(
             routed,
             partitions_of(topic_name, 2),
             flush={"max-time-ms": 500, "max-offsets": 1_500},
-            spark={"max-offsets-per-read": 1_500},
+            spark={"max-offsets-per-job": 1_500},
         )
         with MirrorRun(config, tmp_path / "run.log", env=s3.env(), metrics_port=port) as run:
             run.wait_for_log(r"msg=flushed .*mirror=\S+-0 ")
@@ -107,7 +107,7 @@ def test_a_second_writer_loses_on_412(kafka: KafkaBroker, s3: S3Target, topic_na
     backlog(kafka.bootstrap, topic_name, [10_000], seed=42)
     # Fixed-size blobs (no time-based flushes): both writers choose the same names, so the conditional create
     # decides between them.
-    flush, spark = {"max-time-ms": 600_000, "max-offsets": 2_000}, {"max-offsets-per-read": 2_000}
+    flush, spark = {"max-time-ms": 600_000, "max-offsets": 2_000}, {"max-offsets-per-job": 2_000}
     config = one_mirror(tmp_path, kafka.bootstrap, s3, topic_name, flush=flush, spark=spark)
     runs, codes = _same_mirror_twice([config, config], s3.env(), tmp_path)
     loser = runs[codes.index(1)]
@@ -136,7 +136,7 @@ def test_a_second_writer_on_a_store_that_ignores_if_none_match(
                 target,
                 partitions_of(topic_name, 1),
                 flush={"max-time-ms": 1_000, "max-offsets": size},
-                spark={"max-offsets-per-read": size},
+                spark={"max-offsets-per-job": size},
             )
             for i, size in enumerate([1_500, 2_000])
         ]
@@ -178,7 +178,7 @@ def test_a_restart_on_10000_objects_lists_little_and_large_blobs_go_multipart(
             routed,
             partitions_of(topic_name, 1),
             flush={"max-time-ms": 60_000, "max-offsets": 6_000},
-            spark={"max-offsets-per-read": 3_000},
+            spark={"max-offsets-per-job": 3_000},
         )
         proxy.reset_counters()
         with start(config, tmp_path / "run.log", s3) as run:
@@ -213,7 +213,7 @@ def test_kill_9_and_restart_on_seaweedfs(kafka: KafkaBroker, topic_name: str, tm
             target,
             partitions_of(topic_name, 2),
             flush={"max-time-ms": 1_000, "max-offsets": 1_000},
-            spark={"max-offsets-per-read": 1_000},
+            spark={"max-offsets-per-job": 1_000},
         )
         with start(config, tmp_path / "run1.log", target) as first:
             first.wait_for_log(r"msg=flushed", count=3)

@@ -59,7 +59,7 @@ def test_holes_transactions_and_deleted_records_in_one_process(
         kafka.bootstrap,
         fs,
         [{"topic": topic, "partition": 0} for topic in (compacted, transactional, trimmed)],
-        spark={"max-offsets-per-read": 700},
+        spark={"max-offsets-per-job": 700},
     )
     ends = {compacted: compacted_end, transactional: txn_end, trimmed: 3_000}
     port = free_port()

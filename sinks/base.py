@@ -1,8 +1,10 @@
 """The contract between a mirror's actor and its destination.
 
-The actor reads source ranges and buffers them; a sink turns one buffered chunk into one durable
-destination write, and on start tells the actor where the destination ends. Sinks know nothing of
-flush policy, metrics or signals.
+The actor decides which source ranges become which destination writes; Spark tasks do the reading
+and, where the sink can stage (`staging()`), write the bytes too. The sink commits each staged write
+(or, for the Kafka destination, each chunk of records the tasks brought to the driver) in offset
+order, and on start tells the actor where the destination ends. Sinks know nothing of flush policy,
+metrics or signals.
 """
 
 from __future__ import annotations
@@ -11,6 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import pyarrow as pa
+
+from sinks.staging import BlobStaging, RecordsToDriver, StagedBlob
 
 
 class DestinationError(Exception):
@@ -69,10 +73,18 @@ class Sink(Protocol):
         validates the whole destination instead of its tail."""
         ...
 
-    async def commit(self, chunk: Chunk) -> Committed:
-        """Make the chunk durable. `chunk.first_offset` is always the offset open()/the previous
-        commit left as next. Either the whole chunk is durable afterwards or an exception is raised
-        and nothing of it is visible."""
+    def staging(self) -> BlobStaging | RecordsToDriver:
+        """How Spark tasks hand this sink a range: staged blobs, or the records themselves."""
+        ...
+
+    async def commit(self, item: StagedBlob | Chunk) -> Committed:
+        """Make a staged blob (or a chunk of records) durable and visible. Its first offset is always
+        the offset open()/the previous commit left as next. Either all of it is durable afterwards or
+        an exception is raised and nothing of it is visible."""
+        ...
+
+    async def discard(self, item: StagedBlob | Chunk) -> None:
+        """Drop a staged write that will not be committed (best effort; never raises)."""
         ...
 
     async def close(self) -> None: ...

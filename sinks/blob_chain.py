@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sinks.base import DestinationError
+from sinks.staging import StagedBlob
 
 BLOB_SUFFIX = ".parquet"
 _OFFSET_DIGITS = 20
@@ -90,9 +91,13 @@ class BlobStore(Protocol):
         """Unix time the blob was written, None if the store cannot tell or the blob is gone."""
         ...
 
-    async def put_if_absent(self, name: str, data: memoryview) -> int:
-        """Durably create `name` with `data` unless it exists (then raise BlobExistsError; a blob
-        already there with exactly these bytes counts as created). Returns the bytes stored."""
+    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+        """Durably publish a staged blob as `name` unless the name exists (then raise BlobExistsError;
+        finding this very blob there after a failed attempt counts as published). Returns its bytes."""
+        ...
+
+    async def discard_staged(self, staged: StagedBlob) -> None:
+        """Remove a staged blob that will not be committed (best effort)."""
         ...
 
     async def clean_leftovers(self) -> list[str]:
@@ -216,8 +221,8 @@ class BlobChain:
         ranges = await (verify_all(self._store) if deep else find_tail(self._store))
         return ranges[-1] if ranges else None
 
-    async def append(self, first: int, last: int, data: memoryview) -> tuple[str, int]:
-        """Store the blob for [first, last]; it must continue the chain. Returns (location, bytes).
+    async def append(self, staged: StagedBlob) -> tuple[str, int]:
+        """Commit the staged blob; it must continue the chain. Returns (location, bytes).
 
         Afterwards the listing right behind the previous tail must show exactly the new blob: on
         stores that ignore conditional creates, that is where a second writer shows up, within one
@@ -226,10 +231,12 @@ class BlobChain:
         if not self._opened:
             raise RuntimeError("BlobChain.append before open")
         expected = self.next_offset
-        if expected is not None and first != expected:
-            raise DestinationError(f"chain continues at offset {expected}, refusing to write {first}-{last}")
-        blob = BlobRange(first, last)
-        size = await self._store.put_if_absent(blob.name, data)
+        if expected is not None and staged.first != expected:
+            raise DestinationError(
+                f"chain continues at offset {expected}, refusing to write {staged.first}-{staged.last}"
+            )
+        blob = BlobRange(staged.first, staged.last)
+        size = await self._store.commit_staged(blob.name, staged)
         previous = self._tail
         self._tail = blob
         if self._store.checks_for_foreign_blobs:

@@ -1,20 +1,17 @@
-"""A Sink over a BlobChain: each committed chunk becomes one Parquet blob."""
+"""A Sink over a BlobChain: each staged blob a Spark task wrote is committed as the chain's next link."""
 
 from __future__ import annotations
 
-import anyio.to_thread
-
 from sinks.base import Chunk, Committed, Inspection
 from sinks.blob_chain import BlobChain, BlobStore
-from sinks.records import encode_parquet
+from sinks.staging import BlobStaging, StagedBlob
 
 
 class BlobSink:
-    def __init__(self, store: BlobStore, description: str, compression: str, compression_level: int | None) -> None:
+    def __init__(self, store: BlobStore, description: str, staging: BlobStaging) -> None:
         self._chain = BlobChain(store)
         self._description = description
-        self._compression = compression
-        self._compression_level = compression_level
+        self._staging = staging
 
     @property
     def description(self) -> str:
@@ -23,6 +20,9 @@ class BlobSink:
     @property
     def chain(self) -> BlobChain:
         return self._chain
+
+    def staging(self) -> BlobStaging:
+        return self._staging
 
     async def open(self) -> int | None:
         return await self._chain.open()
@@ -33,11 +33,15 @@ class BlobSink:
             return Inspection(next_offset=None)
         return Inspection(next_offset=tail.last + 1, last_write=await self._chain.store.modified_at(tail.name))
 
-    async def commit(self, chunk: Chunk) -> Committed:
-        # Parquet encoding is CPU-bound: keep it off the event loop.
-        data = await anyio.to_thread.run_sync(encode_parquet, chunk.records, self._compression, self._compression_level)
-        location, size = await self._chain.append(chunk.first_offset, chunk.last_offset, data)
+    async def commit(self, item: StagedBlob | Chunk) -> Committed:
+        if not isinstance(item, StagedBlob):
+            raise TypeError("a blob destination commits staged blobs, not records")
+        location, size = await self._chain.append(item)
         return Committed(location=location, bytes_written=size)
+
+    async def discard(self, item: StagedBlob | Chunk) -> None:
+        if isinstance(item, StagedBlob):
+            await self._chain.store.discard_staged(item)
 
     async def close(self) -> None:
         await self._chain.store.close()

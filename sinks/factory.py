@@ -9,14 +9,23 @@ import os
 from collections.abc import Callable
 
 from config.kafka_clients import aiokafka_settings
-from config.model import Destination, FilesystemDestination, KafkaDestination, MirrorConfig, S3Destination
+from config.model import (
+    Destination,
+    FilesystemDestination,
+    KafkaDestination,
+    MirrorConfig,
+    RetryConfig,
+    S3Destination,
+)
 from config.secrets import remember
 from sinks.base import DestinationError, Sink
 from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
 from sinks.kafka import KafkaClients, KafkaSink, KafkaSinkSettings, KafkaSourceLookup
 from sinks.retry import RetryingSink, RetryPolicy
-from sinks.s3 import S3Connection, S3Settings, S3Store
+from sinks.s3 import S3Connection, S3Store
+from sinks.s3_staging import S3Settings
+from sinks.staging import BlobFormat
 
 
 class SinkFactory:
@@ -43,12 +52,11 @@ class SinkFactory:
         elif isinstance(destination, S3Destination):
             assert self._s3 is not None
             key_prefix = "/".join(p for p in (destination.prefix, mirror.destination_name, str(mirror.partition)) if p)
-            sink = BlobSink(
-                S3Store(self._s3, key_prefix + "/"),
-                description=f"s3://{destination.bucket}/{key_prefix}/",
-                compression=destination.compression,
-                compression_level=destination.compression_level,
+            store = S3Store(self._s3, key_prefix + "/")
+            staging = store.staging(
+                retry_policy(destination.retry), BlobFormat(destination.compression, destination.compression_level)
             )
+            sink = BlobSink(store, description=f"s3://{destination.bucket}/{key_prefix}/", staging=staging)
         elif isinstance(destination, KafkaDestination):
             assert self._kafka is not None
             source = mirror.source
@@ -68,13 +76,15 @@ class SinkFactory:
             raise TypeError(f"unsupported destination {type(destination).__name__}")
         if not retries:
             return sink
-        retry = destination.retry
-        policy = RetryPolicy(
-            initial_backoff_s=retry.initial_backoff_ms / 1000,
-            max_backoff_s=retry.max_backoff_ms / 1000,
-            deadline_s=retry.deadline_ms / 1000,
-        )
-        return RetryingSink(sink, policy, on_retry, log_fields={"mirror": mirror.name})
+        return RetryingSink(sink, retry_policy(destination.retry), on_retry, log_fields={"mirror": mirror.name})
+
+
+def retry_policy(retry: RetryConfig) -> RetryPolicy:
+    return RetryPolicy(
+        initial_backoff_s=retry.initial_backoff_ms / 1000,
+        max_backoff_s=retry.max_backoff_ms / 1000,
+        deadline_s=retry.deadline_ms / 1000,
+    )
 
 
 def s3_settings(destination: S3Destination) -> S3Settings:
@@ -94,7 +104,6 @@ def s3_settings(destination: S3Destination) -> S3Settings:
         access_key_id=secret("access-key-id-env", destination.access_key_id_env),
         secret_access_key=secret("secret-access-key-env", destination.secret_access_key_env),
         session_token=secret("session-token-env", destination.session_token_env),
-        multipart_threshold=destination.multipart_threshold_bytes,
         part_size=destination.part_size_bytes,
         request_timeout_s=destination.request_timeout_ms / 1000,
     )

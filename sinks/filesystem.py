@@ -1,10 +1,11 @@
 """Filesystem BlobStore: one directory per partition, atomic no-clobber commits.
 
-Commit = write a temporary file in the same directory, fsync it, link it to its final name
-(fails if the name exists, so a second writer cannot silently replace a blob), fsync the directory,
-remove the temporary name (one left by a crash is cleaned on the next start). Where hard links are
-not supported the commit falls back to rename(2) after an existence check. A link or directory fsync
-that fails leaves the outcome unknown: the retry then accepts the name if it holds exactly its bytes.
+A Spark task stages a blob as a temporary file in the partition directory and fsyncs it
+(`FilesystemStaging`). The driver commits it: link the temporary to its final name (fails if the name
+exists, so a second writer cannot silently replace a blob), fsync the directory, remove the temporary
+name (one left by a crash is cleaned on the next start). Where hard links are not supported the commit
+falls back to rename(2) after an existence check. A link or directory fsync that fails leaves the
+outcome unknown: the retry then accepts the name if it is that very file.
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import contextlib
 import errno
 import os
 import uuid
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiofiles
 import aiofiles.os
 import anyio.to_thread
+import pyarrow as pa
 
 from config.model import FilesystemDestination
-from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
+from sinks.blob_chain import BLOB_SUFFIX, BlobExistsError, is_temp_name, temp_name
 from sinks.blob_sink import BlobSink
+from sinks.staging import BlobFormat, StagedBlob
 
 _LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 
@@ -67,36 +71,35 @@ class FilesystemStore:
             await self.remove(name)
         return removed
 
-    async def put_if_absent(self, name: str, data: memoryview) -> int:
-        if not self._dir_ready:
-            await anyio.to_thread.run_sync(_make_durable_dirs, self._dir)
-            self._dir_ready = True
+    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+        """Publish a staged temporary file as `name` unless the name is taken (BlobExistsError)."""
         final = self._dir / name
-        temp = self._dir / temp_name(name, uuid.uuid4().hex)
+        temp = self._dir / staged.ref
         try:
-            async with aiofiles.open(temp, "wb") as handle:
-                await handle.write(data)
-                await handle.flush()
-                await anyio.to_thread.run_sync(os.fsync, handle.fileno())
-            try:
-                await _publish(temp, final)
+            await _publish(temp, final)
+            await anyio.to_thread.run_sync(_fsync_directory, self._dir)
+        except BlobExistsError:
+            # After a failed attempt the name may hold this very file: linked (same inode as the
+            # temporary), or renamed where links are unsupported (the temporary is gone, the size
+            # matches). On a first attempt a taken name always means another writer.
+            if name in self._unsure and await anyio.to_thread.run_sync(_is_staged_file, final, temp, staged.size):
+                self._unsure.discard(name)
                 await anyio.to_thread.run_sync(_fsync_directory, self._dir)
-            except BlobExistsError:
-                # After a failed attempt, an identical blob is that attempt's (its success went
-                # unreported); on a first attempt a taken name always means another writer.
-                if name in self._unsure and await anyio.to_thread.run_sync(_same_content, final, data):
-                    self._unsure.discard(name)
-                    await anyio.to_thread.run_sync(_fsync_directory, self._dir)
-                    return len(data)
+            else:
                 raise
-            except OSError:
-                # The link or the directory fsync failed: the blob may be visible already.
-                self._unsure.add(name)
-                raise
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                await aiofiles.os.remove(temp)
-        return len(data)
+        except OSError:
+            # The link or the directory fsync failed: the blob may be visible already.
+            self._unsure.add(name)
+            raise
+        with contextlib.suppress(FileNotFoundError):
+            await aiofiles.os.remove(temp)
+        return staged.size
+
+    async def discard_staged(self, staged: StagedBlob) -> None:
+        await self.remove(staged.ref)
+
+    def staging(self, blob_format: BlobFormat) -> FilesystemStaging:
+        return FilesystemStaging(str(self._dir), blob_format)
 
     async def close(self) -> None:
         return None
@@ -120,9 +123,15 @@ async def _publish(temp: Path, final: Path) -> None:
     await aiofiles.os.rename(temp, final)
 
 
-def _same_content(path: Path, data: memoryview) -> bool:
+def _is_staged_file(final: Path, temp: Path, size: int) -> bool:
     try:
-        return path.stat().st_size == len(data) and path.read_bytes() == data
+        published = final.stat()
+    except OSError:
+        return False
+    try:
+        return published.st_ino == temp.stat().st_ino
+    except FileNotFoundError:
+        return published.st_size == size  # renamed: the temporary is the published file now
     except OSError:
         return False
 
@@ -149,11 +158,54 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+@dataclass(frozen=True)
+class FilesystemStaging:
+    """Stages a partition's blobs as temporary files in its directory (executor side, blocking I/O).
+
+    The executors must see the same path as the driver: one machine, or a shared volume.
+    """
+
+    directory: str
+    blob_format: BlobFormat = field(default_factory=BlobFormat)
+
+    def open(self, first: int) -> FilesystemBlobOutput:
+        directory = Path(self.directory)
+        if self.directory not in _durable_dirs:
+            _make_durable_dirs(directory)
+            _durable_dirs.add(self.directory)
+        path = directory / temp_name(f"{first:020d}-staged{BLOB_SUFFIX}", uuid.uuid4().hex)
+        return FilesystemBlobOutput(path)
+
+
+# Directories this worker process has created and made durable (a task runs many blobs).
+_durable_dirs: set[str] = set()
+
+
+class FilesystemBlobOutput:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self.file = pa.OSFile(str(path), "wb")
+
+    def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
+        if not self.file.closed:
+            self.file.close()
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the bytes are on disk before the driver may link them into the chain
+            size = os.fstat(fd).st_size
+        finally:
+            os.close(fd)
+        return StagedBlob(first, last, records, record_bytes, size, ref=self._path.name)
+
+    def abandon(self) -> None:
+        if not self.file.closed:
+            self.file.close()
+        with contextlib.suppress(FileNotFoundError):
+            self._path.unlink()
+
+
 def filesystem_sink(destination: FilesystemDestination, destination_name: str, partition: int) -> BlobSink:
     directory = Path(destination.root).expanduser().resolve() / destination_name / str(partition)
-    return BlobSink(
-        FilesystemStore(directory),
-        description=f"filesystem:{directory}",
-        compression=destination.compression,
-        compression_level=destination.compression_level,
-    )
+    store = FilesystemStore(directory)
+    blob_format = BlobFormat(destination.compression, destination.compression_level)
+    return BlobSink(store, description=f"filesystem:{directory}", staging=store.staging(blob_format))

@@ -37,6 +37,7 @@ from config.kafka_clients import diagnose_bootstrap
 from sinks.base import Chunk, Committed, DestinationError, Inspection
 from sinks.kafka_records import PreparedBatch, build_batches, first_hole, parse_source_offset
 from sinks.retry import TransientDestinationError
+from sinks.staging import RecordsToDriver, StagedBlob
 
 log = logging.getLogger("mirror_v3.sinks.kafka")
 T = TypeVar("T")
@@ -339,8 +340,19 @@ class KafkaSink:
 
     # -- commit ----------------------------------------------------------------------------------
 
-    async def commit(self, chunk: Chunk) -> Committed:
+    def staging(self) -> RecordsToDriver:
+        # The driver's producer owns the transactions, the fencing and the offset checks: the tasks
+        # bring the records to it.
+        return RecordsToDriver()
+
+    async def commit(self, item: StagedBlob | Chunk) -> Committed:
+        if not isinstance(item, Chunk):
+            raise TypeError("the Kafka destination commits chunks of records, not staged blobs")
+        chunk = item
         return await self._call(lambda: self._commit(chunk))
+
+    async def discard(self, item: StagedBlob | Chunk) -> None:
+        return None  # records in driver memory: nothing was written anywhere
 
     async def _commit(self, chunk: Chunk) -> Committed:
         if self._uncertain:

@@ -43,16 +43,23 @@ def record_bytes(table: pa.Table) -> int:
     return int(table.nbytes)
 
 
-def encode_parquet(table: pa.Table, compression: str, compression_level: int | None) -> memoryview:
-    sink = pa.BufferOutputStream()
-    pq.write_table(
-        table,
-        sink,
+def parquet_writer(where: str | pa.NativeFile, compression: str, compression_level: int | None) -> pq.ParquetWriter:
+    """A Parquet writer of KAFKA_SCHEMA rows with the blob encoding every destination file uses."""
+    return pq.ParquetWriter(
+        where,
+        KAFKA_SCHEMA,
         compression=None if compression == "none" else compression,
         compression_level=compression_level,
         # Offsets and timestamps compress well as deltas; dictionary on binary payloads rarely pays.
         use_dictionary=["topic"],
         write_statistics=["offset", "timestamp"],
     )
+
+
+def encode_parquet(table: pa.Table, compression: str, compression_level: int | None) -> memoryview:
+    """One whole table as the bytes of one blob file."""
+    sink = pa.BufferOutputStream()
+    with parquet_writer(sink, compression, compression_level) as writer:
+        writer.write_table(conform(table))
     # A view over Arrow's buffer: a 100 MB file is not copied again before it is written.
     return memoryview(sink.getvalue())

@@ -23,6 +23,7 @@ from typing import TypeVar
 import anyio
 
 from sinks.base import Chunk, Committed, DestinationError, Inspection, Sink
+from sinks.staging import BlobStaging, RecordsToDriver, StagedBlob
 
 T = TypeVar("T")
 log = logging.getLogger("mirror_v3.retry")
@@ -87,6 +88,32 @@ async def retry_transient(
         on_retry(0)
 
 
+def retry_transient_sync(
+    operation: Callable[[], T],
+    policy: RetryPolicy,
+    what: str,
+    sleep: Callable[[float], None] = time.sleep,
+    rng: random.Random | None = None,
+) -> T:
+    """The blocking twin of `retry_transient`, for work inside Spark tasks (no event loop, no metrics:
+    the task's log on the executor shows its retries)."""
+    rng = rng or random.Random()
+    deadline = time.monotonic() + policy.deadline_s
+    retry = 0
+    while True:
+        try:
+            return operation()
+        except TransientDestinationError as exc:
+            retry += 1
+            delay = policy.backoff(retry, rng)
+            if time.monotonic() + delay > deadline:
+                raise RetriesExhaustedError(
+                    f"{what}: still failing after {retry} attempts over {policy.deadline_s:g}s: {exc}"
+                ) from exc
+            log.warning("%s failed, retry %d in %.1fs: %s", what, retry, delay, exc)
+            sleep(delay)
+
+
 class RetryingSink:
     """Wraps any Sink so that its transient failures are retried."""
 
@@ -116,8 +143,15 @@ class RetryingSink:
     async def inspect(self, deep: bool = False) -> Inspection:
         return await self._retry(lambda: self._inner.inspect(deep), "inspect")
 
-    async def commit(self, chunk: Chunk) -> Committed:
-        return await self._retry(lambda: self._inner.commit(chunk), f"commit {chunk.first_offset}-{chunk.last_offset}")
+    def staging(self) -> BlobStaging | RecordsToDriver:
+        return self._inner.staging()
+
+    async def commit(self, item: StagedBlob | Chunk) -> Committed:
+        first, last = (item.first, item.last) if isinstance(item, StagedBlob) else (item.first_offset, item.last_offset)
+        return await self._retry(lambda: self._inner.commit(item), f"commit {first}-{last}")
+
+    async def discard(self, item: StagedBlob | Chunk) -> None:
+        await self._inner.discard(item)
 
     async def close(self) -> None:
         await self._inner.close()

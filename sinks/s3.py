@@ -1,20 +1,20 @@
-"""S3 BlobStore on aiobotocore: one key prefix per partition, conditional creates.
+"""S3 BlobStore on aiobotocore (the driver's side): one key prefix per partition, conditional commits.
 
-Commit = one PutObject with `If-None-Match: *` (above `multipart-threshold` a multipart upload whose
-completion carries the same condition), so a blob is created only if its name is free. A 412 means
-the name is taken: when the object there is byte-for-byte ours (an earlier attempt whose answer was
-lost) the commit succeeded; otherwise another writer owns this chain. Each object carries the SHA-256
-of its content in metadata for that comparison. Errors are classified for the retry layer.
+Spark tasks stage each blob as a multipart upload that is uploaded but not completed
+(`sinks.s3_staging`). The driver commits it with `CompleteMultipartUpload` carrying `If-None-Match: *`,
+so a blob is created only if its name is free. A 412 (or, on a retry, a vanished upload) is resolved by
+looking at the object there: if it carries this process's writer id and the staged bytes' SHA-256 (set
+as metadata when the upload was created), an earlier attempt whose answer was lost succeeded;
+otherwise another writer owns this chain. Errors are classified for the retry layer
+(`sinks.s3_errors`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import aiohttp
@@ -33,39 +33,19 @@ from botocore.exceptions import (
 )
 
 from sinks.base import DestinationError
-from sinks.blob_chain import BlobExistsError
-from sinks.retry import TransientDestinationError
+from sinks.blob_chain import BlobExistsError, blob_name
+from sinks.retry import RetryPolicy, TransientDestinationError
+from sinks.s3_errors import (
+    NoSuchUpload,
+    NotImplementedByStore,
+    PreconditionFailed,
+    classify_client_error,
+    first_line,
+)
+from sinks.s3_staging import SHA256_METADATA, WRITER_METADATA, S3Settings, S3Staging
+from sinks.staging import BlobFormat, StagedBlob
 
 T = TypeVar("T")
-SHA256_METADATA = "mirror-v3-sha256"
-WRITER_METADATA = "mirror-v3-writer"  # one random id per process: tells our own blobs from a twin's
-_TRANSIENT_CODES = {
-    "SlowDown",
-    "RequestTimeout",
-    "RequestTimeTooSkewed",
-    "InternalError",
-    "ServiceUnavailable",
-    "Throttling",
-    "ThrottlingException",
-    "TooManyRequests",
-    "RequestLimitExceeded",
-    "ConditionalRequestConflict",  # AWS: a concurrent conditional write; the retry sees the winner
-    "OperationAborted",
-}
-
-
-@dataclass(frozen=True)
-class S3Settings:
-    bucket: str
-    region: str | None
-    endpoint: str | None
-    path_style: bool
-    access_key_id: str | None
-    secret_access_key: str | None
-    session_token: str | None
-    multipart_threshold: int
-    part_size: int
-    request_timeout_s: float
 
 
 def _drop_expect_continue(request: Any, **_: Any) -> None:
@@ -176,73 +156,52 @@ class S3Store:
         modified = head.get("LastModified")
         return None if modified is None else float(modified.timestamp())
 
-    async def put_if_absent(self, name: str, data: memoryview) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+        """Complete the staged multipart upload as `name`, only if the name is free."""
         s3 = await self._s3()
         key = self._prefix + name
-        digest = hashlib.sha256(data).hexdigest()
-        metadata = {SHA256_METADATA: digest, WRITER_METADATA: self._connection.writer_id}
         try:
-            if len(data) > self._connection.settings.multipart_threshold:
-                await self._multipart(s3, key, data, metadata)
-            else:
-                await self._call(
-                    f"put {self.location(name)}",
-                    lambda: s3.put_object(
-                        Bucket=self._bucket,
-                        Key=key,
-                        Body=bytes(data),
-                        IfNoneMatch="*",
-                        Metadata=metadata,
-                        ContentType="application/vnd.apache.parquet",
-                    ),
-                )
-        except _PreconditionFailed:
-            # The name is taken. It is ours only if this process wrote exactly these bytes: an
-            # attempt whose answer was lost, or one the HTTP client resent on its own after a
-            # dropped connection. Anything else, identical bytes included, is another writer.
-            if await self._holds_our_bytes(s3, key, digest):
-                return len(data)
-            raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain") from None
-        return len(data)
-
-    async def _multipart(self, s3: Any, key: str, data: memoryview, metadata: dict[str, str]) -> None:
-        created = await self._call(
-            f"create upload s3://{self._bucket}/{key}",
-            lambda: s3.create_multipart_upload(
-                Bucket=self._bucket, Key=key, Metadata=metadata, ContentType="application/vnd.apache.parquet"
-            ),
-        )
-        upload_id = created["UploadId"]
-        try:
-            part_size = self._connection.settings.part_size
-            parts = []
-            for number, offset in enumerate(range(0, len(data), part_size), start=1):
-                body = bytes(data[offset : offset + part_size])
-                answer = await self._call(
-                    f"upload part {number} of s3://{self._bucket}/{key}",
-                    lambda body=body, number=number: s3.upload_part(  # type: ignore[misc]
-                        Bucket=self._bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
-                    ),
-                )
-                parts.append({"PartNumber": number, "ETag": answer["ETag"]})
             await self._call(
-                f"complete upload s3://{self._bucket}/{key}",
+                f"complete upload {self.location(name)}",
                 lambda: s3.complete_multipart_upload(
                     Bucket=self._bucket,
                     Key=key,
-                    UploadId=upload_id,
-                    MultipartUpload={"Parts": parts},
+                    UploadId=staged.ref,
+                    MultipartUpload={"Parts": [{"PartNumber": n, "ETag": etag} for n, etag in staged.parts]},
                     IfNoneMatch="*",
                 ),
             )
-        except BaseException:
-            # A failed upload leaves nothing visible; free its parts (best effort).
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(
-                    s3.abort_multipart_upload(Bucket=self._bucket, Key=key, UploadId=upload_id),
-                    self._connection.settings.request_timeout_s,
-                )
-            raise
+        except (PreconditionFailed, NoSuchUpload) as exc:
+            # The name is taken, or the upload is gone. It is ours only if this process staged exactly
+            # these bytes: an attempt whose answer was lost (the upload completed, so it is gone), or
+            # one the HTTP client resent on its own after a dropped connection. Anything else,
+            # identical bytes included, is another writer.
+            if await self._holds_our_bytes(s3, key, staged.sha256):
+                return staged.size
+            if isinstance(exc, NoSuchUpload):
+                raise DestinationError(
+                    f"{self.location(name)}: the staged upload was aborted before it could be completed "
+                    "(did another process clean this prefix on start? it owns this chain now)"
+                ) from None
+            await self.discard_staged(staged, key)
+            raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain") from None
+        return staged.size
+
+    async def discard_staged(self, staged: StagedBlob, key: str | None = None) -> None:
+        """Abort a staged upload (best effort: unfinished uploads are also aborted on start)."""
+        s3 = await self._s3()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(
+                s3.abort_multipart_upload(
+                    Bucket=self._bucket,
+                    Key=key or self._prefix + blob_name(staged.first, staged.last),
+                    UploadId=staged.ref,
+                ),
+                self._connection.settings.request_timeout_s,
+            )
+
+    def staging(self, retry: RetryPolicy, blob_format: BlobFormat) -> S3Staging:
+        return S3Staging(self._connection.settings, self._prefix, self._connection.writer_id, retry, blob_format)
 
     async def _holds_our_bytes(self, s3: Any, key: str, digest: str) -> bool:
         try:
@@ -288,7 +247,7 @@ class S3Store:
         try:
             return await asyncio.wait_for(operation(), self._connection.settings.request_timeout_s)
         except ClientError as exc:
-            raise _classify(exc, what, self._bucket) from None
+            raise classify_client_error(exc, what, self._bucket) from None
         except (NoCredentialsError, PartialCredentialsError) as exc:
             raise DestinationError(f"{what}: no usable S3 credentials ({exc})") from None
         except TimeoutError:  # before OSError, of which it is a subclass
@@ -296,35 +255,4 @@ class S3Store:
                 f"{what}: no answer within {self._connection.settings.request_timeout_s:g}s"
             ) from None
         except (BotoConnectionError, BotoHTTPClientError, aiohttp.ClientError, OSError) as exc:
-            raise TransientDestinationError(f"{what}: connection failed: {_first_line(exc)}") from None
-
-
-class _PreconditionFailed(DestinationError):
-    pass
-
-
-class NotImplementedByStore(DestinationError):
-    """The S3-compatible store lacks an optional API (HTTP 501)."""
-
-
-def _classify(exc: ClientError, what: str, bucket: str) -> DestinationError:
-    error = exc.response.get("Error", {})
-    code = str(error.get("Code", ""))
-    status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-    message = error.get("Message") or code or str(status)
-    if status == 412 or code == "PreconditionFailed":
-        return _PreconditionFailed(f"{what}: precondition failed")
-    if code == "NotImplemented" or status == 501:
-        return NotImplementedByStore(f"{what}: not implemented by this store")
-    if status >= 500 or status == 429 or code in _TRANSIENT_CODES:
-        return TransientDestinationError(f"{what}: HTTP {status} {code}: {message}")
-    if code == "NoSuchBucket":
-        return DestinationError(f"{what}: bucket {bucket!r} does not exist")
-    if status == 403 or code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
-        return DestinationError(f"{what}: access denied ({code}: {message})")
-    return DestinationError(f"{what}: HTTP {status} {code}: {message}")
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+            raise TransientDestinationError(f"{what}: connection failed: {first_line(exc)}") from None

@@ -1,7 +1,9 @@
-"""One mirror = one actor: a heartbeat, a flush timer and the ingest loop, over one sink.
+"""One mirror = one actor: a heartbeat and a flush loop over one source partition and one sink.
 
-The actor decides *what* to read and *when* to flush; the PartitionSource does the reading and the
-Sink the durable writing. Its starting position always comes from `sink.open()`.
+Kafka is the buffer. The actor queries the partition's offsets, decides when a flush is due and which
+offsets it covers (`FlushPlanner`), has a Spark job read them and stage them at the destination
+(`PartitionSource.run`), and commits what the job staged strictly in offset order. No record is held
+by the actor between flushes. Its starting position always comes from `sink.open()`.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ import anyio
 
 from config.model import FlushConfig, MirrorConfig
 from sinks.base import Chunk, Sink
-from sinks.records import empty_records, record_bytes
-from supervisor.buffer import RangeBuffer
+from sinks.records import record_bytes
+from sinks.staging import StagedBlob
 from supervisor.errors import DataLossError, MirrorError
+from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, ReadableSince
 from supervisor.logs import log_event
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
-from supervisor.read_planner import ReadLimits, ReadPlanner
 from supervisor.source import SourceOffsets
+from workers.range_job import RangeJobError
+from workers.range_task import BlobLimits
 
 log = logging.getLogger("mirror_v3.actor")
 
@@ -30,16 +34,25 @@ log = logging.getLogger("mirror_v3.actor")
 @dataclass(frozen=True)
 class ActorSettings:
     flush: FlushConfig
-    read_limits: ReadLimits
+    limits: FlushLimits
     heartbeat_secs: float
+    drain_timeout_secs: float = 25.0
 
     @staticmethod
     def heartbeat_from_env() -> float:
-        raw = os.environ.get("MIRROR_V3_HEARTBEAT_SECS", "30")
-        try:
-            return max(0.0, float(raw))
-        except ValueError:
-            return 30.0
+        return _seconds_from_env("MIRROR_V3_HEARTBEAT_SECS", 30.0)
+
+    @staticmethod
+    def drain_timeout_from_env() -> float:
+        return _seconds_from_env("MIRROR_V3_DRAIN_TIMEOUT_SECS", 25.0)
+
+
+def _seconds_from_env(name: str, default: float) -> float:
+    raw = os.environ.get(name, str(default))
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return default
 
 
 class MirrorActor:
@@ -58,19 +71,20 @@ class MirrorActor:
         self._metrics = metrics
         self._settings = settings
         self._stop = stop_requested
-        self._buffer = RangeBuffer()
-        self._planner = ReadPlanner(settings.read_limits)
-        self._buffer_filled = anyio.Event()  # set when the buffer stops being empty
-        self._buffer_taken = anyio.Event()  # set (and replaced) each time the committer takes it
-        self._wake_committer = anyio.Event()
-        self._pending_trigger: str | None = None
-        self._closing = False
-        self._next_read = 0
-        self._verified = 0
+        self._planner = FlushPlanner(settings.limits)
+        self._readable = ReadableSince()
+        self._blob_limits = BlobLimits(max_bytes=settings.flush.max_bytes, max_offsets=settings.flush.max_offsets)
+        self._next = 0  # the destination's next offset: everything below it is committed
+        self._read_from = 0  # where the next flush starts reading (above _next after skipped losses)
         self._records_since_beat = 0
         self._last_flush_at: float | None = None
         self._source_end = 0
+        self._parallelism = 1
         self.started = anyio.Event()
+
+    @property
+    def _topic_partition(self) -> str:
+        return f"{self.mirror.topic}-{self.mirror.partition}"
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -79,23 +93,19 @@ class MirrorActor:
             await self._start()
             try:
                 async with anyio.create_task_group() as tasks:
-                    committer_done = anyio.Event()
-                    tasks.start_soon(self._committer, committer_done)
                     tasks.start_soon(self._heartbeat)
-                    tasks.start_soon(self._flush_timer)
-                    tasks.start_soon(self._cancel_reads_on_stop)
-                    await self._ingest()
-                    # Drain: whatever was read is committed before the actor returns.
-                    self._closing = True
-                    self._request_flush("shutdown")
-                    await committer_done.wait()
+                    with anyio.CancelScope() as work:
+                        tasks.start_soon(self._drain_deadline, work)
+                        await self._flush_loop()
+                    if work.cancelled_caught:
+                        self._abandoned()
                     tasks.cancel_scope.cancel()
             except BaseExceptionGroup as group:
                 raise first_error(group) from None
         finally:
             with anyio.CancelScope(shield=True):
                 await self._sink.close()
-        log_event(log, logging.INFO, "mirror stopped", mirror=self.mirror.name, next_offset=self._verified)
+        log_event(log, logging.INFO, "mirror stopped", mirror=self.mirror.name, next_offset=self._next)
 
     async def _start(self) -> None:
         """Check the source, find the position in the destination, announce the mirror."""
@@ -103,10 +113,10 @@ class MirrorActor:
         destination_next = await self._sink.open()
         offsets = await self._source.offsets()
         self._observe(offsets)
-        self._next_read = self._start_position(destination_next, offsets)
-        self._verified = destination_next if destination_next is not None else self._next_read
-        self._metrics.offset_verified.set(self._verified)
-        self._metrics.source_lag.set(self.lag)  # _verified is only known now
+        self._next = self._start_position(destination_next, offsets)
+        self._read_from = self._next
+        self._metrics.offset_verified.set(self._next)
+        self._metrics.source_lag.set(self.lag)
         log_event(
             log,
             logging.INFO,
@@ -115,7 +125,7 @@ class MirrorActor:
             topic=self.mirror.topic,
             partition=self.mirror.partition,
             destination=self._sink.description,
-            start_offset=self._next_read,
+            start_offset=self._next,
             destination_next=destination_next if destination_next is not None else "empty",
             source_low_watermark=offsets.log_start,
             source_end=offsets.end,
@@ -124,85 +134,162 @@ class MirrorActor:
 
     @property
     def lag(self) -> int:
-        """Source end minus the verified (durable) next offset, as last observed."""
-        return max(0, self._source_end - self._verified)
+        """Source end minus the committed (durable) next offset, as last observed."""
+        return max(0, self._source_end - self._next)
 
     def _start_position(self, destination_next: int | None, offsets: SourceOffsets) -> int:
-        topic_partition = f"{self.mirror.topic}-{self.mirror.partition}"
         if destination_next is None:
             # An empty destination begins wherever the source begins.
             return offsets.log_start
         if offsets.high_watermark < destination_next:
             raise MirrorError(
-                f"source {topic_partition} ends at offset {offsets.high_watermark} (high watermark), below the "
-                f"destination's next offset {destination_next}: was the topic recreated, or is this the wrong cluster?"
+                f"source {self._topic_partition} ends at offset {offsets.high_watermark} (high watermark), below "
+                f"the destination's next offset {destination_next}: was the topic recreated, or is this the wrong "
+                "cluster?"
             )
         return destination_next
 
-    # -- ingest ----------------------------------------------------------------------------------
+    # -- the flush loop --------------------------------------------------------------------------
 
-    async def _ingest(self) -> None:
+    async def _flush_loop(self) -> None:
         poll = self.mirror.source.poll_interval_ms / 1000
-        # (monotonic time it was asked, source end it showed) of the previous offset query.
-        previous: tuple[float, int] | None = None
+        # Plans spread backlogs over every core: wait for the data plane to say how many there are.
+        self._parallelism = await self._source.parallelism()
         while not self._stop.is_set():
-            asked_at = time.monotonic()
-            offsets = await self._source.offsets()
-            earlier, previous = previous, (asked_at, offsets.end)
-            self._observe(offsets)
-            self._handle_data_loss(offsets)
-            if offsets.high_watermark < self._next_read:
-                raise MirrorError(
-                    f"source {self.mirror.topic}-{self.mirror.partition} high watermark {offsets.high_watermark} "
-                    f"fell below the next offset {self._next_read}: was the topic recreated?"
-                )
-            if self._next_read >= offsets.end:
-                with anyio.move_on_after(poll):
-                    await self._stop.wait()
+            offsets = await self._query_offsets()
+            plan = self._planner.plan(self._backlog(offsets.end, draining=False))
+            if plan is not None:
+                await self._flush(plan)
                 continue
-            flush = self._settings.flush
-            room = max(1, flush.max_offsets - self._buffer.offset_count)
-            byte_room = max(1, flush.max_bytes - self._buffer.byte_count)
-            start = self._next_read
-            plan = self._planner.plan(start, min(offsets.end, start + room), byte_room)
-            try:
-                records = await self._source.read(start, plan.end, plan.tasks)
-            except Exception:
-                if self._stop.is_set():
-                    break  # the read was cancelled by the drain; what it got is discarded
-                raise
-            self._planner.observe(plan.end - start, record_bytes(records))
-            self._accept(start, plan.end - 1, records.num_rows)
-            # flush.max-time counts from when the records could first be seen: if the previous query
-            # already ended at `start`, every record read now became readable after it. Measuring from
-            # the read instead would add a poll interval and a read to every record's wait.
-            waiting_since = earlier[0] if earlier is not None and earlier[1] <= start else asked_at
-            self._buffer.add(start, plan.end - 1, records, waiting_since)
-            self._buffer_filled.set()
-            trigger = self._size_trigger()
-            if trigger is not None:
-                # Hand the full buffer to the committer and read on while it writes; wait only
-                # until it has taken the buffer, so at most one chunk is in flight.
-                taken = self._buffer_taken
-                self._request_flush(trigger)
-                await taken.wait()
+            due_at = self._planner.due_at(self._backlog(offsets.end, draining=False))
+            wait = poll if due_at is None else max(0.0, min(poll, due_at - time.monotonic()))
+            with anyio.move_on_after(wait):
+                await self._stop.wait()
+        await self._drain()
 
-    def _accept(self, first: int, last: int, record_count: int) -> None:
-        holes = (last - first + 1) - record_count
+    async def _drain(self) -> None:
+        """Write what was readable when the stop came; then return."""
+        drain_end = (await self._query_offsets()).end
+        while (plan := self._planner.plan(self._backlog(drain_end, draining=True))) is not None:
+            await self._flush(plan)
+
+    async def _drain_deadline(self, work: anyio.CancelScope) -> None:
+        """From the stop on, the job in flight and the drain get `drain_timeout_secs` in all."""
+        await self._stop.wait()
+        await anyio.sleep(self._settings.drain_timeout_secs)
+        work.cancel()
+
+    def _abandoned(self) -> None:
+        self._source.cancel()
+        log_event(
+            log,
+            logging.WARNING,
+            "drain timed out, work in flight abandoned",
+            mirror=self.mirror.name,
+            next_offset=self._next,
+            timeout_s=self._settings.drain_timeout_secs,
+            note="staged leftovers are removed on the next start",
+        )
+
+    async def _query_offsets(self) -> SourceOffsets:
+        asked_at = time.monotonic()
+        offsets = await self._source.offsets()
+        self._readable.observe(asked_at, offsets.end)
+        self._observe(offsets)
+        if offsets.high_watermark < self._next:
+            raise MirrorError(
+                f"source {self._topic_partition} high watermark {offsets.high_watermark} fell below the next "
+                f"offset {self._next}: was the topic recreated?"
+            )
+        self._handle_data_loss(offsets)
+        return offsets
+
+    def _backlog(self, end: int, draining: bool) -> Backlog:
+        return Backlog(
+            first=self._next,
+            read_from=max(self._read_from, self._next),
+            end=end,
+            waiting_since=self._readable.since(self._next),
+            now=time.monotonic(),
+            draining=draining,
+            parallelism=self._parallelism,
+        )
+
+    async def _flush(self, plan: FlushPlan) -> None:
+        """One Spark job over the plan's tasks, then its staged writes committed in offset order."""
+        began = time.monotonic()
+        try:
+            items = await self._source.run(plan.tasks, self._blob_limits, self._sink.staging())
+        except RangeJobError as exc:
+            if exc.kind == "OffsetsDeletedError":
+                # Deleted while the job read: the next offset query sees the new log start and applies
+                # source.on-data-loss (fail, or skip them) before anything is committed past them.
+                self._handle_data_loss(await self._source.offsets())
+                if self._read_from > self._next:
+                    return
+            raise MirrorError(f"{self._topic_partition}: {exc}") from None
+        staged_at = time.monotonic()
+        for index, item in enumerate(items):
+            try:
+                await self._commit(item, plan.trigger, began, staged_at)
+            except BaseException:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                    for rest in items[index + 1 :]:
+                        await self._sink.discard(rest)
+                raise
+            began = staged_at = time.monotonic()
+        self._readable.forget_below(self._next)
+        self._metrics.offset_verified.set(self._next)
+        self._metrics.source_lag.set(self.lag)
+
+    async def _commit(self, item: StagedBlob | Chunk, trigger: str, began: float, staged_at: float) -> None:
+        if isinstance(item, StagedBlob):
+            first, last, records, payload = item.first, item.last, item.records, item.record_bytes
+        else:
+            first, last = item.first_offset, item.last_offset
+            records, payload = item.records.num_rows, record_bytes(item.records)
+        committed = await self._sink.commit(item)
+        finished = time.monotonic()
+        interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
+        self._last_flush_at = finished
+        self._planner.observe(last - first + 1, payload)
+        self._next = last + 1
+        self._read_from = max(self._read_from, self._next)
+        self._records_since_beat += records
+        holes = (last - first + 1) - records
         if holes:
             self._metrics.gap_records.inc(holes)
-        self._next_read = last + 1
-        self._records_since_beat += record_count
+        self._metrics.offset_verified.set(self._next)
+        self._metrics.records.inc(records)
+        self._metrics.bytes.inc(committed.bytes_written)
+        self._metrics.flushes.inc()
+        self._metrics.last_flush.set(time.time())
+        self._metrics.source_lag.set(self.lag)
+        log_event(
+            log,
+            logging.INFO,
+            "flushed",
+            mirror=self.mirror.name,
+            path=committed.location,
+            **{"from": first},
+            to=last,
+            count=records,
+            bytes=committed.bytes_written,
+            elapsed_ms=round((finished - began) * 1000),
+            commit_ms=round((finished - staged_at) * 1000),
+            interval_ms=interval_ms,
+            trigger=trigger,
+        )
 
     def _handle_data_loss(self, offsets: SourceOffsets) -> None:
-        if self._next_read >= offsets.log_start:
+        read_from = max(self._read_from, self._next)
+        if read_from >= offsets.log_start:
             return
-        lost_first, lost_last = self._next_read, offsets.log_start - 1
-        topic_partition = f"{self.mirror.topic}-{self.mirror.partition}"
+        lost_first, lost_last = read_from, offsets.log_start - 1
         if self.mirror.source.on_data_loss == "fail":
             raise DataLossError(
-                f"source {topic_partition} log start offset {offsets.log_start} is above the next offset to mirror "
-                f"{self._next_read}: offsets {lost_first}..{lost_last} were deleted before they were mirrored "
+                f"source {self._topic_partition} log start offset {offsets.log_start} is above the next offset to "
+                f"mirror {read_from}: offsets {lost_first}..{lost_last} were deleted before they were mirrored "
                 "(set source.on-data-loss: skip to continue without them)"
             )
         count = lost_last - lost_first + 1
@@ -217,89 +304,9 @@ class MirrorActor:
             source_low_watermark=offsets.log_start,
         )
         self._metrics.lost_records.inc(count)
-        # The lost offsets stay inside the next blob's range so the chain has no hole; the WARN
-        # line and the lost-records counter are the record of what is missing.
-        self._buffer.add(lost_first, lost_last, empty_records())
-        self._buffer_filled.set()
-        self._next_read = offsets.log_start
-
-    def _size_trigger(self) -> str | None:
-        flush = self._settings.flush
-        if self._buffer.offset_count >= flush.max_offsets:
-            return "max-offsets"
-        # Byte sizes of reads are estimates: filling the last few bytes exactly would take one or two
-        # reads of a handful of records, each costing a whole Spark job (~0.2 s). Within 1/8, flush.
-        if self._buffer.byte_count >= flush.max_bytes - flush.max_bytes // 8:
-            return "max-bytes"
-        return None
-
-    # -- flushing --------------------------------------------------------------------------------
-
-    def _request_flush(self, trigger: str) -> None:
-        if self._pending_trigger is None:
-            self._pending_trigger = trigger
-        self._wake_committer.set()
-
-    async def _committer(self, done: anyio.Event) -> None:
-        """The only task that writes to the sink: takes the whole buffer, commits it, repeats."""
-        while True:
-            await self._wake_committer.wait()
-            self._wake_committer = anyio.Event()
-            trigger, self._pending_trigger = self._pending_trigger or "max-time", None
-            if not self._buffer.empty:
-                chunk = self._buffer.take()
-                self._buffer_filled = anyio.Event()
-                taken, self._buffer_taken = self._buffer_taken, anyio.Event()
-                taken.set()
-                # Shielded: a commit that has taken the buffer finishes even if the actor is being
-                # cancelled, so the chain tail is never left half-known.
-                with anyio.CancelScope(shield=True):
-                    await self._commit(chunk, trigger)
-            if self._closing and self._buffer.empty:
-                done.set()
-                return
-
-    async def _commit(self, chunk: Chunk, trigger: str) -> None:
-        began = time.monotonic()
-        committed = await self._sink.commit(chunk)
-        finished = time.monotonic()
-        interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
-        self._last_flush_at = finished
-        self._verified = chunk.last_offset + 1
-        self._metrics.offset_verified.set(self._verified)
-        self._metrics.records.inc(chunk.records.num_rows)
-        self._metrics.bytes.inc(committed.bytes_written)
-        self._metrics.flushes.inc()
-        self._metrics.last_flush.set(time.time())
-        self._metrics.source_lag.set(self.lag)
-        log_event(
-            log,
-            logging.INFO,
-            "flushed",
-            mirror=self.mirror.name,
-            path=committed.location,
-            **{"from": chunk.first_offset},
-            to=chunk.last_offset,
-            count=chunk.records.num_rows,
-            bytes=committed.bytes_written,
-            elapsed_ms=round((finished - began) * 1000),
-            interval_ms=interval_ms,
-            trigger=trigger,
-        )
-
-    async def _flush_timer(self) -> None:
-        max_age = self._settings.flush.max_time_ms / 1000
-        while True:
-            if self._buffer.empty:
-                await self._buffer_filled.wait()
-                continue
-            remaining = max_age - self._buffer.age()
-            if remaining > 0:
-                await anyio.sleep(remaining)
-                continue
-            taken = self._buffer_taken
-            self._request_flush("max-time")
-            await taken.wait()
+        # The lost offsets stay inside the next blob's range so the chain has no gap; the WARN line and
+        # the lost-records counter are the record of what is missing.
+        self._read_from = offsets.log_start
 
     # -- observation -----------------------------------------------------------------------------
 
@@ -320,16 +327,11 @@ class MirrorActor:
                 logging.DEBUG,
                 "heartbeat",
                 mirror=self.mirror.name,
-                expected_offset=self._next_read,
-                verified_offset=self._verified,
+                verified_offset=self._next,
+                source_end=self._source_end,
                 progressed=self._records_since_beat,
-                buffered_offsets=self._buffer.offset_count,
             )
             self._records_since_beat = 0
-
-    async def _cancel_reads_on_stop(self) -> None:
-        await self._stop.wait()
-        self._source.cancel_reads()
 
 
 def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:

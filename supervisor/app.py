@@ -17,11 +17,11 @@ from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
 from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
+from supervisor.flush_planner import FlushLimits
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
-from supervisor.read_planner import ReadLimits
 from supervisor.source import SourceClusters
 from workers.spark_session import get_spark, stop_spark
 
@@ -38,15 +38,20 @@ class Supervisor:
         self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
 
     def _build_actors(self) -> None:
+        flush, spark = self._config.destination.flush, self._config.spark
         settings = ActorSettings(
-            flush=self._config.destination.flush,
-            read_limits=ReadLimits(
-                max_offsets_per_read=self._config.spark.max_offsets_per_read,
-                max_bytes_per_read=self._config.spark.max_bytes_per_read,
-                offsets_per_task=self._config.spark.offsets_per_task,
-                bytes_per_task=self._config.spark.bytes_per_task,
+            flush=flush,
+            limits=FlushLimits(
+                max_offsets=flush.max_offsets,
+                max_bytes=flush.max_bytes,
+                max_time_s=flush.max_time_ms / 1000,
+                task_offsets=spark.offsets_per_task,
+                task_bytes=spark.bytes_per_task,
+                job_offsets=spark.max_offsets_per_job,
+                job_bytes=spark.max_bytes_per_job,
             ),
             heartbeat_secs=ActorSettings.heartbeat_from_env(),
+            drain_timeout_secs=ActorSettings.drain_timeout_from_env(),
         )
         sinks = SinkFactory(self._config.destination)
         for index, mirror in enumerate(self._config.mirrors):

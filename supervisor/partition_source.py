@@ -1,23 +1,29 @@
-"""What an actor reads from: offsets of its partition and exact ranges of its records."""
+"""What an actor reads from: offsets of its partition, and Spark jobs over exact ranges of it."""
 
 from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from typing import Protocol
 
 import anyio.to_thread
 import pyarrow as pa
 
-from config.kafka_clients import jvm_properties
+from config.kafka_clients import librdkafka_properties
 from config.model import MirrorConfig, SparkConfig
+from sinks.base import Chunk
+from sinks.staging import BlobStaging, RecordsToDriver, StagedBlob
+from supervisor.flush_planner import PlannedTask
 from supervisor.source import SourceCluster, SourceOffsets
-from workers.range_reader import RangeRequest, cancel_read, read_range
+from workers.kafka_range import SourcePartition
+from workers.range_job import RangeJob, cancel_job, run_records_job, run_staging_job
+from workers.range_task import BlobLimits, TaskRange
 from workers.spark_session import current_spark, get_spark
 
 
-class ReadCancelled(RuntimeError):
-    """The read was abandoned because the mirror is draining."""
+class JobCancelled(RuntimeError):
+    """The job was abandoned because the mirror's drain ran out of time."""
 
 
 class PartitionSource(Protocol):
@@ -27,32 +33,43 @@ class PartitionSource(Protocol):
 
     async def offsets(self) -> SourceOffsets: ...
 
-    async def read(self, start: int, end: int, tasks: int) -> pa.Table:
-        """Every record with offset in [start, end), in the Kafka-source layout, sorted by offset,
-        read by `tasks` parallel tasks."""
+    async def parallelism(self) -> int:
+        """How many tasks the data plane runs at once (waits for it to start)."""
         ...
 
-    def cancel_reads(self) -> None:
-        """Abort the read in flight, if any (its `read` then raises)."""
+    async def run(
+        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | RecordsToDriver
+    ) -> list[StagedBlob | Chunk]:
+        """Run one job over consecutive tasks: staged blobs (or chunks of records, one per task)
+        covering exactly [tasks[0].first, tasks[-1].end), in offset order."""
+        ...
+
+    def cancel(self) -> None:
+        """Abort the job in flight, if any (its `run` then raises), and refuse new ones."""
         ...
 
 
 class SparkPartitionSource:
-    """Offsets from aiokafka; records from Spark's Kafka batch source, off the event loop."""
+    """Offsets from aiokafka; records read (and blobs written) by Spark tasks, off the event loop."""
 
     def __init__(self, mirror: MirrorConfig, cluster: SourceCluster, spark: SparkConfig, field: str) -> None:
         """`field` is the mirror's config path; raises ClientSettingsError if its TLS files are unusable."""
         self._mirror = mirror
-        self._kafka_options = {
-            f"kafka.{name}": value
-            for name, value in jvm_properties(mirror.source.security, f"{field}.source.security").items()
-        }
+        self._partition = SourcePartition(
+            bootstrap_servers=mirror.source.bootstrap_servers,
+            topic=mirror.topic,
+            partition=mirror.partition,
+            isolation_level=mirror.source.isolation_level,
+            group_id=mirror.source.group_id or f"mirror-v3.{mirror.name}",
+            stall_timeout_s=mirror.source.request_timeout_ms / 1000,
+            client_properties=librdkafka_properties(mirror.source.security, f"{field}.source.security"),
+        )
         self._cluster = cluster
         self._spark_config = spark
-        self._group_id = mirror.source.group_id or f"mirror-v3.{mirror.name}"
         self._inflight: str | None = None
         self._cancelled = False
         self._lock = threading.Lock()
+        self._parallelism: int | None = None
 
     async def check(self) -> None:
         await self._cluster.check_partition(self._mirror.topic, self._mirror.partition)
@@ -62,39 +79,51 @@ class SparkPartitionSource:
             self._mirror.topic, self._mirror.partition, self._mirror.source.isolation_level
         )
 
-    async def read(self, start: int, end: int, tasks: int) -> pa.Table:
-        job_group = f"mirror-v3.{self._mirror.name}.{uuid.uuid4().hex[:12]}"
-        request = RangeRequest(
-            bootstrap_servers=self._mirror.source.bootstrap_servers,
-            topic=self._mirror.topic,
-            partition=self._mirror.partition,
-            start=start,
-            end=end,
-            isolation_level=self._mirror.source.isolation_level,
-            group_id=self._group_id,
-            min_partitions=tasks,
-            job_group=job_group,
-            kafka_options=self._kafka_options,
+    async def parallelism(self) -> int:
+        if self._parallelism is None:
+            spark = await anyio.to_thread.run_sync(get_spark, self._spark_config, abandon_on_cancel=True)
+            self._parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+        return self._parallelism
+
+    async def run(
+        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | RecordsToDriver
+    ) -> list[StagedBlob | Chunk]:
+        job = RangeJob(
+            source=self._partition,
+            tasks=tuple(TaskRange(t.first, t.read_from, t.end) for t in tasks),
+            limits=limits,
+            target=target,
+            job_group=f"mirror-v3.{self._mirror.name}.{uuid.uuid4().hex[:12]}",
+            pool=f"mirror-v3.{self._mirror.name}",
         )
         with self._lock:
-            self._inflight = job_group
+            self._inflight = job.job_group
         try:
-            return await anyio.to_thread.run_sync(self._read_blocking, request)
+            # Abandoned on cancel: the thread finishes (or fails) on its own once `cancel` has
+            # interrupted the Spark job; the actor does not wait for it.
+            return await anyio.to_thread.run_sync(self._run_blocking, job, abandon_on_cancel=True)
         finally:
             with self._lock:
                 self._inflight = None
 
-    def _read_blocking(self, request: RangeRequest) -> pa.Table:
+    def _run_blocking(self, job: RangeJob) -> list[StagedBlob | Chunk]:
         spark = get_spark(self._spark_config)  # may wait for the session to start
         if self._cancelled:
-            raise ReadCancelled(f"read of {request.topic}-{request.partition} cancelled before it started")
-        return read_range(spark, request)
+            raise JobCancelled(f"job over {self._partition.name} cancelled before it started")
+        if isinstance(job.target, RecordsToDriver):
+            tables = run_records_job(spark, job)
+            return [_chunk(task, table) for task, table in zip(job.tasks, tables, strict=True)]
+        return [blob for blobs in run_staging_job(spark, job) for blob in blobs]
 
-    def cancel_reads(self) -> None:
-        """Stop the read in flight and refuse new ones. Called from the event loop: never waits."""
+    def cancel(self) -> None:
+        """Called from the event loop: never waits."""
         self._cancelled = True
         with self._lock:
             job_group = self._inflight
         spark = current_spark()
         if job_group is not None and spark is not None:
-            cancel_read(spark, job_group)
+            cancel_job(spark, job_group)
+
+
+def _chunk(task: TaskRange, records: pa.Table) -> Chunk:
+    return Chunk(first_offset=task.first, last_offset=task.end - 1, records=records)

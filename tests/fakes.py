@@ -4,17 +4,26 @@ from __future__ import annotations
 
 import datetime as dt
 import time
+import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import anyio
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
-from sinks.blob_chain import BlobExistsError, is_temp_name
+from sinks.base import Chunk, DestinationError
+from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
 from sinks.records import KAFKA_SCHEMA
 from sinks.retry import TransientDestinationError
+from sinks.staging import BlobFormat, BlobStaging, RecordsToDriver, StagedBlob
+from supervisor.flush_planner import PlannedTask
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.source import SourceOffsets
+from workers.kafka_range import OffsetsDeletedError, SourcePartition
+from workers.range_job import RangeJobError
+from workers.range_task import BlobLimits, TaskRange, read_records, stage_blobs
 
 
 @dataclass
@@ -42,8 +51,87 @@ def records_table(records: list[FakeRecord], topic: str = "t", partition: int = 
     )
 
 
+class FakeKafkaError:
+    def __init__(self, code: int, text: str = "") -> None:
+        self._code, self._text = code, text
+
+    def code(self) -> int:
+        return self._code
+
+    def fatal(self) -> bool:
+        return False
+
+    def str(self) -> str:
+        return self._text or f"error {self._code}"
+
+
+class FakeMessage:
+    """The parts of confluent_kafka.Message a task reads."""
+
+    def __init__(self, record: FakeRecord | None = None, error: FakeKafkaError | None = None) -> None:
+        self._record, self._error = record, error
+
+    def error(self) -> FakeKafkaError | None:
+        return self._error
+
+    def offset(self) -> int:
+        return -1 if self._record is None else self._record.offset
+
+    def key(self) -> bytes | None:
+        return None if self._record is None else self._record.key
+
+    def value(self) -> bytes | None:
+        return None if self._record is None else self._record.value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 0 if self._record is None else self._record.timestamp_ms)
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return None if self._record is None or not self._record.headers else list(self._record.headers)
+
+
+class FakeConsumer:
+    """A librdkafka consumer over a FakePartitionSource: fetches `batch` records per call, moves its
+    position past holes like a read_committed consumer, and reports deleted offsets as an error."""
+
+    def __init__(self, source: FakePartitionSource, batch: int = 64) -> None:
+        self._source = source
+        self._batch = batch
+        self.position_at = -1001
+        self.closed = False
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.position_at = partitions[0].offset
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        source = self._source
+        if self.position_at < source.log_start:
+            return [FakeMessage(error=FakeKafkaError(-140, "offset out of range"))]
+        found: list[FakeMessage] = []
+        while self.position_at < source.end and len(found) < min(num_messages, self._batch):
+            record = source.records.get(self.position_at)
+            if record is not None:
+                found.append(FakeMessage(record))
+            self.position_at += 1
+        return found
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(p.topic, p.partition, self.position_at) for p in partitions]
+
+    def get_watermark_offsets(self, partition: Any, timeout: float) -> tuple[int, int]:
+        return self._source.log_start, self._source.end
+
+    def close(self) -> None:
+        self.closed = True
+
+
 class FakePartitionSource:
-    """A partition as a dict offset -> record; missing offsets inside [log_start, end) are holes."""
+    """A partition as a dict offset -> record; missing offsets inside [log_start, end) are holes.
+
+    `run` does what a Spark job does, in-process: each task reads its range through a FakeConsumer
+    and stages blobs with the real `stage_blobs`, or returns the records."""
 
     def __init__(self, topic: str = "t", partition: int = 0) -> None:
         self.topic = topic
@@ -52,9 +140,11 @@ class FakePartitionSource:
         self.log_start = 0
         self.end = 0
         self.high_watermark: int | None = None
-        self.reads: list[tuple[int, int]] = []
-        self.read_delay = 0.0
+        self.jobs: list[list[tuple[int, int, int]]] = []  # per job: (first, read_from, end) per task
+        self.job_delay = 0.0
+        self.cores = 2
         self.fail_check: Exception | None = None
+        self.cancelled = False
 
     def append(self, count: int, *, holes_every: int = 0) -> None:
         for _ in range(count):
@@ -77,18 +167,68 @@ class FakePartitionSource:
         hw = self.end if self.high_watermark is None else self.high_watermark
         return SourceOffsets(log_start=self.log_start, end=self.end, high_watermark=hw)
 
-    async def read(self, start: int, end: int, tasks: int = 1) -> pa.Table:
-        assert start >= self.log_start, "read below log start"
-        assert end <= self.end, "read past end"
-        self.reads.append((start, end))
-        if self.read_delay:
-            await anyio.sleep(self.read_delay)
-        return records_table(
-            [self.records[o] for o in range(start, end) if o in self.records], self.topic, self.partition
-        )
+    async def parallelism(self) -> int:
+        return self.cores
 
-    def cancel_reads(self) -> None:
-        pass
+    def partition_spec(self) -> SourcePartition:
+        return SourcePartition("fake:9092", self.topic, self.partition, "read_committed", "g", 5.0)
+
+    async def run(
+        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | RecordsToDriver
+    ) -> list[StagedBlob | Chunk]:
+        assert all(t.end <= self.end for t in tasks), "job past the end"
+        self.jobs.append([(t.first, t.read_from, t.end) for t in tasks])
+        if self.job_delay:
+            await anyio.sleep(self.job_delay)
+        items: list[StagedBlob | Chunk] = []
+        spec = self.partition_spec()
+        for task in tasks:
+            task_range = TaskRange(task.first, task.read_from, task.end)
+            try:
+                if isinstance(target, RecordsToDriver):
+                    batches = list(read_records(spec, task_range, FakeConsumer(self)))
+                    table = pa.Table.from_batches(batches, KAFKA_SCHEMA)
+                    items.append(Chunk(task.first, task.end - 1, table))
+                else:
+                    items.extend(stage_blobs(spec, task_range, limits, target, FakeConsumer(self)))
+            except OffsetsDeletedError as exc:
+                raise RangeJobError("OffsetsDeletedError", str(exc)) from None
+        return items
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class MemoryStaging:
+    """Stages blobs of an InMemoryStore under temporary names, as a task would on a filesystem."""
+
+    def __init__(self, store: InMemoryStore, blob_format: BlobFormat | None = None) -> None:
+        self.store = store
+        self.blob_format = blob_format or BlobFormat()
+
+    def open(self, first: int) -> MemoryBlobOutput:
+        return MemoryBlobOutput(self.store, temp_name(f"{first:020d}-staged.parquet", uuid.uuid4().hex))
+
+
+class MemoryBlobOutput:
+    def __init__(self, store: InMemoryStore, name: str) -> None:
+        self.store, self.name = store, name
+        self.file = pa.BufferOutputStream()
+
+    def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
+        data = self.file.getvalue().to_pybytes()
+        self.store.blobs[self.name] = data
+        return StagedBlob(first, last, records, record_bytes, len(data), ref=self.name)
+
+    def abandon(self) -> None:
+        self.store.blobs.pop(self.name, None)
+
+
+def stage_bytes(store: InMemoryStore, data: bytes, first: int = 0, last: int = 0) -> StagedBlob:
+    """Stage raw bytes in an InMemoryStore (for chain and store tests that do not care about Parquet)."""
+    name = temp_name(f"{first:020d}-staged.parquet", uuid.uuid4().hex)
+    store.blobs[name] = data
+    return StagedBlob(first, last, 0, 0, len(data), ref=name)
 
 
 class InMemoryStore:
@@ -127,18 +267,24 @@ class InMemoryStore:
     async def modified_at(self, name: str) -> float | None:
         return self.written_at.get(name)
 
-    async def put_if_absent(self, name: str, data: memoryview) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+        data = self.blobs.get(staged.ref)
         if name in self.blobs:
-            if name in self.unsure and self.blobs[name] == bytes(data):
-                return len(data)
+            if name in self.unsure and data is None:
+                return staged.size  # our earlier attempt moved it; its answer was lost
             raise BlobExistsError(f"{name} exists")
-        self.blobs[name] = bytes(data)
+        if data is None:
+            raise DestinationError(f"staged {staged.ref} is gone")
+        self.blobs[name] = self.blobs.pop(staged.ref)
         self.written_at[name] = time.time()
         if self.lose_answers:
             self.lose_answers -= 1
             self.unsure.add(name)
-            raise TransientDestinationError("connection reset after the upload")
-        return len(data)
+            raise TransientDestinationError("connection reset after the commit")
+        return staged.size
+
+    async def discard_staged(self, staged: StagedBlob) -> None:
+        await self.remove(staged.ref)
 
     async def close(self) -> None:
         return None

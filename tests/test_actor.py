@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import logging
+from typing import Any
 
 import anyio
 import pyarrow.parquet as pq
@@ -12,12 +13,11 @@ import pytest
 from config.model import FlushConfig, MirrorConfig, SourceConfig
 from sinks.blob_chain import parse_blob_name
 from sinks.blob_sink import BlobSink
-from sinks.records import record_bytes
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.errors import DataLossError, MirrorError
+from supervisor.flush_planner import FlushLimits
 from supervisor.metrics import MetricFamilies
-from supervisor.read_planner import ReadLimits
-from tests.fakes import FakePartitionSource, InMemoryStore, fresh_metrics, records_table, sample
+from tests.fakes import FakePartitionSource, InMemoryStore, MemoryStaging, fresh_metrics, sample
 
 MIRROR = MirrorConfig(
     name="m", source=SourceConfig(bootstrap_servers="fake:9092", poll_interval_ms=10), topic="t", partition=0
@@ -29,25 +29,31 @@ def make_actor(
     store: InMemoryStore,
     *,
     flush: FlushConfig | None = None,
-    max_per_read: int = 1000,
+    max_per_job: int = 1000,
     mirror: MirrorConfig = MIRROR,
+    drain_timeout: float = 25.0,
 ) -> tuple[MirrorActor, anyio.Event, MetricFamilies]:
     families, metrics = fresh_metrics()
     stop = anyio.Event()
+    flush = flush or FlushConfig(max_time_ms=50, max_bytes=10**9, max_offsets=10**9)
     actor = MirrorActor(
         mirror=mirror,
         source=source,
-        sink=BlobSink(store, "mem", "zstd", None),
+        sink=BlobSink(store, "mem", MemoryStaging(store)),
         metrics=metrics,
         settings=ActorSettings(
-            flush=flush or FlushConfig(max_time_ms=50, max_bytes=10**9, max_offsets=10**9),
-            read_limits=ReadLimits(
-                max_offsets_per_read=max_per_read,
-                max_bytes_per_read=64 * 1024 * 1024,
-                offsets_per_task=max_per_read,
-                bytes_per_task=32 * 1024 * 1024,
+            flush=flush,
+            limits=FlushLimits(
+                max_offsets=flush.max_offsets,
+                max_bytes=flush.max_bytes,
+                max_time_s=flush.max_time_ms / 1000,
+                task_offsets=max_per_job // 2,
+                task_bytes=32 * 1024 * 1024,
+                job_offsets=max_per_job,
+                job_bytes=64 * 1024 * 1024,
             ),
             heartbeat_secs=0,
+            drain_timeout_secs=drain_timeout,
         ),
         stop_requested=stop,
     )
@@ -65,8 +71,8 @@ async def run_until(actor: MirrorActor, stop: anyio.Event, store: InMemoryStore,
 
 
 def destination_next(store: InMemoryStore) -> int | None:
-    ranges = [parse_blob_name(name) for name in store.blobs]
-    return max(r.last for r in ranges if r) + 1 if ranges else None
+    ranges = [r for name in store.blobs if (r := parse_blob_name(name)) is not None]
+    return max(r.last for r in ranges) + 1 if ranges else None
 
 
 def read_back(store: InMemoryStore) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -74,7 +80,7 @@ def read_back(store: InMemoryStore) -> list[tuple[int, bytes | None, bytes | Non
     previous_last = None
     for name in sorted(store.blobs):
         blob = parse_blob_name(name)
-        assert blob is not None
+        assert blob is not None, f"leftover {name}"
         if previous_last is not None:
             assert blob.first == previous_last + 1, "chain broken"
         previous_last = blob.last
@@ -115,8 +121,8 @@ async def test_restart_continues_from_destination() -> None:
     actor, stop, _ = make_actor(source, store)
     await run_until(actor, stop, store, 1700)
     assert read_back(store) == expected_rows(source)
-    assert source.reads[-1][1] == 1700
-    assert all(start >= 1000 for start, _ in source.reads[1:] if start >= 1000)
+    second_run = [task for job in source.jobs for task in job if task[2] > 1000]
+    assert second_run[0][0] == 1000 and second_run[-1][2] == 1700
 
 
 async def test_empty_destination_starts_at_log_start() -> None:
@@ -185,38 +191,58 @@ async def test_source_end_below_destination_fails() -> None:
 async def test_each_flush_trigger_fires(flush: FlushConfig, trigger: str, caplog: pytest.LogCaptureFixture) -> None:
     source, store = FakePartitionSource(), InMemoryStore()
     source.append(1000)
-    actor, stop, _ = make_actor(source, store, flush=flush, max_per_read=100)
+    actor, stop, _ = make_actor(source, store, flush=flush, max_per_job=600)
     caplog.set_level(logging.INFO, logger="mirror_v3.actor")
-    if trigger == "max-time":
-        await run_until(actor, stop, store, 1000)
-    else:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(actor.run)
-            with anyio.fail_after(10):
-                while not store.blobs:
-                    await anyio.sleep(0.01)
-            stop.set()
-    triggers = [
-        getattr(r, "mirror_v3_fields", {}).get("trigger") for r in caplog.records if r.getMessage() == "flushed"
-    ]
-    assert trigger in triggers
+
+    def triggers() -> list[str | None]:
+        return [
+            getattr(r, "mirror_v3_fields", {}).get("trigger") for r in caplog.records if r.getMessage() == "flushed"
+        ]
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        with anyio.fail_after(10):
+            while not store.blobs:
+                await anyio.sleep(0.01)
+            assert triggers()[0] == "start"  # the first flush learns the record size
+            source.append(1000)
+            while trigger not in triggers():
+                await anyio.sleep(0.01)
+        stop.set()
     if trigger == "max-offsets":
         assert all(parse_blob_name(n).last - parse_blob_name(n).first + 1 <= 300 for n in store.blobs)  # type: ignore[union-attr]
-    assert read_back(store) == expected_rows(source)[: len(read_back(store))]
+    assert read_back(store) == expected_rows(source)
 
 
-async def test_shutdown_flushes_buffer() -> None:
+async def test_records_wait_in_the_source_until_the_drain_writes_them() -> None:
     source, store = FakePartitionSource(), InMemoryStore()
     source.append(321)
     actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=3_600_000))
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)
         with anyio.fail_after(5):
-            while actor._next_read < 321:
+            while destination_next(store) != 321:  # the start flush
                 await anyio.sleep(0.01)
-        assert not store.blobs  # nothing flushed yet: the timer is an hour
+        source.append(100)
+        await anyio.sleep(0.1)
+        assert len(source.jobs) == 1  # nothing due: the timer is an hour
         stop.set()
     assert read_back(store) == expected_rows(source)
+
+
+async def test_a_drain_that_runs_out_of_time_abandons_the_job_and_exits() -> None:
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(100)
+    source.job_delay = 5.0
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=3_600_000), drain_timeout=0.2)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        await actor.started.wait()
+        stop.set()
+        with anyio.fail_after(2):
+            while not source.cancelled:
+                await anyio.sleep(0.01)
+    assert not store.blobs  # never half-committed
 
 
 async def test_hole_only_range_still_advances_the_chain() -> None:
@@ -231,34 +257,43 @@ async def test_hole_only_range_still_advances_the_chain() -> None:
 
 
 async def test_max_time_counts_from_when_records_became_readable() -> None:
-    """A record's wait includes the read that fetched it: with a read as slow as max-time, the flush
-    follows the read at once instead of waiting another max-time in the buffer."""
+    """The flush starts max-time after the records became readable (as far as the offset queries tell),
+    not max-time after the mirror first saw them."""
     source, store = FakePartitionSource(), InMemoryStore()
-    source.read_delay = 0.4
-    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=400))
+    source.append(10)
+    source.job_delay = 0.2
+    poll = MIRROR.source.poll_interval_ms / 1000
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=300))
+    started: list[float] = []
+    run = source.run
+
+    async def timed_run(*args: Any) -> Any:
+        started.append(anyio.current_time())
+        return await run(*args)
+
+    source.run = timed_run  # type: ignore[method-assign,assignment]
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)
-        await actor.started.wait()
-        await anyio.sleep(0.05)  # idle: the actor has seen the (empty) end
+        with anyio.fail_after(5):
+            while destination_next(store) != 10:  # the start flush
+                await anyio.sleep(0.005)
+        await anyio.sleep(0.05)  # idle: the actor has seen the end
         appended = anyio.current_time()
         source.append(10)
         with anyio.fail_after(5):
-            while destination_next(store) != 10:
+            while destination_next(store) != 20:
                 await anyio.sleep(0.005)
-        waited = anyio.current_time() - appended
         stop.set()
-    # 0.4 s read + flush at once (the buffer counts from before the read); measuring from the read would be >= 0.8 s.
-    assert waited < 0.65, waited
+    assert 0.3 - poll - 0.02 <= started[1] - appended <= 0.3 + 0.05, started[1] - appended
     assert read_back(store) == expected_rows(source)
 
 
-async def test_a_nearly_full_buffer_is_flushed_rather_than_topped_up() -> None:
-    """Reading a sliver to fill max-bytes exactly costs a whole Spark job: within 1/8 of it, flush instead."""
+async def test_a_backlog_is_spread_over_every_core_and_committed_in_order() -> None:
     source, store = FakePartitionSource(), InMemoryStore()
-    source.append(1000)
-    two_reads = record_bytes(records_table([source.records[o] for o in range(200)]))
-    flush = FlushConfig(max_time_ms=60_000, max_bytes=int(two_reads * 1.1), max_offsets=10**9)
-    actor, stop, _ = make_actor(source, store, flush=flush, max_per_read=100)
-    await run_until(actor, stop, store, 1000)
-    assert [end - start for start, end in source.reads] == [100] * 10
+    source.append(4000)
+    flush = FlushConfig(max_time_ms=60_000, max_bytes=10**9, max_offsets=500)
+    actor, stop, _ = make_actor(source, store, flush=flush, max_per_job=1000)
+    await run_until(actor, stop, store, 4000)
+    assert all(len(job) == 2 for job in source.jobs), source.jobs
+    assert [end - first for job in source.jobs for first, _, end in job] == [500] * 8
     assert read_back(store) == expected_rows(source)

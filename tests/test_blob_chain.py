@@ -18,7 +18,8 @@ from sinks.blob_chain import (
     validate_chain,
 )
 from sinks.filesystem import FilesystemStore
-from tests.fakes import InMemoryStore
+from sinks.staging import BlobFormat, StagedBlob
+from tests.fakes import InMemoryStore, stage_bytes
 
 
 def test_names_sort_numerically() -> None:
@@ -75,8 +76,8 @@ async def test_chain_open_removes_temporaries_and_enforces_continuity() -> None:
     assert await chain.open() == 10
     assert store.removed == [temp_name(blob_name(10, 19), "t")]
     with pytest.raises(Exception, match="continues at offset 10"):
-        await chain.append(11, 19, memoryview(b"x"))
-    await chain.append(10, 19, memoryview(b"x"))
+        await chain.append(stage_bytes(store, b"x", 11, 19))
+    await chain.append(stage_bytes(store, b"x", 10, 19))
     assert chain.next_offset == 20
 
 
@@ -87,14 +88,22 @@ async def test_inspect_is_read_only() -> None:
     assert store.removed == []
 
 
+def stage_file(store: FilesystemStore, data: bytes) -> StagedBlob:
+    output = store.staging(BlobFormat()).open(0)
+    output.file.write(data)
+    return output.finish(0, 9, 0, 0)
+
+
 async def test_filesystem_commit_is_atomic_and_no_clobber(tmp_path: Path) -> None:
     directory = tmp_path / "root" / "topic" / "0"
     store = FilesystemStore(directory)
     assert await store.list_page(None, 10) == ([], False)
-    size = await store.put_if_absent(blob_name(0, 9), memoryview(b"hello"))
+    size = await store.commit_staged(blob_name(0, 9), stage_file(store, b"hello"))
     assert size == 5 and (directory / blob_name(0, 9)).read_bytes() == b"hello"
+    other = stage_file(store, b"other")
     with pytest.raises(BlobExistsError):
-        await store.put_if_absent(blob_name(0, 9), memoryview(b"other"))
+        await store.commit_staged(blob_name(0, 9), other)
+    await store.discard_staged(other)
     assert (directory / blob_name(0, 9)).read_bytes() == b"hello"
     assert sorted(os.listdir(directory)) == [blob_name(0, 9)]  # no temporaries left behind
 
@@ -144,5 +153,5 @@ async def test_a_second_writer_is_detected_after_the_next_append() -> None:
     assert start is not None
     store.blobs[blob_name(start, start + 4)] = b"foreign"  # a store that ignored If-None-Match
     with pytest.raises(CorruptChainError, match="another writer") as caught:
-        await chain.append(start, start + 9, memoryview(b"ours"))
+        await chain.append(stage_bytes(store, b"ours", start, start + 9))
     assert blob_name(start, start + 4) in str(caught.value)

@@ -1,10 +1,10 @@
 """The `BlobStore` contract, once, against every store: in memory, a directory, and S3 (moto in this process).
 
 The blob chain (sinks/blob_chain.py) relies on exactly these behaviours, so each store is held to them here rather
-than through the CLI: put-if-absent refuses a taken name and keeps what is there, an answer lost after the write
-landed is retried without a duplicate or a false "another writer", listings come in name order from any
-`start_after`, temporaries are never listed and leftovers of interrupted writes are cleaned, and the tail of a long
-chain is found with a bounded number of listings.
+than through the CLI: a staged blob (written as a Spark task does it) is committed only under a free name and what
+is there stays, an answer lost after the commit landed is retried without a duplicate or a false "another writer",
+listings come in name order from any `start_after`, temporaries are never listed and leftovers of interrupted
+writes are cleaned, and the tail of a long chain is found with a bounded number of listings.
 """
 
 from __future__ import annotations
@@ -14,18 +14,30 @@ import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
+import anyio.to_thread
 import pytest
 
 import sinks.blob_chain
 import sinks.filesystem
-from sinks.blob_chain import BlobExistsError, BlobStore, blob_name, find_tail, is_temp_name, temp_name
+from sinks.blob_chain import (
+    BlobExistsError,
+    BlobStore,
+    blob_name,
+    find_tail,
+    is_temp_name,
+    parse_blob_name,
+    temp_name,
+)
 from sinks.filesystem import FilesystemStore
-from sinks.s3 import S3Connection, S3Settings, S3Store
+from sinks.retry import RetryPolicy
+from sinks.s3 import S3Connection, S3Store
+from sinks.s3_staging import S3Settings
+from sinks.staging import BlobFormat, BlobStaging, StagedBlob
 from testkit.http_fault_proxy import FaultProxy, RequestInfo
 from testkit.ports import HOST, free_port
-from tests.fakes import InMemoryStore
+from tests.fakes import InMemoryStore, MemoryStaging
 
 KINDS = ["memory", "filesystem", "s3"]
 
@@ -36,8 +48,9 @@ class StoreUnderTest:
 
     store: BlobStore
     another_writer: Callable[[], BlobStore]  # a second process on the same location
+    staging_of: Callable[[BlobStore], BlobStaging]  # how a task stages this store's blobs
     read: Callable[[str], bytes]
-    lose_next_answer: Callable[[], None]  # the next put lands, but its caller gets an error
+    lose_next_answer: Callable[[], None]  # the next commit lands, but its caller gets an error
     leave_leftover: Callable[[str], None]  # what a write interrupted half-way leaves behind
     leftovers: Callable[[], list[str]]
 
@@ -64,6 +77,7 @@ def _memory() -> StoreUnderTest:
     return StoreUnderTest(
         store=store,
         another_writer=lambda: store.twin(),
+        staging_of=lambda s: MemoryStaging(cast(InMemoryStore, s)),
         read=lambda name: store.blobs[name],
         lose_next_answer=lambda: setattr(store, "lose_answers", 1),
         leave_leftover=leave,
@@ -95,6 +109,7 @@ def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderT
     return StoreUnderTest(
         store=FilesystemStore(directory),
         another_writer=lambda: FilesystemStore(directory),
+        staging_of=lambda s: cast(FilesystemStore, s).staging(BlobFormat()),
         read=lambda name: (directory / name).read_bytes(),
         lose_next_answer=lose_next_answer,
         leave_leftover=leave,
@@ -121,14 +136,13 @@ async def _s3(endpoint: str, bucket: str) -> AsyncIterator[StoreUnderTest]:
                 access_key_id="k",
                 secret_access_key="s",
                 session_token=None,
-                multipart_threshold=64 * 1024 * 1024,
                 part_size=8 * 1024 * 1024,
                 request_timeout_s=10,
             )
             return S3Store(S3Connection(settings), prefix)
 
-        def is_put(request: RequestInfo) -> bool:
-            return request.method == "PUT"
+        def is_complete(request: RequestInfo) -> bool:
+            return request.method == "POST" and "uploadId" in request.query
 
         def leave(name: str) -> None:
             upload = client.create_multipart_upload(Bucket=bucket, Key=prefix + name)
@@ -148,15 +162,36 @@ async def _s3(endpoint: str, bucket: str) -> AsyncIterator[StoreUnderTest]:
             yield StoreUnderTest(
                 store=stores[0],
                 another_writer=another_writer,
+                staging_of=lambda s: cast(S3Store, s).staging(RetryPolicy(deadline_s=5), BlobFormat()),
                 read=lambda name: bytes(client.get_object(Bucket=bucket, Key=prefix + name)["Body"].read()),
-                # aiohttp resends a PUT once by itself when the connection drops: lose both answers.
-                lose_next_answer=lambda: proxy.lose_response_next(2, match=is_put),
+                # The completion lands, its answer is lost (aiohttp does not resend a POST by itself).
+                lose_next_answer=lambda: proxy.lose_response_next(1, match=is_complete),
                 leave_leftover=leave,
                 leftovers=leftovers,
             )
         finally:
             for store in stores:
                 await store.close()
+
+
+async def put(under_test: StoreUnderTest, name: str, data: bytes, store: BlobStore | None = None) -> int:
+    """Stage `data` as a task would (blocking I/O, off the loop), then commit it under `name`."""
+    store = store or under_test.store
+    staged = await stage(under_test, store, name, data)
+    return await store.commit_staged(name, staged)
+
+
+async def stage(under_test: StoreUnderTest, store: BlobStore, name: str, data: bytes) -> StagedBlob:
+    blob = parse_blob_name(name)
+    assert blob is not None
+    staging = under_test.staging_of(store)
+
+    def write() -> StagedBlob:
+        output = staging.open(blob.first)
+        output.file.write(data)
+        return output.finish(blob.first, blob.last, 0, 0)
+
+    return await anyio.to_thread.run_sync(write)
 
 
 _buckets = iter(range(1_000_000))
@@ -178,7 +213,7 @@ async def under_test(
 async def test_a_free_name_is_created_once(under_test: StoreUnderTest) -> None:
     store = under_test.store
     assert await store.list_page(None, 10) == ([], False)
-    assert await store.put_if_absent(blob_name(0, 9), memoryview(b"first")) == 5
+    assert await put(under_test, blob_name(0, 9), b"first") == 5
     assert under_test.read(blob_name(0, 9)) == b"first"
     assert await store.list_page(None, 10) == ([blob_name(0, 9)], False)
     modified = await store.modified_at(blob_name(0, 9))
@@ -187,40 +222,41 @@ async def test_a_free_name_is_created_once(under_test: StoreUnderTest) -> None:
 
 async def test_a_taken_name_is_refused_and_what_is_there_stays(under_test: StoreUnderTest) -> None:
     name = blob_name(0, 9)
-    await under_test.store.put_if_absent(name, memoryview(b"first"))
+    await put(under_test, name, b"first")
     with pytest.raises(BlobExistsError):
-        await under_test.store.put_if_absent(name, memoryview(b"second"))
+        await put(under_test, name, b"second")
     with pytest.raises(BlobExistsError):
-        await under_test.another_writer().put_if_absent(name, memoryview(b"third"))
+        await put(under_test, name, b"third", under_test.another_writer())
     assert under_test.read(name) == b"first"
 
 
 async def test_identical_bytes_from_another_writer_are_still_a_conflict(under_test: StoreUnderTest) -> None:
     """Two processes on one mirror read the same records and encode the same bytes: the second one must fail."""
-    await under_test.store.put_if_absent(blob_name(0, 9), memoryview(b"same"))
+    await put(under_test, blob_name(0, 9), b"same")
     with pytest.raises(BlobExistsError):
-        await under_test.another_writer().put_if_absent(blob_name(0, 9), memoryview(b"same"))
+        await put(under_test, blob_name(0, 9), b"same", under_test.another_writer())
 
 
 async def test_a_lost_answer_is_retried_without_a_duplicate(under_test: StoreUnderTest) -> None:
     """The write landed but its caller saw an error: the retry (the same bytes, from the same writer) succeeds."""
-    store, name, data = under_test.store, blob_name(0, 9), memoryview(b"the chunk")
+    store, name = under_test.store, blob_name(0, 9)
+    staged = await stage(under_test, store, name, b"the chunk")
     under_test.lose_next_answer()
     with pytest.raises(Exception) as lost:  # each store reports it its own way (OSError, 5xx, a reset)
-        await store.put_if_absent(name, data)
+        await store.commit_staged(name, staged)
     assert not isinstance(lost.value, BlobExistsError)
-    assert await store.put_if_absent(name, data) == len(data)
+    assert await store.commit_staged(name, staged) == len(b"the chunk")
     assert under_test.read(name) == b"the chunk"
     assert await store.list_page(None, 10) == ([name], False)
-    # The retry's tolerance covers only its own bytes: different bytes under that name are another writer's.
+    # The retry's tolerance covers only its own blob: other bytes under that name are another writer's.
     with pytest.raises(BlobExistsError):
-        await store.put_if_absent(name, memoryview(b"other bytes"))
+        await put(under_test, name, b"other bytes")
 
 
 async def test_listings_come_in_name_order_after_any_start_after(under_test: StoreUnderTest) -> None:
     names = [blob_name(first, first + 9) for first in range(0, 70, 10)]
     for name in reversed(names):  # creation order must not matter
-        await under_test.store.put_if_absent(name, memoryview(b"x"))
+        await put(under_test, name, b"x")
     store = under_test.store
     assert await store.list_page(None, 3) == (names[:3], True)
     assert await store.list_page(names[2], 3) == (names[3:6], True)
@@ -231,7 +267,7 @@ async def test_listings_come_in_name_order_after_any_start_after(under_test: Sto
 
 
 async def test_leftovers_are_never_listed_and_are_cleaned(under_test: StoreUnderTest) -> None:
-    await under_test.store.put_if_absent(blob_name(0, 9), memoryview(b"x"))
+    await put(under_test, blob_name(0, 9), b"x")
     under_test.leave_leftover(blob_name(10, 19))
     assert await under_test.store.list_page(None, 10) == ([blob_name(0, 9)], False)
     assert under_test.leftovers()
@@ -259,8 +295,11 @@ class CountingStore:
     async def modified_at(self, name: str) -> float | None:
         return await self._store.modified_at(name)
 
-    async def put_if_absent(self, name: str, data: memoryview) -> int:
-        return await self._store.put_if_absent(name, data)
+    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+        return await self._store.commit_staged(name, staged)
+
+    async def discard_staged(self, staged: StagedBlob) -> None:
+        await self._store.discard_staged(staged)
 
     async def clean_leftovers(self) -> list[str]:
         return await self._store.clean_leftovers()
@@ -277,7 +316,7 @@ async def test_the_tail_of_a_long_chain_is_found_with_few_listings(
     offset = 0
     for index in range(300):
         size = (1, 7, 1000, 3)[index % 4] if index < 200 else 1  # large blobs, then a run of tiny ones
-        await under_test.store.put_if_absent(blob_name(offset, offset + size - 1), memoryview(b"x"))
+        await put(under_test, blob_name(offset, offset + size - 1), b"x")
         offset += size
     counting = CountingStore(under_test.store)
     tail = await find_tail(counting)

@@ -346,7 +346,7 @@ mirrors:
     destination-name-override: renamed
 spark:
   master: spark://h:7077
-  max-offsets-per-read: 4
+  max-offsets-per-job: 4
   offsets-per-task: 5
   log-level: WARN
   conf: {spark.driver.memory: 2g}
@@ -367,7 +367,7 @@ spark:
     assert (mirror.partition, mirror.destination_name) == (2**31 - 1, "renamed")
     assert config.spark == SparkConfig(
         master="spark://h:7077",
-        max_offsets_per_read=4,
+        max_offsets_per_job=4,
         offsets_per_task=5,
         log_level="WARN",
         conf={"spark.driver.memory": "2g"},

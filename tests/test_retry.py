@@ -3,15 +3,14 @@ a retried commit never duplicates or skips a blob."""
 
 from __future__ import annotations
 
-import pyarrow as pa
 import pytest
 
-from sinks.base import Chunk, DestinationError
-from sinks.blob_chain import BlobExistsError
+from sinks.base import DestinationError
+from sinks.blob_chain import BlobExistsError, is_temp_name
 from sinks.blob_sink import BlobSink
-from sinks.records import empty_records
 from sinks.retry import RetriesExhaustedError, RetryingSink, RetryPolicy, TransientDestinationError
-from tests.fakes import InMemoryStore
+from sinks.staging import StagedBlob
+from tests.fakes import InMemoryStore, MemoryStaging, stage_bytes
 
 FAST = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5)
 
@@ -24,27 +23,28 @@ class FlakyStore(InMemoryStore):
         self.script = script
         self.puts = 0
 
-    async def put_if_absent(self, name: str, data: memoryview) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
         self.puts += 1
         action = self.script.pop(0) if self.script else "ok"
         if action == "503":
             raise TransientDestinationError("HTTP 503 SlowDown")
-        if action == "lost-answer":  # the write lands, the answer never arrives
-            await super().put_if_absent(name, data)
+        if action == "lost-answer":  # the commit lands, the answer never arrives
+            await super().commit_staged(name, staged)
             self.unsure.add(name)
-            raise TransientDestinationError("connection reset after upload")
+            raise TransientDestinationError("connection reset after the commit")
         if action == "403":
             raise DestinationError("access denied")
-        return await super().put_if_absent(name, data)
+        return await super().commit_staged(name, staged)
 
 
-def chunk(first: int, last: int) -> Chunk:
-    return Chunk(first, last, empty_records())
+def staged(store: InMemoryStore, first: int, last: int) -> StagedBlob:
+    """A blob staged in the store, as a task would leave it."""
+    return stage_bytes(store, b"parquet bytes", first, last)
 
 
 async def make_sink(store: InMemoryStore, policy: RetryPolicy = FAST) -> tuple[RetryingSink, list[int]]:
     gauge: list[int] = []
-    sink = RetryingSink(BlobSink(store, "mem", "zstd", None), policy, on_retry=gauge.append)
+    sink = RetryingSink(BlobSink(store, "mem", MemoryStaging(store)), policy, on_retry=gauge.append)
     await sink.open()
     gauge.clear()
     return sink, gauge
@@ -53,7 +53,7 @@ async def make_sink(store: InMemoryStore, policy: RetryPolicy = FAST) -> tuple[R
 async def test_transient_failures_are_retried_and_reported() -> None:
     store = FlakyStore(["503", "503", "ok"])
     sink, gauge = await make_sink(store)
-    await sink.commit(chunk(0, 9))
+    await sink.commit(staged(store, 0, 9))
     assert store.puts == 3
     assert gauge == [1, 2, 0]  # the retry number while retrying, back to 0 on success
     assert list(store.blobs) == ["00000000000000000000-00000000000000000009.parquet"]
@@ -62,8 +62,8 @@ async def test_transient_failures_are_retried_and_reported() -> None:
 async def test_lost_answer_is_not_a_duplicate() -> None:
     store = FlakyStore(["lost-answer"])
     sink, _ = await make_sink(store)
-    await sink.commit(chunk(0, 9))
-    await sink.commit(chunk(10, 19))
+    await sink.commit(staged(store, 0, 9))
+    await sink.commit(staged(store, 10, 19))
     assert sorted(store.blobs) == [
         "00000000000000000000-00000000000000000009.parquet",
         "00000000000000000010-00000000000000000019.parquet",
@@ -74,7 +74,7 @@ async def test_permanent_failures_fail_at_once() -> None:
     store = FlakyStore(["403"])
     sink, gauge = await make_sink(store)
     with pytest.raises(DestinationError, match="access denied"):
-        await sink.commit(chunk(0, 9))
+        await sink.commit(staged(store, 0, 9))
     assert store.puts == 1 and gauge == [0]
 
 
@@ -83,7 +83,7 @@ async def test_another_writer_is_permanent() -> None:
     sink, _ = await make_sink(store)
     store.blobs["00000000000000000000-00000000000000000009.parquet"] = b"someone else"
     with pytest.raises(BlobExistsError):
-        await sink.commit(chunk(0, 9))
+        await sink.commit(staged(store, 0, 9))
 
 
 async def test_deadline_ends_the_retries() -> None:
@@ -91,9 +91,9 @@ async def test_deadline_ends_the_retries() -> None:
     policy = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.02, deadline_s=0.1)
     sink, gauge = await make_sink(store, policy)
     with pytest.raises(RetriesExhaustedError, match="still failing"):
-        await sink.commit(chunk(0, 9))
+        await sink.commit(staged(store, 0, 9))
     assert gauge[-1] == 0 and max(gauge) >= 2
-    assert not store.blobs
+    assert not [name for name in store.blobs if not is_temp_name(name)]
 
 
 def test_backoff_is_capped_and_jittered() -> None:
@@ -104,4 +104,3 @@ def test_backoff_is_capped_and_jittered() -> None:
     delays = [policy.backoff(n, rng) for n in range(1, 12)]
     assert all(0.05 <= d <= 1.0 for d in delays)
     assert delays[-1] >= 0.5  # reached the cap (jittered down at most by half)
-    assert pa is not None

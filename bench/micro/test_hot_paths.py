@@ -1,7 +1,7 @@
 """Micro benchmarks of the mirror's hot pure functions, timed by pytest-benchmark.
 
 `python -m bench` runs them (the test suite does not: pyproject's testpaths leave bench/ out). Each records in
-`extra_info` how many items (records, reads planned, blob names) one call handles, for the time per item.
+`extra_info` how many items (records, flushes planned, blob names) one call handles, for the time per item.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from sinks.blob_chain import BlobRange, blob_name, find_tail
 from sinks.kafka_records import build_batches
 from sinks.records import KAFKA_SCHEMA, conform, encode_parquet
-from supervisor.buffer import RangeBuffer
-from supervisor.read_planner import ReadLimits, ReadPlanner
+from sinks.staging import StagedBlob
+from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner
+from workers.kafka_range import RecordColumns, message_bytes
 
 T = TypeVar("T")
 ROWS = 20_000
@@ -46,35 +47,60 @@ def records(rows: int, value_size: int, first: int = 0) -> pa.Table:
     )
 
 
-def test_read_planning(benchmark: BenchmarkFixture) -> None:
-    """Planning and observing 10,000 consecutive reads through a backlog whose record size drifts."""
-    limits = ReadLimits(1_000_000, 128 * 1024 * 1024, 500_000, 64 * 1024 * 1024)
+def test_flush_planning(benchmark: BenchmarkFixture) -> None:
+    """Planning and learning from 10,000 consecutive flushes through a backlog whose record size drifts."""
+    limits = FlushLimits(1_000_000, 128 * 1024 * 1024, 10.0, 500_000, 64 * 1024 * 1024, 2_000_000, 256 * 1024 * 1024)
 
     def plan_all() -> int:
-        planner, start = ReadPlanner(limits), 0
+        planner, first = FlushPlanner(limits), 0
         for i in range(10_000):
-            plan = planner.plan(start, start + 5_000_000, byte_room=None if i % 3 else 64 * 1024 * 1024)
-            planner.observe(plan.end - start, (plan.end - start) * (100 + i % 900))
-            start = plan.end
-        return start
+            backlog = Backlog(first, first, first + 5_000_000, 0.0, float(i), i % 7 == 0, 2)
+            plan = planner.plan(backlog)
+            assert plan is not None
+            planner.observe(plan.end - first, (plan.end - first) * (100 + i % 900))
+            first = plan.end
+        return first
 
     benchmark.extra_info["items"] = 10_000
     benchmark(plan_all)
 
 
-@pytest.mark.parametrize("value_size", SIZES)
-def test_buffer(benchmark: BenchmarkFixture, value_size: int) -> None:
-    """20 reads of 1,000 records added to the buffer, then taken as one chunk."""
-    reads = [records(1000, value_size, first) for first in range(0, ROWS, 1000)]
+class Message:
+    """The parts of a librdkafka message the task's column builder reads."""
 
-    def fill_and_take() -> int:
-        buffer = RangeBuffer()
-        for table in reads:
-            buffer.add(table["offset"][0].as_py(), table["offset"][-1].as_py(), table)
-        return int(buffer.take().records.num_rows)
+    def __init__(self, offset: int, key: bytes, value: bytes) -> None:
+        self._offset, self._key, self._value = offset, key, value
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return self._key
+
+    def value(self) -> bytes:
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 1_700_000_000_000 + self._offset)
+
+    def headers(self) -> list[tuple[str, bytes]] | None:
+        return [("trace-id", self._key)] if self._offset % 2 else None
+
+
+@pytest.mark.parametrize("value_size", SIZES)
+def test_record_columns(benchmark: BenchmarkFixture, value_size: int) -> None:
+    """A task's one-pass Arrow build: 20,000 messages (half with a header) into one record batch."""
+    payload = os.urandom(ROWS * value_size)
+    messages = [Message(i, b"%08x" % i, payload[i * value_size : (i + 1) * value_size]) for i in range(ROWS)]
+
+    def build() -> int:
+        columns = RecordColumns("bench", 0)
+        for message in messages:
+            columns.add(message, message_bytes(message))
+        return int(columns.take().num_rows)
 
     benchmark.extra_info["items"] = ROWS
-    assert benchmark(fill_and_take) == ROWS
+    assert benchmark(build) == ROWS
 
 
 @pytest.mark.parametrize("value_size", SIZES)
@@ -124,7 +150,10 @@ class SortedStore:
     async def modified_at(self, name: str) -> float | None:
         return None
 
-    async def put_if_absent(self, name: str, data: memoryview) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+        raise NotImplementedError
+
+    async def discard_staged(self, staged: StagedBlob) -> None:
         raise NotImplementedError
 
     async def clean_leftovers(self) -> list[str]:

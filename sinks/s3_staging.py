@@ -1,0 +1,145 @@
+"""S3 staging inside Spark tasks: a blob becomes a multipart upload whose parts are uploaded but
+which is not completed, so nothing is visible until the driver completes it with `If-None-Match: *`.
+
+Runs on executors with botocore's blocking client (one per worker process and settings). The blob's
+Parquet bytes are built in memory first (at most about flush.max-bytes, compressed), because its
+SHA-256 goes into the upload's metadata at creation: the driver's commit uses it to tell its own lost
+answer from another writer's object.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+from sinks.blob_chain import blob_name
+from sinks.retry import RetryPolicy, retry_transient_sync
+from sinks.s3_errors import call_blocking
+from sinks.staging import BlobFormat, StagedBlob
+
+SHA256_METADATA = "mirror-v3-sha256"
+WRITER_METADATA = "mirror-v3-writer"  # one random id per process: tells our own blobs from a twin's
+CONTENT_TYPE = "application/vnd.apache.parquet"
+
+
+@dataclass(frozen=True)
+class S3Settings:
+    bucket: str
+    region: str | None
+    endpoint: str | None
+    path_style: bool
+    access_key_id: str | None = field(repr=False)
+    secret_access_key: str | None = field(repr=False)
+    session_token: str | None = field(repr=False)
+    part_size: int
+    request_timeout_s: float
+
+
+@dataclass(frozen=True)
+class S3Staging:
+    """Stages a partition's blobs as unfinished multipart uploads under `key_prefix`."""
+
+    settings: S3Settings
+    key_prefix: str
+    writer_id: str
+    retry: RetryPolicy
+    blob_format: BlobFormat = field(default_factory=BlobFormat)
+
+    def open(self, first: int) -> S3BlobOutput:
+        return S3BlobOutput(self)
+
+
+class S3BlobOutput:
+    def __init__(self, staging: S3Staging) -> None:
+        self._staging = staging
+        self.file = pa.BufferOutputStream()
+
+    def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
+        data = memoryview(self.file.getvalue())
+        staging = self._staging
+        settings = staging.settings
+        key = staging.key_prefix + blob_name(first, last)
+        digest = hashlib.sha256(data).hexdigest()
+        client = _client(settings)
+
+        def create() -> Any:
+            return client.create_multipart_upload(
+                Bucket=settings.bucket,
+                Key=key,
+                Metadata={SHA256_METADATA: digest, WRITER_METADATA: staging.writer_id},
+                ContentType=CONTENT_TYPE,
+            )
+
+        where = f"s3://{settings.bucket}/{key}"
+        created = retry_transient_sync(
+            lambda: call_blocking(f"create upload {where}", create, settings.bucket), staging.retry, f"stage {where}"
+        )
+        upload_id = str(created["UploadId"])
+        try:
+            parts = []
+            for number, offset in enumerate(range(0, max(1, len(data)), settings.part_size), start=1):
+                body = bytes(data[offset : offset + settings.part_size])
+
+                def upload(body: bytes = body, number: int = number) -> Any:
+                    return client.upload_part(
+                        Bucket=settings.bucket, Key=key, UploadId=upload_id, PartNumber=number, Body=body
+                    )
+
+                answer = retry_transient_sync(
+                    lambda upload=upload, number=number: call_blocking(  # type: ignore[misc]
+                        f"upload part {number} of {where}", upload, settings.bucket
+                    ),
+                    staging.retry,
+                    f"stage {where}",
+                )
+                parts.append((number, str(answer["ETag"])))
+        except BaseException:
+            # Nothing was completed; free the parts now rather than on the next start (best effort).
+            with contextlib.suppress(Exception):
+                client.abort_multipart_upload(Bucket=settings.bucket, Key=key, UploadId=upload_id)
+            raise
+        return StagedBlob(
+            first, last, records, record_bytes, len(data), ref=upload_id, sha256=digest, parts=tuple(parts)
+        )
+
+    def abandon(self) -> None:
+        return None  # nothing left the process before finish()
+
+
+_clients: dict[S3Settings, Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _client(settings: S3Settings) -> Any:
+    """One botocore client per worker process and settings: Python workers are reused across tasks."""
+    with _clients_lock:
+        client = _clients.get(settings)
+        if client is None:
+            import botocore.session
+            from botocore.config import Config
+
+            session = botocore.session.get_session()
+            client = session.create_client(
+                "s3",
+                region_name=settings.region,
+                endpoint_url=settings.endpoint,
+                aws_access_key_id=settings.access_key_id,
+                aws_secret_access_key=settings.secret_access_key,
+                aws_session_token=settings.session_token,
+                config=Config(
+                    # Retries belong to mirror-v3's retry policy (the same as the driver's).
+                    retries={"total_max_attempts": 1, "mode": "standard"},
+                    connect_timeout=min(10.0, settings.request_timeout_s),
+                    read_timeout=settings.request_timeout_s,
+                    s3={"addressing_style": "path" if settings.path_style else "auto"},
+                    request_checksum_calculation="when_required",
+                    response_checksum_validation="when_required",
+                ),
+            )
+            _clients[settings] = client
+        return client

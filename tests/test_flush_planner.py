@@ -1,0 +1,106 @@
+"""When a flush is due, which offsets it covers, and how its job is split into tasks."""
+
+from __future__ import annotations
+
+from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner, ReadableSince
+
+LIMITS = FlushLimits(
+    max_offsets=1_000_000,
+    max_bytes=1_000_000,  # 1 000 offsets of 1 000 bytes
+    max_time_s=10.0,
+    task_offsets=500_000,
+    task_bytes=2_000_000,
+    job_offsets=2_000_000,
+    job_bytes=8_000_000,
+)
+
+
+def backlog(end: int, *, first: int = 0, waited: float = 0.0, draining: bool = False, cores: int = 2) -> Backlog:
+    return Backlog(
+        first=first,
+        read_from=first,
+        end=end,
+        waiting_since=100.0,
+        now=100.0 + waited,
+        draining=draining,
+        parallelism=cores,
+    )
+
+
+def learned(bytes_per_offset: float = 1_000.0) -> FlushPlanner:
+    planner = FlushPlanner(LIMITS)
+    planner.observe(1_000, int(1_000 * bytes_per_offset))
+    return planner
+
+
+def test_the_first_flush_is_due_at_once_to_learn_the_record_size() -> None:
+    plan = FlushPlanner(LIMITS).plan(backlog(10))
+    assert plan is not None and plan.trigger == "start" and (plan.first, plan.end) == (0, 10)
+
+
+def test_less_than_a_blob_waits_for_max_time_then_goes_whole() -> None:
+    planner = learned()
+    assert planner.plan(backlog(999, waited=9.9)) is None
+    assert planner.due_at(backlog(999)) == 110.0
+    plan = planner.plan(backlog(999, waited=10.0))
+    assert plan is not None and plan.trigger == "max-time" and plan.end == 999 and len(plan.tasks) == 1
+
+
+def test_full_blobs_go_at_once_and_the_remainder_waits() -> None:
+    plan = learned().plan(backlog(2_500))
+    assert plan is not None and plan.trigger == "max-bytes"
+    assert [(t.first, t.end) for t in plan.tasks] == [(0, 1_000), (1_000, 2_000)]
+
+
+def test_a_long_backlog_is_split_into_jobs_of_whole_blobs_over_every_core() -> None:
+    plan = learned().plan(backlog(100_000, waited=60.0))
+    assert plan is not None
+    # 8 MB per job = 8 blobs; 2 MB per task = 2 blobs; task boundaries on blob boundaries.
+    assert [(t.first, t.end) for t in plan.tasks] == [(0, 2_000), (2_000, 4_000), (4_000, 6_000), (6_000, 8_000)]
+
+
+def test_a_small_backlog_still_uses_every_core() -> None:
+    plan = learned().plan(backlog(3_000, cores=4))
+    assert plan is not None and [(t.first, t.end) for t in plan.tasks] == [(0, 1_000), (1_000, 2_000), (2_000, 3_000)]
+
+
+def test_the_drain_takes_everything_readable() -> None:
+    plan = learned().plan(backlog(1_234, draining=True))
+    assert plan is not None and plan.trigger == "shutdown" and plan.end == 1_234
+
+
+def test_max_offsets_counts_holes_too() -> None:
+    limits = FlushLimits(**{**LIMITS.__dict__, "max_offsets": 500})
+    planner = FlushPlanner(limits)
+    planner.observe(10, 10)
+    plan = planner.plan(backlog(1_200))
+    assert plan is not None and plan.trigger == "max-offsets" and plan.end == 1_000
+
+
+def test_skipped_lost_offsets_are_covered_without_being_read() -> None:
+    planner = learned()
+    plan = planner.plan(
+        Backlog(first=0, read_from=1_500, end=3_000, waiting_since=0, now=0, draining=True, parallelism=2)
+    )
+    assert plan is not None
+    assert [(t.first, t.read_from, t.end) for t in plan.tasks] == [(0, 1_000, 1_000), (1_000, 1_500, 3_000)]
+
+
+def test_a_size_swing_is_followed_without_overshooting() -> None:
+    planner = learned(1_000)
+    planner.observe(1_000, 4_000_000)  # records four times larger: followed at once
+    assert planner.bytes_per_offset == 4_000
+    planner.observe(1_000, 1_000_000)  # smaller again: followed halfway
+    assert planner.bytes_per_offset == 2_500
+
+
+def test_readable_since_is_the_last_query_that_did_not_show_the_offset() -> None:
+    readable = ReadableSince()
+    readable.observe(1.0, 10)
+    readable.observe(2.0, 10)  # nothing new
+    readable.observe(3.0, 15)
+    assert readable.since(5) == 1.0  # shown by the first query: nothing earlier is known
+    assert readable.since(12) == 2.0  # not there at 2.0, there at 3.0
+    assert readable.since(15) is None
+    readable.forget_below(12)
+    assert readable.since(12) == 2.0

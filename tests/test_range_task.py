@@ -1,0 +1,143 @@
+"""What a Spark task does with its range, against a fake librdkafka consumer: exact ranges, holes versus
+deleted offsets, and blob boundaries cut from the records themselves."""
+
+from __future__ import annotations
+
+import io
+
+import pyarrow.parquet as pq
+import pytest
+
+from sinks.records import KAFKA_SCHEMA
+from sinks.staging import StagedBlob
+from tests.fakes import FakeConsumer, FakeMessage, FakePartitionSource, FakeRecord, InMemoryStore, MemoryStaging
+from workers.kafka_range import OffsetsDeletedError, SourceRangeError, consume_range
+from workers.range_job import task_failure
+from workers.range_task import BlobLimits, TaskRange, read_records, stage_blobs
+
+UNLIMITED = BlobLimits(max_bytes=10**12, max_offsets=10**12)
+
+
+def stage(source: FakePartitionSource, task: TaskRange, limits: BlobLimits) -> tuple[list[StagedBlob], InMemoryStore]:
+    store = InMemoryStore()
+    return stage_blobs(source.partition_spec(), task, limits, MemoryStaging(store), FakeConsumer(source)), store
+
+
+def offsets_in(store: InMemoryStore, blob: StagedBlob) -> list[int]:
+    table = pq.read_table(io.BytesIO(store.blobs[blob.ref]))
+    assert table.schema.equals(KAFKA_SCHEMA, check_metadata=False)
+    return list(table.column("offset").to_pylist())
+
+
+def test_the_range_ends_on_the_position_past_trailing_holes() -> None:
+    """Offsets 95..99 are an aborted transaction and its marker: no record is ever seen at end-1."""
+    source = FakePartitionSource()
+    source.append(95)
+    source.end = 100
+    consumer = FakeConsumer(source)
+    read = [m.offset() for batch in consume_range(source.partition_spec(), 10, 100, consumer) for m in batch]
+    assert read == list(range(10, 95))
+    assert consumer.closed
+
+
+def test_holes_inside_the_range_are_legal_and_counted_by_the_blob() -> None:
+    source = FakePartitionSource()
+    source.append(100, holes_every=4)
+    (blob,), store = stage(source, TaskRange(0, 0, 100), UNLIMITED)
+    assert (blob.first, blob.last, blob.records) == (0, 99, 75)
+    assert offsets_in(store, blob) == [o for o in range(100) if o % 4 != 3]
+
+
+def test_deleted_offsets_are_an_error_naming_them() -> None:
+    source = FakePartitionSource()
+    source.append(100)
+    source.delete_before(40)
+    with pytest.raises(OffsetsDeletedError) as caught:
+        stage(source, TaskRange(20, 20, 100), UNLIMITED)
+    assert (caught.value.position, caught.value.log_start) == (20, 40)
+
+
+def test_lost_offsets_being_skipped_stay_inside_the_first_blob() -> None:
+    source = FakePartitionSource()
+    source.append(100)
+    source.delete_before(40)
+    (blob,), store = stage(source, TaskRange(20, 40, 100), UNLIMITED)
+    assert (blob.first, blob.last, blob.records) == (20, 99, 60)
+    assert offsets_in(store, blob)[0] == 40
+
+
+def test_offsets_going_back_fail_the_read() -> None:
+    source = FakePartitionSource()
+    source.append(10)
+
+    class Rewinding(FakeConsumer):
+        def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+            messages = super().consume(num_messages, timeout)
+            self.position_at = 3 if self.position_at == 10 else self.position_at
+            return messages
+
+    with pytest.raises(SourceRangeError, match="came after"):
+        list(consume_range(source.partition_spec(), 0, 20, Rewinding(source, batch=10)))
+
+
+def test_a_partition_that_never_reaches_the_end_stalls_into_an_error() -> None:
+    source = FakePartitionSource()
+    source.append(5)
+    spec = source.partition_spec()
+    spec = type(spec)(**{**spec.__dict__, "stall_timeout_s": 0.2})
+    with pytest.raises(SourceRangeError, match=r"no progress for 0\.2s at offset 5"):
+        list(consume_range(spec, 0, 10, FakeConsumer(source)))
+
+
+def test_blobs_are_cut_at_max_bytes_and_an_oversized_record_is_a_blob_of_its_own() -> None:
+    source = FakePartitionSource()
+    for offset in range(60):
+        size = 5_000 if offset == 30 else 100
+        source.records[offset] = FakeRecord(offset, None, bytes(size))
+    source.end = 60
+    blobs, store = stage(source, TaskRange(0, 0, 60), BlobLimits(max_bytes=1_000, max_offsets=10**9))
+    assert [(b.first, b.last) for b in blobs][:4] == [(0, 9), (10, 19), (20, 29), (30, 30)]
+    assert all(b.record_bytes <= 1_000 or b.records == 1 for b in blobs)
+    assert blobs[-1].last == 59 and [o for b in blobs for o in offsets_in(store, b)] == list(range(60))
+
+
+def test_blobs_span_at_most_max_offsets_even_across_holes() -> None:
+    source = FakePartitionSource()
+    source.append(10)
+    source.end = 40  # 30 offsets of holes, then one record
+    source.records[40] = FakeRecord(40, b"k", b"v")
+    source.end = 41
+    blobs, _ = stage(source, TaskRange(0, 0, 41), BlobLimits(max_bytes=10**9, max_offsets=16))
+    assert [(b.first, b.last, b.records) for b in blobs] == [(0, 15, 10), (16, 31, 0), (32, 40, 1)]
+
+
+def test_an_empty_range_is_one_empty_blob() -> None:
+    source = FakePartitionSource()
+    source.end = 10
+    source.delete_before(10)
+    (blob,), store = stage(source, TaskRange(0, 10, 10), UNLIMITED)
+    assert (blob.first, blob.last, blob.records) == (0, 9, 0) and offsets_in(store, blob) == []
+
+
+def test_records_come_back_in_the_kafka_source_layout() -> None:
+    source = FakePartitionSource()
+    source.append(5)
+    source.records[2].headers = [("h", b"x"), ("n", None)]
+    batches = list(read_records(source.partition_spec(), TaskRange(0, 0, 5), FakeConsumer(source)))
+    rows = [row for batch in batches for row in batch.to_pylist()]
+    assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[0]["headers"] is None  # as Spark's Kafka source: null, not an empty list
+    assert rows[2]["headers"] == [{"key": "h", "value": b"x"}, {"key": "n", "value": None}]
+    assert rows[0]["timestampType"] == 0 and rows[0]["topic"] == "t"
+
+
+def test_a_task_failure_is_found_in_sparks_error_text() -> None:
+    text = (
+        "An exception was thrown from the Python worker.\n"
+        "Traceback (most recent call last):\n"
+        '  File "/x/kafka_range.py", line 1, in _consume\n'
+        "workers.kafka_range.OffsetsDeletedError: t-0: offset 5 was deleted before it was read\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+    )
+    assert task_failure(text) == ("OffsetsDeletedError", "t-0: offset 5 was deleted before it was read")
+    assert task_failure("java.lang.OutOfMemoryError: Java heap space") == (None, "")

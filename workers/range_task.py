@@ -1,0 +1,128 @@
+"""What one Spark task does with its offset range: read it, and either stage it as blobs or return it.
+
+A task covers [first, end) of one partition. It reads from `read_from` (above `first` only when the
+offsets in between were lost and the mirror skips them; they stay inside the first blob's range so the
+chain has no gap). Blob boundaries are decided here, from the records themselves:
+- a blob holds at most `max_bytes` of record bytes (keys, values, headers); a record larger than that
+  is a blob of its own;
+- a blob spans at most `max_offsets` offsets (records and holes);
+- the last blob ends at end-1, whatever its size.
+Rows are written in row groups as they arrive, so a task holds one row group in memory, not a blob.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from sinks.records import parquet_writer
+from sinks.staging import BlobOutput, BlobStaging, StagedBlob
+from workers.kafka_range import RecordColumns, SourcePartition, consume_range, message_bytes
+
+# A row group is written when either is reached: bounds a task's memory and keeps groups large
+# enough for compression and for readers' column chunks.
+ROW_GROUP_BYTES = 32 * 1024 * 1024
+ROW_GROUP_ROWS = 131_072
+
+
+@dataclass(frozen=True)
+class TaskRange:
+    first: int  # first offset the task's output covers
+    read_from: int  # first offset to read (first <= read_from <= end)
+    end: int  # exclusive
+
+    @property
+    def offset_count(self) -> int:
+        return self.end - self.first
+
+
+@dataclass(frozen=True)
+class BlobLimits:
+    max_bytes: int
+    max_offsets: int
+
+
+def stage_blobs(
+    source: SourcePartition,
+    task: TaskRange,
+    limits: BlobLimits,
+    staging: BlobStaging,
+    consumer: Any = None,
+) -> list[StagedBlob]:
+    """Read the task's range and stage it as consecutive blobs covering exactly [first, end)."""
+    writer = _BlobWriter(source, staging, limits)
+    try:
+        writer.start(task.first)
+        for messages in consume_range(source, task.read_from, task.end, consumer):
+            for message in messages:
+                writer.add(message)
+        writer.close(task.end - 1)
+    except BaseException:
+        writer.abandon()
+        raise
+    return writer.staged
+
+
+def read_records(source: SourcePartition, task: TaskRange, consumer: Any = None) -> Iterator[pa.RecordBatch]:
+    """Read the task's range as record batches (for destinations whose driver writes the records)."""
+    columns = RecordColumns(source.topic, source.partition)
+    for messages in consume_range(source, task.read_from, task.end, consumer):
+        for message in messages:
+            columns.add(message, 0)
+        yield columns.take()
+
+
+class _BlobWriter:
+    def __init__(self, source: SourcePartition, staging: BlobStaging, limits: BlobLimits) -> None:
+        self._staging = staging
+        self._limits = limits
+        self._columns = RecordColumns(source.topic, source.partition)
+        self._output: BlobOutput | None = None
+        self._parquet: pq.ParquetWriter | None = None
+        self._first = 0
+        self._records = 0
+        self._bytes = 0
+        self.staged: list[StagedBlob] = []
+
+    def start(self, first: int) -> None:
+        self._first, self._records, self._bytes = first, 0, 0
+        self._output = self._staging.open(first)
+        blob_format = self._staging.blob_format
+        self._parquet = parquet_writer(self._output.file, blob_format.compression, blob_format.compression_level)
+
+    def add(self, message: Any) -> None:
+        offset = message.offset()
+        limits = self._limits
+        while offset >= self._first + limits.max_offsets:
+            cut = self._first + limits.max_offsets
+            self.close(cut - 1)
+            self.start(cut)
+        size = message_bytes(message)
+        if self._records and self._bytes + size > limits.max_bytes:
+            self.close(offset - 1)
+            self.start(offset)
+        self._columns.add(message, size)
+        self._records += 1
+        self._bytes += size
+        if len(self._columns) >= ROW_GROUP_ROWS or self._columns.byte_count >= ROW_GROUP_BYTES:
+            self._write_row_group()
+
+    def _write_row_group(self) -> None:
+        assert self._parquet is not None
+        if len(self._columns):
+            self._parquet.write_batch(self._columns.take())
+
+    def close(self, last: int) -> None:
+        assert self._parquet is not None and self._output is not None
+        self._write_row_group()
+        self._parquet.close()
+        self.staged.append(self._output.finish(self._first, last, self._records, self._bytes))
+        self._parquet = self._output = None
+
+    def abandon(self) -> None:
+        if self._output is not None:
+            self._output.abandon()
