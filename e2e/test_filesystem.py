@@ -15,6 +15,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from e2e.harness import (
@@ -32,7 +33,7 @@ from e2e.harness import (
 from sinks.blob_chain import blob_name, is_temp_name, temp_name
 from supervisor.status import TABLE_COLUMNS
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import generate_records, produce, watermarks
+from testkit.kafka_data import Record, create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, chain
@@ -141,6 +142,38 @@ def assert_spark_reads_it_back(kafka: KafkaBroker, fs: FilesystemTarget, topic: 
             for r in source_records(kafka.bootstrap, topic, partition)
         ]
         assert sorted(r for r in rows if r[0] == partition) == sorted(expected)
+
+
+def test_max_bytes_bounds_every_blob_and_a_larger_record_is_a_blob_of_its_own(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    max_bytes = 256 * 1024
+    records = generate_records(1_500, seed=5)  # random (incompressible) values of 0 to ~10 KiB
+    records.insert(700, Record(key=b"big", value=os.urandom(900_000)))  # under the broker's 1 MB message limit
+    create_topic(kafka.bootstrap, topic_name)
+    produce(kafka.bootstrap, topic_name, 0, records)
+    flush = {"max-time-ms": 1_000, "max-bytes": max_bytes}
+    config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, flush=flush)
+    run_until(config, tmp_path / "run.log", fs, topic_name, {0: len(records)})
+    assert_exactly_once(kafka.bootstrap, fs, topic_name)
+
+    sizes = []
+    for name in fs.names(topic_name, 0):
+        path = fs.directory(topic_name, 0) / name
+        table = pq.read_table(path)
+        payload = sum(
+            len(row["key"] or b"")
+            + len(row["value"] or b"")
+            + sum(len(h["key"].encode()) + len(h["value"] or b"") for h in row["headers"] or [])
+            for row in table.to_pylist()
+        )
+        sizes.append((table.num_rows, payload, path.stat().st_size))
+    alone = [size for size in sizes if size[1] > max_bytes]
+    assert [rows for rows, _, _ in alone] == [1], sizes  # the 900 KB record, by itself
+    assert all(file <= max_bytes * 9 // 8 for rows, _, file in sizes if rows > 1), sizes
+    # Blobs are cut by size, not left small: all but the last of each job are within 1/8 of max-bytes.
+    full = [payload for rows, payload, _ in sizes if rows > 1 and payload >= max_bytes * 7 // 8]
+    assert len(full) >= len(sizes) // 2, sizes
 
 
 def test_sigterm_mid_stream_then_restart(

@@ -170,7 +170,7 @@ def message_bytes(message: Any) -> int:
     size = (0 if key is None else len(key)) + (0 if value is None else len(value))
     if headers:
         for name, data in headers:
-            size += len(name) + (0 if data is None else len(data))
+            size += len(name.encode()) + (0 if data is None else len(data))
     return size
 
 
