@@ -16,7 +16,7 @@ from config import parse_config
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-MANIFESTS = sorted((DEPLOY / "kubernetes").glob("*.yaml"))
+MANIFESTS = sorted((DEPLOY / "kubernetes").rglob("*.yaml"))
 DASHBOARD = DEPLOY / "grafana" / "mirror-v3-dashboard.json"
 METRIC_NAME = re.compile(r"\b((?:mirror_v3|process)_[a-z0-9_]+)\b")
 
@@ -46,6 +46,22 @@ def test_kustomization_lists_existing_files() -> None:
     (kustomization,) = documents("kustomization.yaml")
     for resource in kustomization["resources"]:
         assert (DEPLOY / "kubernetes" / resource).is_file(), resource
+
+
+def test_the_cluster_overlay_exposes_the_drivers_fixed_ports_to_the_executors() -> None:
+    overlay = DEPLOY / "kubernetes" / "spark-cluster"
+    (kustomization,) = [d for d in yaml.safe_load_all((overlay / "kustomization.yaml").read_text()) if d]
+    for resource in kustomization["resources"]:
+        assert (overlay / resource).is_file(), resource
+    (service,) = [d for d in yaml.safe_load_all((overlay / "driver-service.yaml").read_text()) if d]
+    (deployment,) = documents("deployment.yaml")
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    ports = {p["port"] for p in service["spec"]["ports"]}
+    text = (overlay / "kustomization.yaml").read_text()
+    for setting in ("spark.driver.port", "spark.blockManager.port"):
+        port = int(re.search(rf'{re.escape(setting)}: "(\d+)"', text).group(1))  # type: ignore[union-attr]
+        assert port in ports, setting
 
 
 def test_deployment_runs_one_non_root_replica_with_probes() -> None:
