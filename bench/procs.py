@@ -14,7 +14,7 @@ from typing import Self
 import psutil  # type: ignore[import-untyped]  # no type information in the package
 
 MIRROR = "mirror (Python)"
-JVM = "Spark JVM"
+JVM = "Spark JVM + workers"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,6 @@
 """Backlogs and the raw baselines: produce N fixed-size records fast; drain them with a tight confluent-kafka loop,
-with kcat, and copy them to another broker with a confluent-kafka consume -> produce loop."""
+with kcat, into zstd Parquet in one thread (the job's floor on one core), and copy them to another broker with a
+confluent-kafka consume -> produce loop."""
 
 from __future__ import annotations
 
@@ -10,11 +11,16 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from sinks.records import parquet_writer
 from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError, watermarks
+from workers.kafka_range import RecordColumns, message_bytes
+from workers.range_task import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
 KEY_BYTES = 8  # b"%08x" % (i mod 2**32)
 # Records walk through this buffer without overlap, so a Parquet page (or a zstd window) never sees the same bytes
@@ -139,6 +145,38 @@ def consume(bootstrap: str, topic: str, ends: Mapping[int, int], timeout: float)
         return {"seconds": time.monotonic() - began, "cpu_seconds": time.process_time() - cpu}
     finally:
         consumer.close()
+
+
+def consume_to_parquet(
+    bootstrap: str, topic: str, ends: Mapping[int, int], timeout: float, directory: Path
+) -> dict[str, float]:
+    """The floor of this job on one core: the raw consume loop, each record into Arrow columns (the tasks' one-pass
+    builder) and one zstd Parquet file per partition (the blobs' encoding), in one thread. Seconds and CPU seconds
+    (this process, librdkafka's threads included), from assign() to the last file closed."""
+    consumer = _consumer(bootstrap)
+    directory.mkdir(parents=True, exist_ok=True)
+    writers: dict[int, pq.ParquetWriter] = {}
+    columns: dict[int, RecordColumns] = {}
+    try:
+        began, cpu = time.monotonic(), time.process_time()
+        for batch in _drain(consumer, topic, ends, timeout):
+            for msg in batch:
+                partition = msg.partition() or 0
+                if partition not in columns:
+                    columns[partition] = RecordColumns(topic, partition)
+                    writers[partition] = parquet_writer(str(directory / f"{partition}.parquet"), "zstd", None)
+                built = columns[partition]
+                built.add(msg, message_bytes(msg))
+                if len(built) >= ROW_GROUP_ROWS or built.byte_count >= ROW_GROUP_BYTES:
+                    writers[partition].write_batch(built.take())
+        for partition, built in columns.items():
+            if len(built):
+                writers[partition].write_batch(built.take())
+            writers[partition].close()
+        return {"seconds": time.monotonic() - began, "cpu_seconds": time.process_time() - cpu}
+    finally:
+        consumer.close()
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def copy(source: str, destination: str, topic: str, target: str, ends: Mapping[int, int], timeout: float) -> float:

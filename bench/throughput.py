@@ -44,6 +44,8 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
     produced = raw.produce_backlog(ctx.bootstrap, topic, ends, s.value_size)
     yield {**cell, "path": "produce", "seconds": produced}
     yield {**cell, "path": "raw", **raw.consume(ctx.bootstrap, topic, ends, ctx.timeout)}
+    parquet = raw.consume_to_parquet(ctx.bootstrap, topic, ends, ctx.timeout, ctx.scratch / "raw-parquet")
+    yield {**cell, "path": "raw-parquet", **parquet}
     if (kcat := raw.kcat(ctx.bootstrap, topic, ends, ctx.timeout)) is not None:
         yield {**cell, "path": "kcat", **kcat}
     with contextlib.ExitStack() as servers:
