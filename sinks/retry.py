@@ -94,6 +94,7 @@ def retry_transient_sync(
     what: str,
     sleep: Callable[[float], None] = time.sleep,
     rng: random.Random | None = None,
+    on_retry: Callable[[int], None] = lambda _: None,
 ) -> T:
     """The blocking twin of `retry_transient`, for work inside Spark tasks (no event loop, no metrics:
     the task's log on the executor shows its retries)."""
@@ -111,6 +112,7 @@ def retry_transient_sync(
                     f"{what}: still failing after {retry} attempts over {policy.deadline_s:g}s: {exc}"
                 ) from exc
             log.warning("%s failed, retry %d in %.1fs: %s", what, retry, delay, exc)
+            on_retry(retry)
             sleep(delay)
 
 

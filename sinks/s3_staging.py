@@ -76,8 +76,16 @@ class S3BlobOutput:
             )
 
         where = f"s3://{settings.bucket}/{key}"
+        retries = [0]  # reported with the staged blob: the driver counts them (a task has no metrics)
+
+        def count(_: int) -> None:
+            retries[0] += 1
+
         created = retry_transient_sync(
-            lambda: call_blocking(f"create upload {where}", create, settings.bucket), staging.retry, f"stage {where}"
+            lambda: call_blocking(f"create upload {where}", create, settings.bucket),
+            staging.retry,
+            f"stage {where}",
+            on_retry=count,
         )
         upload_id = str(created["UploadId"])
         try:
@@ -96,6 +104,7 @@ class S3BlobOutput:
                     ),
                     staging.retry,
                     f"stage {where}",
+                    on_retry=count,
                 )
                 parts.append((number, str(answer["ETag"])))
         except BaseException:
@@ -104,7 +113,15 @@ class S3BlobOutput:
                 client.abort_multipart_upload(Bucket=settings.bucket, Key=key, UploadId=upload_id)
             raise
         return StagedBlob(
-            first, last, records, record_bytes, len(data), ref=upload_id, sha256=digest, parts=tuple(parts)
+            first,
+            last,
+            records,
+            record_bytes,
+            len(data),
+            ref=upload_id,
+            sha256=digest,
+            parts=tuple(parts),
+            retries=retries[0],
         )
 
     def abandon(self) -> None:

@@ -32,6 +32,7 @@ class StagedBlob:
     ref: str
     sha256: str = ""
     parts: tuple[tuple[int, str], ...] = ()
+    retries: int = 0  # transient failures the task retried while staging it
 
     @property
     def offset_count(self) -> int:

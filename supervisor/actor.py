@@ -229,6 +229,18 @@ class MirrorActor:
                     return
             raise MirrorError(f"{self._topic_partition}: {exc}") from None
         staged_at = time.monotonic()
+        retried = sum(item.retries for item in items if isinstance(item, StagedBlob))
+        if retried:
+            self._metrics.staging_retries.inc(retried)
+            log_event(
+                log,
+                logging.WARNING,
+                "destination writes retried by the tasks",
+                mirror=self.mirror.name,
+                retries=retried,
+                **{"from": plan.first},
+                to=plan.end - 1,
+            )
         for index, item in enumerate(items):
             try:
                 await self._commit(item, plan.trigger, began, staged_at)

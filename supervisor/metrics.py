@@ -35,6 +35,10 @@ class MetricFamilies:
             "mirror_v3_destination_offset_inflight_retry",
             "Zero-based retry count of the destination write in flight (0 when healthy).",
         )
+        self.staging_retries = counter(
+            "mirror_v3_destination_staging_retries",
+            "Transient destination failures retried inside Spark tasks while staging blobs (S3 part uploads).",
+        )
         self.records = counter("mirror_v3_destination_records", "Records durably written to the destination.")
         self.bytes = counter("mirror_v3_destination_bytes", "Bytes durably written to the destination.")
         self.flushes = counter(
@@ -74,6 +78,7 @@ class MirrorMetrics:
 
     offset_verified: Gauge
     inflight_retry: Gauge
+    staging_retries: Counter
     records: Counter
     bytes: Counter
     flushes: Counter
@@ -91,6 +96,7 @@ class MirrorMetrics:
         return cls(
             offset_verified=families.offset_verified.labels(**labels),
             inflight_retry=families.inflight_retry.labels(**labels),
+            staging_retries=families.staging_retries.labels(**labels),
             records=families.records.labels(**labels),
             bytes=families.bytes.labels(**labels),
             flushes=families.flushes.labels(**labels),

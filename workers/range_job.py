@@ -42,11 +42,12 @@ STAGED_SCHEMA = pa.schema(
         pa.field("ref", pa.string()),
         pa.field("sha256", pa.string()),
         pa.field("parts", pa.string()),
+        pa.field("retries", pa.int32()),
     ]
 )
 STAGED_DDL = (
     "task int, first long, last long, records long, record_bytes long, size long, ref string, sha256 string, "
-    "parts string"
+    "parts string, retries int"
 )
 RECORDS_DDL = (
     "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
@@ -99,6 +100,7 @@ def run_staging_job(spark: SparkSession, job: RangeJob) -> list[list[StagedBlob]
                 ref=row["ref"],
                 sha256=row["sha256"],
                 parts=tuple((int(n), str(etag)) for n, etag in json.loads(row["parts"])),
+                retries=row["retries"],
             )
         )
     for task, blobs in zip(job.tasks, staged, strict=True):
@@ -184,6 +186,7 @@ def _stage_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Itera
                             "ref": b.ref,
                             "sha256": b.sha256,
                             "parts": json.dumps(b.parts),
+                            "retries": b.retries,
                         }
                         for b in blobs
                     ],

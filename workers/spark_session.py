@@ -1,4 +1,4 @@
-"""The one SparkSession of the process, configured for the Kafka batch source and Arrow transfer."""
+"""The one SparkSession of the process: the data plane every mirror's flush jobs run on."""
 
 from __future__ import annotations
 
@@ -29,7 +29,8 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         "spark.driver.memory": config.driver_memory,
         "spark.app.name": "mirror-v3",
         "spark.jars": jars,
-        # Jobs of all mirrors share the session; FAIR keeps one backlog from starving the others.
+        # Jobs of all mirrors share the session; FAIR (one pool per mirror, set per job) keeps one backlog
+        # from starving the others.
         "spark.scheduler.mode": "FAIR",
         "spark.sql.session.timeZone": "UTC",
         "spark.ui.enabled": "false",
@@ -37,10 +38,6 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         # A JVM out of heap exits at once (the mirror then reports "Spark JVM died") instead of
         # limping on with half-dead threads.
         "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -XX:+ExitOnOutOfMemoryError",
-        # Offsets ranges come back as Arrow; larger record batches mean fewer Python round trips.
-        # Measured (bench/profile_reads.py): 25k-row Arrow batches read 100k x 1 KiB records ~25%
-        # faster than 100k-row batches, with less driver memory.
-        "spark.sql.execution.arrow.maxRecordsPerBatch": "25000",
         "spark.sql.shuffle.partitions": "4",
     }
     if config.master.startswith("local"):
