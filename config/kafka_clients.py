@@ -1,10 +1,10 @@
 """Kafka client settings derived from a `security` block, for both kinds of client the process runs.
 
 The asyncio clients (aiokafka: offset queries, the destination producer) take keyword arguments and an
-`ssl.SSLContext`; the librdkafka consumers inside Spark tasks take properties (`librdkafka_properties`);
-the JVM client takes `kafka.*` properties (`jvm_properties`). All are built from the same config so a
-cluster is reached the same way by every client. PEM material goes to the task consumers inline (not
-as a path) so Spark executors on other hosts need no copy of the files.
+`ssl.SSLContext`; the librdkafka consumers inside Spark tasks take properties (`librdkafka_properties`).
+Both are built from the same config so a cluster is reached the same way by every client. PEM material
+goes to the task consumers inline (not as a path) so Spark executors on other hosts need no copy of the
+files.
 """
 
 from __future__ import annotations
@@ -18,12 +18,6 @@ from typing import Any
 
 from config.model import KafkaSecurity, TlsConfig
 from config.secrets import remember
-
-_LOGIN_MODULES = {
-    "PLAIN": "org.apache.kafka.common.security.plain.PlainLoginModule",
-    "SCRAM-SHA-256": "org.apache.kafka.common.security.scram.ScramLoginModule",
-    "SCRAM-SHA-512": "org.apache.kafka.common.security.scram.ScramLoginModule",
-}
 
 
 class ClientSettingsError(Exception):
@@ -63,33 +57,6 @@ def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
     return context
 
 
-def jvm_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
-    """Kafka Java client properties (without Spark's `kafka.` prefix)."""
-    properties: dict[str, str] = {"security.protocol": security.protocol}
-    sasl = security.sasl
-    if sasl is not None:
-        properties["sasl.mechanism"] = sasl.mechanism
-        password = _secret(sasl.password_env, f"{field}.sasl.password-env")
-        properties["sasl.jaas.config"] = (
-            f"{_LOGIN_MODULES[sasl.mechanism]} required "
-            f'username="{_jaas_quote(sasl.username)}" password="{_jaas_quote(password)}";'
-        )
-    tls = security.tls if security.protocol in ("SSL", "SASL_SSL") else None
-    if tls is not None:
-        if tls.ca_file is not None:
-            properties["ssl.truststore.type"] = "PEM"
-            properties["ssl.truststore.certificates"] = _read_pem(tls.ca_file, f"{field}.tls.ca-file")
-        if tls.cert_file is not None and tls.key_file is not None:
-            properties["ssl.keystore.type"] = "PEM"
-            properties["ssl.keystore.certificate.chain"] = _read_pem(tls.cert_file, f"{field}.tls.cert-file")
-            properties["ssl.keystore.key"] = _read_pem(tls.key_file, f"{field}.tls.key-file")
-            if tls.key_password_env is not None:
-                properties["ssl.key.password"] = _secret(tls.key_password_env, f"{field}.tls.key-password-env")
-        if not tls.check_hostname:
-            properties["ssl.endpoint.identification.algorithm"] = ""
-    return properties
-
-
 def librdkafka_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
     """librdkafka (confluent-kafka) properties for the consumers inside Spark tasks. PEM material is
     inline, so executors on other hosts need no copy of the files."""
@@ -120,11 +87,6 @@ def _secret(variable: str, field: str) -> str:
     if not value:
         raise ClientSettingsError(f"{field}: environment variable {variable} is not set")
     return remember(value)
-
-
-def _jaas_quote(value: str) -> str:
-    # JAAS string literals are double-quoted with backslash escapes.
-    return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
 def _read_pem(path: str, field: str) -> str:

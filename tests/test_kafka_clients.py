@@ -1,4 +1,5 @@
-"""One security block, two kinds of client: aiokafka keyword arguments and JVM (Spark) properties."""
+"""One security block, two kinds of client: aiokafka keyword arguments and librdkafka properties (the consumers
+inside Spark tasks)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from config import ConfigError, parse_config
-from config.kafka_clients import ClientSettingsError, aiokafka_settings, jvm_properties
+from config.kafka_clients import ClientSettingsError, aiokafka_settings, librdkafka_properties
 from config.model import KafkaSecurity, SaslConfig, TlsConfig
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -16,17 +17,11 @@ PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
 def test_plaintext_is_the_default() -> None:
     assert aiokafka_settings(KafkaSecurity(), "f") == {"security_protocol": "PLAINTEXT"}
-    assert jvm_properties(KafkaSecurity(), "f") == {"security.protocol": "PLAINTEXT"}
+    assert librdkafka_properties(KafkaSecurity(), "f") == {"security.protocol": "plaintext"}
 
 
-@pytest.mark.parametrize(
-    ("mechanism", "module"),
-    [
-        ("PLAIN", "org.apache.kafka.common.security.plain.PlainLoginModule"),
-        ("SCRAM-SHA-512", "org.apache.kafka.common.security.scram.ScramLoginModule"),
-    ],
-)
-def test_sasl_reaches_both_clients(mechanism: str, module: str, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-512"])
+def test_sasl_reaches_both_clients(mechanism: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAFKA_PASSWORD", 'p"a\\ss')
     security = KafkaSecurity(
         protocol="SASL_PLAINTEXT",
@@ -38,11 +33,12 @@ def test_sasl_reaches_both_clients(mechanism: str, module: str, monkeypatch: pyt
         "sasl_plain_username": "svc",
         "sasl_plain_password": 'p"a\\ss',
     }
-    properties = jvm_properties(security, "f")
-    assert properties["security.protocol"] == "SASL_PLAINTEXT"
-    assert properties["sasl.mechanism"] == mechanism
-    # Quotes and backslashes are escaped inside the JAAS string literal.
-    assert properties["sasl.jaas.config"] == f'{module} required username="svc" password="p\\"a\\\\ss";'
+    assert librdkafka_properties(security, "f") == {
+        "security.protocol": "sasl_plaintext",
+        "sasl.mechanism": mechanism,
+        "sasl.username": "svc",
+        "sasl.password": 'p"a\\ss',
+    }
 
 
 def test_sasl_password_must_be_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,14 +46,14 @@ def test_sasl_password_must_be_in_the_environment(monkeypatch: pytest.MonkeyPatc
     security = KafkaSecurity(
         protocol="SASL_SSL", sasl=SaslConfig(mechanism="PLAIN", username="svc", password_env="NOT_THERE")
     )
-    for build in (aiokafka_settings, jvm_properties):
+    for build in (aiokafka_settings, librdkafka_properties):
         with pytest.raises(
             ClientSettingsError, match=r"^destination\.security\.sasl\.password-env: environment variable NOT_THERE"
         ):
             build(security, "destination.security")
 
 
-def test_tls_material_is_passed_inline_to_the_jvm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_tls_material_is_passed_inline_to_the_task_consumers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KEY_PASSWORD", "kp")
     for name in ("ca.pem", "cert.pem", "key.pem"):
         (tmp_path / name).write_text(PEM.replace("CERTIFICATE", name))
@@ -68,16 +64,14 @@ def test_tls_material_is_passed_inline_to_the_jvm(tmp_path: Path, monkeypatch: p
         key_password_env="KEY_PASSWORD",
         check_hostname=False,
     )
-    properties = jvm_properties(KafkaSecurity(protocol="SSL", tls=tls), "f")
+    properties = librdkafka_properties(KafkaSecurity(protocol="SSL", tls=tls), "f")
     assert properties == {
-        "security.protocol": "SSL",
-        "ssl.truststore.type": "PEM",
-        "ssl.truststore.certificates": PEM.replace("CERTIFICATE", "ca.pem"),
-        "ssl.keystore.type": "PEM",
-        "ssl.keystore.certificate.chain": PEM.replace("CERTIFICATE", "cert.pem"),
-        "ssl.keystore.key": PEM.replace("CERTIFICATE", "key.pem"),
+        "security.protocol": "ssl",
+        "ssl.ca.pem": PEM.replace("CERTIFICATE", "ca.pem"),
+        "ssl.certificate.pem": PEM.replace("CERTIFICATE", "cert.pem"),
+        "ssl.key.pem": PEM.replace("CERTIFICATE", "key.pem"),
         "ssl.key.password": "kp",
-        "ssl.endpoint.identification.algorithm": "",
+        "ssl.endpoint.identification.algorithm": "none",
     }
 
 
@@ -86,19 +80,23 @@ def test_tls_without_files_uses_the_system_trust_store() -> None:
     context = settings["ssl_context"]
     assert isinstance(context, ssl.SSLContext)
     assert context.check_hostname and context.verify_mode == ssl.CERT_REQUIRED
-    assert jvm_properties(KafkaSecurity(protocol="SSL"), "f") == {"security.protocol": "SSL"}
+    assert librdkafka_properties(KafkaSecurity(protocol="SSL"), "f") == {
+        "security.protocol": "ssl",
+        "ssl.ca.location": "probe",
+        "ssl.endpoint.identification.algorithm": "https",
+    }
 
 
 def test_unusable_tls_files_name_the_field(tmp_path: Path) -> None:
     missing = KafkaSecurity(protocol="SSL", tls=TlsConfig(ca_file=str(tmp_path / "nope.pem")))
     with pytest.raises(ClientSettingsError, match=r"^destination\.security\.tls\.ca-file: cannot read .*nope\.pem"):
-        jvm_properties(missing, "destination.security")
+        librdkafka_properties(missing, "destination.security")
     with pytest.raises(ClientSettingsError, match=r"^destination\.security\.tls: cannot load the TLS files"):
         aiokafka_settings(missing, "destination.security")
     (tmp_path / "junk.pem").write_text("not a certificate")
     junk = KafkaSecurity(protocol="SSL", tls=TlsConfig(ca_file=str(tmp_path / "junk.pem")))
     with pytest.raises(ClientSettingsError, match=r"junk\.pem is not a PEM file"):
-        jvm_properties(junk, "mirrors[0].source.security")
+        librdkafka_properties(junk, "mirrors[0].source.security")
 
 
 KAFKA_CONFIG = """
