@@ -1,14 +1,13 @@
-# mirror-v3 image: Python packages and Spark's Kafka connector jars baked in, runs as non-root.
+# mirror-v3 image: the pinned Python packages (pyspark brings Spark's jars), runs as non-root.
 # Built by the same scripts/setup.sh that CI runs, so CI exercises the image's install steps.
 #   docker build -t mirror-v3 .
 #   docker run --rm -v "$PWD/examples:/cfg" mirror-v3 validate --config /cfg/minimal.yaml
 
 FROM python:3.11-slim-bookworm AS build
 RUN apt-get update \
- && apt-get install -y --no-install-recommends openjdk-17-jre-headless maven \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
  && rm -rf /var/lib/apt/lists/*
 ENV MIRROR_V3_VENV=/opt/mirror-v3/venv \
-    MIRROR_V3_JARS_DIR=/opt/mirror-v3/jars \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -17,7 +16,6 @@ COPY sinks ./sinks
 COPY supervisor ./supervisor
 COPY workers ./workers
 COPY testkit ./testkit
-COPY jars ./jars
 COPY scripts ./scripts
 COPY schemas ./schemas
 COPY examples ./examples
@@ -32,7 +30,6 @@ RUN apt-get update \
  && useradd --uid 10001 --user-group --no-create-home --home-dir /nonexistent mirror
 COPY --from=build /opt/mirror-v3 /opt/mirror-v3
 ENV PATH=/opt/mirror-v3/venv/bin:$PATH \
-    MIRROR_V3_JARS_DIR=/opt/mirror-v3/jars \
     PYTHONUNBUFFERED=1
 USER 10001:10001
 WORKDIR /tmp

@@ -62,11 +62,13 @@ def test_an_unreachable_broker_is_named_by_run_and_by_status_within_its_timeout(
     assert elapsed < 5 + 15, f"status took {elapsed:.1f}s"  # the timeout, plus interpreter start-up
 
 
-def test_missing_connector_jars_exit_3_with_the_fetch_command(tmp_path: Path) -> None:
-    fs = FilesystemTarget(tmp_path / "archive")
-    config = mirror_config(tmp_path / "mirror.yaml", "127.0.0.1:9", fs, [{"topic": "t", "partition": 0}])
-    line = refused(config, tmp_path / "run.log", fs, code=3, MIRROR_V3_SPARK_JARS=str(tmp_path / "no-jars-here"))
-    assert "bash scripts/fetch-jars.sh" in line and "no-jars-here" in line, line
+def test_a_runtime_without_java_exits_3_saying_spark_cannot_start(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    backlog(kafka.bootstrap, topic_name, [10])
+    config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name)
+    line = refused(config, tmp_path / "run.log", fs, code=3, JAVA_HOME=str(tmp_path / "no-java-here"))
+    assert 'msg="cannot start Spark"' in line and "gateway" in line.lower(), line
 
 
 def test_a_second_signal_exits_at_once(

@@ -2,8 +2,9 @@
 # Install everything mirror-v3 needs, skipping what is already there:
 #   1. a virtualenv (default ./.venv; MIRROR_V3_VENV overrides) with the pinned Python packages
 #      (`supervisor` is also the name of an unrelated PyPI package: never install into a shared env);
-#   2. the JVM jars from Maven Central (scripts/fetch-jars.sh).
-# Used by .ci/run, the quickstart and the Dockerfile. `--no-dev` skips test and lint tools.
+#   2. for development: the Kafka broker's jars from Maven Central (scripts/fetch-jars.sh), for the tests,
+#      the benchmarks and the quickstart. The product itself needs no jar beyond pyspark's own.
+# Used by .ci/run, the quickstart and the Dockerfile. `--no-dev` skips test and lint tools (and the broker).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${MIRROR_V3_VENV:-$here/.venv}"
@@ -11,7 +12,9 @@ extras="[dev]"
 [[ "${1:-}" == "--no-dev" ]] && extras=""
 
 command -v java >/dev/null || { echo "setup: java (17+) is required for Spark and the test broker" >&2; exit 1; }
-command -v mvn >/dev/null || { echo "setup: mvn is required to fetch jars from Maven Central" >&2; exit 1; }
+if [[ -n "$extras" ]]; then
+  command -v mvn >/dev/null || { echo "setup: mvn is required to fetch the test broker from Maven Central" >&2; exit 1; }
+fi
 
 if [[ ! -x "$venv/bin/python" ]]; then
   echo "creating virtualenv $venv"
@@ -35,7 +38,7 @@ else
   echo "Python packages present: $venv"
 fi
 
-PYTHON="$python" bash "$here/scripts/fetch-jars.sh"
+[[ -n "$extras" ]] && PYTHON="$python" bash "$here/scripts/fetch-jars.sh"
 
 # Test-only: s3rver, an S3 server that ignores conditional writes (the second-writer tests use it).
 if [[ -n "$extras" ]]; then

@@ -23,7 +23,7 @@ from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source import SourceClusters
-from workers.spark_session import get_spark, stop_spark
+from workers.spark_session import SparkStartError, get_spark, stop_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 
@@ -154,6 +154,10 @@ class Supervisor:
     async def _run_actor(self, actor: MirrorActor, scope: anyio.CancelScope) -> None:
         try:
             await actor.run()
+        except SparkStartError as exc:
+            # Every mirror waits for the session: whichever reports it first, it is the runtime's failure.
+            self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
+            scope.cancel()
         except Exception as exc:
             self._fail(actor.mirror.name, exc, topic=actor.mirror.topic, partition=actor.mirror.partition)
             # One failed mirror collapses the process; the orchestrator restarts it and every

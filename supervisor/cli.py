@@ -13,8 +13,8 @@ import anyio
 
 from config import ConfigError, load_config
 from config.model import Config
-from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK
-from supervisor.logs import log_event, setup_logging
+from supervisor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
+from supervisor.logs import setup_logging
 
 log = logging.getLogger("mirror_v3.cli")
 
@@ -65,13 +65,7 @@ def _status(config: Config, fmt: str, timeout: float, deep: bool) -> int:
 def _run(config: Config) -> int:
     from supervisor.app import Supervisor
     from supervisor.metrics import MetricFamilies
-    from workers.jars import MissingJarsError, spark_kafka_jars
 
-    try:
-        spark_kafka_jars()
-    except MissingJarsError as exc:
-        log_event(log, logging.ERROR, "cannot start", error=str(exc))
-        return EXIT_ENVIRONMENT
     families = MetricFamilies()
     supervisor = Supervisor(config, families)
     try:

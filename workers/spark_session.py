@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from config.model import SparkConfig
 from config.secrets import SECRET_KEY_PATTERN, remember
-from workers.jars import spark_kafka_jars
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
@@ -23,12 +22,10 @@ _session: SparkSession | None = None
 
 
 def session_conf(config: SparkConfig) -> dict[str, str]:
-    jars = ",".join(str(path) for path in spark_kafka_jars())
     conf = {
         "spark.master": config.master,
         "spark.driver.memory": config.driver_memory,
         "spark.app.name": "mirror-v3",
-        "spark.jars": jars,
         # Jobs of all mirrors share the session; FAIR (one pool per mirror, set per job) keeps one backlog
         # from starving the others.
         "spark.scheduler.mode": "FAIR",
@@ -67,10 +64,22 @@ def get_spark(config: SparkConfig) -> SparkSession:
         builder = SparkSession.builder
         for key, value in session_conf(config).items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        try:
+            session = builder.getOrCreate()
+        except Exception as exc:
+            raise SparkStartError(_first_line(exc)) from exc
         session.sparkContext.setLogLevel(config.log_level)
         _session = session
         return session
+
+
+class SparkStartError(RuntimeError):
+    """The session could not be created (no usable Java, a bad spark.conf, an unreachable master)."""
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def current_spark() -> SparkSession | None:
