@@ -153,8 +153,17 @@ class MirrorActor:
 
     async def _flush_loop(self) -> None:
         poll = self.mirror.source.poll_interval_ms / 1000
-        # Plans spread backlogs over every core: wait for the data plane to say how many there are.
-        self._parallelism = await self._source.parallelism()
+        # Plans spread backlogs over every core: wait for the data plane to say how many there are (a
+        # stop meanwhile goes straight to the drain, which needs Spark only if something is to be written).
+        async with anyio.create_task_group() as waiting:
+
+            async def stop_waiting() -> None:
+                await self._stop.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(stop_waiting)
+            self._parallelism = await self._source.parallelism()
+            waiting.cancel_scope.cancel()
         while not self._stop.is_set():
             offsets = await self._query_offsets()
             plan = self._planner.plan(self._backlog(offsets.end, draining=False))

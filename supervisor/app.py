@@ -29,8 +29,9 @@ log = logging.getLogger("mirror_v3.supervisor")
 
 
 class Supervisor:
-    def __init__(self, config: Config, families: MetricFamilies) -> None:
+    def __init__(self, config: Config, families: MetricFamilies, early_signals: list[int] | None = None) -> None:
         self._config = config
+        self._early_signals = early_signals if early_signals is not None else []
         self._families = families
         self._clusters = SourceClusters()
         self.stop_requested = anyio.Event()
@@ -166,13 +167,20 @@ class Supervisor:
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            for received in self._early_signals:  # arrived before this receiver existed
+                self._on_signal(received)
             async for received in signals:
-                name = signal.Signals(received).name
-                if not self.stop_requested.is_set():
-                    log_event(log, logging.INFO, "draining: stop reading, flush, exit", signal=name)
-                    self.http.readiness.draining = True
-                    self.stop_requested.set()
-                else:
-                    log_event(log, logging.ERROR, "second signal during drain, exiting now", signal=name)
-                    logging.shutdown()
-                    os._exit(EXIT_SECOND_SIGNAL)
+                self._on_signal(received)
+
+    def _on_signal(self, received: int) -> None:
+        name = signal.Signals(received).name
+        if not self.stop_requested.is_set():
+            log_event(
+                log, logging.INFO, "draining: finish the flush in flight, write what is readable, exit", signal=name
+            )
+            self.http.readiness.draining = True
+            self.stop_requested.set()
+        else:
+            log_event(log, logging.ERROR, "second signal during drain, exiting now", signal=name)
+            logging.shutdown()
+            os._exit(EXIT_SECOND_SIGNAL)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import signal
 import sys
 
 import anyio
@@ -63,11 +64,18 @@ def _status(config: Config, fmt: str, timeout: float, deep: bool) -> int:
 
 
 def _run(config: Config) -> int:
+    # A SIGTERM that arrives while the process is still importing and starting (an orchestrator that
+    # changes its mind at once) must drain like any other, not kill the process: remember it until the
+    # supervisor's own signal handling takes over.
+    early: list[int] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda received, _frame: early.append(received))
+
     from supervisor.app import Supervisor
     from supervisor.metrics import MetricFamilies
 
     families = MetricFamilies()
-    supervisor = Supervisor(config, families)
+    supervisor = Supervisor(config, families, early_signals=early)
     try:
         return anyio.run(supervisor.run)
     except KeyboardInterrupt:

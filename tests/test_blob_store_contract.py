@@ -52,6 +52,7 @@ class StoreUnderTest:
     read: Callable[[str], bytes]
     lose_next_answer: Callable[[], None]  # the next commit lands, but its caller gets an error
     leave_leftover: Callable[[str], None]  # what a write interrupted half-way leaves behind
+    place: Callable[[str, bytes], None]  # a blob put there from outside the interface (to set up long chains)
     leftovers: Callable[[], list[str]]
 
 
@@ -81,6 +82,7 @@ def _memory() -> StoreUnderTest:
         read=lambda name: store.blobs[name],
         lose_next_answer=lambda: setattr(store, "lose_answers", 1),
         leave_leftover=leave,
+        place=store.blobs.__setitem__,
         leftovers=lambda: [n for n in store.blobs if is_temp_name(n)],
     )
 
@@ -106,6 +108,10 @@ def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderT
         directory.mkdir(parents=True, exist_ok=True)
         (directory / temp_name(name, "deadbeef")).write_bytes(b"half a file")
 
+    def place(name: str, data: bytes) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / name).write_bytes(data)
+
     return StoreUnderTest(
         store=FilesystemStore(directory),
         another_writer=lambda: FilesystemStore(directory),
@@ -113,6 +119,7 @@ def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderT
         read=lambda name: (directory / name).read_bytes(),
         lose_next_answer=lose_next_answer,
         leave_leftover=leave,
+        place=place,
         leftovers=lambda: [p.name for p in directory.iterdir() if is_temp_name(p.name)] if directory.exists() else [],
     )
 
@@ -167,6 +174,7 @@ async def _s3(endpoint: str, bucket: str) -> AsyncIterator[StoreUnderTest]:
                 # The completion lands, its answer is lost (aiohttp does not resend a POST by itself).
                 lose_next_answer=lambda: proxy.lose_response_next(1, match=is_complete),
                 leave_leftover=leave,
+                place=lambda name, data: client.put_object(Bucket=bucket, Key=prefix + name, Body=data),
                 leftovers=leftovers,
             )
         finally:
@@ -316,7 +324,7 @@ async def test_the_tail_of_a_long_chain_is_found_with_few_listings(
     offset = 0
     for index in range(300):
         size = (1, 7, 1000, 3)[index % 4] if index < 200 else 1  # large blobs, then a run of tiny ones
-        await put(under_test, blob_name(offset, offset + size - 1), b"x")
+        under_test.place(blob_name(offset, offset + size - 1), b"x")
         offset += size
     counting = CountingStore(under_test.store)
     tail = await find_tail(counting)
