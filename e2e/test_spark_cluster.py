@@ -58,9 +58,7 @@ def test_the_archives_survive_losing_the_worker_and_the_mirrors(
         cluster.start_worker()
         for run in runs:
             flushed = len(run.events("flushed"))
-            run.wait_until(
-                lambda run=run, n=flushed: len(run.events("flushed")) > n + 1, 120, "flushes on the new worker"
-            )
+            run.wait_until(partial(more_flushes, run, flushed + 1), 120, "flushes on the new worker")
         for run in runs:
             run.kill9()
     for target in targets:
