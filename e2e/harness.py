@@ -81,6 +81,7 @@ def refused(config: Path, log: Path, target: Target, code: int = 1, only_error: 
 def run_until(config: Path, log: Path, target: Target, name: str, ends: Mapping[int, int], **env: str) -> MirrorRun:
     """Run the mirror until `name`'s partitions reach `ends` at the destination, then drain it (exit 0)."""
     with start(config, log, target, **env) as run:
+        run.wait_for_log(r'msg="mirror starting"')  # the destination may be complete before the process is up
         run.wait_for_offsets(lambda p: target.next_offset(name, p), ends)
         run.drain()
     return run

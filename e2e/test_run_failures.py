@@ -71,6 +71,20 @@ def test_a_runtime_without_java_exits_3_saying_spark_cannot_start(
     assert 'msg="cannot start Spark"' in line and "gateway" in line.lower(), line
 
 
+def test_a_sigterm_during_start_up_drains_and_exits_0(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    """An orchestrator that stops the pod at once: the signal lands while the process is still importing."""
+    backlog(kafka.bootstrap, topic_name, [0])
+    config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name)
+    with start(config, tmp_path / "run.log", fs) as run:
+        time.sleep(0.3)
+        run.proc.send_signal(signal.SIGTERM)
+        code = run.wait(60)
+    assert code == 0, run.tail()
+    assert "draining" in run.log_text() and "all mirrors stopped" in run.log_text(), run.tail()
+
+
 def test_a_second_signal_exits_at_once(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import signal
 import sys
 
 import anyio
 
 from config import ConfigError, load_config
 from config.model import Config
+from supervisor import early_signals
 from supervisor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
 from supervisor.logs import setup_logging
 
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command != "run":
+        early_signals.release()  # only `run` drains; the other commands stop as any program does
     setup_logging()
     try:
         config = load_config(args.config)
@@ -64,18 +66,14 @@ def _status(config: Config, fmt: str, timeout: float, deep: bool) -> int:
 
 
 def _run(config: Config) -> int:
-    # A SIGTERM that arrives while the process is still importing and starting (an orchestrator that
-    # changes its mind at once) must drain like any other, not kill the process: remember it until the
-    # supervisor's own signal handling takes over.
-    early: list[int] = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, lambda received, _frame: early.append(received))
-
+    # A SIGTERM that arrives while the process is still starting must drain like any other: remembered
+    # (from `__main__` on, or from here when called directly) until the supervisor's handling takes over.
+    early_signals.install()
     from supervisor.app import Supervisor
     from supervisor.metrics import MetricFamilies
 
     families = MetricFamilies()
-    supervisor = Supervisor(config, families, early_signals=early)
+    supervisor = Supervisor(config, families, early_signals=early_signals.received)
     try:
         return anyio.run(supervisor.run)
     except KeyboardInterrupt:
