@@ -4,9 +4,9 @@ Kafka is the buffer: records wait in the source until a flush is due, then one S
 writes them. A flush is due when the readable backlog holds a full blob (`max-offsets`, or about
 `max-bytes` by the bytes per offset learned so far), when its oldest record has waited `max-time`
 since it became readable, when the mirror drains, and once right after start (the first flush
-learns the bytes per offset that max-bytes is judged by). Tasks cover consecutive ranges whose boundaries
-are whole estimated blobs, so most blobs come out near `max-bytes`; the tasks cut the actual blobs
-from the records they read (`workers.range_task`).
+reads a short probe range to learn the bytes per offset that max-bytes is judged by). Tasks cover
+consecutive ranges whose boundaries are whole estimated blobs, so most blobs come out near
+`max-bytes`; the tasks cut the actual blobs from the records they read (`workers.range_task`).
 
 Frozen data in and out; no I/O, no clock (callers pass the time).
 """
@@ -18,6 +18,10 @@ from collections import deque
 from dataclasses import dataclass
 
 _SMOOTHING = 0.5
+# The first flush after start knows no record size, so nothing could bound its job by bytes: it covers
+# only this many offsets, enough to learn the size, cheap whatever the size (a backlog of two million
+# large records once went to the driver in one job and took its JVM down).
+START_PROBE_OFFSETS = 100
 
 
 @dataclass(frozen=True)
@@ -113,9 +117,11 @@ class FlushPlanner:
         if bytes_per_offset:
             job_cap = min(job_cap, int(limits.job_bytes / bytes_per_offset))
         job_cap = max(job_cap, blob * max(1, backlog.parallelism))  # at least a blob for every core
-        if available > job_cap:
+        if trigger == "start":
+            span = min(available, START_PROBE_OFFSETS, limits.max_offsets)
+        elif available > job_cap:
             span = max(blob, job_cap // blob * blob)  # whole blobs only: the rest waits for the next job
-        elif trigger in ("start", "max-time", "shutdown"):
+        elif trigger in ("max-time", "shutdown"):
             span = available  # everything readable; the last blob may be small
         else:
             span = available // blob * blob  # full blobs; the remainder waits for its own max-time

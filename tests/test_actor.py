@@ -15,7 +15,7 @@ from sinks.blob_chain import parse_blob_name
 from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.errors import DataLossError, MirrorError
-from supervisor.flush_planner import FlushLimits
+from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
 from tests.fakes import FakePartitionSource, InMemoryStore, MemoryStaging, fresh_metrics, sample
 
@@ -221,7 +221,7 @@ async def test_records_wait_in_the_source_until_the_drain_writes_them() -> None:
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)
         with anyio.fail_after(5):
-            while destination_next(store) != 321:  # the start flush
+            while destination_next(store) != START_PROBE_OFFSETS:  # the start flush learns the record size
                 await anyio.sleep(0.01)
         source.append(100)
         await anyio.sleep(0.1)
@@ -290,10 +290,12 @@ async def test_max_time_counts_from_when_records_became_readable() -> None:
 
 async def test_a_backlog_is_spread_over_every_core_and_committed_in_order() -> None:
     source, store = FakePartitionSource(), InMemoryStore()
-    source.append(4000)
+    source.append(START_PROBE_OFFSETS + 4000)
     flush = FlushConfig(max_time_ms=60_000, max_bytes=10**9, max_offsets=500)
     actor, stop, _ = make_actor(source, store, flush=flush, max_per_job=1000)
-    await run_until(actor, stop, store, 4000)
-    assert all(len(job) == 2 for job in source.jobs), source.jobs
-    assert [end - first for job in source.jobs for first, _, end in job] == [500] * 8
+    await run_until(actor, stop, store, START_PROBE_OFFSETS + 4000)
+    probe, *backlog = source.jobs
+    assert [(first, end) for first, _, end in probe] == [(0, START_PROBE_OFFSETS)]
+    assert all(len(job) == 2 for job in backlog), source.jobs
+    assert [end - first for job in backlog for first, _, end in job] == [500] * 8
     assert read_back(store) == expected_rows(source)

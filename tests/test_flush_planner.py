@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner, ReadableSince
+from supervisor.flush_planner import START_PROBE_OFFSETS, Backlog, FlushLimits, FlushPlanner, ReadableSince
 
 LIMITS = FlushLimits(
     max_offsets=1_000_000,
@@ -36,6 +36,18 @@ def learned(bytes_per_offset: float = 1_000.0) -> FlushPlanner:
 def test_the_first_flush_is_due_at_once_to_learn_the_record_size() -> None:
     plan = FlushPlanner(LIMITS).plan(backlog(10))
     assert plan is not None and plan.trigger == "start" and (plan.first, plan.end) == (0, 10)
+
+
+def test_the_first_flush_of_a_long_backlog_reads_only_a_probe_of_it() -> None:
+    """Without a record size no byte bound applies, so the first job must stay small whatever the backlog."""
+    planner = FlushPlanner(LIMITS)
+    plan = planner.plan(backlog(2_000_000))
+    assert plan is not None and plan.trigger == "start"
+    assert [(t.first, t.end) for t in plan.tasks] == [(0, START_PROBE_OFFSETS)]
+    planner.observe(START_PROBE_OFFSETS, START_PROBE_OFFSETS * 1_000)
+    following = planner.plan(backlog(2_000_000, first=START_PROBE_OFFSETS))
+    assert following is not None and following.trigger == "max-offsets"
+    assert following.end - following.first == 8_000  # the job's byte bound applies from now on
 
 
 def test_less_than_a_blob_waits_for_max_time_then_goes_whole() -> None:

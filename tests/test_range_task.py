@@ -40,6 +40,24 @@ def test_the_range_ends_on_the_position_past_trailing_holes() -> None:
     assert consumer.closed
 
 
+def test_the_reader_never_asks_for_more_records_than_the_range_holds() -> None:
+    """librdkafka's batch consume waits until it has what was asked for: asking for more than the range
+    holds would make every small flush wait out the timeout."""
+    source = FakePartitionSource()
+    source.append(1_000)
+    asked: list[int] = []
+
+    class Recording(FakeConsumer):
+        def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+            asked.append(num_messages)
+            return super().consume(num_messages, timeout)
+
+    batches = consume_range(source.partition_spec(), 990, 1_000, Recording(source))
+    read = [message.offset() for batch in batches for message in batch]
+    assert read == list(range(990, 1_000))
+    assert asked == [10]
+
+
 def test_holes_inside_the_range_are_legal_and_counted_by_the_blob() -> None:
     source = FakePartitionSource()
     source.append(100, holes_every=4)

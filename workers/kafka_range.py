@@ -38,6 +38,10 @@ CONSUMER_SETTINGS: dict[str, Any] = {
     "fetch.wait.max.ms": 100,
 }
 CONSUME_BATCH = 10_000
+# librdkafka's batch consume returns when it has the messages asked for or when this wait ends. A range
+# whose tail holds no records (transaction markers, aborted records) never fills its batch, so the wait is
+# what such a range pays at its end: short, because a flush of a few records must not cost half a second.
+CONSUME_WAIT_S = 0.05
 # librdkafka error codes (confluent_kafka.KafkaError) this reader acts on.
 _PARTITION_EOF = -191
 _AUTO_OFFSET_RESET = -140
@@ -115,7 +119,8 @@ def _consume(consumer: Any, source: SourcePartition, read_from: int, end: int) -
     last_error = ""
     progressed_at = time.monotonic()
     while True:
-        messages = consumer.consume(num_messages=CONSUME_BATCH, timeout=0.5)
+        # Never ask for more than the range still holds: a batch that can fill returns at once.
+        messages = consumer.consume(num_messages=max(1, min(CONSUME_BATCH, end - last - 1)), timeout=CONSUME_WAIT_S)
         records = []
         for message in messages:
             error = message.error()
