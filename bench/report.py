@@ -204,9 +204,10 @@ def throughput_section(tp: Throughput, cpus: int, chart: str | None) -> list[str
         *md_table(CPU_HEADER, cpu_rows, 2),
         "### Mirror runs",
         "",
-        "Start-up: process start → ready to read (Spark's JVM and session, not timed above). Flush s: the "
-        "`flushed` lines' write time (encode + write/upload/produce + commit), summed. MB written: Parquet, or "
-        "record batches for Kafka. Verified: the destination read back around mirror-v3 (directory listings and "
+        "Start-up: process start → ready to read (Spark's JVM and session with its warm-up job, not timed above). "
+        "Flush s: the `flushed` lines' write time (read + encode + write/upload/produce + commit), summed. MB "
+        "written: Parquet, or the records' keys, values and headers for Kafka. Verified: the destination read back "
+        "around mirror-v3 (directory listings and "
         "pyarrow, boto3, a read_committed confluent-kafka consumer) holds every source offset exactly once.",
         "",
         *md_table("cell|path|start-up s|backlog s|flushes (triggers)|flush s|MB written|drain s|verified", runs, 2),
@@ -316,7 +317,7 @@ def micro_section(micro: dict[str, Any]) -> list[str]:
         "## Micro benchmarks",
         "",
         "The mirror's hot pure functions in this process, timed by pytest-benchmark (`bench/micro`): read planning, "
-        "the buffer, record conversion (conform, Kafka record batches), Parquet encoding, and the tail search of a "
+        "record conversion (the one-pass Arrow builder, conform), Parquet encoding, and the tail search of a "
         "chain of 10,000 and 1,000,000 blob names (a sorted in-memory store). Items: what one call handles (records; "
         "reads planned; blob names in the chain); per item = median ÷ items.",
         "",

@@ -336,8 +336,7 @@ class SparkConfig(_Strict, frozen=True):
         msgspec.Meta(
             ge=1,
             description="Record bytes one Spark job covers at most (at least one blob per core), sized from the "
-            "bytes per offset seen so far. For the Kafka destination the job's records come to the driver, so "
-            "this bounds its memory per mirror.",
+            "bytes per offset seen so far. For the Kafka destination a job is one transaction (renumber).",
         ),
     ] = 256 * 1024 * 1024
     offsets_per_task: Annotated[

@@ -169,7 +169,7 @@ def test_kill_9_at_random_moments(
 def test_preserve_refuses_a_source_with_holes(
     kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path
 ) -> None:
-    """Transaction markers here; compaction makes the same kind of chunk (sinks.kafka_records.first_hole)."""
+    """Transaction markers here; compaction makes the same kind of hole (workers.kafka_produce)."""
     _transactional_source(kafka, topic_name)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
     destination = KafkaTarget(kafka_destination_broker.bootstrap, "preserve")
@@ -299,10 +299,10 @@ def test_destination_outages_are_retried_without_duplicates(
     tmp_path: Path,
     offsets: str,
 ) -> None:
-    """Connections to the destination are reset and refused for longer than a request may take, three times.
-    renumber: the transaction fails, the retry layer waits it out and each retry first asks the destination what of
-    the chunk landed. preserve: the idempotent producer never expires a batch, so it rides out the outage itself
-    (a flush takes as long as the outage) and its sequence numbers keep retried batches from landing twice."""
+    """Connections to the destination are reset and refused for longer than a request may take, three times, while
+    Spark tasks produce. librdkafka rides the outage out inside the task until destination.retry.deadline-ms (a
+    flush takes as long as the outage): preserve's sequence numbers keep a resent batch from landing twice;
+    renumber's transaction either commits whole or is aborted and run again after its position is re-checked."""
     total = 30_000
     proxy = healthy_destination_proxy
     backlog(kafka.bootstrap, topic_name, [total], seed=80)
@@ -323,8 +323,5 @@ def test_destination_outages_are_retried_without_duplicates(
             proxy.refuse(False)
         run.wait_for_offsets(lambda p: direct.next_offset(topic_name, p), {0: total})
         run.drain()
-    if offsets == "renumber":
-        assert "destination operation failed, retrying" in run.log_text(), "no outage was noticed"
-    else:
-        assert max(int(flush["elapsed_ms"]) for flush in run.events("flushed")) >= 1_000, "no flush met an outage"
+    assert max(int(flush["elapsed_ms"]) for flush in run.events("flushed")) >= 1_000, "no flush met an outage"
     _assert_exactly_once(kafka, direct, topic_name)

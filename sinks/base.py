@@ -1,9 +1,9 @@
 """The contract between a mirror's actor and its destination.
 
-The actor decides which source ranges become which destination writes; Spark tasks do the reading
-and, where the sink can stage (`staging()`), write the bytes too. The sink commits each staged write
-(or, for the Kafka destination, each chunk of records the tasks brought to the driver) in offset
-order, and on start tells the actor where the destination ends. Sinks know nothing of flush policy,
+The actor decides which source ranges become which destination writes; Spark tasks read them and
+write them as `staging()` says: blobs staged for the sink to commit, or (the Kafka destination)
+records produced by the task itself. The sink commits each staged blob, or records each produced
+range, in offset order, and on start tells the actor where the destination ends. Sinks know nothing of flush policy,
 metrics or signals.
 """
 
@@ -12,30 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-import pyarrow as pa
-
-from sinks.staging import BlobStaging, RecordsToDriver, StagedBlob
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.staging import BlobStaging, StagedBlob
 
 
 class DestinationError(Exception):
     """The destination is unusable as found (corrupt chain, foreign writer, misaligned offsets)."""
-
-
-@dataclass(frozen=True)
-class Chunk:
-    """Every source offset in [first_offset, last_offset] was read; `records` holds those that exist.
-
-    Offsets in the range with no row are holes (compaction, transaction markers, aborted records).
-    Rows are in the Kafka-source layout of `sinks.records.KAFKA_SCHEMA`, sorted by offset.
-    """
-
-    first_offset: int
-    last_offset: int
-    records: pa.Table
-
-    @property
-    def offset_count(self) -> int:
-        return self.last_offset - self.first_offset + 1
 
 
 @dataclass(frozen=True)
@@ -73,17 +55,18 @@ class Sink(Protocol):
         validates the whole destination instead of its tail."""
         ...
 
-    def staging(self) -> BlobStaging | RecordsToDriver:
-        """How Spark tasks hand this sink a range: staged blobs, or the records themselves."""
+    def staging(self) -> BlobStaging | KafkaProduceTarget:
+        """How Spark tasks write a range for this sink (called per job: a target may carry the
+        position the sink expects)."""
         ...
 
-    async def commit(self, item: StagedBlob | Chunk) -> Committed:
-        """Make a staged blob (or a chunk of records) durable and visible. Its first offset is always
-        the offset open()/the previous commit left as next. Either all of it is durable afterwards or
-        an exception is raised and nothing of it is visible."""
+    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
+        """Make a staged blob durable and visible (or record a range the task produced). Its first
+        offset is always the offset open()/the previous commit left as next. Either all of it is
+        durable afterwards or an exception is raised and nothing of it is visible."""
         ...
 
-    async def discard(self, item: StagedBlob | Chunk) -> None:
+    async def discard(self, item: StagedBlob | ProducedRange) -> None:
         """Drop a staged write that will not be committed (best effort; never raises)."""
         ...
 

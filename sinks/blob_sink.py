@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from sinks.base import Chunk, Committed, Inspection
+from sinks.base import Committed, Inspection
 from sinks.blob_chain import BlobChain, BlobStore
+from sinks.produce_target import ProducedRange
 from sinks.staging import BlobStaging, StagedBlob
 
 
@@ -33,13 +34,13 @@ class BlobSink:
             return Inspection(next_offset=None)
         return Inspection(next_offset=tail.last + 1, last_write=await self._chain.store.modified_at(tail.name))
 
-    async def commit(self, item: StagedBlob | Chunk) -> Committed:
+    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
         if not isinstance(item, StagedBlob):
             raise TypeError("a blob destination commits staged blobs, not records")
         location, size = await self._chain.append(item)
         return Committed(location=location, bytes_written=size)
 
-    async def discard(self, item: StagedBlob | Chunk) -> None:
+    async def discard(self, item: StagedBlob | ProducedRange) -> None:
         if isinstance(item, StagedBlob):
             await self._chain.store.discard_staged(item)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from config.kafka_clients import aiokafka_settings
+from config.kafka_clients import aiokafka_settings, librdkafka_properties
 from config.model import (
     Destination,
     FilesystemDestination,
@@ -118,4 +118,6 @@ def kafka_settings(destination: KafkaDestination) -> KafkaSinkSettings:
         max_batch_bytes=destination.max_batch_bytes,
         request_timeout_ms=destination.request_timeout_ms,
         transaction_id_prefix=destination.transaction_id_prefix,
+        retry=retry_policy(destination.retry),
+        client_properties=librdkafka_properties(destination.security, "destination.security"),
     )

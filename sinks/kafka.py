@@ -1,43 +1,47 @@
 """The Kafka destination: one partition of another cluster, in `preserve` or `renumber` mode.
 
-preserve: destination offset == source offset. The partition's end offset *is* the position. An
-  idempotent producer appends each chunk in batches, and every batch's delivered base offset must be
-  the source offset of its first record. A chunk with a hole (compaction, transaction markers) cannot
-  be reproduced and stops the mirror. On open, a non-empty partition must end with the source's own
-  record at the same offset, so foreign data is never continued.
+The records are produced by the Spark tasks (`workers.kafka_produce`), never by the driver. This sink
+finds where the destination ends on open, hands each job its target (`staging`) and records each
+range a task reports as produced, in offset order.
+
+preserve: destination offset == source offset. The partition's end offset *is* the position. A task's
+  idempotent producer appends the range, and every delivered offset must be its source offset. A range
+  with a hole (compaction, transaction markers) cannot be reproduced and stops the mirror. On open, a
+  non-empty partition must end with the source's own record at the same offset, so foreign data is
+  never continued.
 
 renumber: records get the destination's next offsets and carry header `mirror-v3.source-offset`.
-  Each chunk is one transaction of a producer whose `transactional.id` is fixed per destination
-  partition (a newer process fences an older one). The transaction also commits the next source
-  offset for consumer group `<prefix>.<dest-name>` on the destination cluster. The position is that
-  committed offset, or the last record's header + 1 if that is further (the group's offsets expire
-  after `offsets.retention.minutes` of inactivity, and are applied a moment after the records).
-
-A commit that fails half-way is resolved from the destination before anything is sent again: the
-producer is replaced (which aborts or completes the open transaction) and the position re-read.
+  Each range is one transaction of a producer whose `transactional.id` is fixed per destination
+  partition. The transaction also commits the next source offset for consumer group
+  `<prefix>.<dest-name>` on the destination cluster. The position is that committed offset, or the
+  last record's header + 1 if that is further (the group's offsets expire after
+  `offsets.retention.minutes` of inactivity, and are applied a moment after the records). On open the
+  sink takes the partition over (commits a random id of this process as the offset of group
+  `<prefix>.<dest-name>.owner`), then fences every older producer: a task of an older process that is
+  still running finds another owner and stops, so a newer process fences an older one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar
 
 import anyio
-import anyio.to_thread
-import pyarrow as pa
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from config.kafka_clients import diagnose_bootstrap
-from sinks.base import Chunk, Committed, DestinationError, Inspection
-from sinks.kafka_records import PreparedBatch, build_batches, first_hole, parse_source_offset
-from sinks.retry import TransientDestinationError
-from sinks.staging import RecordsToDriver, StagedBlob
+from sinks.base import Committed, DestinationError, Inspection
+from sinks.kafka_records import parse_source_offset
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.retry import RetryPolicy, TransientDestinationError
+from sinks.staging import StagedBlob
 
 log = logging.getLogger("mirror_v3.sinks.kafka")
 T = TypeVar("T")
@@ -79,6 +83,8 @@ class KafkaSinkSettings:
     max_batch_bytes: int
     request_timeout_ms: int
     transaction_id_prefix: str
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    client_properties: dict[str, str] = field(default_factory=dict, repr=False)  # librdkafka, for the tasks
 
 
 class KafkaClients:
@@ -94,10 +100,10 @@ class KafkaClients:
         self._timeout_ms = request_timeout_ms
 
     @contextlib.asynccontextmanager
-    async def consumer(self, isolation: str) -> AsyncIterator[AIOKafkaConsumer]:
+    async def consumer(self, isolation: str, group_id: str | None = None) -> AsyncIterator[AIOKafkaConsumer]:
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap_servers,
-            group_id=None,
+            group_id=group_id,
             enable_auto_commit=False,
             isolation_level=isolation,
             request_timeout_ms=self._timeout_ms,
@@ -174,6 +180,12 @@ class KafkaClients:
         found = await self.records(tp, offset, offset + 1, isolation)
         return found[0] if found else None
 
+    async def commit_offset(self, group: str, tp: TopicPartition, offset: int) -> None:
+        """Commit `offset` for `tp` in `group`, as a consumer that never joins the group."""
+        async with self.consumer("read_uncommitted", group_id=group) as consumer:
+            consumer.assign([tp])
+            await consumer.commit({tp: offset})
+
     async def committed_offset(self, group: str, tp: TopicPartition) -> int | None:
         deadline = time.monotonic() + self._timeout_ms / 1000
         async with self.admin() as admin:
@@ -205,15 +217,18 @@ class KafkaSink:
         self._tp = TopicPartition(topic, partition)
         self._source = source
         self._source_name = source_name  # "<topic>-<partition>" of the source, for messages
+        self.transactional_id = f"{settings.transaction_id_prefix}.{topic}.{partition}"
+        self.group_id = f"{settings.transaction_id_prefix}.{topic}"
         # `clients` replaces the destination's clients (tests give an in-memory cluster).
         self._clients = clients or KafkaClients(
             settings.bootstrap_servers, settings.client, settings.request_timeout_ms
         )
-        self._producer: AIOKafkaProducer | None = None
+        self._producer: AIOKafkaProducer | None = None  # renumber: only while opening (fence, claim)
         self._position: int | None = None  # next source offset the destination expects
-        self._uncertain = False  # a commit failed half-way: resolve from the destination first
-        self.transactional_id = f"{settings.transaction_id_prefix}.{topic}.{partition}"
-        self.group_id = f"{settings.transaction_id_prefix}.{topic}"
+        # renumber: this process's id, committed as the offset of `owner_group` when it takes the partition over.
+        self.writer = secrets.randbelow(2**62) + 1
+        self.owner_group = f"{self.group_id}.owner"
+        self._expected: int | None = None  # renumber: the group's committed offset, as the tasks must find it
 
     @property
     def description(self) -> str:
@@ -238,8 +253,14 @@ class KafkaSink:
             # An empty partition still has a position: the first record must land at offset 0.
             self._position = await self._preserve_position(verify=True)
             return self._position or None
-        await self._start_producer()  # fences any older writer before the position is read
-        self._position = await self._renumber_position()
+        # Take the partition over first, then fence: a task of an older process that begins after the
+        # first step finds another owner and stops; one that began before is fenced by the second.
+        await self._clients.commit_offset(self.owner_group, self._tp, self.writer)
+        await self._start_producer()  # fences any older writer (and aborts its open transaction)
+        try:
+            self._position, self._expected = await self._renumber_position()
+        finally:
+            await self._stop_producer()  # the tasks' producers take the transactional.id over from here
         return self._position
 
     async def inspect(self, deep: bool = False) -> Inspection:
@@ -250,7 +271,8 @@ class KafkaSink:
             await self._check_topic()
             if self._mode == "preserve":
                 return Inspection(await self._preserve_position(verify=deep) or None)
-            return Inspection(await self._renumber_position())
+            position, _ = await self._renumber_position()
+            return Inspection(position)
 
         return await self._call(inspect)
 
@@ -306,7 +328,9 @@ class KafkaSink:
                 "cannot continue it (empty the partition, or use another topic or offsets: renumber)"
             )
 
-    async def _renumber_position(self) -> int | None:
+    async def _renumber_position(self) -> tuple[int | None, int | None]:
+        """(the position, the group's committed offset): they differ when the group's offset expired or
+        was applied after the records."""
         committed = await self._clients.committed_offset(self.group_id, self._tp)
         from_header = await self._last_header_position(search_all=committed is None)
         if committed is None and from_header is not None:
@@ -318,7 +342,7 @@ class KafkaSink:
                 extra={"mirror_v3_fields": fields},
             )
         candidates = [p for p in (committed, from_header) if p is not None]
-        return max(candidates) if candidates else None
+        return (max(candidates) if candidates else None), committed
 
     async def _last_header_position(self, search_all: bool) -> int | None:
         """1 + the source offset in the last committed record that carries one, searching backwards
@@ -340,137 +364,52 @@ class KafkaSink:
 
     # -- commit ----------------------------------------------------------------------------------
 
-    def staging(self) -> RecordsToDriver:
-        # The driver's producer owns the transactions, the fencing and the offset checks: the tasks
-        # bring the records to it.
-        return RecordsToDriver()
-
-    async def commit(self, item: StagedBlob | Chunk) -> Committed:
-        if not isinstance(item, Chunk):
-            raise TypeError("the Kafka destination commits chunks of records, not staged blobs")
-        chunk = item
-        return await self._call(lambda: self._commit(chunk))
-
-    async def discard(self, item: StagedBlob | Chunk) -> None:
-        return None  # records in driver memory: nothing was written anywhere
-
-    async def _commit(self, chunk: Chunk) -> Committed:
-        if self._uncertain:
-            resolved = await self._resolve(chunk)
-            if resolved is not None:
-                return resolved
-        if self._position is not None and chunk.first_offset != self._position:
-            raise DestinationError(
-                f"{self._name}: chunk starts at source offset {chunk.first_offset}, "
-                f"destination expects {self._position}"
-            )
-        records = chunk.records
-        if self._mode == "preserve":
-            hole = first_hole(records, chunk.first_offset, chunk.last_offset)
-            if hole is not None:
-                raise DestinationError(
-                    f"source {self._source_name} offsets {hole[0]}..{hole[1]} hold no records (compaction, transaction "
-                    "markers or aborted transactions): offsets: preserve cannot reproduce a hole; use offsets: renumber"
-                )
-        self._uncertain = True  # until this commit is known to have succeeded or to have changed nothing
-        if self._mode == "preserve":
-            committed = await self._send_preserve(records)
-        else:
-            committed = await self._send_renumber(chunk)
-        self._uncertain = False
-        self._position = chunk.last_offset + 1
-        return committed
-
-    async def _send_preserve(self, records: pa.Table) -> Committed:
-        producer = await self._start_producer()
-        batches = await self._prepare(records, producer, add_source_offset=False)
-        delivered = await self._send(producer, batches)
-        for batch, base_offset in zip(batches, delivered, strict=True):
-            if base_offset != batch.first_source_offset:
-                raise DestinationError(
-                    f"{self._name}: source offsets {batch.first_source_offset}..{batch.last_source_offset} landed at "
-                    f"destination offset {base_offset}: another producer writes to this partition"
-                )
-        return self._committed(batches, delivered)
-
-    async def _send_renumber(self, chunk: Chunk) -> Committed:
-        producer = await self._start_producer()
-        batches = await self._prepare(chunk.records, producer, add_source_offset=True)
-        await producer.begin_transaction()
-        try:
-            delivered = await self._send(producer, batches)
-            await producer.send_offsets_to_transaction(
-                {self._tp: (chunk.last_offset + 1, f"source={self._source_name}")}, self.group_id
-            )
-            await producer.commit_transaction()
-        except BaseException:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                # Best effort: a replaced producer (next attempt) aborts it anyway.
-                await producer.abort_transaction()
-            raise
-        return self._committed(batches, delivered)
-
-    async def _prepare(
-        self, records: pa.Table, producer: AIOKafkaProducer, add_source_offset: bool
-    ) -> list[PreparedBatch]:
-        # Packing rows into batches is CPU work; a worker thread keeps the event loop answering.
-        return await anyio.to_thread.run_sync(
-            lambda: build_batches(records, producer.create_batch, add_source_offset=add_source_offset)
+    def staging(self) -> KafkaProduceTarget:
+        # The tasks produce the records themselves; the target carries the position this sink expects,
+        # which a renumber task checks inside its transaction before writing anything.
+        settings = self._settings
+        return KafkaProduceTarget(
+            bootstrap_servers=settings.bootstrap_servers,
+            topic=self._tp.topic,
+            partition=self._tp.partition,
+            offsets=settings.offsets,
+            source_name=self._source_name,
+            transactional_id=self.transactional_id,
+            group_id=self.group_id,
+            owner_group=self.owner_group,
+            writer=self.writer,
+            expected=self._expected,
+            compression=settings.compression,
+            max_batch_bytes=settings.max_batch_bytes,
+            request_timeout_ms=settings.request_timeout_ms,
+            retry=settings.retry,
+            client_properties=settings.client_properties,
         )
 
-    async def _send(self, producer: AIOKafkaProducer, batches: list[PreparedBatch]) -> list[int]:
-        futures = [await producer.send_batch(b.builder, self._tp.topic, partition=self._tp.partition) for b in batches]
-        return [int((await future).offset) for future in futures]
-
-    def _committed(self, batches: list[PreparedBatch], delivered: list[int]) -> Committed:
-        size = sum(batch.builder.size() for batch in batches)
-        if not delivered:
-            return Committed(location=f"{self._tp.topic}/{self._tp.partition} (no records)", bytes_written=0)
-        last = delivered[-1] + batches[-1].record_count - 1
-        return Committed(location=f"{self._tp.topic}/{self._tp.partition}@{delivered[0]}..{last}", bytes_written=size)
-
-    async def _resolve(self, chunk: Chunk) -> Committed | None:
-        """After a failed attempt: replace the producer, then ask the destination how much of `chunk`
-        landed. Returns the commit if all of it did; otherwise leaves `chunk`'s remainder to send."""
-        await self._stop_producer()
-        if self._mode == "renumber":
-            await self._start_producer()  # completes or aborts the failed transaction first
-            position = await self._renumber_position()
-            if position is not None and position > chunk.first_offset:
-                # Transactions are atomic: any record of the chunk visible means all of it is.
-                if position > chunk.last_offset + 1:
-                    raise DestinationError(
-                        f"{self._name}: destination position {position} is past the chunk "
-                        f"{chunk.first_offset}..{chunk.last_offset} being retried: another writer?"
-                    )
-                return self._already_there(chunk)
-            if position is not None and position < chunk.first_offset:
-                raise DestinationError(
-                    f"{self._name}: destination position fell back to {position} below {chunk.first_offset}"
-                )
-            self._uncertain = False
-            return None
-        _, end = await self._clients.watermarks(self._tp, "read_uncommitted")
-        if not chunk.first_offset <= end <= chunk.last_offset + 1:
+    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
+        """The task's range is at the destination already (preserve: checked offset by offset; renumber:
+        committed with the position). Recording it means checking that it continues where the last one
+        ended."""
+        if not isinstance(item, ProducedRange):
+            raise TypeError("the Kafka destination records ranges its tasks produced, not staged blobs")
+        if self._position is not None and item.first != self._position:
             raise DestinationError(
-                f"{self._name} ends at offset {end}, outside the chunk {chunk.first_offset}..{chunk.last_offset} being "
-                "retried: another producer writes to this partition"
+                f"{self._name}: a task produced source offsets {item.first}..{item.last}, but the destination "
+                f"expected {self._position} next"
             )
-        if end == chunk.last_offset + 1:
-            return self._already_there(chunk)
-        # Resend only what is missing; `commit` continues from the destination's end.
-        self._position, self._uncertain = end, False
-        landed = end - chunk.first_offset
-        if landed:
-            fields = {"destination": self.description, "landed": landed, "resend_from": end}
-            log.info("part of the retried chunk had landed", extra={"mirror_v3_fields": fields})
-        return await self._commit(Chunk(end, chunk.last_offset, chunk.records.slice(landed)))
-
-    def _already_there(self, chunk: Chunk) -> Committed:
-        self._uncertain = False
-        self._position = chunk.last_offset + 1
+        self._position = item.last + 1
+        if self._mode == "renumber":
+            self._expected = self._position
         where = f"{self._tp.topic}/{self._tp.partition}"
-        return Committed(location=f"{where} (committed by the previous attempt)", bytes_written=0)
+        if item.destination_first is None:
+            landed = "no records" if item.records == 0 else "committed by an earlier attempt"
+            return Committed(location=f"{where} ({landed})", bytes_written=item.record_bytes if item.records else 0)
+        return Committed(
+            location=f"{where}@{item.destination_first}..{item.destination_last}", bytes_written=item.record_bytes
+        )
+
+    async def discard(self, item: StagedBlob | ProducedRange) -> None:
+        return None  # a produced range is at the destination or, its transaction aborted, nowhere
 
     # -- producer lifecycle ----------------------------------------------------------------------
 

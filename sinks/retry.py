@@ -22,8 +22,9 @@ from typing import TypeVar
 
 import anyio
 
-from sinks.base import Chunk, Committed, DestinationError, Inspection, Sink
-from sinks.staging import BlobStaging, RecordsToDriver, StagedBlob
+from sinks.base import Committed, DestinationError, Inspection, Sink
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.staging import BlobStaging, StagedBlob
 
 T = TypeVar("T")
 log = logging.getLogger("mirror_v3.retry")
@@ -145,14 +146,13 @@ class RetryingSink:
     async def inspect(self, deep: bool = False) -> Inspection:
         return await self._retry(lambda: self._inner.inspect(deep), "inspect")
 
-    def staging(self) -> BlobStaging | RecordsToDriver:
+    def staging(self) -> BlobStaging | KafkaProduceTarget:
         return self._inner.staging()
 
-    async def commit(self, item: StagedBlob | Chunk) -> Committed:
-        first, last = (item.first, item.last) if isinstance(item, StagedBlob) else (item.first_offset, item.last_offset)
-        return await self._retry(lambda: self._inner.commit(item), f"commit {first}-{last}")
+    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
+        return await self._retry(lambda: self._inner.commit(item), f"commit {item.first}-{item.last}")
 
-    async def discard(self, item: StagedBlob | Chunk) -> None:
+    async def discard(self, item: StagedBlob | ProducedRange) -> None:
         await self._inner.discard(item)
 
     async def close(self) -> None:

@@ -72,9 +72,3 @@ class BlobStaging(Protocol):
     def blob_format(self) -> BlobFormat: ...
 
     def open(self, first: int) -> BlobOutput: ...
-
-
-@dataclass(frozen=True)
-class RecordsToDriver:
-    """No staging: the tasks' records are collected into the driver, whose sink writes them (the
-    Kafka destination, where the driver's producer owns the transactions and the offset checks)."""

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 import anyio
 
 from config.model import FlushConfig, MirrorConfig
-from sinks.base import Chunk, Sink
-from sinks.records import record_bytes
+from sinks.base import Sink
+from sinks.produce_target import ProducedRange
 from sinks.staging import StagedBlob
 from supervisor.errors import DataLossError, MirrorError
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, ReadableSince
@@ -238,7 +238,7 @@ class MirrorActor:
                     return
             raise MirrorError(f"{self._topic_partition}: {exc}") from None
         staged_at = time.monotonic()
-        retried = sum(item.retries for item in items if isinstance(item, StagedBlob))
+        retried = sum(item.retries for item in items)
         if retried:
             self._metrics.staging_retries.inc(retried)
             log_event(
@@ -263,12 +263,8 @@ class MirrorActor:
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
 
-    async def _commit(self, item: StagedBlob | Chunk, trigger: str, began: float, staged_at: float) -> None:
-        if isinstance(item, StagedBlob):
-            first, last, records, payload = item.first, item.last, item.records, item.record_bytes
-        else:
-            first, last = item.first_offset, item.last_offset
-            records, payload = item.records.num_rows, record_bytes(item.records)
+    async def _commit(self, item: StagedBlob | ProducedRange, trigger: str, began: float, staged_at: float) -> None:
+        first, last, records, payload = item.first, item.last, item.records, item.record_bytes
         committed = await self._sink.commit(item)
         finished = time.monotonic()
         interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)

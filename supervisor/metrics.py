@@ -37,7 +37,7 @@ class MetricFamilies:
         )
         self.staging_retries = counter(
             "mirror_v3_destination_staging_retries",
-            "Transient destination failures retried inside Spark tasks while staging blobs (S3 part uploads).",
+            "Transient destination failures retried inside Spark tasks (S3 part uploads, aborted Kafka transactions).",
         )
         self.records = counter("mirror_v3_destination_records", "Records durably written to the destination.")
         self.bytes = counter("mirror_v3_destination_bytes", "Bytes durably written to the destination.")

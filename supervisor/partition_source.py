@@ -8,16 +8,15 @@ from collections.abc import Sequence
 from typing import Protocol
 
 import anyio.to_thread
-import pyarrow as pa
 
 from config.kafka_clients import librdkafka_properties
 from config.model import MirrorConfig, SparkConfig
-from sinks.base import Chunk
-from sinks.staging import BlobStaging, RecordsToDriver, StagedBlob
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.staging import BlobStaging, StagedBlob
 from supervisor.flush_planner import PlannedTask
 from supervisor.source import SourceCluster, SourceOffsets
 from workers.kafka_range import SourcePartition
-from workers.range_job import RangeJob, cancel_job, run_records_job, run_staging_job
+from workers.range_job import RangeJob, cancel_job, run_produce_job, run_staging_job
 from workers.range_task import BlobLimits, TaskRange
 from workers.spark_session import current_spark, get_spark
 
@@ -38,9 +37,9 @@ class PartitionSource(Protocol):
         ...
 
     async def run(
-        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | RecordsToDriver
-    ) -> list[StagedBlob | Chunk]:
-        """Run one job over consecutive tasks: staged blobs (or chunks of records, one per task)
+        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | KafkaProduceTarget
+    ) -> list[StagedBlob | ProducedRange]:
+        """Run one job over consecutive tasks: staged blobs (or the one range a Kafka task produced)
         covering exactly [tasks[0].first, tasks[-1].end), in offset order."""
         ...
 
@@ -86,11 +85,15 @@ class SparkPartitionSource:
         return self._parallelism
 
     async def run(
-        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | RecordsToDriver
-    ) -> list[StagedBlob | Chunk]:
+        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | KafkaProduceTarget
+    ) -> list[StagedBlob | ProducedRange]:
+        ranges = tuple(TaskRange(t.first, t.read_from, t.end) for t in tasks)
+        if isinstance(target, KafkaProduceTarget):
+            # A partition's records must reach the destination in order: one task produces the whole job.
+            ranges = (TaskRange(ranges[0].first, ranges[0].read_from, ranges[-1].end),)
         job = RangeJob(
             source=self._partition,
-            tasks=tuple(TaskRange(t.first, t.read_from, t.end) for t in tasks),
+            tasks=ranges,
             limits=limits,
             target=target,
             job_group=f"mirror-v3.{self._mirror.name}.{uuid.uuid4().hex[:12]}",
@@ -106,13 +109,12 @@ class SparkPartitionSource:
             with self._lock:
                 self._inflight = None
 
-    def _run_blocking(self, job: RangeJob) -> list[StagedBlob | Chunk]:
+    def _run_blocking(self, job: RangeJob) -> list[StagedBlob | ProducedRange]:
         spark = get_spark(self._spark_config)  # may wait for the session to start
         if self._cancelled:
             raise JobCancelled(f"job over {self._partition.name} cancelled before it started")
-        if isinstance(job.target, RecordsToDriver):
-            tables = run_records_job(spark, job)
-            return [_chunk(task, table) for task, table in zip(job.tasks, tables, strict=True)]
+        if isinstance(job.target, KafkaProduceTarget):
+            return list(run_produce_job(spark, job))
         return [blob for blobs in run_staging_job(spark, job) for blob in blobs]
 
     def cancel(self) -> None:
@@ -123,7 +125,3 @@ class SparkPartitionSource:
         spark = current_spark()
         if job_group is not None and spark is not None:
             cancel_job(spark, job_group)
-
-
-def _chunk(task: TaskRange, records: pa.Table) -> Chunk:
-    return Chunk(first_offset=task.first, last_offset=task.end - 1, records=records)

@@ -13,17 +13,18 @@ import anyio
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
-from sinks.base import Chunk, DestinationError
+from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.records import KAFKA_SCHEMA
 from sinks.retry import TransientDestinationError
-from sinks.staging import BlobFormat, BlobStaging, RecordsToDriver, StagedBlob
+from sinks.staging import BlobFormat, BlobStaging, StagedBlob
 from supervisor.flush_planner import PlannedTask
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.source import SourceOffsets
 from workers.kafka_range import OffsetsDeletedError, SourcePartition
 from workers.range_job import RangeJobError
-from workers.range_task import BlobLimits, TaskRange, read_records, stage_blobs
+from workers.range_task import BlobLimits, TaskRange, stage_blobs
 
 
 @dataclass
@@ -174,23 +175,19 @@ class FakePartitionSource:
         return SourcePartition("fake:9092", self.topic, self.partition, "read_committed", "g", 5.0)
 
     async def run(
-        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | RecordsToDriver
-    ) -> list[StagedBlob | Chunk]:
+        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | KafkaProduceTarget
+    ) -> list[StagedBlob | ProducedRange]:
         assert all(t.end <= self.end for t in tasks), "job past the end"
         self.jobs.append([(t.first, t.read_from, t.end) for t in tasks])
         if self.job_delay:
             await anyio.sleep(self.job_delay)
-        items: list[StagedBlob | Chunk] = []
+        items: list[StagedBlob | ProducedRange] = []
         spec = self.partition_spec()
         for task in tasks:
             task_range = TaskRange(task.first, task.read_from, task.end)
             try:
-                if isinstance(target, RecordsToDriver):
-                    batches = list(read_records(spec, task_range, FakeConsumer(self)))
-                    table = pa.Table.from_batches(batches, KAFKA_SCHEMA)
-                    items.append(Chunk(task.first, task.end - 1, table))
-                else:
-                    items.extend(stage_blobs(spec, task_range, limits, target, FakeConsumer(self)))
+                assert not isinstance(target, KafkaProduceTarget), "Kafka targets: tests/test_kafka_produce.py"
+                items.extend(stage_blobs(spec, task_range, limits, target, FakeConsumer(self)))
             except OffsetsDeletedError as exc:
                 raise RangeJobError("OffsetsDeletedError", str(exc)) from None
         return items

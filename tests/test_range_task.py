@@ -4,6 +4,7 @@ deleted offsets, and blob boundaries cut from the records themselves."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -12,8 +13,8 @@ from sinks.records import KAFKA_SCHEMA
 from sinks.staging import StagedBlob
 from tests.fakes import FakeConsumer, FakeMessage, FakePartitionSource, FakeRecord, InMemoryStore, MemoryStaging
 from workers.kafka_range import OffsetsDeletedError, SourceRangeError, consume_range
-from workers.range_job import task_failure
-from workers.range_task import BlobLimits, TaskRange, read_records, stage_blobs
+from workers.range_job import RangeJobError, raise_task_error, task_failure
+from workers.range_task import BlobLimits, TaskRange, stage_blobs
 
 UNLIMITED = BlobLimits(max_bytes=10**12, max_offsets=10**12)
 
@@ -141,8 +142,8 @@ def test_records_come_back_in_the_kafka_source_layout() -> None:
     source = FakePartitionSource()
     source.append(5)
     source.records[2].headers = [("h", b"x"), ("n", None)]
-    batches = list(read_records(source.partition_spec(), TaskRange(0, 0, 5), FakeConsumer(source)))
-    rows = [row for batch in batches for row in batch.to_pylist()]
+    (blob,), store = stage(source, TaskRange(0, 0, 5), UNLIMITED)
+    rows = pq.read_table(io.BytesIO(store.blobs[blob.ref])).to_pylist()
     assert [r["offset"] for r in rows] == [0, 1, 2, 3, 4]
     assert rows[0]["headers"] is None  # as Spark's Kafka source: null, not an empty list
     assert rows[2]["headers"] == [{"key": "h", "value": b"x"}, {"key": "n", "value": None}]
@@ -159,3 +160,15 @@ def test_a_task_failure_is_found_in_sparks_error_text() -> None:
     )
     assert task_failure(text) == ("OffsetsDeletedError", "t-0: offset 5 was deleted before it was read")
     assert task_failure("java.lang.OutOfMemoryError: Java heap space") == (None, "")
+
+
+def test_a_task_reports_a_users_error_as_a_row_and_the_first_task_in_order_wins() -> None:
+    rows: list[dict[str, Any]] = [
+        {"task": 1, "error_kind": "OffsetsDeletedError", "error": "t-0: offset 5 was deleted"},
+        {"task": 0, "error_kind": "PreserveHoleError", "error": "source t-0 offsets 1..2 hold no records"},
+        {"task": 2, "error_kind": None, "error": None},
+    ]
+    with pytest.raises(RangeJobError) as caught:
+        raise_task_error(rows)
+    assert (caught.value.kind, str(caught.value)) == ("PreserveHoleError", "source t-0 offsets 1..2 hold no records")
+    raise_task_error([{"task": 0, "error_kind": None, "error": None}])  # no error, nothing raised

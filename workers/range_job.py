@@ -1,10 +1,11 @@
 """One Spark job per flush: tasks read consecutive sub-ranges of one partition on the executors.
 
 The job is a DataFrame of task numbers (`spark.range(n, numPartitions=n)`, one row per partition)
-mapped with `mapInArrow`: each Spark task runs `workers.range_task` on its sub-range. For blob
-destinations the tasks stage the blobs themselves and return one metadata row per blob, so no record
-crosses into the driver. For the Kafka destination they return the records, which the driver's
-producer writes. DataFrame APIs only (no RDDs) keep Spark Connect open as a later option.
+mapped with `mapInArrow`: each Spark task runs on its sub-range and returns only metadata, so no
+record crosses into the driver. For blob destinations the tasks stage blobs (`workers.range_task`) and
+return one row per blob; for the Kafka destination a job has one task, which produces its range
+(`workers.kafka_produce`) and returns one row. DataFrame APIs only (no RDDs) keep Spark Connect open
+as a later option.
 
 `run_range_job` blocks; callers run it in a worker thread. A running job is cancelled from another
 thread with `cancel_job`, which interrupts its job group.
@@ -20,13 +21,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 from py4j.protocol import Py4JNetworkError
 
-from sinks.records import conform
-from sinks.staging import BlobStaging, RecordsToDriver, StagedBlob
-from workers.kafka_range import SourcePartition
-from workers.range_task import BlobLimits, TaskRange, read_records, stage_blobs
+from sinks.base import DestinationError
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.staging import BlobStaging, StagedBlob
+from workers.kafka_produce import (
+    DestinationMovedError,
+    DestinationTaskError,
+    PreserveHoleError,
+    ProducerFencedError,
+    produce_range,
+)
+from workers.kafka_range import SourcePartition, SourceRangeError
+from workers.range_task import BlobLimits, TaskRange, stage_blobs
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -43,15 +51,42 @@ STAGED_SCHEMA = pa.schema(
         pa.field("sha256", pa.string()),
         pa.field("parts", pa.string()),
         pa.field("retries", pa.int32()),
+        pa.field("error_kind", pa.string()),
+        pa.field("error", pa.string()),
     ]
 )
 STAGED_DDL = (
     "task int, first long, last long, records long, record_bytes long, size long, ref string, sha256 string, "
-    "parts string, retries int"
+    "parts string, retries int, error_kind string, error string"
 )
-RECORDS_DDL = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key:string,value:binary>>"
+PRODUCED_SCHEMA = pa.schema(
+    [
+        pa.field("task", pa.int32()),
+        pa.field("first", pa.int64()),
+        pa.field("last", pa.int64()),
+        pa.field("records", pa.int64()),
+        pa.field("record_bytes", pa.int64()),
+        pa.field("destination_first", pa.int64()),
+        pa.field("destination_last", pa.int64()),
+        pa.field("retries", pa.int32()),
+        pa.field("error_kind", pa.string()),
+        pa.field("error", pa.string()),
+    ]
+)
+PRODUCED_DDL = (
+    "task int, first long, last long, records long, record_bytes long, destination_first long, "
+    "destination_last long, retries int, error_kind string, error string"
+)
+PRODUCED_FIELDS = PRODUCED_SCHEMA.names[1:-2]  # ProducedRange's, between the task number and the error
+# What a task reports as a row instead of failing: the user's errors, which need no Spark task failure
+# (and its ERROR lines and stack traces in the log) to reach the driver.
+TASK_ERRORS = (
+    SourceRangeError,
+    DestinationError,
+    PreserveHoleError,
+    DestinationMovedError,
+    ProducerFencedError,
+    DestinationTaskError,
 )
 
 
@@ -60,7 +95,7 @@ class RangeJob:
     source: SourcePartition
     tasks: tuple[TaskRange, ...]
     limits: BlobLimits
-    target: BlobStaging | RecordsToDriver
+    target: BlobStaging | KafkaProduceTarget
     job_group: str  # for cancelling
     pool: str  # FAIR scheduler pool: one per mirror, so one backlog cannot starve the others
 
@@ -85,11 +120,12 @@ SPARK_GONE = (
 
 def run_staging_job(spark: SparkSession, job: RangeJob) -> list[list[StagedBlob]]:
     """Stage every task's blobs; return them per task, in offset order."""
-    if isinstance(job.target, RecordsToDriver):
+    if isinstance(job.target, KafkaProduceTarget):
         raise TypeError("run_staging_job needs a blob staging target")
-    rows = _run(spark, job, _stage_function(job), STAGED_DDL, lambda frame: frame.toArrow())
+    rows = _run(spark, job, _stage_function(job), STAGED_DDL, lambda frame: frame.toArrow()).to_pylist()
+    raise_task_error(rows)
     staged: list[list[StagedBlob]] = [[] for _ in job.tasks]
-    for row in rows.to_pylist():
+    for row in rows:
         staged[row["task"]].append(
             StagedBlob(
                 first=row["first"],
@@ -108,19 +144,26 @@ def run_staging_job(spark: SparkSession, job: RangeJob) -> list[list[StagedBlob]
     return staged
 
 
-def run_records_job(spark: SparkSession, job: RangeJob) -> list[pa.Table]:
-    """Bring every task's records into the driver; return one table per task, sorted by offset."""
-    table = conform(_run(spark, job, _records_function(job), RECORDS_DDL, lambda frame: frame.toArrow()))
-    tables = []
-    offsets = table.column("offset")
-    for task in job.tasks:
-        mask = pc.and_(pc.greater_equal(offsets, task.read_from), pc.less(offsets, task.end))
-        part = table.filter(mask).sort_by("offset")
-        _check_offsets(job.source, task, part)
-        tables.append(part)
-    if sum(t.num_rows for t in tables) != table.num_rows:
-        raise RangeJobError("SourceRangeError", f"{job.source.name}: records outside the requested ranges")
-    return tables
+def run_produce_job(spark: SparkSession, job: RangeJob) -> list[ProducedRange]:
+    """Produce the job's one range into the Kafka destination; return what landed."""
+    if not isinstance(job.target, KafkaProduceTarget) or len(job.tasks) != 1:
+        raise TypeError("run_produce_job needs a Kafka target and exactly one task (records keep their order)")
+    rows = _run(spark, job, _produce_function(job), PRODUCED_DDL, lambda frame: frame.toArrow()).to_pylist()
+    raise_task_error(rows)
+    if len(rows) != 1 or (rows[0]["first"], rows[0]["last"]) != (job.tasks[0].first, job.tasks[0].end - 1):
+        raise RangeJobError("SourceRangeError", f"{job.source.name}: the task did not report its range")
+    row = rows[0]
+    return [
+        ProducedRange(
+            first=row["first"],
+            last=row["last"],
+            records=row["records"],
+            record_bytes=row["record_bytes"],
+            destination_first=row["destination_first"],
+            destination_last=row["destination_last"],
+            retries=row["retries"],
+        )
+    ]
 
 
 def cancel_job(spark: SparkSession, job_group: str) -> None:
@@ -168,12 +211,16 @@ def task_failure(text: str) -> tuple[str | None, str]:
 
 def _stage_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     source, tasks, limits, staging = job.source, job.tasks, job.limits, job.target
-    assert not isinstance(staging, RecordsToDriver)
+    assert not isinstance(staging, KafkaProduceTarget)
 
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                blobs = stage_blobs(source, tasks[index], limits, staging)
+                try:
+                    blobs = stage_blobs(source, tasks[index], limits, staging)
+                except TASK_ERRORS as exc:
+                    yield _error_batch(STAGED_SCHEMA, index, exc)
+                    continue
                 yield pa.RecordBatch.from_pylist(
                     [
                         {
@@ -196,15 +243,36 @@ def _stage_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Itera
     return stage
 
 
-def _records_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    source, tasks = job.source, job.tasks
+def _produce_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    source, tasks, target = job.source, job.tasks, job.target
+    assert isinstance(target, KafkaProduceTarget)
 
-    def read(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             for index in batch.column(0).to_pylist():
-                yield from read_records(source, tasks[index])
+                try:
+                    produced = produce_range(source, tasks[index], target)
+                except TASK_ERRORS as exc:
+                    yield _error_batch(PRODUCED_SCHEMA, index, exc)
+                    continue
+                yield pa.RecordBatch.from_pylist(
+                    [{"task": index, **{f: getattr(produced, f) for f in PRODUCED_FIELDS}}],
+                    schema=PRODUCED_SCHEMA,
+                )
 
-    return read
+    return produce
+
+
+def _error_batch(schema: pa.Schema, task: int, exc: Exception) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist([{"task": task, "error_kind": type(exc).__name__, "error": str(exc)}], schema)
+
+
+def raise_task_error(rows: list[dict[str, Any]]) -> None:
+    """The first task's error (by task order) becomes the job's; nothing of a failed job is committed."""
+    failed = sorted((row["task"], row["error_kind"], row["error"]) for row in rows if row["error_kind"] is not None)
+    if failed:
+        _, kind, message = failed[0]
+        raise RangeJobError(kind, message)
 
 
 def _check_coverage(source: SourcePartition, task: TaskRange, blobs: list[StagedBlob]) -> None:
@@ -218,11 +286,3 @@ def _check_coverage(source: SourcePartition, task: TaskRange, blobs: list[Staged
         expected = blob.last + 1
     if expected != task.end:
         raise RangeJobError("SourceRangeError", f"{source.name}: staged blobs end at {expected}, not {task.end}")
-
-
-def _check_offsets(source: SourcePartition, task: TaskRange, table: pa.Table) -> None:
-    if table.num_rows > 1:
-        values = table.column("offset").combine_chunks()
-        increasing = pc.all(pc.greater(values.slice(1), values.slice(0, len(values) - 1))).as_py()
-        if not increasing:
-            raise RangeJobError("SourceRangeError", f"{source.name}: offsets not strictly increasing")

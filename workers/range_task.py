@@ -1,4 +1,4 @@
-"""What one Spark task does with its offset range: read it, and either stage it as blobs or return it.
+"""What one Spark task does with its offset range for a blob destination: read it and stage it as blobs.
 
 A task covers [first, end) of one partition. It reads from `read_from` (above `first` only when the
 offsets in between were lost and the mirror skips them; they stay inside the first blob's range so the
@@ -12,11 +12,9 @@ Rows are written in row groups as they arrive, so a task holds one row group in 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 
 from sinks.records import parquet_writer
@@ -65,15 +63,6 @@ def stage_blobs(
         writer.abandon()
         raise
     return writer.staged
-
-
-def read_records(source: SourcePartition, task: TaskRange, consumer: Any = None) -> Iterator[pa.RecordBatch]:
-    """Read the task's range as record batches (for destinations whose driver writes the records)."""
-    columns = RecordColumns(source.topic, source.partition)
-    for messages in consume_range(source, task.read_from, task.end, consumer):
-        for message in messages:
-            columns.add(message, 0)
-        yield columns.take()
 
 
 class _BlobWriter:

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -93,7 +93,7 @@ def warm_up(session: SparkSession) -> None:
     session.range(0, cores, 1, cores).mapInArrow(_import_task_modules, "id long").collect()
 
 
-def _import_task_modules(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+def _import_task_modules(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
     import confluent_kafka  # noqa: F401  # what every flush task loads
 
     import workers.range_task  # noqa: F401

@@ -9,16 +9,13 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Coroutine
-from functools import partial
 from typing import Any, TypeVar
 
 import pyarrow as pa
 import pytest
-from aiokafka.producer.message_accumulator import BatchBuilder
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from sinks.blob_chain import BlobRange, blob_name, find_tail
-from sinks.kafka_records import build_batches
 from sinks.records import KAFKA_SCHEMA, conform, encode_parquet
 from sinks.staging import StagedBlob
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner
@@ -110,17 +107,6 @@ def test_conform(benchmark: BenchmarkFixture, value_size: int) -> None:
     shuffled = table.select(list(reversed(table.column_names))).replace_schema_metadata({"spark": "x"})
     benchmark.extra_info["items"] = ROWS
     assert benchmark(conform, shuffled).schema.equals(KAFKA_SCHEMA)
-
-
-@pytest.mark.parametrize("renumber", [pytest.param(False, id="preserve"), pytest.param(True, id="renumber")])
-@pytest.mark.parametrize("value_size", SIZES)
-def test_build_batches(benchmark: BenchmarkFixture, value_size: int, renumber: bool) -> None:
-    """Rows into aiokafka record batches of 1 MiB (renumber adds the source-offset header to each record)."""
-    table = records(ROWS, value_size)
-    builder = partial(BatchBuilder, 1024 * 1024, 0, is_transactional=renumber)
-    benchmark.extra_info["items"] = ROWS
-    batches = benchmark(build_batches, table, builder, add_source_offset=renumber)
-    assert sum(batch.record_count for batch in batches) == ROWS
 
 
 @pytest.mark.parametrize("value_size", SIZES)

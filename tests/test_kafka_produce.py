@@ -1,0 +1,252 @@
+"""What a Spark task does for the Kafka destination, against in-memory source and destination partitions:
+offsets kept or renumbered exactly once, holes refused in preserve mode, transactions that abort and run
+again, positions moved by another writer refused."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from sinks.kafka_records import parse_source_offset
+from sinks.produce_target import KafkaProduceTarget
+from sinks.retry import RetryPolicy
+from tests.fakes import FakeConsumer, FakePartitionSource
+from workers.kafka_produce import (
+    DestinationMovedError,
+    PreserveHoleError,
+    ProducerFencedError,
+    produce_range,
+)
+from workers.range_task import TaskRange
+
+WRITER = 1111
+
+
+@dataclass
+class Landed:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]] | None
+    timestamp: int
+
+
+@dataclass
+class FakeDestination:
+    """One destination partition: its log, the group's committed position, and transactions."""
+
+    log: list[Landed] = field(default_factory=list)
+    committed: dict[str, int] = field(default_factory=lambda: {"mirror-v3.copy.owner": WRITER})  # group -> offset
+    foreign_records_before_delivery: int = 0  # another producer appends this many records mid-write
+    fail_commits: list[KafkaError] = field(default_factory=list)  # raised by the next commit_transaction calls
+    aborted: int = 0
+
+    def target(self, offsets: str, expected: int | None = None) -> KafkaProduceTarget:
+        return KafkaProduceTarget(
+            bootstrap_servers="fake:9092",
+            topic="copy",
+            partition=0,
+            offsets=offsets,  # type: ignore[arg-type]
+            source_name="t-0",
+            transactional_id="mirror-v3.copy.0",
+            group_id="mirror-v3.copy",
+            owner_group="mirror-v3.copy.owner",
+            writer=WRITER,
+            expected=expected,
+            compression=None,
+            max_batch_bytes=1 << 20,
+            request_timeout_ms=1_000,
+            retry=RetryPolicy(initial_backoff_s=0.0, max_backoff_s=0.0, deadline_s=5.0),
+        )
+
+
+class FakeMessage:
+    def __init__(self, offset: int) -> None:
+        self._offset = offset
+
+    def offset(self) -> int:
+        return self._offset
+
+
+class FakeProducer:
+    def __init__(self, destination: FakeDestination, transactional: bool) -> None:
+        self._destination = destination
+        self._transactional = transactional
+        self._pending: list[tuple[Landed, Any]] = []
+        self._offsets: tuple[str, int] | None = None
+
+    def init_transactions(self, timeout: float) -> None:
+        pass
+
+    def begin_transaction(self) -> None:
+        self._pending, self._offsets = [], None
+
+    def produce(
+        self, topic: str, *, value: Any, key: Any, partition: int, timestamp: int, headers: Any, on_delivery: Any
+    ) -> None:
+        self._pending.append((Landed(-1, key, value, headers, timestamp), on_delivery))
+        if not self._transactional:
+            self.flush(0)
+
+    def poll(self, timeout: float) -> int:
+        return 0
+
+    def flush(self, timeout: float) -> int:
+        destination = self._destination
+        for _ in range(destination.foreign_records_before_delivery):
+            destination.log.append(Landed(len(destination.log), b"x", b"foreign", None, 0))
+        destination.foreign_records_before_delivery = 0
+        for record, callback in self._pending:
+            record.offset = len(destination.log)
+            destination.log.append(record)
+            callback(None, FakeMessage(record.offset))
+        self._pending = []
+        return 0
+
+    def send_offsets_to_transaction(self, offsets: list[TopicPartition], group: Any, timeout: float) -> None:
+        (position,) = offsets
+        self._offsets = (group, position.offset)
+
+    def commit_transaction(self, timeout: float) -> None:
+        if self._destination.fail_commits:
+            raise KafkaException(self._destination.fail_commits.pop(0))
+        self.flush(timeout)
+        assert self._offsets is not None, "the position must be committed in the transaction"
+        group, offset = self._offsets
+        self._destination.committed[group] = offset
+
+    def abort_transaction(self, timeout: float) -> None:
+        self._pending, self._offsets = [], None
+        self._destination.aborted += 1
+
+
+class FakeGroupConsumer:
+    def __init__(self, destination: FakeDestination, group: str) -> None:
+        self._destination = destination
+        self._group = group
+
+    def get_watermark_offsets(self, partition: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        return 0, len(self._destination.log)
+
+    def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        offset = self._destination.committed.get(self._group, -1001)
+        return [TopicPartition(partitions[0].topic, partitions[0].partition, offset)]
+
+    def consumer_group_metadata(self) -> str:
+        return self._group
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class FakeClients:
+    source: FakePartitionSource
+    destination: FakeDestination
+    transactional: bool
+
+    def source_consumer(self) -> Any:
+        return FakeConsumer(self.source)
+
+    def producer(self) -> Any:
+        return FakeProducer(self.destination, self.transactional)
+
+    def group_consumer(self, group_id: str) -> Any:
+        return FakeGroupConsumer(self.destination, group_id)
+
+
+def run(source: FakePartitionSource, destination: FakeDestination, task: TaskRange, offsets: str, **kw: Any) -> Any:
+    target = destination.target(offsets, **kw)
+    clients = FakeClients(source, destination, transactional=offsets == "renumber")
+    return produce_range(source.partition_spec(), task, target, clients, sleep=lambda _: None)
+
+
+def test_preserve_keeps_every_offset_and_record() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(50)
+    source.records[7].headers = [("h", b"1"), ("n", None)]
+    produced = run(source, destination, TaskRange(0, 0, 50), "preserve")
+    assert (produced.first, produced.last, produced.records) == (0, 49, 50)
+    assert (produced.destination_first, produced.destination_last) == (0, 49)
+    assert [r.offset for r in destination.log] == list(range(50))
+    assert [(r.key, r.value) for r in destination.log] == [
+        (source.records[o].key, source.records[o].value) for o in range(50)
+    ]
+    assert destination.log[7].headers == [("h", b"1"), ("n", None)]
+
+
+def test_preserve_delivers_up_to_a_hole_and_names_it() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(20, holes_every=10)  # offsets 9 and 19 are holes
+    with pytest.raises(PreserveHoleError) as caught:
+        run(source, destination, TaskRange(0, 0, 20), "preserve")
+    assert (caught.value.first, caught.value.last) == (9, 9)
+    assert [r.offset for r in destination.log] == list(range(9))
+
+
+def test_preserve_refuses_a_destination_that_does_not_end_where_the_range_begins() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(20)
+    run(source, destination, TaskRange(0, 0, 10), "preserve")
+    with pytest.raises(DestinationMovedError) as caught:
+        run(source, destination, TaskRange(12, 12, 20), "preserve")
+    assert (caught.value.expected, caught.value.found) == (12, 10)
+
+
+def test_preserve_fails_when_another_producer_shifts_the_offsets() -> None:
+    source, destination = FakePartitionSource(), FakeDestination(foreign_records_before_delivery=1)
+    source.append(10)
+    with pytest.raises(RuntimeError, match="source offset 0 landed at destination offset 1: another producer"):
+        run(source, destination, TaskRange(0, 0, 10), "preserve")
+
+
+def test_renumber_commits_records_and_position_in_one_transaction() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(30, holes_every=3)
+    first = run(source, destination, TaskRange(0, 0, 15), "renumber")
+    second = run(source, destination, TaskRange(15, 15, 30), "renumber", expected=15)
+    assert (first.records, second.records) == (10, 10)
+    assert [parse_source_offset(r.headers) for r in destination.log] == [o for o in range(30) if o % 3 != 2]
+    assert [r.offset for r in destination.log] == list(range(20))
+    assert destination.committed["mirror-v3.copy"] == 30
+
+
+def test_a_transaction_that_must_abort_runs_again_without_duplicates() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    destination.fail_commits.append(KafkaError(KafkaError._TIMED_OUT, "flush failed", txn_requires_abort=True))
+    produced = run(source, destination, TaskRange(0, 0, 10), "renumber")
+    assert produced.retries == 1 and destination.aborted == 1
+    assert [parse_source_offset(r.headers) for r in destination.log] == list(range(10))
+
+
+def test_a_retried_task_finds_its_range_committed_and_writes_nothing() -> None:
+    """A Spark task attempt that committed, then died before reporting: the next attempt must not copy again."""
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    run(source, destination, TaskRange(0, 0, 10), "renumber")
+    again = run(source, destination, TaskRange(0, 0, 10), "renumber")
+    assert (again.records, again.destination_first) == (10, None)
+    assert len(destination.log) == 10
+
+
+def test_a_partition_taken_over_by_another_process_is_a_fence() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    destination.committed = {"mirror-v3.copy": 5, "mirror-v3.copy.owner": 2222}
+    with pytest.raises(ProducerFencedError, match="fenced by a newer producer: process 2222 took this partition over"):
+        run(source, destination, TaskRange(5, 5, 10), "renumber", expected=5)
+    assert destination.log == [] and destination.committed["mirror-v3.copy"] == 5
+
+
+def test_a_position_that_moved_under_the_same_writer_is_refused() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    destination.committed["mirror-v3.copy"] = 8
+    with pytest.raises(DestinationMovedError) as caught:
+        run(source, destination, TaskRange(5, 5, 10), "renumber", expected=5)
+    assert (caught.value.expected, caught.value.found) == (5, 8)
+    assert destination.log == []

@@ -1,0 +1,401 @@
+"""Copy an exact offset range of one source partition into the Kafka destination, inside a Spark task.
+
+The task reads the range with `workers.kafka_range` and produces each record with librdkafka, so no
+record passes through the driver or Spark's JVM. What keeps it exactly once (`sinks.produce_target`):
+
+preserve: before writing, the destination partition must end exactly where the range begins; every
+  record is produced by an idempotent producer and its delivered offset must be its source offset. A
+  hole in the range (compaction, transaction markers, aborted records, skipped lost offsets) cannot be
+  reproduced: the records before it are delivered, then the task fails naming the hole. librdkafka
+  retries an unreachable destination itself until `retry.deadline-ms`; its sequence numbers keep a
+  resent batch from landing twice.
+
+renumber: one transaction per range. After `init_transactions` has fenced every earlier producer of the
+  partition (an older process, or an earlier attempt of this task), this process must still own the
+  partition (the owner group's committed offset is its id: a newer process commits its own id there
+  before it fences, so a task of an older one stops) and the group's committed position must be the
+  one the driver expects; only then are the records produced, each with the `mirror-v3.source-offset`
+  header, and the range's end committed as the position in the same transaction. A transient failure
+  aborts the transaction and runs it again from the source, until the retry deadline; a position at
+  the range's end means an earlier attempt succeeded and its answer was lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from sinks.kafka_records import source_offset_header
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.retry import TransientDestinationError, retry_transient_sync
+from workers.kafka_range import SourcePartition, consume_range, message_bytes
+from workers.range_task import TaskRange
+
+# librdkafka error codes (confluent_kafka.KafkaError) that mean another producer took the partition over.
+_FENCED = {-144, 47, 90}  # _FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
+# ... and that another attempt may not meet, beyond those librdkafka flags retriable: local timeouts, lost
+# connections, no broker up, a coordinator that is loading or moving.
+_TRANSIENT = {-185, -187, -195, -192, 7, 14, 15, 16}
+_TRANSACTION_TIMEOUT_MS = 120_000
+
+
+class DestinationMovedError(RuntimeError):
+    """The destination is not where the driver left it: another writer, or a partition changed by hand."""
+
+    def __init__(self, destination: str, expected: object, found: object, what: str) -> None:
+        self.destination, self.expected, self.found = destination, expected, found
+        super().__init__(
+            f"{destination}: {what} is {found}, expected {expected}: another producer writes to this partition"
+        )
+
+
+class ProducerFencedError(RuntimeError):
+    """A newer mirror-v3 process writes this destination partition."""
+
+
+class DestinationTaskError(RuntimeError):
+    """The destination refused the task's writes for good (authorization, a record too large, ...)."""
+
+
+class PreserveHoleError(RuntimeError):
+    """A range with a hole cannot keep its offsets at the destination."""
+
+    def __init__(self, source: str, first: int, last: int) -> None:
+        self.source, self.first, self.last = source, first, last
+        super().__init__(
+            f"source {source} offsets {first}..{last} hold no records (compaction, transaction markers or aborted "
+            "transactions): offsets: preserve cannot reproduce a hole; use offsets: renumber"
+        )
+
+
+class ProduceClients(Protocol):
+    """The librdkafka clients a task uses; tests give in-memory ones."""
+
+    def source_consumer(self) -> Any: ...
+
+    def producer(self) -> Any: ...
+
+    def group_consumer(self, group_id: str) -> Any:
+        """A consumer of the destination cluster in `group_id` (for committed offsets; never subscribes)."""
+        ...
+
+
+@dataclass(frozen=True)
+class LibrdkafkaClients:
+    source: SourcePartition
+    target: KafkaProduceTarget
+
+    def source_consumer(self) -> Any:
+        return None  # consume_range builds its own
+
+    def producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        target = self.target
+        deadline_ms = max(1_000, int(target.retry.deadline_s * 1000))
+        settings: dict[str, Any] = {
+            "bootstrap.servers": target.bootstrap_servers,
+            "client.id": f"mirror-v3.{target.topic}.{target.partition}",
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "batch.size": target.max_batch_bytes,
+            "message.max.bytes": target.max_batch_bytes + 64 * 1024,
+            "compression.type": target.compression or "none",
+            "request.timeout.ms": target.request_timeout_ms,
+            # A delivery may wait this long for an unreachable destination (librdkafka retries meanwhile).
+            "message.timeout.ms": deadline_ms,
+            "queue.buffering.max.messages": 1_000_000,
+            **target.client_properties,
+        }
+        if target.offsets == "renumber":
+            settings["transactional.id"] = target.transactional_id
+            settings["transaction.timeout.ms"] = max(_TRANSACTION_TIMEOUT_MS, deadline_ms)
+        return Producer(settings)
+
+    def group_consumer(self, group_id: str) -> Any:
+        from confluent_kafka import Consumer
+
+        target = self.target
+        return Consumer(
+            {
+                "bootstrap.servers": target.bootstrap_servers,
+                "group.id": group_id,
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                **target.client_properties,
+            }
+        )
+
+
+def produce_range(
+    source: SourcePartition,
+    task: TaskRange,
+    target: KafkaProduceTarget,
+    clients: ProduceClients | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> ProducedRange:
+    clients = clients or LibrdkafkaClients(source, target)
+    if target.offsets == "preserve":
+        return _preserve(source, task, target, clients)
+    attempts = _RenumberAttempts(source, task, target, clients)
+    try:
+        return retry_transient_sync(attempts.run, target.retry, f"{target.name}: transaction", sleep=sleep)
+    finally:
+        attempts.close()
+
+
+@dataclass
+class _Written:
+    """What one pass over the range produced."""
+
+    records: int = 0
+    record_bytes: int = 0
+    first_delivered: int | None = None
+    last_delivered: int | None = None
+    next_delivered: int = 0  # preserve: the destination offset the next delivery must have
+    errors: list[str] = field(default_factory=list)
+
+    def delivered(self, error: Any, message: Any, check_offsets: bool) -> None:
+        if error is not None:
+            self.errors.append(error.str())
+            return
+        offset = message.offset()
+        if check_offsets and offset != self.next_delivered:
+            self.errors.append(
+                f"source offset {self.next_delivered} landed at destination offset {offset}: another producer "
+                "writes to this partition"
+            )
+        self.next_delivered = offset + 1
+        if self.first_delivered is None:
+            self.first_delivered = offset
+        self.last_delivered = offset
+
+
+def _produce_all(
+    source: SourcePartition,
+    task: TaskRange,
+    target: KafkaProduceTarget,
+    clients: ProduceClients,
+    producer: Any,
+    written: _Written,
+    *,
+    preserve: bool,
+) -> None:
+    """Produce every record of the range in order (preserve: failing at the first hole)."""
+    expected = task.first
+    check = preserve
+
+    def on_delivery(error: Any, message: Any) -> None:
+        written.delivered(error, message, check)
+
+    for messages in consume_range(source, task.read_from, task.end, clients.source_consumer()):
+        for message in messages:
+            offset = message.offset()
+            if preserve and offset != expected:
+                _deliver(producer, target, written)
+                raise PreserveHoleError(source.name, expected, offset - 1)
+            expected = offset + 1
+            headers = message.headers()
+            if not preserve:
+                headers = [*(headers or ()), source_offset_header(offset)]
+            size = message_bytes(message)
+            while True:
+                try:
+                    producer.produce(
+                        target.topic,
+                        value=message.value(),
+                        key=message.key(),
+                        partition=target.partition,
+                        timestamp=max(0, message.timestamp()[1]),
+                        headers=headers,
+                        on_delivery=on_delivery,
+                    )
+                    break
+                except BufferError:  # the producer's queue is full: let deliveries drain it
+                    producer.poll(0.05)
+            written.records += 1
+            written.record_bytes += size
+        producer.poll(0)
+    if preserve and expected != task.end:
+        _deliver(producer, target, written)
+        raise PreserveHoleError(source.name, expected, task.end - 1)
+
+
+def _deliver(producer: Any, target: KafkaProduceTarget, written: _Written) -> None:
+    """Wait for every delivery report; fail if any record did not land as it should."""
+    remaining = producer.flush(target.retry.deadline_s)
+    if written.errors:
+        raise DestinationTaskError(f"{target.name}: {written.errors[0]}")
+    if remaining:
+        raise DestinationTaskError(
+            f"{target.name}: {remaining} records not delivered within {target.retry.deadline_s:g}s"
+        )
+
+
+def _preserve(
+    source: SourcePartition, task: TaskRange, target: KafkaProduceTarget, clients: ProduceClients
+) -> ProducedRange:
+    from confluent_kafka import KafkaException, TopicPartition
+
+    def query_end() -> int:
+        consumer = clients.group_consumer(target.group_id)
+        try:
+            _, end = consumer.get_watermark_offsets(
+                TopicPartition(target.topic, target.partition), timeout=target.request_timeout_ms / 1000, cached=False
+            )
+            return int(end)
+        except KafkaException as exc:
+            raise _classified(target, exc.args[0]) from None
+        finally:
+            consumer.close()
+
+    end = retry_transient_sync(query_end, target.retry, f"{target.name}: reading the end offset")
+    if end != task.first:
+        raise DestinationMovedError(target.name, task.first, end, "the end offset")
+    producer = clients.producer()
+    written = _Written(next_delivered=task.first)
+    try:
+        _produce_all(source, task, target, clients, producer, written, preserve=True)
+        _deliver(producer, target, written)
+    except KafkaException as exc:
+        # librdkafka has retried on its own until the deadline: what reaches here is final.
+        raise DestinationTaskError(f"{target.name}: {exc.args[0].str()}") from None
+    return ProducedRange(
+        task.first, task.end - 1, written.records, written.record_bytes, written.first_delivered, written.last_delivered
+    )
+
+
+class _RenumberAttempts:
+    """One transaction over the range per `run`; transient failures leave nothing behind and raise
+    TransientDestinationError, so `retry_transient_sync` runs it again."""
+
+    def __init__(
+        self, source: SourcePartition, task: TaskRange, target: KafkaProduceTarget, clients: ProduceClients
+    ) -> None:
+        self._source, self._task, self._target, self._clients = source, task, target, clients
+        self._producer: Any = None
+        self._group: Any = None
+        self._owner: Any = None
+        self._attempts = 0
+
+    def run(self) -> ProducedRange:
+        from confluent_kafka import KafkaException, TopicPartition
+
+        target, task = self._target, self._task
+        timeout = target.request_timeout_ms / 1000
+        self._attempts += 1
+        try:
+            if self._producer is None:
+                self._producer = self._clients.producer()
+                self._producer.init_transactions(target.retry.deadline_s)  # fences every earlier producer
+            if self._group is None:
+                self._group = self._clients.group_consumer(target.group_id)
+                self._owner = self._clients.group_consumer(target.owner_group)
+            owner = self._committed(self._owner, timeout)
+            if owner != target.writer:
+                raise ProducerFencedError(
+                    f"{target.name}: fenced by a newer producer: process {owner} took this partition over (group "
+                    f"{target.owner_group}): another process runs this mirror"
+                )
+            position = self._committed(self._group, timeout)
+            if position == task.end:  # only this process writes now, and it commits only whole ranges
+                return self._landed_before()
+            if position != target.expected:
+                raise DestinationMovedError(
+                    target.name, target.expected, position, f"the position of group {target.group_id}"
+                )
+            producer = self._producer
+            producer.begin_transaction()
+            written = _Written()
+            _produce_all(self._source, task, target, self._clients, producer, written, preserve=False)
+            producer.send_offsets_to_transaction(
+                [TopicPartition(target.topic, target.partition, task.end, metadata=f"source={target.source_name}")],
+                self._group.consumer_group_metadata(),
+                timeout,
+            )
+            self._commit(producer)
+            if written.errors:  # a failed delivery fails the commit; this only guards that promise
+                raise DestinationTaskError(f"{target.name}: {written.errors[0]}")
+            return ProducedRange(
+                task.first,
+                task.end - 1,
+                written.records,
+                written.record_bytes,
+                written.first_delivered,
+                written.last_delivered,
+                retries=self._attempts - 1,
+            )
+        except KafkaException as exc:
+            error = exc.args[0]
+            classified = _classified(target, error)
+            if isinstance(classified, TransientDestinationError):
+                self._abandon_transaction()
+            raise classified from None
+
+    def _committed(self, consumer: Any, timeout: float) -> int | None:
+        """The group's committed offset for the destination partition (its metadata is never read)."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        (found,) = consumer.committed([TopicPartition(self._target.topic, self._target.partition)], timeout)
+        if found.error is not None:
+            raise KafkaException(found.error)  # classified by `run`
+        return None if found.offset < 0 else int(found.offset)
+
+    def _commit(self, producer: Any) -> None:
+        """commit_transaction again while it says retriable: the transaction may be committing already."""
+        from confluent_kafka import KafkaException
+
+        deadline = time.monotonic() + self._target.retry.deadline_s
+        while True:
+            try:
+                producer.commit_transaction(self._target.request_timeout_ms / 1000)
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if not error.retriable() or time.monotonic() > deadline:
+                    raise
+
+    def _landed_before(self) -> ProducedRange:
+        """An earlier attempt committed this range and its answer was lost: count what it wrote."""
+        task = self._task
+        records = record_bytes = 0
+        for messages in consume_range(self._source, task.read_from, task.end, self._clients.source_consumer()):
+            records += len(messages)
+            record_bytes += sum(message_bytes(m) for m in messages)
+        return ProducedRange(task.first, task.end - 1, records, record_bytes, None, None, retries=self._attempts - 1)
+
+    def _abandon_transaction(self) -> None:
+        """Leave no open transaction: abort it, or drop the producer (the next one's init aborts it)."""
+        from confluent_kafka import KafkaException
+
+        if self._producer is None:
+            return
+        try:
+            self._producer.abort_transaction(self._target.request_timeout_ms / 1000)
+        except KafkaException:
+            self._producer = None
+
+    def close(self) -> None:
+        """Best effort: the range's outcome is decided already, and a fenced producer raises on anything."""
+        consumers = (self._group, self._owner)
+        self._group = self._owner = self._producer = None
+        for consumer in consumers:
+            if consumer is not None:
+                with contextlib.suppress(Exception):
+                    consumer.close()
+
+
+def _classified(target: KafkaProduceTarget, error: Any) -> Exception:
+    """A librdkafka error as the error the task raises: transient ones are retried until the deadline."""
+    if error.code() in _FENCED:
+        return ProducerFencedError(
+            f"{target.name}: fenced by a newer producer with transactional.id {target.transactional_id}: "
+            "another process runs this mirror"
+        )
+    if not error.fatal() and (error.retriable() or error.txn_requires_abort() or error.code() in _TRANSIENT):
+        return TransientDestinationError(f"{target.name}: {error.str()}")
+    return DestinationTaskError(f"{target.name}: {error.str()}")
