@@ -148,7 +148,10 @@ def test_max_bytes_bounds_every_blob_and_a_larger_record_is_a_blob_of_its_own(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
     max_bytes = 256 * 1024
-    records = generate_records(1_500, seed=5)  # random (incompressible) values of 0 to ~10 KiB
+    # Random (incompressible) values, ~270 B on average: about 25 blobs' worth, so that the few blobs cut short by
+    # design (the 100-offset probe of the first flush, the blob before the big record, the last of each task) are
+    # the exception.
+    records = generate_records(6_000, seed=5)
     records.insert(700, Record(key=b"big", value=os.urandom(900_000)))  # under the broker's 1 MB message limit
     create_topic(kafka.bootstrap, topic_name)
     produce(kafka.bootstrap, topic_name, 0, records)
@@ -171,7 +174,7 @@ def test_max_bytes_bounds_every_blob_and_a_larger_record_is_a_blob_of_its_own(
     alone = [size for size in sizes if size[1] > max_bytes]
     assert [rows for rows, _, _ in alone] == [1], sizes  # the 900 KB record, by itself
     assert all(file <= max_bytes * 9 // 8 for rows, _, file in sizes if rows > 1), sizes
-    # Blobs are cut by size, not left small: all but the last of each job are within 1/8 of max-bytes.
+    # Blobs are cut by size, not left small: most are within 1/8 of max-bytes.
     full = [payload for rows, payload, _ in sizes if rows > 1 and payload >= max_bytes * 7 // 8]
     assert len(full) >= len(sizes) // 2, sizes
 

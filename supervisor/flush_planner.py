@@ -152,9 +152,14 @@ class FlushPlanner:
             start = task_end
         return tuple(tasks)
 
-    def observe(self, offsets: int, record_bytes: int) -> None:
-        """Learn bytes per offset from a written range."""
+    def observe(self, offsets: int, record_bytes: int, records: int) -> None:
+        """Learn bytes per offset from a written range (one blob)."""
         if offsets <= 0:
+            return
+        if records == 1 and record_bytes > self._limits.max_bytes and self.bytes_per_offset is not None:
+            # A record larger than max-bytes is a blob of its own whatever the plan: it says nothing of the
+            # others, and counted it would shrink the next blobs for many flushes (one 900 KB record among
+            # 270 B ones made 50 KB blobs of a 256 KB max-bytes).
             return
         measured = record_bytes / offsets
         if self.bytes_per_offset is None:

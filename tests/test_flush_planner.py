@@ -29,7 +29,7 @@ def backlog(end: int, *, first: int = 0, waited: float = 0.0, draining: bool = F
 
 def learned(bytes_per_offset: float = 1_000.0) -> FlushPlanner:
     planner = FlushPlanner(LIMITS)
-    planner.observe(1_000, int(1_000 * bytes_per_offset))
+    planner.observe(1_000, int(1_000 * bytes_per_offset), 1_000)
     return planner
 
 
@@ -44,7 +44,7 @@ def test_the_first_flush_of_a_long_backlog_reads_only_a_probe_of_it() -> None:
     plan = planner.plan(backlog(2_000_000))
     assert plan is not None and plan.trigger == "start"
     assert [(t.first, t.end) for t in plan.tasks] == [(0, START_PROBE_OFFSETS)]
-    planner.observe(START_PROBE_OFFSETS, START_PROBE_OFFSETS * 1_000)
+    planner.observe(START_PROBE_OFFSETS, START_PROBE_OFFSETS * 1_000, START_PROBE_OFFSETS)
     following = planner.plan(backlog(2_000_000, first=START_PROBE_OFFSETS))
     assert following is not None and following.trigger == "max-offsets"
     assert following.end - following.first == 8_000  # the job's byte bound applies from now on
@@ -84,7 +84,7 @@ def test_the_drain_takes_everything_readable() -> None:
 def test_max_offsets_counts_holes_too() -> None:
     limits = FlushLimits(**{**LIMITS.__dict__, "max_offsets": 500})
     planner = FlushPlanner(limits)
-    planner.observe(10, 10)
+    planner.observe(10, 10, 10)
     plan = planner.plan(backlog(1_200))
     assert plan is not None and plan.trigger == "max-offsets" and plan.end == 1_000
 
@@ -100,10 +100,19 @@ def test_skipped_lost_offsets_are_covered_without_being_read() -> None:
 
 def test_a_size_swing_is_followed_without_overshooting() -> None:
     planner = learned(1_000)
-    planner.observe(1_000, 4_000_000)  # records four times larger: followed at once
+    planner.observe(1_000, 4_000_000, 1_000)  # records four times larger: followed at once
     assert planner.bytes_per_offset == 4_000
-    planner.observe(1_000, 1_000_000)  # smaller again: followed halfway
+    planner.observe(1_000, 1_000_000, 1_000)  # smaller again: followed halfway
     assert planner.bytes_per_offset == 2_500
+
+
+def test_a_record_larger_than_max_bytes_does_not_shrink_the_next_blobs() -> None:
+    planner = learned(1_000)
+    planner.observe(1, 5_000_000, 1)  # a blob of its own
+    assert planner.bytes_per_offset == 1_000 and planner.blob_offsets() == 1_000
+    fresh = FlushPlanner(LIMITS)
+    fresh.observe(1, 5_000_000, 1)  # the first thing learned: all there is to go by
+    assert fresh.bytes_per_offset == 5_000_000
 
 
 def test_readable_since_is_the_last_query_that_did_not_show_the_offset() -> None:

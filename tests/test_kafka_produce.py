@@ -250,3 +250,22 @@ def test_a_position_that_moved_under_the_same_writer_is_refused() -> None:
         run(source, destination, TaskRange(5, 5, 10), "renumber", expected=5)
     assert (caught.value.expected, caught.value.found) == (5, 8)
     assert destination.log == []
+
+
+def test_preserve_checks_each_delivery_against_its_own_source_offset() -> None:
+    """A failed delivery must not let the next record, landing in its place, pass the offset check."""
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+
+    class LosingFirst(FakeProducer):
+        def produce(self, topic: str, *, on_delivery: Any, **kw: Any) -> None:
+            if not getattr(self, "lost", False):
+                self.lost = True
+                on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"), None)
+                return
+            super().produce(topic, on_delivery=on_delivery, **kw)
+
+    clients = FakeClients(source, destination, transactional=False)
+    clients.producer = lambda: LosingFirst(destination, False)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="source offset 0 was not delivered"):
+        produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("preserve"), clients)

@@ -156,20 +156,23 @@ class _Written:
     record_bytes: int = 0
     first_delivered: int | None = None
     last_delivered: int | None = None
-    next_delivered: int = 0  # preserve: the destination offset the next delivery must have
+    # preserve: the source offset of the next delivery report. Reports come in produce order for one
+    # partition, failed ones included, and a preserve range has no holes: the k-th report is first + k.
+    next_delivered: int = 0
     errors: list[str] = field(default_factory=list)
 
     def delivered(self, error: Any, message: Any, check_offsets: bool) -> None:
+        source_offset = self.next_delivered
+        self.next_delivered += 1
         if error is not None:
-            self.errors.append(error.str())
+            self.errors.append(f"source offset {source_offset} was not delivered: {error.str()}")
             return
         offset = message.offset()
-        if check_offsets and offset != self.next_delivered:
+        if check_offsets and offset != source_offset:
             self.errors.append(
-                f"source offset {self.next_delivered} landed at destination offset {offset}: another producer "
+                f"source offset {source_offset} landed at destination offset {offset}: another producer "
                 "writes to this partition"
             )
-        self.next_delivered = offset + 1
         if self.first_delivered is None:
             self.first_delivered = offset
         self.last_delivered = offset
@@ -220,6 +223,8 @@ def _produce_all(
             written.records += 1
             written.record_bytes += size
         producer.poll(0)
+        if written.errors:  # nothing more after a failed or misplaced record: later ones would land shifted
+            _deliver(producer, target, written)
     if preserve and expected != task.end:
         _deliver(producer, target, written)
         raise PreserveHoleError(source.name, expected, task.end - 1)

@@ -54,7 +54,7 @@ def test_flush_planning(benchmark: BenchmarkFixture) -> None:
             backlog = Backlog(first, first, first + 5_000_000, 0.0, float(i), i % 7 == 0, 2)
             plan = planner.plan(backlog)
             assert plan is not None
-            planner.observe(plan.end - first, (plan.end - first) * (100 + i % 900))
+            planner.observe(plan.end - first, (plan.end - first) * (100 + i % 900), plan.end - first)
             first = plan.end
         return first
 
