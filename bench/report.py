@@ -31,7 +31,7 @@ PATHS = {
     "kafka-preserve": "mirror → Kafka (preserve)",
     "kafka-renumber": "mirror → Kafka (renumber)",
 }
-COLOURS = ("#4d4d4d", "#8c8c8c", "#bfbfbf", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+COLOURS = ("#4d4d4d", "#8c8c8c", "#bfbfbf", "#e0e0e0", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
 CPU_COLUMNS = (MIRROR, JVM, "source broker", "destination server")
 IDLE_HEADER = (
     "mirrors|RSS Python MiB|RSS JVM MiB|RSS total MiB|CPU Python cores|CPU JVM cores|CPU broker cores|fds|"
@@ -204,7 +204,7 @@ def throughput_section(tp: Throughput, cpus: int, chart: str | None) -> list[str
         *md_table(CPU_HEADER, cpu_rows, 2),
         "### Mirror runs",
         "",
-        "Start-up: process start → ready to read (Spark's JVM and session with its warm-up job, not timed above). "
+        "Start-up: process start → ready to read (Spark's JVM and session, not timed above). "
         "Flush s: the `flushed` lines' write time (read + encode + write/upload/produce + commit), summed. MB "
         "written: Parquet, or the records' keys, values and headers for Kafka. Verified: the destination read back "
         "around mirror-v3 (directory listings and "

@@ -219,6 +219,7 @@ class MirrorActor:
             read_from=max(self._read_from, self._next),
             end=end,
             waiting_since=self._readable.since(self._next),
+            readable_at=self._readable.points(),
             now=time.monotonic(),
             draining=draining,
             parallelism=self._parallelism,

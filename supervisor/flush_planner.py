@@ -6,7 +6,9 @@ writes them. A flush is due when the readable backlog holds a full blob (`max-of
 since it became readable, when the mirror drains, and once right after start (the first flush
 reads a short probe range to learn the bytes per offset that max-bytes is judged by). Tasks cover
 consecutive ranges whose boundaries are whole estimated blobs, so most blobs come out near
-`max-bytes`; the tasks cut the actual blobs from the records they read (`workers.range_task`).
+`max-bytes`; the tasks cut the actual blobs from the records they read (`workers.range_task`). A
+size-triggered flush writes whole blobs; the rest waits for its own max-time, unless it has waited
+that long already (the tail of a backlog), and then goes in the same job.
 
 Frozen data in and out; no I/O, no clock (callers pass the time).
 """
@@ -44,6 +46,16 @@ class Backlog:
     now: float
     draining: bool
     parallelism: int  # cores the job can use at once
+    # (end, since): offsets below `end` (and not below the previous end) have been readable since `since`
+    # at most, ends increasing (`ReadableSince.points`); empty when unknown.
+    readable_at: tuple[tuple[int, float], ...] = ()
+
+    def since(self, offset: int) -> float | None:
+        """When `offset` may first have been readable, if known."""
+        for end, since in self.readable_at:
+            if end > offset:
+                return since
+        return None
 
 
 @dataclass(frozen=True)
@@ -124,7 +136,10 @@ class FlushPlanner:
         elif trigger in ("max-time", "shutdown"):
             span = available  # everything readable; the last blob may be small
         else:
-            span = available // blob * blob  # full blobs; the remainder waits for its own max-time
+            span = available // blob * blob  # full blobs; the remainder waits for its own max-time ...
+            tail_since = backlog.since(backlog.first + span)
+            if tail_since is not None and backlog.now - tail_since >= limits.max_time_s:
+                span = available  # ... unless that is over already: then it goes with them, on another core
         span = max(1, min(span, available))
         return FlushPlan(self._split(backlog, span, blob), trigger)
 
@@ -195,6 +210,15 @@ class ReadableSince:
                 return float(entry[0] if previous is None else previous[1])
             previous = entry
         return None
+
+    def points(self) -> tuple[tuple[int, float], ...]:
+        """`since` for every offset at once: (end, since) pairs, ends increasing (see `Backlog.readable_at`)."""
+        found = []
+        previous: list[float | int] | None = None
+        for entry in self._queries:
+            found.append((int(entry[2]), float(entry[0] if previous is None else previous[1])))
+            previous = entry
+        return tuple(found)
 
     def forget_below(self, offset: int) -> None:
         """Drop queries that only concern offsets below `offset` (written already), keeping the newest

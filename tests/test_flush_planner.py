@@ -115,6 +115,33 @@ def test_a_record_larger_than_max_bytes_does_not_shrink_the_next_blobs() -> None
     assert fresh.bytes_per_offset == 5_000_000
 
 
+def test_a_remainder_that_has_waited_max_time_goes_with_the_full_blobs() -> None:
+    """A backlog's tail waited as long as its head: it is written in the same job, on another core, instead of
+    waiting for a job of its own. A tail that only just arrived still waits to fill its blob."""
+    planner = learned()
+
+    def backlog_of(*queries: tuple[float, int]) -> Backlog:
+        readable = ReadableSince()
+        for asked_at, end in queries:
+            readable.observe(asked_at, end)
+        end = queries[-1][1]
+        return Backlog(0, 0, end, 50.0, now=100.0, draining=False, parallelism=2, readable_at=readable.points())
+
+    overdue = planner.plan(backlog_of((50.0, 2_500)))
+    assert overdue is not None and overdue.trigger == "max-bytes"
+    assert [(t.first, t.end) for t in overdue.tasks] == [(0, 1_000), (1_000, 2_500)]
+    fresh = planner.plan(backlog_of((50.0, 2_000), (99.8, 2_000), (99.9, 2_500)))
+    assert fresh is not None and fresh.end == 2_000
+
+
+def test_readable_points_agree_with_since() -> None:
+    readable = ReadableSince()
+    for asked_at, end in ((1.0, 10), (2.0, 10), (3.0, 25), (4.0, 40)):
+        readable.observe(asked_at, end)
+    backlog = Backlog(0, 0, 40, None, now=5.0, draining=False, parallelism=1, readable_at=readable.points())
+    assert all(backlog.since(offset) == readable.since(offset) for offset in range(45))
+
+
 def test_readable_since_is_the_last_query_that_did_not_show_the_offset() -> None:
     readable = ReadableSince()
     readable.observe(1.0, 10)

@@ -6,7 +6,6 @@ import contextlib
 import os
 import sys
 import threading
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +15,6 @@ from config.secrets import SECRET_KEY_PATTERN, remember
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
 
 _lock = threading.Lock()
@@ -73,34 +71,11 @@ def get_spark(config: SparkConfig) -> SparkSession:
             builder = builder.config(key, value)
         try:
             session = builder.getOrCreate()
-            session.sparkContext.setLogLevel(config.log_level)
-            warm_up(session)
         except Exception as exc:
             raise SparkStartError(_first_line(exc)) from exc
+        session.sparkContext.setLogLevel(config.log_level)
         _session = session
         return session
-
-
-def warm_up(session: SparkSession) -> None:
-    """Run one tiny job with a task per core before the session counts as ready.
-
-    The first job of a session pays for the JVM compiling Spark's job path and for starting the Python
-    workers and importing pyarrow and librdkafka in them: measured on 2 cores, 5.5 s and 6.5 CPU-s for a
-    100-record job, against 0.03 s once warm. Paid here, it is part of start-up (and a session that cannot
-    run Python tasks fails start-up) instead of landing on the first flush of some mirror.
-    """
-    cores = max(1, session.sparkContext.defaultParallelism)
-    session.range(0, cores, 1, cores).mapInArrow(_import_task_modules, "id long").collect()
-
-
-def _import_task_modules(batches: Iterable[pa.RecordBatch]) -> Iterable[pa.RecordBatch]:
-    import confluent_kafka  # noqa: F401  # what every flush task loads
-
-    import workers.range_task  # noqa: F401
-
-    for _ in batches:
-        pass
-    return iter(())
 
 
 class SparkStartError(RuntimeError):
