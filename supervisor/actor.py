@@ -17,7 +17,7 @@ import anyio
 
 from config.model import FlushConfig, MirrorConfig
 from sinks.base import Sink
-from sinks.produce_target import ProducedRange
+from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import StagedBlob
 from supervisor.errors import DataLossError, MirrorError
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, ReadableSince
@@ -164,6 +164,9 @@ class MirrorActor:
             waiting.start_soon(stop_waiting)
             self._parallelism = await self._source.parallelism()
             waiting.cancel_scope.cancel()
+        if isinstance(self._sink.staging(), KafkaProduceTarget):
+            # One task produces a Kafka job (records keep their order): jobs are sized for one core.
+            self._parallelism = 1
         while not self._stop.is_set():
             offsets = await self._query_offsets()
             plan = self._planner.plan(self._backlog(offsets.end, draining=False))

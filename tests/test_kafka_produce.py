@@ -151,7 +151,7 @@ class FakeClients:
     def source_consumer(self) -> Any:
         return FakeConsumer(self.source)
 
-    def producer(self) -> Any:
+    def producer(self, on_error: Any = None) -> Any:
         return FakeProducer(self.destination, self.transactional)
 
     def group_consumer(self, group_id: str) -> Any:
@@ -266,6 +266,26 @@ def test_preserve_checks_each_delivery_against_its_own_source_offset() -> None:
             super().produce(topic, on_delivery=on_delivery, **kw)
 
     clients = FakeClients(source, destination, transactional=False)
-    clients.producer = lambda: LosingFirst(destination, False)  # type: ignore[method-assign]
+    clients.producer = lambda on_error=None: LosingFirst(destination, False)  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="source offset 0 was not delivered"):
         produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("preserve"), clients)
+
+
+def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
+    """librdkafka raises a bare "Local: Fatal error" from produce(); the cause comes through the error callback."""
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+
+    class FencedMidway(FakeProducer):
+        def __init__(self, on_error: Any) -> None:
+            super().__init__(destination, True)
+            self._on_error = on_error
+
+        def produce(self, topic: str, **kw: Any) -> None:
+            self._on_error(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+            raise KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))
+
+    clients = FakeClients(source, destination, transactional=True)
+    clients.producer = lambda on_error=None: FencedMidway(on_error)  # type: ignore[method-assign]
+    with pytest.raises(ProducerFencedError, match=r"fenced by a newer producer with transactional\.id"):
+        produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients)

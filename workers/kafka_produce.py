@@ -39,6 +39,7 @@ _FENCED = {-144, 47, 90}  # _FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 # ... and that another attempt may not meet, beyond those librdkafka flags retriable: local timeouts, lost
 # connections, no broker up, a coordinator that is loading or moving.
 _TRANSIENT = {-185, -187, -195, -192, 7, 14, 15, 16}
+_FATAL = -150  # librdkafka's "the client is unusable"; the cause arrives through the error callback
 _TRANSACTION_TIMEOUT_MS = 120_000
 
 
@@ -76,7 +77,9 @@ class ProduceClients(Protocol):
 
     def source_consumer(self) -> Any: ...
 
-    def producer(self) -> Any: ...
+    def producer(self, on_error: Callable[[Any], None] | None = None) -> Any:
+        """`on_error` gets librdkafka's client-level errors (the fatal one behind a `_FATAL` exception)."""
+        ...
 
     def group_consumer(self, group_id: str) -> Any:
         """A consumer of the destination cluster in `group_id` (for committed offsets; never subscribes)."""
@@ -91,7 +94,7 @@ class LibrdkafkaClients:
     def source_consumer(self) -> Any:
         return None  # consume_range builds its own
 
-    def producer(self) -> Any:
+    def producer(self, on_error: Callable[[Any], None] | None = None) -> Any:
         from confluent_kafka import Producer
 
         target = self.target
@@ -111,6 +114,8 @@ class LibrdkafkaClients:
             "queue.buffering.max.messages": 1_000_000,
             **target.client_properties,
         }
+        if on_error is not None:
+            settings["error_cb"] = on_error
         if target.offsets == "renumber":
             settings["transactional.id"] = target.transactional_id
             settings["transaction.timeout.ms"] = max(_TRANSACTION_TIMEOUT_MS, deadline_ms)
@@ -223,8 +228,8 @@ def _produce_all(
             written.records += 1
             written.record_bytes += size
         producer.poll(0)
-        if written.errors:  # nothing more after a failed or misplaced record: later ones would land shifted
-            _deliver(producer, target, written)
+        if preserve and written.errors:  # nothing more after a failed or misplaced record: it would land shifted
+            _deliver(producer, target, written)  # (renumber: the failed delivery fails the commit, which aborts)
     if preserve and expected != task.end:
         _deliver(producer, target, written)
         raise PreserveHoleError(source.name, expected, task.end - 1)
@@ -285,6 +290,7 @@ class _RenumberAttempts:
         self._producer: Any = None
         self._group: Any = None
         self._owner: Any = None
+        self._fatal: Any = None  # the error that made the producer unusable, as librdkafka reported it
         self._attempts = 0
 
     def run(self) -> ProducedRange:
@@ -295,7 +301,7 @@ class _RenumberAttempts:
         self._attempts += 1
         try:
             if self._producer is None:
-                self._producer = self._clients.producer()
+                self._producer = self._clients.producer(self._on_error)
                 self._producer.init_transactions(target.retry.deadline_s)  # fences every earlier producer
             if self._group is None:
                 self._group = self._clients.group_consumer(target.group_id)
@@ -336,10 +342,16 @@ class _RenumberAttempts:
             )
         except KafkaException as exc:
             error = exc.args[0]
+            if error.code() == _FATAL and self._fatal is not None:
+                error = self._fatal  # "Local: Fatal error" says nothing; the reported error says why (fenced)
             classified = _classified(target, error)
             if isinstance(classified, TransientDestinationError):
                 self._abandon_transaction()
             raise classified from None
+
+    def _on_error(self, error: Any) -> None:
+        if error.fatal():
+            self._fatal = error
 
     def _committed(self, consumer: Any, timeout: float) -> int | None:
         """The group's committed offset for the destination partition (its metadata is never read)."""
