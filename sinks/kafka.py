@@ -182,9 +182,13 @@ class KafkaClients:
 
     async def commit_offset(self, group: str, tp: TopicPartition, offset: int) -> None:
         """Commit `offset` for `tp` in `group`, as a consumer that never joins the group."""
-        async with self.consumer("read_uncommitted", group_id=group) as consumer:
-            consumer.assign([tp])
-            await consumer.commit({tp: offset})
+        # Shielded, and bounded instead: aiokafka shields its own commit task, so a commit cancelled from
+        # outside would go on against a consumer being stopped and die with an exception nobody retrieves
+        # (asyncio logs it as an ERROR line of its own).
+        with anyio.CancelScope(shield=True), anyio.fail_after(self._timeout_ms / 1000):
+            async with self.consumer("read_uncommitted", group_id=group) as consumer:
+                consumer.assign([tp])
+                await consumer.commit({tp: offset})
 
     async def committed_offset(self, group: str, tp: TopicPartition) -> int | None:
         deadline = time.monotonic() + self._timeout_ms / 1000

@@ -272,7 +272,8 @@ def test_preserve_checks_each_delivery_against_its_own_source_offset() -> None:
 
 
 def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
-    """librdkafka raises a bare "Local: Fatal error" from produce(); the cause comes through the error callback."""
+    """librdkafka raises a bare "Local: Fatal error" from produce(); the cause reaches the error callback
+    only when a poll serves it, which may not have happened yet."""
     source, destination = FakePartitionSource(), FakeDestination()
     source.append(10)
 
@@ -280,10 +281,16 @@ def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
         def __init__(self, on_error: Any) -> None:
             super().__init__(destination, True)
             self._on_error = on_error
+            self._unserved: list[KafkaError] = []
 
         def produce(self, topic: str, **kw: Any) -> None:
-            self._on_error(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
+            self._unserved.append(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
             raise KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))
+
+        def poll(self, timeout: float = 0) -> int:
+            while self._unserved:
+                self._on_error(self._unserved.pop(0))
+            return 0
 
     clients = FakeClients(source, destination, transactional=True)
     clients.producer = lambda on_error=None: FencedMidway(on_error)  # type: ignore[method-assign]

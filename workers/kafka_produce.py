@@ -342,8 +342,8 @@ class _RenumberAttempts:
             )
         except KafkaException as exc:
             error = exc.args[0]
-            if error.code() == _FATAL and self._fatal is not None:
-                error = self._fatal  # "Local: Fatal error" says nothing; the reported error says why (fenced)
+            if error.code() == _FATAL:
+                error = self._fatal_cause() or error
             classified = _classified(target, error)
             if isinstance(classified, TransientDestinationError):
                 self._abandon_transaction()
@@ -352,6 +352,15 @@ class _RenumberAttempts:
     def _on_error(self, error: Any) -> None:
         if error.fatal():
             self._fatal = error
+
+    def _fatal_cause(self) -> Any:
+        """Why the producer became unusable. "Local: Fatal error" says nothing; librdkafka reports the cause
+        (fenced, for one) to the error callback, which only a poll serves: a produce() that raised
+        first may find it not served yet."""
+        if self._fatal is None and self._producer is not None:
+            with contextlib.suppress(Exception):
+                self._producer.poll(0)
+        return self._fatal
 
     def _committed(self, consumer: Any, timeout: float) -> int | None:
         """The group's committed offset for the destination partition (its metadata is never read)."""
