@@ -1,6 +1,7 @@
 """Configuration: msgspec structs, YAML loading with ${ENV} substitution, cross-field checks."""
 
-from config.loader import ConfigError, load_config, parse_config
+from config.errors import ConfigError
+from config.loader import load_config, parse_config
 from config.model import Config, FilesystemDestination, FlushConfig, MirrorConfig, SourceConfig, SparkConfig
 
 __all__ = [

@@ -17,7 +17,6 @@ with PARTITION=3 is the integer 3, while `topic: ${TOPIC}` with TOPIC=123 stays 
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -28,10 +27,9 @@ import msgspec
 import msgspec.inspect as mi
 import yaml
 
+from config.errors import ConfigError, DestinationCollisionError, FieldError, FieldPath, PathPart, format_path
+from config.estate import check_offline, compile_entries
 from config.model import Config, KafkaDestination, KafkaSecurity, S3Destination
-
-PathPart = str | int
-FieldPath = tuple[PathPart, ...]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # One token of a string value: an escaped `$${`, a well-formed reference, or a stray `${`.
@@ -40,7 +38,7 @@ _MSGSPEC_ERROR = re.compile(r"^(?P<msg>.*?)(?: - at `\$(?P<path>[^`]*)`)?$", re.
 _MSGSPEC_PATH_PART = re.compile(r"\.(?P<key>[^.\[]+)|\[(?P<index>\d+)\]|\[\.\.\.\]")
 _MISSING_FIELD = re.compile(r"^Object missing required field `(?P<field>[^`]+)`$")
 _UNKNOWN_FIELD = re.compile(r"^Object contains unknown field `(?P<field>[^`]+)`$")
-_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+_CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")  # as ClusterName in config.model
 _MAX_YAML_NODES = 100_000  # alias expansion ("billion laughs") guard; real configs have hundreds
 
 # Human wording for the pattern-constrained strings (the regex itself is in the schema).
@@ -58,10 +56,6 @@ _COMPRESSION_LEVELS: dict[str, tuple[int, int] | None] = {
     "snappy": None,
     "none": None,
 }
-
-
-class ConfigError(Exception):
-    """A configuration problem; the message names the field path or the file."""
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
@@ -87,6 +81,7 @@ def parse_config(text: str, source: str = "<config>", env: Mapping[str, str] | N
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: top level must be a mapping with `destination` and `mirrors`, not {_kind(raw)}")
     prepared = _Preparer(os.environ if env is None else env, lines).prepare(raw, (), _CONFIG_TYPE)
+    _check_cluster_names(prepared, lines)
     try:
         config = msgspec.convert(prepared, Config)
     except msgspec.ValidationError as exc:
@@ -139,11 +134,9 @@ def _index_nodes(
 ) -> None:
     count[0] += 1
     if count[0] > _MAX_YAML_NODES:
-        raise ConfigError(
-            f"{_format_path(path)}: document too large (more than {_MAX_YAML_NODES} values after aliases)"
-        )
+        raise ConfigError(f"{format_path(path)}: document too large (more than {_MAX_YAML_NODES} values after aliases)")
     if id(node) in active:
-        raise ConfigError(f"{_format_path(path)}: recursive YAML alias{_line_suffix(lines, path)}")
+        raise ConfigError(f"{format_path(path)}: recursive YAML alias{_line_suffix(lines, path)}")
     if isinstance(node, yaml.MappingNode):
         active.add(id(node))
         seen: dict[tuple[str, str], int] = {}
@@ -155,7 +148,7 @@ def _index_nodes(
             child = (*path, key_node.value)
             identity = (key_node.tag, key_node.value)
             if identity in seen:
-                raise ConfigError(f"{_format_path(child)}: duplicate key (line {line}; first at line {seen[identity]})")
+                raise ConfigError(f"{format_path(child)}: duplicate key (line {line}; first at line {seen[identity]})")
             seen[identity] = line
             lines.setdefault(child, line)
             _index_nodes(value_node, child, lines, active, count)
@@ -219,7 +212,7 @@ class _Preparer:
         self._lines = lines
 
     def _error(self, path: FieldPath, message: str) -> ConfigError:
-        return ConfigError(f"{_format_path(path)}: {message}{_line_suffix(self._lines, path)}")
+        return ConfigError(f"{format_path(path)}: {message}{_line_suffix(self._lines, path)}")
 
     def prepare(self, node: Any, path: FieldPath, typ: mi.Type | None) -> Any:
         members = _members(typ)
@@ -238,7 +231,7 @@ class _Preparer:
             if not isinstance(key, str):
                 line = self._lines.get((*path, str(key))) or self._lines.get((*path, _yaml_scalar(key)))
                 raise ConfigError(
-                    f"{_format_path(path)}: key {_yaml_scalar(key)} is {_kind(key)}, not a string; quote it in YAML"
+                    f"{format_path(path)}: key {_yaml_scalar(key)} is {_kind(key)}, not a string; quote it in YAML"
                     + (f" (line {line})" if line else "")
                 )
         tagged = [m for m in members if isinstance(m, mi.StructType) and m.tag_field is not None]
@@ -315,19 +308,21 @@ def _coerce_whole_reference(value: str, members: list[mi.Type]) -> Any:
     return value
 
 
+def _check_cluster_names(data: dict[Any, Any], lines: dict[FieldPath, int]) -> None:
+    """msgspec reports a bad map key without saying which; name it."""
+    clusters = data.get("clusters")
+    if not isinstance(clusters, dict):
+        return
+    for name in clusters:
+        if not _CLUSTER_NAME.match(name):
+            path = ("clusters", name)
+            raise ConfigError(
+                f"{format_path(path)}: invalid cluster name {name!r}: use letters, digits, '.', '_' and '-', "
+                f"starting with a letter or digit{_line_suffix(lines, path)}"
+            )
+
+
 # ------------------------------------------------------------------------------ error messages
-
-
-def _format_path(path: FieldPath) -> str:
-    out = ""
-    for part in path:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif _PLAIN_KEY.match(part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part)}]"
-    return out or "<root>"
 
 
 def _line_suffix(lines: dict[FieldPath, int], path: FieldPath) -> str:
@@ -372,7 +367,7 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
         return f"{raw_path.lstrip('.') or '<root>'}: {msg.replace('`', '')}"
     if missing := _MISSING_FIELD.match(msg):
         field_path = (*path, missing.group("field"))
-        return f"{_format_path(field_path)}: required field is missing{_line_suffix(lines, path)}"
+        return f"{format_path(field_path)}: required field is missing{_line_suffix(lines, path)}"
     if unknown := _UNKNOWN_FIELD.match(msg):
         field_path = (*path, unknown.group("field"))
         known = _known_fields(path, data)
@@ -381,7 +376,7 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
             hint = f"; keys are kebab-case: did you mean {kebab}?"
         else:
             hint = f"; expected one of: {', '.join(known)}" if known else ""
-        return f"{_format_path(field_path)}: unknown field{hint}{_line_suffix(lines, field_path)}"
+        return f"{format_path(field_path)}: unknown field{hint}{_line_suffix(lines, field_path)}"
 
     msg = msg.replace("`", "")
     value = _value_at(data, path)
@@ -400,7 +395,7 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
     elif value is not _MISSING and value is not None and _is_scalar(value):
         # `Expected int, got str '3'`; for a failed constraint `Expected int >= 1, got 0`.
         msg = f"{msg} {_yaml_scalar(value)}" if ", got " in msg else f"{msg}, got {_yaml_scalar(value)}"
-    return f"{_format_path(path)}: {msg}{_line_suffix(lines, path)}"
+    return f"{format_path(path)}: {msg}{_line_suffix(lines, path)}"
 
 
 def _known_fields(path: FieldPath, data: Any) -> list[str]:
@@ -449,7 +444,7 @@ def _yaml_scalar(value: Any) -> str:
 
 def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
     def error(path: FieldPath, message: str) -> ConfigError:
-        return ConfigError(f"{_format_path(path)}: {message}{_line_suffix(lines, path)}")
+        return ConfigError(f"{format_path(path)}: {message}{_line_suffix(lines, path)}")
 
     destination = config.destination
     if not isinstance(destination, KafkaDestination) and destination.compression_level is not None:
@@ -477,32 +472,33 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         if problem is not None:
             raise error(("destination", "security", *problem[0]), problem[1])
 
-    names: dict[str, int] = {}
-    destinations: dict[tuple[str, int], int] = {}
-    for index, mirror in enumerate(config.mirrors):
-        problem = _security_problem(mirror.source.security)
+    for name, cluster in config.clusters.items():
+        problem = _security_problem(cluster.security)
         if problem is not None:
-            raise error(("mirrors", index, "source", "security", *problem[0]), problem[1])
-        if mirror.name in names:
+            raise error(("clusters", name, "security", *problem[0]), problem[1])
+    for index, mirror in enumerate(config.mirrors):
+        if mirror.source is not None:
+            problem = _security_problem(mirror.source.security)
+            if problem is not None:
+                raise error(("mirrors", index, "source", "security", *problem[0]), problem[1])
+    if isinstance(destination, KafkaDestination) and destination.offsets == "preserve":
+        # preserve keeps destination offset = source offset: an empty partition takes offset 0 first.
+        if config.defaults.start_at not in (None, "earliest"):
             raise error(
-                ("mirrors", index, "name"),
-                f"duplicate mirror name {mirror.name!r} (also mirrors[{names[mirror.name]}])",
+                ("defaults", "start-at"), "a Kafka destination with offsets: preserve starts at earliest; use renumber"
             )
-        names[mirror.name] = index
-        target = (mirror.destination_name, mirror.partition)
-        if target in destinations:
-            other = destinations[target]
-            how = (
-                "destination-name-override"
-                if mirror.destination_name_override or config.mirrors[other].destination_name_override
-                else "topic"
-            )
-            raise error(
-                ("mirrors", index),
-                f"writes the same destination {mirror.destination_name}/{mirror.partition} as mirrors[{other}] "
-                f"(same {how} and partition); change the partition or set a distinct destination-name-override",
-            )
-        destinations[target] = index
+        for index, mirror in enumerate(config.mirrors):
+            if mirror.start_at not in (None, "earliest"):
+                raise error(
+                    ("mirrors", index, "start-at"),
+                    "a Kafka destination with offsets: preserve starts at earliest; use renumber",
+                )
+    try:
+        check_offline(compile_entries(config))
+    except FieldError as exc:
+        raise error(exc.path, exc.problem) from None
+    except DestinationCollisionError as exc:
+        raise ConfigError(f"{exc}{_line_suffix(lines, exc.path)}") from None
 
 
 def _security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:

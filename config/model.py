@@ -369,25 +369,149 @@ class SparkConfig(_Strict, frozen=True):
     ] = msgspec.field(default_factory=dict)
 
 
+ClusterName = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        max_length=100,
+        description="Names a source cluster in `clusters`; also the `cluster` label of metrics and log lines.",
+    ),
+]
+# A prefix or suffix of a destination name: the characters of a Kafka topic name, possibly none.
+_NAME_PART = r"^[A-Za-z0-9._-]*$"
+
+
+class DestinationNameRule(_Strict, frozen=True):
+    """How a selected source topic's name becomes its destination name (Kafka topic, or directory / key
+    segment): `regex` is replaced by `replacement` wherever it matches (Python `re.sub`; `\\1` and `\\g<name>`
+    refer to groups), then `prefix` and `suffix` are added. Identity when nothing is set."""
+
+    prefix: Annotated[str, msgspec.Meta(pattern=_NAME_PART, max_length=200, description="Put before the name.")] = ""
+    suffix: Annotated[str, msgspec.Meta(pattern=_NAME_PART, max_length=200, description="Put after the name.")] = ""
+    regex: Annotated[
+        NonEmptyStr | None, msgspec.Meta(description="Python regular expression searched in the topic name.")
+    ] = None
+    replacement: Annotated[
+        str | None, msgspec.Meta(description="What each match of `regex` becomes; required with `regex`.")
+    ] = None
+
+
+class MirrorDefaults(_Strict, frozen=True):
+    """Settings every entry of `mirrors` inherits unless it sets its own."""
+
+    flush: Annotated[
+        FlushConfig | None,
+        msgspec.Meta(description="Flush policy of every mirror; the destination's `flush` when omitted."),
+    ] = None
+    destination_name: Annotated[
+        DestinationNameRule | None,
+        msgspec.Meta(
+            description="Destination name rule of every entry that has none of its own; identity when omitted."
+        ),
+    ] = None
+    start_at: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Where a mirror whose destination is empty begins: earliest (the source's log start), latest "
+            "(the source's end when the mirror starts), or an ISO 8601 time with a zone such as 2026-11-01T00:00:00Z "
+            "(the first offset whose timestamp is at or after it). Ignored once the destination holds data. Until "
+            "its first flush lands, a restarted mirror decides again. Default earliest."
+        ),
+    ] = None
+
+
+class DiscoveryConfig(_Strict, frozen=True):
+    """Live discovery: selections (`topics`, `topic-regex`, `partitions: all`) are matched against the
+    source clusters' metadata again while the process runs, so new topics and partitions are mirrored
+    without a restart."""
+
+    interval_ms: Annotated[
+        int, msgspec.Meta(ge=1_000, description="How often each source cluster's topics and partitions are re-read.")
+    ] = 30_000
+
+
+PartitionList = Annotated[
+    list[Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]],
+    msgspec.Meta(min_length=1, description="Source partition numbers."),
+]
+
+
 class MirrorConfig(_Strict, frozen=True):
-    """One source (topic, partition) copied to the shared destination."""
+    """One entry: either one source (topic, partition), or a selection of topics (`topics`, `topic-regex`)
+    and their partitions (all by default), each selected partition becoming a mirror of its own."""
 
     name: MirrorName
-    source: SourceConfig
-    topic: TopicName
+    enabled: Annotated[bool, msgspec.Meta(description="false: the entry is checked but mirrors nothing.")] = True
+    cluster: Annotated[
+        ClusterName | None, msgspec.Meta(description="The source cluster, by its name in `clusters`; or give `source`.")
+    ] = None
+    source: Annotated[
+        SourceConfig | None,
+        msgspec.Meta(description="The source cluster written out in the entry (instead of `cluster`)."),
+    ] = None
+    topic: Annotated[
+        TopicName | None, msgspec.Meta(description="Single form: the source topic; needs `partition`.")
+    ] = None
     partition: Annotated[
-        NonNegativeInt, msgspec.Meta(le=2**31 - 1, description="Source partition; required, no default.")
-    ]
-    destination_name_override: DestinationName | None = None
+        Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)] | None,
+        msgspec.Meta(description="Single form: the source partition."),
+    ] = None
+    topics: Annotated[
+        Annotated[list[TopicName], msgspec.Meta(min_length=1)] | None,
+        msgspec.Meta(
+            description="Selection: these topics (internal topics such as __consumer_offsets only when named here).",
+        ),
+    ] = None
+    topic_regex: Annotated[
+        NonEmptyStr | None,
+        msgspec.Meta(
+            description="Selection: every topic whose whole name matches this Python regular expression; internal "
+            "topics (names starting with '__', _schemas) never match.",
+        ),
+    ] = None
+    exclude_regex: Annotated[
+        NonEmptyStr | None,
+        msgspec.Meta(description="Selection: topics whose whole name matches this are left out."),
+    ] = None
+    partitions: Annotated[
+        Literal["all"] | PartitionList | None,
+        msgspec.Meta(description="Selection: `all` (the default; partitions added later are mirrored too) or a list."),
+    ] = None
+    destination_name_override: Annotated[
+        DestinationName | None, msgspec.Meta(description="Single form: the destination name, used as is.")
+    ] = None
+    destination_name: Annotated[
+        DestinationNameRule | None,
+        msgspec.Meta(description="How topic names become destination names; `defaults.destination-name` when omitted."),
+    ] = None
+    flush: Annotated[
+        FlushConfig | None,
+        msgspec.Meta(description="Flush policy of this entry's mirrors; `defaults.flush`, then the destination's."),
+    ] = None
+    start_at: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Where a mirror whose destination is empty begins: earliest (the source's log start), latest "
+            "(the source's end when the mirror starts), or an ISO 8601 time with a zone such as 2026-11-01T00:00:00Z "
+            "(the first offset whose timestamp is at or after it). Ignored once the destination holds data. Until "
+            "its first flush lands, a restarted mirror decides again. `defaults.start-at` when omitted, else earliest."
+        ),
+    ] = None
 
     @property
-    def destination_name(self) -> str:
-        return self.destination_name_override or self.topic
+    def is_selection(self) -> bool:
+        return self.topics is not None or self.topic_regex is not None
 
 
 class Config(_Strict, frozen=True):
-    """A whole process: one destination block shared by N mirrors."""
+    """A whole process: one destination block shared by the mirrors of every entry."""
 
     destination: Destination
     mirrors: Annotated[list[MirrorConfig], msgspec.Meta(min_length=1)]
+    clusters: Annotated[
+        dict[ClusterName, SourceConfig],
+        msgspec.Meta(description="Named source clusters, referenced by `cluster:` in entries."),
+    ] = msgspec.field(default_factory=dict)
+    defaults: MirrorDefaults = msgspec.field(default_factory=MirrorDefaults)
+    discovery: DiscoveryConfig = msgspec.field(default_factory=DiscoveryConfig)
     spark: SparkConfig = msgspec.field(default_factory=SparkConfig)

@@ -16,6 +16,16 @@ SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "mirror-v3.co
 
 def config_schema() -> dict[str, Any]:
     schema: dict[str, Any] = msgspec.json.schema(Config)
+    # What msgspec cannot say about an entry's forms; the loader checks the same with field paths.
+    entry = schema["$defs"]["MirrorConfig"]
+    entry["dependentRequired"] = {"topic": ["partition"], "partition": ["topic"]}
+    entry["allOf"] = [
+        {"oneOf": [{"required": ["source"]}, {"required": ["cluster"]}]},
+        {"anyOf": [{"required": ["topic"]}, {"required": ["topics"]}, {"required": ["topic-regex"]}]},
+        {"not": {"required": ["topic", "topics"]}},
+        {"not": {"required": ["topic", "topic-regex"]}},
+    ]
+    schema["$defs"]["DestinationNameRule"]["dependentRequired"] = {"regex": ["replacement"], "replacement": ["regex"]}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "mirror-v3 configuration"
     return schema

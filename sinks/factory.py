@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from pathlib import Path
 
+from config.estate import MirrorSpec
 from config.kafka_clients import aiokafka_settings, librdkafka_properties
 from config.model import (
     Destination,
     FilesystemDestination,
     KafkaDestination,
-    MirrorConfig,
     RetryConfig,
     S3Destination,
 )
@@ -26,6 +27,19 @@ from sinks.retry import RetryingSink, RetryPolicy
 from sinks.s3 import S3Connection, S3Store
 from sinks.s3_staging import S3Settings
 from sinks.staging import BlobFormat
+
+
+def location(destination: Destination, destination_name: str, partition: int) -> str:
+    """Where a mirror writes, as its sink's `description` says it (for `plan`, which builds no sink)."""
+    if isinstance(destination, FilesystemDestination):
+        return f"filesystem:{Path(destination.root).expanduser().resolve() / destination_name / str(partition)}"
+    if isinstance(destination, S3Destination):
+        return f"s3://{destination.bucket}/{_s3_key_prefix(destination, destination_name, partition)}/"
+    return f"kafka://{destination.bootstrap_servers}/{destination_name}/{partition} ({destination.offsets})"
+
+
+def _s3_key_prefix(destination: S3Destination, destination_name: str, partition: int) -> str:
+    return "/".join(p for p in (destination.prefix, destination_name, str(partition)) if p)
 
 
 class SinkFactory:
@@ -41,7 +55,7 @@ class SinkFactory:
 
     def build(
         self,
-        mirror: MirrorConfig,
+        mirror: MirrorSpec,
         on_retry: Callable[[int], None] = lambda _: None,
         retries: bool = True,
     ) -> Sink:
@@ -51,7 +65,7 @@ class SinkFactory:
             sink = filesystem_sink(destination, mirror.destination_name, mirror.partition)
         elif isinstance(destination, S3Destination):
             assert self._s3 is not None
-            key_prefix = "/".join(p for p in (destination.prefix, mirror.destination_name, str(mirror.partition)) if p)
+            key_prefix = _s3_key_prefix(destination, mirror.destination_name, mirror.partition)
             store = S3Store(self._s3, key_prefix + "/")
             staging = store.staging(
                 retry_policy(destination.retry), BlobFormat(destination.compression, destination.compression_level)
@@ -62,7 +76,7 @@ class SinkFactory:
             source = mirror.source
             source_clients = KafkaClients(
                 source.bootstrap_servers,
-                aiokafka_settings(source.security, f"mirror {mirror.name}: source.security"),
+                aiokafka_settings(source.security, f"{mirror.source_field}.security"),
                 source.request_timeout_ms,
             )
             sink = KafkaSink(
@@ -76,7 +90,12 @@ class SinkFactory:
             raise TypeError(f"unsupported destination {type(destination).__name__}")
         if not retries:
             return sink
-        return RetryingSink(sink, retry_policy(destination.retry), on_retry, log_fields={"mirror": mirror.name})
+        return RetryingSink(
+            sink,
+            retry_policy(destination.retry),
+            on_retry,
+            log_fields={"mirror": mirror.name, "cluster": mirror.cluster},
+        )
 
 
 def retry_policy(retry: RetryConfig) -> RetryPolicy:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import anyio
 
-from config.model import FlushConfig, MirrorConfig
+from config.estate import MirrorSpec
+from config.model import FlushConfig
 from sinks.base import Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import StagedBlob
@@ -58,7 +59,7 @@ def _seconds_from_env(name: str, default: float) -> float:
 class MirrorActor:
     def __init__(
         self,
-        mirror: MirrorConfig,
+        mirror: MirrorSpec,
         source: PartitionSource,
         sink: Sink,
         metrics: MirrorMetrics,
@@ -66,9 +67,11 @@ class MirrorActor:
         stop_requested: anyio.Event,
     ) -> None:
         self.mirror = mirror
+        self._ids = {"mirror": mirror.name, "cluster": mirror.cluster}  # every log line of this mirror carries them
         self._source = source
         self._sink = sink
         self._metrics = metrics
+        self.metrics_labels = metrics.labels
         self._settings = settings
         self._stop = stop_requested
         self._planner = FlushPlanner(settings.limits)
@@ -105,7 +108,7 @@ class MirrorActor:
         finally:
             with anyio.CancelScope(shield=True):
                 await self._sink.close()
-        log_event(log, logging.INFO, "mirror stopped", mirror=self.mirror.name, next_offset=self._next)
+        log_event(log, logging.INFO, "mirror stopped", **self._ids, next_offset=self._next)
 
     async def _start(self) -> None:
         """Check the source, find the position in the destination, announce the mirror."""
@@ -114,6 +117,10 @@ class MirrorActor:
         offsets = await self._source.offsets()
         self._observe(offsets)
         self._next = self._start_position(destination_next, offsets)
+        if destination_next is None:
+            self._next = await self._start_at(offsets)
+        elif self.mirror.start_at != "earliest":
+            log_event(log, logging.INFO, "start-at ignored: the destination holds data and decides", **self._ids)
         self._read_from = self._next
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
@@ -121,7 +128,7 @@ class MirrorActor:
             log,
             logging.INFO,
             "mirror starting",
-            mirror=self.mirror.name,
+            **self._ids,
             topic=self.mirror.topic,
             partition=self.mirror.partition,
             destination=self._sink.description,
@@ -148,6 +155,17 @@ class MirrorActor:
                 "cluster?"
             )
         return destination_next
+
+    async def _start_at(self, offsets: SourceOffsets) -> int:
+        """Where a mirror with an empty destination begins (`start-at`)."""
+        start_at = self.mirror.start_at
+        if start_at == "earliest":
+            return offsets.log_start
+        if start_at == "latest":
+            return offsets.end
+        found = await self._source.offset_for_time(start_at)
+        # No record at or after the time yet: everything from here on is newer.
+        return offsets.end if found is None else min(max(found, offsets.log_start), offsets.end)
 
     # -- the flush loop --------------------------------------------------------------------------
 
@@ -191,13 +209,17 @@ class MirrorActor:
         await anyio.sleep(self._settings.drain_timeout_secs)
         work.cancel()
 
+    def cancel_jobs(self) -> None:
+        """Interrupt the Spark job in flight, if any (the mirror is being stopped; never waits)."""
+        self._source.cancel()
+
     def _abandoned(self) -> None:
         self._source.cancel()
         log_event(
             log,
             logging.WARNING,
             "drain timed out, work in flight abandoned",
-            mirror=self.mirror.name,
+            **self._ids,
             next_offset=self._next,
             timeout_s=self._settings.drain_timeout_secs,
             note="staged leftovers are removed on the next start",
@@ -249,7 +271,7 @@ class MirrorActor:
                 log,
                 logging.WARNING,
                 "destination writes retried by the tasks",
-                mirror=self.mirror.name,
+                **self._ids,
                 retries=retried,
                 **{"from": plan.first},
                 to=plan.end - 1,
@@ -290,7 +312,7 @@ class MirrorActor:
             log,
             logging.INFO,
             "flushed",
-            mirror=self.mirror.name,
+            **self._ids,
             path=committed.location,
             **{"from": first},
             to=last,
@@ -318,7 +340,7 @@ class MirrorActor:
             log,
             logging.WARNING,
             "source records lost, skipping",
-            mirror=self.mirror.name,
+            **self._ids,
             lost_from=lost_first,
             lost_to=lost_last,
             count=count,
@@ -347,7 +369,7 @@ class MirrorActor:
                 log,
                 logging.DEBUG,
                 "heartbeat",
-                mirror=self.mirror.name,
+                **self._ids,
                 verified_offset=self._next,
                 source_end=self._source_end,
                 progressed=self._records_since_beat,

@@ -9,14 +9,18 @@ import time
 
 import anyio
 import anyio.to_thread
+from anyio.abc import TaskGroup
 
+from config.errors import ConfigError
+from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.kafka_clients import ClientSettingsError
 from config.model import Config
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
-from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL
+from supervisor.discovery import ClusterRead, plan_estate, read_clusters
+from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL, SourceError
 from supervisor.flush_planner import FlushLimits
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.logs import log_event
@@ -26,20 +30,35 @@ from supervisor.source import SourceClusters
 from workers.spark_session import SparkStartError, get_spark, stop_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
+MirrorKey = tuple[str, str, int]  # (cluster, topic, partition)
 
 
 class Supervisor:
-    def __init__(self, config: Config, families: MetricFamilies, early_signals: list[int] | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        families: MetricFamilies,
+        early_signals: list[int] | None = None,
+        shard: Shard | None = None,
+    ) -> None:
         self._config = config
         self._early_signals = early_signals if early_signals is not None else []
         self._families = families
+        self._shard = shard
+        self._entries = compile_entries(config)
+        self._discovers = any(entry.single is None for entry in self._entries)
         self._clusters = SourceClusters()
+        self._sinks: SinkFactory | None = None
         self.stop_requested = anyio.Event()
-        self.actors: list[MirrorActor] = []
+        self.actors: dict[MirrorKey, MirrorActor] = {}
+        self._scopes: dict[MirrorKey, anyio.CancelScope] = {}
+        self._selected: set[MirrorKey] = set()  # this shard's partitions that the last plan selected
+        self._missing_logged: set[tuple[str, str]] = set()
+        self._group: TaskGroup | None = None
         self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
 
-    def _build_actors(self) -> None:
-        flush, spark = self._config.destination.flush, self._config.spark
+    def _actor(self, spec: MirrorSpec) -> MirrorActor:
+        flush, spark = spec.flush, self._config.spark
         settings = ActorSettings(
             flush=flush,
             limits=FlushLimits(
@@ -54,35 +73,41 @@ class Supervisor:
             heartbeat_secs=ActorSettings.heartbeat_from_env(),
             drain_timeout_secs=ActorSettings.drain_timeout_from_env(),
         )
-        sinks = SinkFactory(self._config.destination)
-        for index, mirror in enumerate(self._config.mirrors):
-            metrics = MirrorMetrics.for_partition(self._families, mirror.topic, mirror.partition)
-            metrics.flush_max_time.set(settings.flush.max_time_ms / 1000)
-            cluster = self._clusters.get(mirror.source, f"mirrors[{index}].source")
-            self.actors.append(
-                MirrorActor(
-                    mirror=mirror,
-                    source=SparkPartitionSource(mirror, cluster, self._config.spark, f"mirrors[{index}]"),
-                    sink=sinks.build(mirror, on_retry=metrics.inflight_retry.set),
-                    metrics=metrics,
-                    settings=settings,
-                    stop_requested=self.stop_requested,
-                )
-            )
+        if self._sinks is None:
+            self._sinks = SinkFactory(self._config.destination)
+        metrics = MirrorMetrics.for_mirror(
+            self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
+        )
+        metrics.flush_max_time.set(flush.max_time_ms / 1000)
+        cluster = self._clusters.get(spec.source, spec.source_field)
+        return MirrorActor(
+            mirror=spec,
+            source=SparkPartitionSource(spec, cluster, self._config.spark),
+            sink=self._sinks.build(spec, on_retry=metrics.inflight_retry.set),
+            metrics=metrics,
+            settings=settings,
+            stop_requested=self.stop_requested,
+        )
 
     async def run(self) -> int:
         try:
-            self._build_actors()
+            plan = await plan_estate(self._clusters, self._entries, self._shard)
+            for spec in plan.mirrors:
+                self.actors[spec.key] = self._actor(spec)
+        except ConfigError as exc:  # two selected partitions would write one destination
+            self._fail(None, exc, "invalid config", exit_code=EXIT_CONFIG)
         except ClientSettingsError as exc:
             self._fail(None, exc, "cannot start", exit_code=EXIT_CONFIG)
-            return EXIT_CONFIG
-        except DestinationError as exc:
+        except (DestinationError, SourceError) as exc:
             self._fail(None, exc, "cannot start")
-            return EXIT_FAILURE
+        if self._failure is not None:
+            await self._clusters.close()
+            return self._failure[0]
+        self._planned(plan)
         self.http = HttpEndpoint(
             self._families.registry,
             Readiness(
-                mirrors=[actor.mirror.name for actor in self.actors],
+                mirrors=[actor.mirror.name for actor in self.actors.values()],
                 lag_of=self._lag_of,
                 max_lag=Readiness.max_lag_from_env(),
             ),
@@ -92,14 +117,16 @@ class Supervisor:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
                 outer.start_soon(self.http.watch_loop)
-                for actor in self.actors:
-                    outer.start_soon(self._mark_started, actor)
                 async with anyio.create_task_group() as actors:
+                    self._group = actors
                     # Spark starts (seconds) while the actors check their source and destination, so a
                     # corrupt chain or an unreachable broker is reported without waiting for it.
                     actors.start_soon(self._start_spark, actors.cancel_scope)
-                    for actor in self.actors:
-                        actors.start_soon(self._run_actor, actor, actors.cancel_scope)
+                    for actor in self.actors.values():
+                        self._launch(actor)
+                    self._update_gauges()
+                    if self._discovers:
+                        actors.start_soon(self._discover)
                 outer.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -112,12 +139,120 @@ class Supervisor:
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
 
+    def _launch(self, actor: MirrorActor) -> None:
+        assert self._group is not None
+        scope = anyio.CancelScope()
+        self._scopes[actor.mirror.key] = scope
+        self._group.start_soon(self._run_actor, actor, scope, self._group.cancel_scope)
+        self._group.start_soon(self._mark_started, actor)
+
+    def _planned(self, plan: EstatePlan) -> None:
+        """Remember what the plan selected, say what it could not find, update the estate's gauges."""
+        self._selected = set(plan.by_key())
+        for missing in plan.missing:
+            if (missing.cluster, missing.topic) not in self._missing_logged:
+                self._missing_logged.add((missing.cluster, missing.topic))
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "selected topic does not exist (yet); discovery picks it up once it does",
+                    cluster=missing.cluster,
+                    topic=missing.topic,
+                    entry=missing.field,
+                )
+        self._missing_logged &= {(m.cluster, m.topic) for m in plan.missing}
+        self._update_gauges()
+
+    def _update_gauges(self) -> None:
+        clusters = {entry.cluster for entry in self._entries}
+        running = [key for key in self.actors if key in self._scopes and not self._scopes[key].cancel_called]
+        for cluster in clusters:
+            self._families.mirrors.labels(cluster=cluster).set(sum(1 for key in running if key[0] == cluster))
+            unassigned = sum(1 for key in self._selected if key[0] == cluster and key not in running)
+            self._families.unassigned.labels(cluster=cluster).set(unassigned)
+
+    async def _discover(self) -> None:
+        """Every discovery interval: start mirrors for new matching topics and partitions, stop those whose
+        topic is gone. A cluster that cannot be read is reported and tried again next time."""
+        interval = self._config.discovery.interval_ms / 1000
+        while True:
+            with anyio.move_on_after(interval):
+                await self.stop_requested.wait()
+            if self.stop_requested.is_set():
+                return
+            read = await read_clusters(self._clusters, self._entries)
+            for cluster, error in read.errors.items():
+                self._families.discovery_errors.labels(cluster=cluster).inc()
+                log_event(log, logging.WARNING, "discovery failed, retrying", cluster=cluster, error=str(error))
+            try:
+                plan = expand(self._entries, read.topics, self._shard)
+            except ConfigError as exc:  # a new topic would write a destination another already writes
+                self._fail(None, exc, "invalid config", exit_code=EXIT_CONFIG)
+                assert self._group is not None
+                self._group.cancel_scope.cancel()
+                return
+            if self.stop_requested.is_set():
+                return
+            self._apply(plan, read)
+
+    def _apply(self, plan: EstatePlan, read: ClusterRead) -> None:
+        specs = plan.by_key()
+        for key, spec in specs.items():
+            if key not in self.actors:
+                try:
+                    actor = self._actor(spec)
+                except (ClientSettingsError, DestinationError) as exc:
+                    log_event(log, logging.ERROR, "cannot start discovered mirror", mirror=spec.name, error=str(exc))
+                    continue
+                self.actors[key] = actor
+                self.http.readiness.mirrors.append(spec.name)
+                log_event(
+                    log,
+                    logging.INFO,
+                    "discovered",
+                    mirror=spec.name,
+                    cluster=spec.cluster,
+                    topic=spec.topic,
+                    partition=spec.partition,
+                    destination=spec.destination_name,
+                )
+                self._launch(actor)
+        for key, actor in list(self.actors.items()):
+            cluster, topic, _ = key
+            gone = cluster in read.topics and topic not in read.topics[cluster]
+            if gone and actor.mirror.name not in self._single_names:
+                self._remove(actor, "source topic was deleted")
+        self._planned(plan)
+
+    @property
+    def _single_names(self) -> set[str]:
+        return {entry.name for entry in self._entries if entry.single is not None}
+
+    def _remove(self, actor: MirrorActor, reason: str) -> None:
+        key = actor.mirror.key
+        scope = self._scopes.get(key)
+        if scope is None or scope.cancel_called:
+            return
+        scope.cancel()
+        actor.cancel_jobs()
+        spec = actor.mirror
+        self._families.removed.labels(cluster=spec.cluster).inc()
+        log_event(
+            log,
+            logging.WARNING,
+            f"mirror stopped: {reason}",
+            mirror=spec.name,
+            cluster=spec.cluster,
+            topic=spec.topic,
+            partition=spec.partition,
+        )
+
     async def _mark_started(self, actor: MirrorActor) -> None:
         await actor.started.wait()
         self.http.readiness.started.add(actor.mirror.name)
 
     def _lag_of(self, name: str) -> float | None:
-        actor = next((a for a in self.actors if a.mirror.name == name), None)
+        actor = next((a for a in self.actors.values() if a.mirror.name == name), None)
         return None if actor is None else float(actor.lag)
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
@@ -152,18 +287,50 @@ class Supervisor:
         log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))
         log.debug("failure detail", exc_info=exc)
 
-    async def _run_actor(self, actor: MirrorActor, scope: anyio.CancelScope) -> None:
+    async def _run_actor(self, actor: MirrorActor, own: anyio.CancelScope, everyone: anyio.CancelScope) -> None:
+        spec = actor.mirror
         try:
-            await actor.run()
+            with own:
+                await actor.run()
         except SparkStartError as exc:
             # Every mirror waits for the session: whichever reports it first, it is the runtime's failure.
             self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
-            scope.cancel()
+            everyone.cancel()
         except Exception as exc:
-            self._fail(actor.mirror.name, exc, topic=actor.mirror.topic, partition=actor.mirror.partition)
+            if own.cancel_called:  # stopped on purpose (its topic is gone): what it raised on the way out is no failure
+                self._forget(actor)
+                return
+            if spec.name not in self._single_names and await self._topic_deleted(spec):
+                self._remove(actor, "source topic was deleted")
+                self._forget(actor)
+                return
+            self._fail(spec.name, exc, cluster=spec.cluster, topic=spec.topic, partition=spec.partition)
             # One failed mirror collapses the process; the orchestrator restarts it and every
             # mirror recovers its position from its destination.
-            scope.cancel()
+            everyone.cancel()
+        else:
+            if own.cancel_called:
+                self._forget(actor)
+
+    async def _topic_deleted(self, spec: MirrorSpec) -> bool:
+        """Whether a selected mirror failed because its topic is gone (discovery may not have run yet)."""
+        try:
+            with anyio.fail_after(spec.source.request_timeout_ms / 1000):
+                topics = await self._clusters.get(spec.source, spec.source_field).topic_partitions()
+        except Exception:
+            return False  # cannot tell: the failure stands
+        return spec.topic not in topics
+
+    def _forget(self, actor: MirrorActor) -> None:
+        """A stopped mirror leaves no series, readiness entry or actor behind."""
+        key, name = actor.mirror.key, actor.mirror.name
+        self.actors.pop(key, None)
+        self._scopes.pop(key, None)
+        self._families.forget(actor.metrics_labels)
+        if name in self.http.readiness.mirrors:
+            self.http.readiness.mirrors.remove(name)
+        self.http.readiness.started.discard(name)
+        self._update_gauges()
 
     async def _watch_signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:

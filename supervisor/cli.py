@@ -1,4 +1,4 @@
-"""Command line: `python -m supervisor {validate,run,status} --config FILE`.
+"""Command line: `python -m supervisor {validate,plan,run,status} --config FILE`.
 
 stdout carries only command output; every log line goes to stderr.
 """
@@ -7,34 +7,59 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 import anyio
 
 from config import ConfigError, load_config
+from config.estate import Shard
 from config.model import Config
 from supervisor import early_signals
-from supervisor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK
+from supervisor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, SourceError
 from supervisor.logs import setup_logging
 
 log = logging.getLogger("mirror_v3.cli")
 
 
+SHARD_ENV = "MIRROR_V3_SHARD"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m supervisor", description="Exactly-once Kafka partition mirror.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    validate = commands.add_parser("validate", help="check a config file and exit")
+    shard_help = (
+        f"I/N: this process mirrors only the partitions of shard I of N (0-based; default: ${SHARD_ENV}, else all)"
+    )
+    validate = commands.add_parser("validate", help="check a config file and exit (offline)")
     validate.add_argument("--config", required=True, help="path to the YAML config")
+    plan = commands.add_parser(
+        "plan", help="connect to the source clusters and list every partition the config would mirror"
+    )
+    plan.add_argument("--config", required=True, help="path to the YAML config")
+    plan.add_argument("--format", choices=["table", "json"], default="table")
+    plan.add_argument("--shard", help=shard_help + "; shows each partition's owner")
+    plan.add_argument("--timeout", type=float, default=15.0, help="seconds allowed for the metadata (default 15)")
     run = commands.add_parser("run", help="run every configured mirror until signalled or failed")
     run.add_argument("--config", required=True, help="path to the YAML config")
+    run.add_argument("--shard", help=shard_help)
     status = commands.add_parser("status", help="show source and destination offsets and the lag per mirror")
     status.add_argument("--config", required=True, help="path to the YAML config")
     status.add_argument("--format", choices=["table", "json"], default="table")
     status.add_argument("--timeout", type=float, default=15.0, help="seconds allowed per query (default 15)")
+    status.add_argument("--shard", help=shard_help)
     status.add_argument(
         "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
     )
     return parser
+
+
+def _shard(flag: str | None) -> Shard | None:
+    """--shard, else $MIRROR_V3_SHARD (a StatefulSet passes its pod's ordinal this way), else none."""
+    if flag is not None:
+        return Shard.parse(flag, "--shard")
+    from_env = os.environ.get(SHARD_ENV)
+    return Shard.parse(from_env, SHARD_ENV) if from_env else None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,28 +69,60 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     try:
         config = load_config(args.config)
+        shard = _shard(getattr(args, "shard", None))
     except ConfigError as exc:
         print(f"invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
     if args.command == "validate":
-        count = len(config.mirrors)
+        enabled = [m for m in config.mirrors if m.enabled]
+        singles = sum(1 for m in enabled if not m.is_selection)
+        selections, disabled = len(enabled) - singles, len(config.mirrors) - len(enabled)
         kind = config.destination.__struct_config__.tag
-        print(f"{args.config}: valid ({count} mirror{'s' if count != 1 else ''}, destination {kind})")
+        counts = [f"{singles} mirror{'s' if singles != 1 else ''}"] if singles or not selections else []
+        if selections:
+            counts.append(f"{selections} selection{'s' if selections != 1 else ''}")
+        if disabled:
+            counts.append(f"{disabled} disabled")
+        print(f"{args.config}: valid ({', '.join(counts)}, destination {kind})")
         return EXIT_OK
+    if args.command == "plan":
+        return _plan(config, args.format, args.timeout, shard)
     if args.command == "status":
-        return _status(config, args.format, args.timeout, args.deep)
-    return _run(config)
+        return _status(config, args.format, args.timeout, args.deep, shard)
+    return _run(config, shard)
 
 
-def _status(config: Config, fmt: str, timeout: float, deep: bool) -> int:
+def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:
+    from supervisor.plan import collect_plan, render_json, render_table
+
+    try:
+        plan = anyio.run(collect_plan, config, timeout, shard)
+    except ConfigError as exc:
+        print(f"invalid config: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SourceError as exc:
+        print(f"plan failed: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    print(render_json(plan) if fmt == "json" else render_table(plan))
+    return EXIT_OK
+
+
+def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard | None) -> int:
     from supervisor.status import collect_status, render_json, render_table
 
-    report = anyio.run(collect_status, config, timeout, deep)
+    try:
+        report = anyio.run(collect_status, config, timeout, deep, shard)
+    except ConfigError as exc:
+        print(f"invalid config: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SourceError as exc:
+        print(f"status failed: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     print(render_json(report) if fmt == "json" else render_table(report))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
-def _run(config: Config) -> int:
+def _run(config: Config, shard: Shard | None) -> int:
     # A SIGTERM that arrives while the process is still starting must drain like any other: remembered
     # (from `__main__` on, or from here when called directly) until the supervisor's handling takes over.
     early_signals.install()
@@ -73,7 +130,7 @@ def _run(config: Config) -> int:
     from supervisor.metrics import MetricFamilies
 
     families = MetricFamilies()
-    supervisor = Supervisor(config, families, early_signals=early_signals.received)
+    supervisor = Supervisor(config, families, early_signals=early_signals.received, shard=shard)
     try:
         return anyio.run(supervisor.run)
     except KeyboardInterrupt:

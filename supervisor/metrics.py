@@ -1,7 +1,11 @@
-"""Prometheus metrics (SPEC §6). Every series carries `topic` and `partition` labels."""
+"""Prometheus metrics (SPEC §6). Every mirror's series carries `cluster` (the source cluster's name),
+`topic`, `partition` (the source's, so joins with kafka_exporter on topic and partition work) and
+`destination` (the destination topic, directory or key segment): two mirrors of one process never
+share a series, not even the same topic and partition of two clusters."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass
@@ -11,7 +15,8 @@ from prometheus_client.core import REGISTRY
 
 from supervisor.logs import log_event
 
-LABELS = ("topic", "partition")
+LABELS = ("cluster", "topic", "partition", "destination")
+CLUSTER_LABELS = ("cluster",)
 DEFAULT_METRICS_PORT = 9090
 log = logging.getLogger("mirror_v3.metrics")
 
@@ -70,6 +75,50 @@ class MetricFamilies:
             "mirror_v3_source_lag_offsets",
             "Source end offset minus mirror_v3_destination_offset_verified.",
         )
+        self.families = [
+            self.offset_verified,
+            self.inflight_retry,
+            self.staging_retries,
+            self.records,
+            self.bytes,
+            self.flushes,
+            self.last_flush,
+            self.flush_max_time,
+            self.gap_records,
+            self.lost_records,
+            self.source_log_start,
+            self.source_end,
+            self.source_lag,
+        ]
+        # Per cluster: what discovery found and runs.
+        self.mirrors = Gauge(
+            "mirror_v3_mirrors", "Mirrors (actors) running in this process.", CLUSTER_LABELS, registry=registry
+        )
+        self.unassigned = Gauge(
+            "mirror_v3_discovery_unassigned_partitions",
+            "Partitions a selection matches that have no running mirror in this process and belong to no other "
+            "shard (not started yet, or stopped by a failure).",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+        self.discovery_errors = Counter(
+            "mirror_v3_discovery_errors",
+            "Failed reads of a source cluster's topics and partitions (retried at the next interval).",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+        self.removed = Counter(
+            "mirror_v3_discovery_removed_partitions",
+            "Mirrors stopped because their source topic was deleted.",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+
+    def forget(self, labels: dict[str, str]) -> None:
+        """Drop one mirror's series (its source topic is gone): no stale values linger on dashboards."""
+        for family in self.families:
+            with contextlib.suppress(KeyError):
+                family.remove(*(labels[name] for name in LABELS))
 
 
 @dataclass
@@ -90,10 +139,15 @@ class MirrorMetrics:
     source_end: Gauge
     source_lag: Gauge
 
+    labels: dict[str, str]
+
     @classmethod
-    def for_partition(cls, families: MetricFamilies, topic: str, partition: int) -> MirrorMetrics:
-        labels = {"topic": topic, "partition": str(partition)}
+    def for_mirror(
+        cls, families: MetricFamilies, cluster: str, topic: str, partition: int, destination: str
+    ) -> MirrorMetrics:
+        labels = {"cluster": cluster, "topic": topic, "partition": str(partition), "destination": destination}
         return cls(
+            labels=labels,
             offset_verified=families.offset_verified.labels(**labels),
             inflight_retry=families.inflight_retry.labels(**labels),
             staging_retries=families.staging_retries.labels(**labels),

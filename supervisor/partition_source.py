@@ -9,8 +9,9 @@ from typing import Protocol
 
 import anyio.to_thread
 
+from config.estate import MirrorSpec
 from config.kafka_clients import librdkafka_properties
-from config.model import MirrorConfig, SparkConfig
+from config.model import SparkConfig
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import BlobStaging, StagedBlob
 from supervisor.flush_planner import PlannedTask
@@ -32,6 +33,10 @@ class PartitionSource(Protocol):
 
     async def offsets(self) -> SourceOffsets: ...
 
+    async def offset_for_time(self, timestamp_ms: int) -> int | None:
+        """The first offset whose record timestamp is at or after `timestamp_ms`; None when there is none."""
+        ...
+
     async def parallelism(self) -> int:
         """How many tasks the data plane runs at once (waits for it to start)."""
         ...
@@ -51,8 +56,8 @@ class PartitionSource(Protocol):
 class SparkPartitionSource:
     """Offsets from aiokafka; records read (and blobs written) by Spark tasks, off the event loop."""
 
-    def __init__(self, mirror: MirrorConfig, cluster: SourceCluster, spark: SparkConfig, field: str) -> None:
-        """`field` is the mirror's config path; raises ClientSettingsError if its TLS files are unusable."""
+    def __init__(self, mirror: MirrorSpec, cluster: SourceCluster, spark: SparkConfig) -> None:
+        """Raises ClientSettingsError if the source's TLS files are unusable."""
         self._mirror = mirror
         self._partition = SourcePartition(
             bootstrap_servers=mirror.source.bootstrap_servers,
@@ -61,7 +66,7 @@ class SparkPartitionSource:
             isolation_level=mirror.source.isolation_level,
             group_id=mirror.source.group_id or f"mirror-v3.{mirror.name}",
             stall_timeout_s=mirror.source.request_timeout_ms / 1000,
-            client_properties=librdkafka_properties(mirror.source.security, f"{field}.source.security"),
+            client_properties=librdkafka_properties(mirror.source.security, f"{mirror.source_field}.security"),
         )
         self._cluster = cluster
         self._spark_config = spark
@@ -77,6 +82,9 @@ class SparkPartitionSource:
         return await self._cluster.offsets(
             self._mirror.topic, self._mirror.partition, self._mirror.source.isolation_level
         )
+
+    async def offset_for_time(self, timestamp_ms: int) -> int | None:
+        return await self._cluster.offset_for_time(self._mirror.topic, self._mirror.partition, timestamp_ms)
 
     async def parallelism(self) -> int:
         if self._parallelism is None:

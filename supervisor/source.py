@@ -102,6 +102,20 @@ class SourceCluster:
                 f"(partitions: {', '.join(str(p) for p in sorted(partitions))})"
             )
 
+    async def topic_partitions(self) -> dict[str, int]:
+        """Every topic of the cluster (internal ones included) and its partition count."""
+        await self.start()
+        try:
+            metadata = await self._cluster_metadata()
+        except (TimeoutError, KafkaError, OSError) as exc:
+            raise SourceError(
+                f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
+            ) from None
+        return {
+            topic: len(metadata.partitions_for_topic(topic) or ())
+            for topic in metadata.topics(exclude_internal_topics=False)
+        }
+
     async def _cluster_metadata(self) -> Any:
         """The cluster's topics and partitions. Mirrors starting together share one fetch: each full
         metadata response describes every partition of the cluster, so 1 000 mirrors fetching their
@@ -136,6 +150,19 @@ class SourceCluster:
         start, stable, high = await answer
         end = stable if isolation_level == "read_committed" else high
         return SourceOffsets(log_start=start, end=end, high_watermark=high)
+
+    async def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
+        """The first offset whose timestamp is at or after `timestamp_ms` (ListOffsets by time)."""
+        await self.start()
+        tp = TopicPartition(topic, partition)
+        try:
+            found = await asyncio.wait_for(self._committed.offsets_for_times({tp: timestamp_ms}), self._timeout_s)
+        except (TimeoutError, KafkaError, OSError) as exc:
+            raise SourceError(
+                f"source {topic}-{partition} on {self.bootstrap_servers}: offset query by time failed: {_describe(exc)}"
+            ) from None
+        answer = found.get(tp)
+        return None if answer is None else int(answer.offset)
 
     async def _answer_pending(self) -> None:
         pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]] | None = None

@@ -15,12 +15,15 @@ from typing import Annotated, Any
 import anyio
 import msgspec
 
+from config.estate import MirrorSpec, Shard, compile_entries
 from config.kafka_clients import ClientSettingsError
-from config.model import Config, MirrorConfig
+from config.model import Config
 from config.schema import SCHEMA_PATH, write_or_check
 from sinks.base import DestinationError, Sink
 from sinks.factory import SinkFactory
 from supervisor.describe import describe_error
+from supervisor.discovery import plan_estate
+from supervisor.errors import SourceError
 from supervisor.source import SourceClusters
 
 
@@ -35,6 +38,7 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     topic: Annotated[str, _field("Source topic.")]
     partition: Annotated[int, _field("Source partition.")]
     destination: Annotated[str, _field("Where the mirror writes, without secrets.")]
+    cluster: Annotated[str, _field("The source cluster's name (its bootstrap list when written out in the entry).")]
     source_log_start: Annotated[int | None, _field("Earliest offset the source partition holds.")] = None
     source_end: Annotated[
         int | None, _field("Offset the mirror reads up to: the last stable offset with read_committed.")
@@ -69,9 +73,23 @@ class StatusReport:
         return all(row.error is None for row in self.rows)
 
 
-async def collect_status(config: Config, timeout_s: float = 15.0, deep: bool = False) -> StatusReport:
+async def collect_status(
+    config: Config, timeout_s: float = 15.0, deep: bool = False, shard: Shard | None = None
+) -> StatusReport:
+    """One row per mirror the config selects now (selections are matched against the clusters' metadata).
+
+    Raises SourceError when a cluster a selection reads from cannot be read, ConfigError on a collision."""
     clusters = SourceClusters()
-    rows: list[MirrorStatus] = [MirrorStatus("", "", 0, "")] * len(config.mirrors)
+    try:
+        with anyio.fail_after(timeout_s):
+            plan = await plan_estate(clusters, compile_entries(config), shard)
+    except TimeoutError:
+        await clusters.close()
+        raise SourceError(f"reading the source clusters' topics timed out after {timeout_s:g}s") from None
+    except BaseException:
+        await clusters.close()
+        raise
+    rows: list[MirrorStatus] = [MirrorStatus("", "", 0, "", "")] * len(plan.mirrors)
     try:
         sinks: SinkFactory | DestinationError = SinkFactory(config.destination)
     except DestinationError as exc:
@@ -79,12 +97,12 @@ async def collect_status(config: Config, timeout_s: float = 15.0, deep: bool = F
     except ClientSettingsError as exc:
         sinks = DestinationError(str(exc))
 
-    async def query(index: int, mirror: MirrorConfig) -> None:
-        rows[index] = await _query_one(index, mirror, sinks, clusters, timeout_s, deep)
+    async def query(index: int, mirror: MirrorSpec) -> None:
+        rows[index] = await _query_one(mirror, sinks, clusters, timeout_s, deep)
 
     try:
         async with anyio.create_task_group() as tasks:
-            for index, mirror in enumerate(config.mirrors):
+            for index, mirror in enumerate(plan.mirrors):
                 tasks.start_soon(query, index, mirror)
     finally:
         await clusters.close()
@@ -92,8 +110,7 @@ async def collect_status(config: Config, timeout_s: float = 15.0, deep: bool = F
 
 
 async def _query_one(
-    index: int,
-    mirror: MirrorConfig,
+    mirror: MirrorSpec,
     sinks: SinkFactory | DestinationError,
     clusters: SourceClusters,
     timeout_s: float,
@@ -101,12 +118,12 @@ async def _query_one(
 ) -> MirrorStatus:
     # No retries here: status answers now, and says what failed.
     sink: Sink | None = None if isinstance(sinks, DestinationError) else sinks.build(mirror, retries=False)
-    row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description if sink else "-")
+    row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description if sink else "-", mirror.cluster)
     errors: list[str] = []
     timeout_ms = min(mirror.source.request_timeout_ms, int(timeout_s * 1000))
     try:
         cluster = clusters.get(
-            msgspec.structs.replace(mirror.source, request_timeout_ms=timeout_ms), f"mirrors[{index}].source"
+            msgspec.structs.replace(mirror.source, request_timeout_ms=timeout_ms), mirror.source_field
         )
         with anyio.fail_after(timeout_s):
             offsets = await cluster.offsets(mirror.topic, mirror.partition, mirror.source.isolation_level)
@@ -150,6 +167,7 @@ TABLE_COLUMNS = (
     "DEST-NEXT",
     "LAG",
     "LAST-FLUSH",
+    "CLUSTER",
     "DESTINATION",
     "ERROR",
 )
@@ -167,6 +185,7 @@ def render_table(report: StatusReport) -> str:
             "empty" if row.destination_next is None and row.error is None else _cell(row.destination_next),
             _cell(row.lag),
             row.last_flush or "-",
+            row.cluster,
             row.destination,
             row.error or "",
         ]

@@ -25,7 +25,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
-from confluent_kafka.cimpl import NewTopic
+from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 Headers = list[tuple[str, bytes | None]]
 Isolation = Literal["read_committed", "read_uncommitted"]
@@ -105,6 +105,18 @@ def create_topic(
         lambda: _leaders_ready(admin, name, partitions),
         timeout,
         f"topic {name!r} did not get leaders for all {partitions} partition(s)",
+    )
+
+
+def add_partitions(bootstrap: str, name: str, total: int, *, timeout: float = 30.0) -> None:
+    """Grow a topic to `total` partitions and wait until every one has a leader."""
+    admin = admin_client(bootstrap)
+    futures = admin.create_partitions([NewPartitions(name, total)], operation_timeout=timeout, request_timeout=timeout)
+    _result(futures[name], f"add partitions to {name!r}", timeout)
+    _wait_until(
+        lambda: _leaders_ready(admin, name, total),
+        timeout,
+        f"topic {name!r} did not get leaders for all {total} partition(s)",
     )
 
 

@@ -196,7 +196,8 @@ class MirrorRun:
         )
 
     def metric(self, name: str, **labels: str | int) -> float | None:
-        """One sample from the running mirror's /metrics endpoint (needs `metrics_port`)."""
+        """The first sample of `name` whose labels include `labels`, from the running mirror's /metrics endpoint
+        (needs `metrics_port`); None when there is none."""
         import urllib.request
 
         from prometheus_client.parser import text_string_to_metric_families
@@ -206,7 +207,7 @@ class MirrorRun:
         wanted = {key: str(value) for key, value in labels.items()}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == name and sample.labels == wanted:
+                if sample.name == name and all(sample.labels.get(k) == v for k, v in wanted.items()):
                     return float(sample.value)
         return None
 

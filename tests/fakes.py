@@ -168,6 +168,10 @@ class FakePartitionSource:
         hw = self.end if self.high_watermark is None else self.high_watermark
         return SourceOffsets(log_start=self.log_start, end=self.end, high_watermark=hw)
 
+    async def offset_for_time(self, timestamp_ms: int) -> int | None:
+        later = [o for o, r in self.records.items() if r.timestamp_ms >= timestamp_ms]
+        return min(later) if later else None
+
     async def parallelism(self) -> int:
         return self.cores
 
@@ -293,9 +297,10 @@ class InMemoryStore:
 
 def fresh_metrics(topic: str = "t", partition: int = 0) -> tuple[MetricFamilies, MirrorMetrics]:
     families = MetricFamilies(CollectorRegistry())
-    return families, MirrorMetrics.for_partition(families, topic, partition)
+    return families, MirrorMetrics.for_mirror(families, "c", topic, partition, topic)
 
 
 def sample(families: MetricFamilies, name: str, topic: str = "t", partition: int = 0) -> float:
-    value = families.registry.get_sample_value(name, {"topic": topic, "partition": str(partition)})
+    labels = {"cluster": "c", "topic": topic, "partition": str(partition), "destination": topic}
+    value = families.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value

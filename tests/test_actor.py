@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import logging
 from typing import Any
 
 import anyio
+import msgspec
 import pyarrow.parquet as pq
 import pytest
 
-from config.model import FlushConfig, MirrorConfig, SourceConfig
+from config.estate import MirrorSpec
+from config.model import FlushConfig, SourceConfig
 from sinks.blob_chain import parse_blob_name
 from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
@@ -19,8 +22,16 @@ from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
 from tests.fakes import FakePartitionSource, InMemoryStore, MemoryStaging, fresh_metrics, sample
 
-MIRROR = MirrorConfig(
-    name="m", source=SourceConfig(bootstrap_servers="fake:9092", poll_interval_ms=10), topic="t", partition=0
+MIRROR = MirrorSpec(
+    name="m",
+    entry=0,
+    cluster="fake:9092",
+    source=SourceConfig(bootstrap_servers="fake:9092", poll_interval_ms=10),
+    source_field="mirrors[0].source",
+    topic="t",
+    partition=0,
+    destination_name="t",
+    flush=FlushConfig(),
 )
 
 
@@ -30,7 +41,7 @@ def make_actor(
     *,
     flush: FlushConfig | None = None,
     max_per_job: int = 1000,
-    mirror: MirrorConfig = MIRROR,
+    mirror: MirrorSpec = MIRROR,
     drain_timeout: float = 25.0,
 ) -> tuple[MirrorActor, anyio.Event, MetricFamilies]:
     families, metrics = fresh_metrics()
@@ -155,12 +166,7 @@ async def test_data_loss_skip_continues_and_counts() -> None:
     await run_until(actor, stop, store, 100)
     source.append(100)
     source.delete_before(150)
-    skip = MirrorConfig(
-        name="m",
-        source=SourceConfig(bootstrap_servers="fake:9092", poll_interval_ms=10, on_data_loss="skip"),
-        topic="t",
-        partition=0,
-    )
+    skip = dataclasses.replace(MIRROR, source=msgspec.structs.replace(MIRROR.source, on_data_loss="skip"))
     actor, stop, families = make_actor(source, store, mirror=skip)
     await run_until(actor, stop, store, 200)
     assert sample(families, "mirror_v3_source_lost_records_total") == 50
@@ -299,3 +305,41 @@ async def test_a_backlog_is_spread_over_every_core_and_committed_in_order() -> N
     assert all(len(job) == 2 for job in backlog), source.jobs
     assert [end - first for job in backlog for first, _, end in job] == [500] * 8
     assert read_back(store) == expected_rows(source)
+
+
+async def test_start_at_latest_archives_only_what_comes_after_the_start() -> None:
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(100)
+    actor, stop, _ = make_actor(source, store, mirror=dataclasses.replace(MIRROR, start_at="latest"))
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        with anyio.fail_after(10):
+            await actor.started.wait()
+            source.append(50)
+            while destination_next(store) != 150:
+                await anyio.sleep(0.01)
+        stop.set()
+    assert [row[0] for row in read_back(store)] == list(range(100, 150))
+
+
+async def test_start_at_a_time_begins_at_the_first_record_at_or_after_it() -> None:
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(100)
+    for offset, record in source.records.items():
+        source.records[offset] = dataclasses.replace(record, timestamp_ms=1_000 + offset)
+    actor, stop, _ = make_actor(source, store, mirror=dataclasses.replace(MIRROR, start_at=1_050))
+    await run_until(actor, stop, store, 100)
+    assert [row[0] for row in read_back(store)] == list(range(50, 100))
+
+
+async def test_start_at_is_ignored_once_the_destination_holds_data(caplog: pytest.LogCaptureFixture) -> None:
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(100)
+    actor, stop, _ = make_actor(source, store)
+    await run_until(actor, stop, store, 100)
+    source.append(20)
+    actor, stop, _ = make_actor(source, store, mirror=dataclasses.replace(MIRROR, start_at="latest"))
+    with caplog.at_level(logging.INFO):
+        await run_until(actor, stop, store, 120)
+    assert read_back(store) == expected_rows(source)
+    assert "start-at ignored" in caplog.text

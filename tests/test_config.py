@@ -15,7 +15,8 @@ import yaml
 
 from config import Config, ConfigError, FlushConfig, SourceConfig, SparkConfig, load_config, parse_config
 from config import schema as config_schema
-from config.model import FilesystemDestination, KafkaDestination
+from config.estate import compile_entries
+from config.model import FilesystemDestination, KafkaDestination, MirrorConfig
 
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
@@ -278,7 +279,7 @@ def test_messages_explain_the_problem() -> None:
         return str(caught.value)
 
     assert message(config_text(delete("mirrors", 1, "partition"))) == (
-        "mirrors[1].partition: required field is missing (line 10)"
+        "mirrors[1].partition: required with `topic` (for every partition, write topics: [orders]) (line 10)"
     )
     assert message(config_text(set_in("mirrors", 1, "partition", value=-1))) == (
         "mirrors[1].partition: Expected int >= 0, got -1 (line 14)"
@@ -298,7 +299,9 @@ def test_messages_explain_the_problem() -> None:
     assert "duplicate mirror name 'orders-0' (also mirrors[0])" in message(
         config_text(set_in("mirrors", 1, "name", value="orders-0"))
     )
-    assert "orders/0 as mirrors[0]" in message(config_text(set_in("mirrors", 1, "partition", value=0)))
+    twice = message(config_text(set_in("mirrors", 1, "partition", value=0)))
+    assert twice.startswith("mirrors[1]: destination orders/0: mirrors[1] (kafka:9092: orders-0) and mirrors[0]")
+    assert "selected twice" in twice
 
 
 # --------------------------------------------------------------------------------- valid configs
@@ -321,7 +324,7 @@ def test_defaults() -> None:
     assert (source.group_id, source.isolation_level, source.on_data_loss) == (None, "read_committed", "fail")
     assert (source.poll_interval_ms, source.request_timeout_ms) == (500, 30_000)
     assert config.mirrors[1].destination_name_override is None
-    assert config.mirrors[1].destination_name == "orders"
+    assert compile_entries(config)[1].destination_name("orders") == "orders"
 
 
 def test_kebab_case_keys_fill_every_field() -> None:
@@ -364,7 +367,7 @@ spark:
         poll_interval_ms=10,
         request_timeout_ms=100,
     )
-    assert (mirror.partition, mirror.destination_name) == (2**31 - 1, "renamed")
+    assert (mirror.partition, compile_entries(config)[0].destination_name(mirror.topic or "")) == (2**31 - 1, "renamed")
     assert config.spark == SparkConfig(
         master="spark://h:7077",
         max_offsets_per_job=4,
@@ -392,10 +395,10 @@ def test_env_substitution() -> None:
     assert not isinstance(config.destination, KafkaDestination)
     assert config.destination.compression_level == 5  # default of a whole reference takes the field's type
     first, second = config.mirrors
-    assert first.source.bootstrap_servers == "kafka:9093"
+    assert src(first).bootstrap_servers == "kafka:9093"
     assert first.partition == 3 and isinstance(first.partition, int)
-    assert first.source.poll_interval_ms == 250
-    assert first.source.group_id == "007"  # a str field keeps the text, leading zero and all
+    assert src(first).poll_interval_ms == 250
+    assert src(first).group_id == "007"  # a str field keeps the text, leading zero and all
     assert first.topic == "123"
     assert second.partition == 1
     assert config.spark.conf == {"spark.x": "${KEEP}", "spark.y": ""}
@@ -410,12 +413,17 @@ def test_env_default_applies_to_empty_variable_and_set_value_wins() -> None:
 def test_env_defaults_to_process_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MIRROR_TEST_BOOTSTRAP", "broker:9092")
     text = config_text(set_in("mirrors", 0, "source", "bootstrap-servers", value="${MIRROR_TEST_BOOTSTRAP}"))
-    assert parse_config(text).mirrors[0].source.bootstrap_servers == "broker:9092"
+    assert src(parse_config(text).mirrors[0]).bootstrap_servers == "broker:9092"
 
 
 def test_env_is_not_substituted_in_keys_or_comments() -> None:
     text = "# ${NOT_A_VAR}\n" + config_text()
     assert _root(parse_config(text, env={})) == "/data/mirror"
+
+
+def src(mirror: MirrorConfig) -> SourceConfig:
+    assert mirror.source is not None
+    return mirror.source
 
 
 def test_merge_key_mirror() -> None:
@@ -428,7 +436,7 @@ mirrors:
     partition: 1
 """
     a, b = parse_config(text, env={}).mirrors
-    assert (b.name, b.topic, b.partition, b.source.on_data_loss) == ("b", "t", 1, "skip")
+    assert (b.name, b.topic, b.partition, src(b).on_data_loss) == ("b", "t", 1, "skip")
     assert a.source == b.source
 
 
@@ -444,7 +452,7 @@ def test_null_optional_fields_are_accepted() -> None:
             d["mirrors"][0].update({"destination-name-override": None}),
         )
     )
-    assert parse_config(text, env={}).mirrors[0].destination_name == "orders"
+    assert compile_entries(parse_config(text, env={}))[0].destination_name("orders") == "orders"
 
 
 # ----------------------------------------------------------------------------------- load_config

@@ -29,7 +29,10 @@ def exported_metric_names() -> set[str]:
     """Every sample name a running mirror exposes on /metrics (one mirror's label children created)."""
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
-    MirrorMetrics.for_partition(MetricFamilies(registry), "t", 0)
+    families = MetricFamilies(registry)
+    MirrorMetrics.for_mirror(families, "c", "t", 0, "t")
+    for family in (families.mirrors, families.unassigned, families.discovery_errors, families.removed):
+        family.labels(cluster="c")
     from prometheus_client import generate_latest
 
     text = generate_latest(registry).decode()
@@ -152,3 +155,18 @@ def test_dockerfile_builds_with_the_ci_install_script_and_runs_as_non_root() -> 
     users = [args[0] for keyword, *args in instructions if keyword == "USER"]
     assert users and not users[-1].startswith(("0", "root")), users
     assert 'ENTRYPOINT ["python", "-m", "supervisor"]' in dockerfile
+
+
+def test_the_sharded_overlay_runs_one_shard_per_replica() -> None:
+    overlay = DEPLOY / "kubernetes" / "sharded"
+    (kustomization,) = [d for d in yaml.safe_load_all((overlay / "kustomization.yaml").read_text()) if d]
+    for resource in kustomization["resources"]:
+        assert (overlay / resource).exists(), resource
+    (statefulset,) = [d for d in yaml.safe_load_all((overlay / "statefulset.yaml").read_text()) if d]
+    assert statefulset["kind"] == "StatefulSet"
+    spec = statefulset["spec"]
+    env = {e["name"]: e for e in spec["template"]["spec"]["containers"][0]["env"]}
+    index = env["POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
+    assert index == "metadata.labels['apps.kubernetes.io/pod-index']"
+    assert env["MIRROR_V3_SHARD"]["value"] == f"$(POD_INDEX)/{spec['replicas']}"
+    assert list(env).index("POD_INDEX") < list(env).index("MIRROR_V3_SHARD")  # $(VAR) sees earlier entries only

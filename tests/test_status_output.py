@@ -25,6 +25,7 @@ def report() -> StatusReport:
                 "orders",
                 0,
                 "s3://b/p/orders/0/",
+                "prod",
                 source_log_start=0,
                 source_end=10,
                 source_high_watermark=11,
@@ -32,7 +33,7 @@ def report() -> StatusReport:
                 lag=0,
                 last_flush="2026-11-21T12:00:00Z",
             ),
-            MirrorStatus("orders-1", "orders", 1, "-", error="source cluster k:9092 unreachable: refused"),
+            MirrorStatus("orders-1", "orders", 1, "-", "prod", error="source cluster k:9092 unreachable: refused"),
         ]
     )
 
@@ -58,7 +59,7 @@ def test_json_output_matches_the_schema_with_every_key_present() -> None:
 def test_table_shows_every_row_and_the_error() -> None:
     header, first, second = render_table(report()).splitlines()
     assert tuple(header.split()) == TABLE_COLUMNS
-    assert first.split()[:9] == [
+    assert first.split()[:10] == [
         "orders-0",
         "orders",
         "0",
@@ -67,6 +68,7 @@ def test_table_shows_every_row_and_the_error() -> None:
         "10",
         "0",
         "2026-11-21T12:00:00Z",
+        "prod",
         "s3://b/p/orders/0/",
     ]
     assert second.split()[:8] == ["orders-1", "orders", "1", "-", "-", "-", "-", "-"]

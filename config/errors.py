@@ -1,0 +1,71 @@
+"""The configuration's error types: a problem a user fixes in the config file."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+PathPart = str | int
+FieldPath = tuple[PathPart, ...]
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+class ConfigError(Exception):
+    """A configuration problem; the message names the field path or the file."""
+
+
+class FieldError(ConfigError):
+    """A problem with one field: `path` is where it is (the loader adds its line number)."""
+
+    def __init__(self, path: FieldPath, problem: str) -> None:
+        self.path, self.problem = path, problem
+        super().__init__(f"{format_path(path)}: {problem}")
+
+
+def format_path(path: FieldPath) -> str:
+    """`mirrors[3].source.security`: keys joined by dots, list indexes in brackets."""
+    out = ""
+    for part in path:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part)}]"
+    return out or "<root>"
+
+
+@dataclass(frozen=True)
+class SelectedPartition:
+    """One (cluster, topic, partition) and the config entry that selected it."""
+
+    index: int  # of the entry in `mirrors`
+    cluster: str
+    topic: str
+    partition: int
+
+    @property
+    def field(self) -> str:
+        return f"mirrors[{self.index}]"
+
+    def __str__(self) -> str:
+        return f"{self.field} ({self.cluster}: {self.topic}-{self.partition})"
+
+
+class DestinationCollisionError(ConfigError):
+    """Two selected source partitions would write the same destination partition or chain."""
+
+    def __init__(self, first: SelectedPartition, second: SelectedPartition, destination: str, partition: int) -> None:
+        self.first, self.second = first, second
+        self.destination, self.partition = destination, partition
+        self.path: FieldPath = ("mirrors", second.index)
+        if (first.cluster, first.topic, first.partition) == (second.cluster, second.topic, second.partition):
+            problem = "selected twice"
+            hint = "narrow one entry's selection (exclude-regex, partitions) or set enabled: false"
+        else:
+            problem = "would both write it"
+            hint = "give one entry a destination-name rule (prefix, suffix or regex) that tells them apart"
+        super().__init__(
+            f"{second.field}: destination {destination}/{partition}: {second} and {first} {problem}; {hint}"
+        )

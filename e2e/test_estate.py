@@ -1,0 +1,139 @@
+"""A whole estate through the real CLI: topics selected by regex, `plan`, live discovery of new topics and
+partitions, a deleted topic, and two clusters holding the same topic name."""
+
+from __future__ import annotations
+
+import json
+import time
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog
+from testkit.kafka_broker import KafkaBroker
+from testkit.kafka_data import add_partitions, delete_topic, generate_records, produce
+from testkit.mirror_run import MirrorRun, run_cli
+from testkit.ports import free_port
+from testkit.targets import FilesystemTarget
+
+DISCOVERY_MS = 4_000
+
+
+def write(path: Path, document: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(document, sort_keys=False))
+    return path
+
+
+def plan_keys(config: Path) -> list[tuple[str, str, int]]:
+    result = run_cli("plan", "--config", str(config), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    return [(row["cluster"], row["topic"], row["partition"]) for row in json.loads(result.stdout)["mirrors"]]
+
+
+def next_offset(target: FilesystemTarget, topic: str, partition: int) -> int | None:
+    return target.next_offset(topic, partition)
+
+
+def test_a_regex_estate_is_planned_mirrored_and_followed_while_it_changes(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    base = topic_name
+    layout = {f"{base}-a": [300, 200, 100, 50], f"{base}-b": [400], f"{base}-c": [120, 80], f"{base}-skip": [10]}
+    for topic, counts in layout.items():
+        backlog(kafka.bootstrap, topic, counts, seed=len(topic))
+    config = write(
+        tmp_path / "estate.yaml",
+        {
+            "destination": fs.config({"max-time-ms": 300}),
+            "clusters": {"prod": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS}},
+            "mirrors": [{"name": "estate", "cluster": "prod", "topic-regex": f"{base}-.*", "exclude-regex": ".*-skip"}],
+            "discovery": {"interval-ms": DISCOVERY_MS},
+        },
+    )
+    selected = [(f"{base}-{t}", p) for t, n in (("a", 4), ("b", 1), ("c", 2)) for p in range(n)]
+    assert plan_keys(config) == [("prod", topic, p) for topic, p in selected]
+
+    port = free_port()
+    with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
+        for topic in (f"{base}-a", f"{base}-b", f"{base}-c"):
+            run.wait_for_offsets(partial(next_offset, fs, topic), dict(enumerate(layout[topic])))
+        assert run.metric("mirror_v3_mirrors", cluster="prod") == 7
+        assert run.metric("mirror_v3_destination_offset_verified", topic=f"{base}-a", partition=3) == 50
+        pid = run.pid
+
+        # A new matching topic and two new partitions of a mirrored one: mirrored without a restart.
+        changed_at = time.monotonic()
+        backlog(kafka.bootstrap, f"{base}-d", [70, 30], seed=7)
+        add_partitions(kafka.bootstrap, f"{base}-b", 3)
+        for partition in (1, 2):
+            produce(kafka.bootstrap, f"{base}-b", partition, generate_records(25 * partition, seed=partition))
+        run.wait_for_offsets(lambda p: fs.next_offset(f"{base}-d", p), {0: 70, 1: 30}, timeout=2 * DISCOVERY_MS / 1000)
+        run.wait_for_offsets(
+            lambda p: fs.next_offset(f"{base}-b", p),
+            {0: 400, 1: 25, 2: 50},
+            timeout=max(1.0, 2 * DISCOVERY_MS / 1000 - (time.monotonic() - changed_at)),
+        )
+        assert run.running and run.pid == pid
+        assert run.metric("mirror_v3_mirrors", cluster="prod") == 11
+
+        # A deleted topic stops its mirrors with a WARN each; the others go on.
+        delete_topic(kafka.bootstrap, f"{base}-c")
+        run.wait_for_log(r'level=WARN msg="mirror stopped: source topic was deleted"', count=2, timeout=60)
+        produce(kafka.bootstrap, f"{base}-a", 0, generate_records(40, seed=40))
+        run.wait_for_offsets(lambda p: fs.next_offset(f"{base}-a", p), {0: 340})
+        run.wait_until(lambda: run.metric("mirror_v3_mirrors", cluster="prod") == 9, 30, "9 running mirrors")
+        assert run.metric("mirror_v3_discovery_removed_partitions_total", cluster="prod") == 2
+        assert run.metric("mirror_v3_destination_offset_verified", topic=f"{base}-c", partition=0) is None
+        run.drain()
+    assert not run.errors(), run.tail()
+    for topic, partitions in ((f"{base}-a", 4), (f"{base}-b", 3), (f"{base}-d", 2)):
+        assert_exactly_once(kafka.bootstrap, fs, topic, partitions=partitions)
+    assert not (fs.root / f"{base}-skip").exists()
+    assert not any(path.name.startswith("__") for path in fs.root.iterdir())
+
+
+def test_two_clusters_with_one_topic_name_write_two_chains_and_two_series(
+    kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    backlog(kafka.bootstrap, topic_name, [300], seed=1)
+    backlog(kafka_destination_broker.bootstrap, topic_name, [500], seed=2)
+    document: dict[str, Any] = {
+        "destination": fs.config({"max-time-ms": 300}),
+        "clusters": {
+            "prod": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS},
+            "dr": {"bootstrap-servers": kafka_destination_broker.bootstrap, **SOURCE_DEFAULTS},
+        },
+        "mirrors": [
+            {"name": "prod", "cluster": "prod", "topics": [topic_name]},
+            {"name": "dr", "cluster": "dr", "topics": [topic_name]},
+        ],
+    }
+    colliding = run_cli("validate", "--config", str(write(tmp_path / "colliding.yaml", document)))
+    assert colliding.returncode == 2
+    assert colliding.stderr.strip().startswith(f"invalid config: mirrors[1]: destination {topic_name}/0: "), colliding
+    assert f"(dr: {topic_name}-0)" in colliding.stderr and f"(prod: {topic_name}-0)" in colliding.stderr
+    assert "Traceback" not in colliding.stderr
+
+    document["mirrors"][1]["destination-name"] = {"suffix": ".dr"}
+    config = write(tmp_path / "estate.yaml", document)
+    port = free_port()
+    with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
+        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 300})
+        run.wait_for_offsets(lambda p: fs.next_offset(f"{topic_name}.dr", p), {0: 500})
+        verified = {
+            cluster: run.metric("mirror_v3_destination_offset_verified", cluster=cluster, topic=topic_name, partition=0)
+            for cluster in ("prod", "dr")
+        }
+        assert verified == {"prod": 300, "dr": 500}
+        records = {
+            cluster: run.metric("mirror_v3_destination_records_total", cluster=cluster, topic=topic_name)
+            for cluster in ("prod", "dr")
+        }
+        assert records == {"prod": 300, "dr": 500}
+        assert run.metric("mirror_v3_destination_records_total", cluster="dr", destination=f"{topic_name}.dr") == 500
+        run.drain()
+    assert "cluster=dr" in run.log_text() and "cluster=prod" in run.log_text()
+    assert_exactly_once(kafka.bootstrap, fs, topic_name)
+    assert_exactly_once(kafka_destination_broker.bootstrap, fs, topic_name, name=f"{topic_name}.dr")
