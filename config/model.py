@@ -514,4 +514,13 @@ class Config(_Strict, frozen=True):
     ] = msgspec.field(default_factory=dict)
     defaults: MirrorDefaults = msgspec.field(default_factory=MirrorDefaults)
     discovery: DiscoveryConfig = msgspec.field(default_factory=DiscoveryConfig)
+    on_mirror_failure: Annotated[
+        Literal["exit", "restart"],
+        msgspec.Meta(
+            description="exit: a failed mirror stops the process (exit 1) for the orchestrator to restart. restart: "
+            "only that mirror is restarted, with backoff from 1 s doubling to 60 s, while the others go on; a "
+            "failure that says the data or ownership is wrong (corrupt chain, data loss, a second writer) stops "
+            "that mirror for good instead."
+        ),
+    ] = "exit"
     spark: SparkConfig = msgspec.field(default_factory=SparkConfig)

@@ -12,6 +12,7 @@ import msgspec
 import msgspec.inspect as mi
 
 from config.model import (
+    Config,
     DiscoveryConfig,
     FilesystemDestination,
     KafkaDestination,
@@ -53,6 +54,7 @@ def render() -> str:
             _rows(DiscoveryConfig, "discovery"),
         ),
         ("Spark", "the data plane shared by all mirrors of the process (optional block)", _rows(SparkConfig, "spark")),
+        ("Process", "top-level settings of the whole process", _top_level_rows()),
     ]
     lines = [
         "# Configuration reference",
@@ -95,6 +97,22 @@ def _rows(struct: type[msgspec.Struct], prefix: str, defaults: Any = _UNSET) -> 
             continue
         rows.append((key, _type_name(kind), _default_text(field, default), _escape(description or "")))
     return rows
+
+
+def _top_level_rows() -> list[Row]:
+    """The top-level keys that are plain values; the blocks and lists have sections of their own."""
+    info = mi.type_info(Config)
+    assert isinstance(info, mi.StructType)
+    plain = {
+        field.encode_name
+        for field in info.fields
+        if isinstance(_unwrap(field.type)[0], (mi.LiteralType, mi.IntType, mi.StrType, mi.BoolType))
+    }
+    return [
+        (key.removeprefix("<config>."), kind, default, meaning)
+        for key, kind, default, meaning in _rows(Config, "<config>")
+        if key.removeprefix("<config>.") in plain
+    ]
 
 
 def _unwrap(kind: mi.Type) -> tuple[mi.Type, str | None]:

@@ -137,3 +137,49 @@ def test_two_clusters_with_one_topic_name_write_two_chains_and_two_series(
     assert "cluster=dr" in run.log_text() and "cluster=prod" in run.log_text()
     assert_exactly_once(kafka.bootstrap, fs, topic_name)
     assert_exactly_once(kafka_destination_broker.bootstrap, fs, topic_name, name=f"{topic_name}.dr")
+
+
+def test_with_restart_a_failing_mirror_is_restarted_while_the_others_flush(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    broken, healthy = f"{topic_name}-broken", f"{topic_name}-healthy"
+    backlog(kafka.bootstrap, broken, [500], seed=1)
+    backlog(kafka.bootstrap, healthy, [500], seed=2)
+    destination = {**fs.config({"max-time-ms": 300}), "retry": {"deadline-ms": 1_000, "max-backoff-ms": 200}}
+    config = write(
+        tmp_path / "estate.yaml",
+        {
+            "destination": destination,
+            "clusters": {"prod": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS}},
+            "mirrors": [{"name": "e", "cluster": "prod", "topics": [broken, healthy]}],
+            "on-mirror-failure": "restart",
+        },
+    )
+    port = free_port()
+    with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
+        run.wait_for_offsets(partial(next_offset, fs, broken), {0: 500})
+        run.wait_for_offsets(partial(next_offset, fs, healthy), {0: 500})
+        # The chain directory becomes a file: every write and listing of this mirror fails (even as root).
+        chain_dir = fs.root / broken / "0"
+        saved = chain_dir.with_name("0.saved")
+        chain_dir.rename(saved)
+        chain_dir.write_text("not a directory")
+        produce(kafka.bootstrap, broken, 0, generate_records(200, seed=3))
+        produce(kafka.bootstrap, healthy, 0, generate_records(200, seed=4))
+        run.wait_for_log(r'level=ERROR msg="mirror failed, restarting" mirror=e\.\S+-broken-0 ', count=2, timeout=90)
+        run.wait_for_offsets(partial(next_offset, fs, healthy), {0: 700})
+        assert run.metric("mirror_v3_mirror_failed", topic=broken) == 1
+        assert (run.metric("mirror_v3_mirror_restarts_total", topic=broken) or 0) >= 1
+        chain_dir.unlink()
+        saved.rename(chain_dir)
+        run.wait_for_offsets(partial(next_offset, fs, broken), {0: 700}, timeout=120)
+        run.wait_until(lambda: run.metric("mirror_v3_mirror_failed", topic=broken) == 0, 30, "the mirror to recover")
+        produce(kafka.bootstrap, healthy, 0, generate_records(50, seed=5))
+        run.wait_for_offsets(partial(next_offset, fs, healthy), {0: 750})
+        run.drain()
+    restarts = run.events("mirror failed, restarting")
+    delays = [float(event["in_s"]) for event in restarts]
+    assert all(event["mirror"].endswith("-broken-0") for event in restarts)
+    assert delays[0] <= 1.0 <= delays[1] <= 2.0  # backoff: 1 s then 2 s, less at most half of jitter
+    assert_exactly_once(kafka.bootstrap, fs, broken)
+    assert_exactly_once(kafka.bootstrap, fs, healthy)

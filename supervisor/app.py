@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import signal
 import time
 
@@ -21,6 +22,7 @@ from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
 from supervisor.discovery import ClusterRead, plan_estate, read_clusters
 from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL, SourceError
+from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.logs import log_event
@@ -31,6 +33,7 @@ from workers.spark_session import SparkStartError, get_spark, stop_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 MirrorKey = tuple[str, str, int]  # (cluster, topic, partition)
+RESTARTS = RestartPolicy()
 
 
 class Supervisor:
@@ -54,6 +57,7 @@ class Supervisor:
         self._scopes: dict[MirrorKey, anyio.CancelScope] = {}
         self._selected: set[MirrorKey] = set()  # this shard's partitions that the last plan selected
         self._missing_logged: set[tuple[str, str]] = set()
+        self._failed: dict[str, str] = {}  # mirror → why, while failed (on-mirror-failure: restart); /readyz shows it
         self._group: TaskGroup | None = None
         self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
 
@@ -108,6 +112,7 @@ class Supervisor:
             self._families.registry,
             Readiness(
                 mirrors=[actor.mirror.name for actor in self.actors.values()],
+                failed=self._failed,
                 lag_of=self._lag_of,
                 max_lag=Readiness.max_lag_from_env(),
             ),
@@ -165,7 +170,11 @@ class Supervisor:
 
     def _update_gauges(self) -> None:
         clusters = {entry.cluster for entry in self._entries}
-        running = [key for key in self.actors if key in self._scopes and not self._scopes[key].cancel_called]
+        running = [
+            key
+            for key, actor in self.actors.items()
+            if key in self._scopes and not self._scopes[key].cancel_called and actor.mirror.name not in self._failed
+        ]
         for cluster in clusters:
             self._families.mirrors.labels(cluster=cluster).set(sum(1 for key in running if key[0] == cluster))
             unassigned = sum(1 for key in self._selected if key[0] == cluster and key not in running)
@@ -289,28 +298,80 @@ class Supervisor:
 
     async def _run_actor(self, actor: MirrorActor, own: anyio.CancelScope, everyone: anyio.CancelScope) -> None:
         spec = actor.mirror
-        try:
-            with own:
-                await actor.run()
-        except SparkStartError as exc:
-            # Every mirror waits for the session: whichever reports it first, it is the runtime's failure.
-            self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
-            everyone.cancel()
-        except Exception as exc:
-            if own.cancel_called:  # stopped on purpose (its topic is gone): what it raised on the way out is no failure
-                self._forget(actor)
+        restarts, rng = 0, random.Random()
+        while True:
+            began = time.monotonic()
+            try:
+                with own:
+                    await actor.run()
+            except SparkStartError as exc:
+                # Every mirror waits for the session: whichever reports it first, it is the runtime's failure.
+                self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
+                everyone.cancel()
                 return
-            if spec.name not in self._single_names and await self._topic_deleted(spec):
-                self._remove(actor, "source topic was deleted")
-                self._forget(actor)
-                return
-            self._fail(spec.name, exc, cluster=spec.cluster, topic=spec.topic, partition=spec.partition)
-            # One failed mirror collapses the process; the orchestrator restarts it and every
-            # mirror recovers its position from its destination.
-            everyone.cancel()
-        else:
+            except Exception as exc:
+                if own.cancel_called:  # stopped on purpose (its topic is gone): what it raised on the way out
+                    self._forget(actor)
+                    return
+                if spec.name not in self._single_names and await self._topic_deleted(spec):
+                    self._remove(actor, "source topic was deleted")
+                    self._forget(actor)
+                    return
+                if self._config.on_mirror_failure == "exit" or self.stop_requested.is_set():
+                    self._fail(spec.name, exc, cluster=spec.cluster, topic=spec.topic, partition=spec.partition)
+                    # One failed mirror collapses the process; the orchestrator restarts it and every
+                    # mirror recovers its position from its destination.
+                    everyone.cancel()
+                    return
+                if time.monotonic() - began > RESTARTS.healthy_after_s:
+                    restarts = 0
+                restarts += 1
+                next_actor = await self._restart(actor, exc, restarts, rng)
+                if next_actor is None:
+                    return
+                actor, own = next_actor, anyio.CancelScope()
+                self._scopes[spec.key] = own
+                continue
             if own.cancel_called:
                 self._forget(actor)
+            return
+
+    async def _restart(
+        self, actor: MirrorActor, exc: Exception, restarts: int, rng: random.Random
+    ) -> MirrorActor | None:
+        """Report the failure; after the backoff, a new actor for the same mirror (None: stopped for good, or
+        the process is stopping)."""
+        spec, labels = actor.mirror, actor.metrics_labels
+        reason = describe_error(exc)
+        ids = {"mirror": spec.name, "cluster": spec.cluster, "topic": spec.topic, "partition": spec.partition}
+        self.http.readiness.started.discard(spec.name)
+        self._failed[spec.name] = reason
+        self._families.failed.labels(**labels).set(1)
+        self._update_gauges()
+        if is_permanent(exc):
+            log_event(log, logging.ERROR, "mirror stopped for good: not retried", **ids, error=reason)
+            return None
+        delay = RESTARTS.delay(restarts, rng)
+        log_event(
+            log, logging.ERROR, "mirror failed, restarting", **ids, error=reason, restart=restarts, in_s=round(delay, 1)
+        )
+        with anyio.move_on_after(delay):
+            await self.stop_requested.wait()
+        if self.stop_requested.is_set():
+            return None
+        self._families.restarts.labels(**labels).inc()
+        try:
+            replacement = self._actor(spec)
+        except (ClientSettingsError, DestinationError) as build_error:
+            log_event(log, logging.ERROR, "mirror cannot restart", **ids, error=describe_error(build_error))
+            return None
+        self.actors[spec.key] = replacement
+        del self._failed[spec.name]
+        self._families.failed.labels(**labels).set(0)
+        assert self._group is not None
+        self._group.start_soon(self._mark_started, replacement)
+        self._update_gauges()
+        return replacement
 
     async def _topic_deleted(self, spec: MirrorSpec) -> bool:
         """Whether a selected mirror failed because its topic is gone (discovery may not have run yet)."""

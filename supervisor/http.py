@@ -30,6 +30,7 @@ class Readiness:
 
     mirrors: list[str]
     started: set[str] = field(default_factory=set)
+    failed: dict[str, str] = field(default_factory=dict)  # mirror → why (restarting, or stopped for good)
     draining: bool = False
     lag_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
@@ -48,7 +49,11 @@ class Readiness:
     def problems(self) -> list[str]:
         if self.draining:
             return ["draining"]
-        waiting = [f"{name}: not started" for name in self.mirrors if name not in self.started]
+        waiting = [
+            f"{name}: failed: {self.failed[name]}" if name in self.failed else f"{name}: not started"
+            for name in self.mirrors
+            if name not in self.started or name in self.failed
+        ]
         if self.max_lag is not None:
             for name in self.mirrors:
                 lag = self.lag_of(name)

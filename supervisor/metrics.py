@@ -75,7 +75,17 @@ class MetricFamilies:
             "mirror_v3_source_lag_offsets",
             "Source end offset minus mirror_v3_destination_offset_verified.",
         )
+        self.restarts = counter(
+            "mirror_v3_mirror_restarts",
+            "Restarts of this mirror after a failure (on-mirror-failure: restart).",
+        )
+        self.failed = gauge(
+            "mirror_v3_mirror_failed",
+            "1 while this mirror is failed: waiting to restart, or stopped for good by a correctness error.",
+        )
         self.families = [
+            self.restarts,
+            self.failed,
             self.offset_verified,
             self.inflight_retry,
             self.staging_retries,

@@ -564,5 +564,5 @@ def test_configuration_reference_lists_every_schema_key() -> None:
     for name, definition in schema["$defs"].items():
         for key in definition.get("properties", {}):
             # Top-level keys start a path; every other key follows a dot and ends a path or continues it.
-            pattern = rf"`{key}[.\[]" if name == "Config" else rf"\.{re.escape(key)}[`.]"
+            pattern = rf"`{key}[.\[`]" if name == "Config" else rf"\.{re.escape(key)}[`.]"
             assert re.search(pattern, text), f"{name}.{key} missing from the configuration reference"

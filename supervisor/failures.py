@@ -1,0 +1,49 @@
+"""What a failed mirror's restart policy may do about it (`on-mirror-failure: restart`).
+
+A mirror that failed for a reason another attempt can cure (an unreachable broker or store, retries
+exhausted, a Spark job that broke) is restarted with capped exponential backoff; its position comes from
+the destination again, so a restart can neither lose nor repeat a record. A failure that says the data or
+the ownership is wrong is never retried: restarting would only repeat it, or, worse, fight another
+writer. Those stop the mirror for good and are reported.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from sinks.blob_chain import BlobExistsError, CorruptChainError
+from sinks.s3_errors import PreconditionFailed
+from supervisor.errors import DataLossError
+from workers.range_job import RangeJobError
+
+# Task errors (RangeJobError.kind) that are facts about the data or the destination's owner.
+PERMANENT_TASK_ERRORS = frozenset(
+    {"OffsetsDeletedError", "PreserveHoleError", "ProducerFencedError", "DestinationMovedError"}
+)
+_FENCED = "fenced by a newer producer"
+
+
+def is_permanent(exc: BaseException) -> bool:
+    """Whether another attempt would meet the same facts: corrupt chain, lost records, a second writer."""
+    if isinstance(exc, (CorruptChainError, BlobExistsError, PreconditionFailed, DataLossError)):
+        return True
+    if isinstance(exc, RangeJobError):
+        return exc.kind in PERMANENT_TASK_ERRORS
+    return _FENCED in str(exc)  # the Kafka sink's fencing on open is a plain DestinationError
+
+
+@dataclass(frozen=True)
+class RestartPolicy:
+    """Capped exponential backoff between restarts of one mirror, jittered so many failed mirrors do not
+    restart in step; `healthy_after_s` of running resets it."""
+
+    initial_s: float = 1.0
+    max_s: float = 60.0
+    multiplier: float = 2.0
+    healthy_after_s: float = 300.0
+
+    def delay(self, restart: int, rng: random.Random) -> float:
+        """Delay before restart number `restart` (1-based)."""
+        ceiling = min(self.max_s, self.initial_s * self.multiplier ** (restart - 1))
+        return ceiling * rng.uniform(0.5, 1.0)

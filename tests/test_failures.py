@@ -1,0 +1,54 @@
+"""Which mirror failures a restart may cure, and the backoff between restarts."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from sinks.base import DestinationError
+from sinks.blob_chain import BlobExistsError, CorruptChainError
+from sinks.retry import RetriesExhaustedError
+from sinks.s3_errors import PreconditionFailed
+from supervisor.errors import DataLossError, SourceError
+from supervisor.failures import RestartPolicy, is_permanent
+from workers.range_job import RangeJobError
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        CorruptChainError("chain broken", ["0-9.parquet"]),
+        BlobExistsError("taken"),
+        PreconditionFailed("412"),
+        DataLossError("gone"),
+        RangeJobError("OffsetsDeletedError", "deleted"),
+        RangeJobError("PreserveHoleError", "hole"),
+        RangeJobError("ProducerFencedError", "fenced"),
+        RangeJobError("DestinationMovedError", "moved"),
+        DestinationError("destination t-0: fenced by a newer producer with transactional.id x: another process"),
+    ],
+)
+def test_facts_about_data_or_ownership_are_not_retried(exc: Exception) -> None:
+    assert is_permanent(exc)
+
+
+@pytest.mark.parametrize(
+    "exc",
+    [
+        SourceError("source cluster k:9092 unreachable"),
+        RetriesExhaustedError("gave up after 300 s"),
+        RangeJobError("SourceRangeError", "no progress for 30s"),
+        RangeJobError("OSError", "No space left on device"),
+        OSError("Not a directory"),
+    ],
+)
+def test_failures_another_attempt_may_cure_are_restarted(exc: Exception) -> None:
+    assert not is_permanent(exc)
+
+
+def test_backoff_doubles_up_to_its_cap_with_jitter() -> None:
+    policy, rng = RestartPolicy(initial_s=1, max_s=60), random.Random(7)
+    delays = [policy.delay(n, rng) for n in range(1, 10)]
+    ceilings = [1, 2, 4, 8, 16, 32, 60, 60, 60]
+    assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=True))
