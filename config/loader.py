@@ -468,6 +468,13 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         raise error(("destination", missing), "set both access-key-id-env and secret-access-key-env, or neither")
 
     if isinstance(destination, KafkaDestination):
+        if destination.flush.daily:
+            raise error(("destination", "flush", "daily"), "only files and objects are cut by day; remove it")
+        for index, mirror in enumerate(config.mirrors):
+            if mirror.flush is not None and mirror.flush.daily:
+                raise error(("mirrors", index, "flush", "daily"), "only files and objects are cut by day; remove it")
+        if config.defaults.flush is not None and config.defaults.flush.daily:
+            raise error(("defaults", "flush", "daily"), "only files and objects are cut by day; remove it")
         problem = _security_problem(destination.security)
         if problem is not None:
             raise error(("destination", "security", *problem[0]), problem[1])

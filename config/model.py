@@ -75,6 +75,13 @@ class FlushConfig(_Strict, frozen=True):
             "are readable, and no blob spans more.",
         ),
     ] = 1_000_000
+    daily: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Files and objects only: a blob never holds records of two UTC days (by record timestamp), "
+            "so an archive can be pruned and queried by day; a blob closed at midnight is logged with trigger=daily."
+        ),
+    ] = False
 
 
 class RetryConfig(_Strict, frozen=True):

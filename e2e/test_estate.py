@@ -12,11 +12,12 @@ from typing import Any
 import yaml
 
 from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog
+from sinks.blob_chain import BlobRange
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import add_partitions, delete_topic, generate_records, produce
+from testkit.kafka_data import Record, add_partitions, create_topic, delete_topic, generate_records, produce
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
-from testkit.targets import FilesystemTarget
+from testkit.targets import FilesystemTarget, assert_same_records, chain, source_records
 
 DISCOVERY_MS = 4_000
 
@@ -183,3 +184,37 @@ def test_with_restart_a_failing_mirror_is_restarted_while_the_others_flush(
     assert delays[0] <= 1.0 <= delays[1] <= 2.0  # backoff: 1 s then 2 s, less at most half of jitter
     assert_exactly_once(kafka.bootstrap, fs, broken)
     assert_exactly_once(kafka.bootstrap, fs, healthy)
+
+
+def test_start_at_latest_and_daily_blobs(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    late, daily = f"{topic_name}-late", f"{topic_name}-daily"
+    backlog(kafka.bootstrap, late, [100], seed=1)
+    create_topic(kafka.bootstrap, daily, 1)
+    midnight = int(time.time() // 86_400 * 86_400_000)  # the last UTC midnight: recent enough for retention
+    around = [Record(b"k", b"v%d" % i, timestamp_ms=midnight - 300 + 100 * i) for i in range(6)]
+    produce(kafka.bootstrap, daily, 0, around)  # three records before midnight, three after
+    config = write(
+        tmp_path / "estate.yaml",
+        {
+            "destination": fs.config({"max-time-ms": 300}),
+            "clusters": {"prod": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS}},
+            "mirrors": [
+                {"name": "late", "cluster": "prod", "topic": late, "partition": 0, "start-at": "latest"},
+                {"name": "daily", "cluster": "prod", "topics": [daily], "flush": {"max-time-ms": 300, "daily": True}},
+            ],
+        },
+    )
+    with MirrorRun(config, tmp_path / "run.log") as run:
+        run.wait_for_log(r'msg="mirror starting" mirror=late .*start_offset=100 ')
+        produce(kafka.bootstrap, late, 0, generate_records(50, seed=2))
+        run.wait_for_offsets(partial(next_offset, fs, late), {0: 150})
+        run.wait_for_offsets(partial(next_offset, fs, daily), {0: 6})
+        run.drain()
+    assert chain(fs, late, 0)[0].first == 100
+    assert_same_records(fs.records(late, 0), source_records(kafka.bootstrap, late, 0)[100:])
+    assert chain(fs, daily, 0) == [BlobRange(0, 2), BlobRange(3, 5)]
+    (cut,) = [event for event in run.events("flushed") if event.get("to") == "2"]
+    assert cut["trigger"] == "daily"
+    assert_exactly_once(kafka.bootstrap, fs, daily)

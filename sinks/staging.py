@@ -33,6 +33,7 @@ class StagedBlob:
     sha256: str = ""
     parts: tuple[tuple[int, str], ...] = ()
     retries: int = 0  # transient failures the task retried while staging it
+    cut: str = ""  # why the blob ended before its limits: "daily" at a UTC day boundary
 
     @property
     def offset_count(self) -> int:

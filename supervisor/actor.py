@@ -76,7 +76,8 @@ class MirrorActor:
         self._stop = stop_requested
         self._planner = FlushPlanner(settings.limits)
         self._readable = ReadableSince()
-        self._blob_limits = BlobLimits(max_bytes=settings.flush.max_bytes, max_offsets=settings.flush.max_offsets)
+        flush = settings.flush
+        self._blob_limits = BlobLimits(max_bytes=flush.max_bytes, max_offsets=flush.max_offsets, daily=flush.daily)
         self._next = 0  # the destination's next offset: everything below it is committed
         self._read_from = 0  # where the next flush starts reading (above _next after skipped losses)
         self._records_since_beat = 0
@@ -278,7 +279,8 @@ class MirrorActor:
             )
         for index, item in enumerate(items):
             try:
-                await self._commit(item, plan.trigger, began, staged_at)
+                trigger = item.cut if isinstance(item, StagedBlob) and item.cut else plan.trigger
+                await self._commit(item, trigger, began, staged_at)
             except BaseException:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(10):
                     for rest in items[index + 1 :]:

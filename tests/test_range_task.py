@@ -172,3 +172,16 @@ def test_a_task_reports_a_users_error_as_a_row_and_the_first_task_in_order_wins(
         raise_task_error(rows)
     assert (caught.value.kind, str(caught.value)) == ("PreserveHoleError", "source t-0 offsets 1..2 hold no records")
     raise_task_error([{"task": 0, "error_kind": None, "error": None}])  # no error, nothing raised
+
+
+def test_daily_blobs_never_hold_records_of_two_utc_days() -> None:
+    day = 86_400_000
+    source = FakePartitionSource()
+    stamps = [day * 3 - 2, day * 3 - 1, day * 3, day * 3 + 5, -1, day * 4 + 1, day * 4 + 2]  # -1: no timestamp
+    for offset, stamp in enumerate(stamps):
+        source.records[offset] = FakeRecord(offset, None, b"v", timestamp_ms=stamp)
+    source.end = len(stamps)
+    blobs, _ = stage(source, TaskRange(0, 0, len(stamps)), BlobLimits(max_bytes=10**9, max_offsets=10**9, daily=True))
+    assert [(b.first, b.last, b.cut) for b in blobs] == [(0, 1, "daily"), (2, 4, "daily"), (5, 6, "")]
+    undivided, _ = stage(source, TaskRange(0, 0, len(stamps)), UNLIMITED)
+    assert [(b.first, b.last, b.cut) for b in undivided] == [(0, 6, "")]

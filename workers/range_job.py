@@ -51,13 +51,14 @@ STAGED_SCHEMA = pa.schema(
         pa.field("sha256", pa.string()),
         pa.field("parts", pa.string()),
         pa.field("retries", pa.int32()),
+        pa.field("cut", pa.string()),
         pa.field("error_kind", pa.string()),
         pa.field("error", pa.string()),
     ]
 )
 STAGED_DDL = (
     "task int, first long, last long, records long, record_bytes long, size long, ref string, sha256 string, "
-    "parts string, retries int, error_kind string, error string"
+    "parts string, retries int, cut string, error_kind string, error string"
 )
 PRODUCED_SCHEMA = pa.schema(
     [
@@ -137,6 +138,7 @@ def run_staging_job(spark: SparkSession, job: RangeJob) -> list[list[StagedBlob]
                 sha256=row["sha256"],
                 parts=tuple((int(n), str(etag)) for n, etag in json.loads(row["parts"])),
                 retries=row["retries"],
+                cut=row["cut"] or "",
             )
         )
     for task, blobs in zip(job.tasks, staged, strict=True):
@@ -234,6 +236,7 @@ def _stage_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Itera
                             "sha256": b.sha256,
                             "parts": json.dumps(b.parts),
                             "retries": b.retries,
+                            "cut": b.cut,
                         }
                         for b in blobs
                     ],

@@ -12,6 +12,7 @@ Rows are written in row groups as they arrive, so a task holds one row group in 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -42,6 +43,10 @@ class TaskRange:
 class BlobLimits:
     max_bytes: int
     max_offsets: int
+    daily: bool = False  # never a blob with records of two UTC days (record timestamps)
+
+
+_DAY_MS = 86_400_000
 
 
 def stage_blobs(
@@ -75,10 +80,11 @@ class _BlobWriter:
         self._first = 0
         self._records = 0
         self._bytes = 0
+        self._day: int | None = None  # UTC day of the blob's first record (daily limits)
         self.staged: list[StagedBlob] = []
 
     def start(self, first: int) -> None:
-        self._first, self._records, self._bytes = first, 0, 0
+        self._first, self._records, self._bytes, self._day = first, 0, 0, None
         self._output = self._staging.open(first)
         blob_format = self._staging.blob_format
         self._parquet = parquet_writer(self._output.file, blob_format.compression, blob_format.compression_level)
@@ -94,6 +100,13 @@ class _BlobWriter:
         if self._records and self._bytes + size > limits.max_bytes:
             self.close(offset - 1)
             self.start(offset)
+        if limits.daily:
+            timestamp = message.timestamp()[1]
+            day = timestamp // _DAY_MS if timestamp >= 0 else self._day  # no timestamp: no day of its own
+            if self._records and day != self._day:
+                self.close(offset - 1, cut="daily")
+                self.start(offset)
+            self._day = day
         self._columns.add(message, size)
         self._records += 1
         self._bytes += size
@@ -105,11 +118,12 @@ class _BlobWriter:
         if len(self._columns):
             self._parquet.write_batch(self._columns.take())
 
-    def close(self, last: int) -> None:
+    def close(self, last: int, cut: str = "") -> None:
         assert self._parquet is not None and self._output is not None
         self._write_row_group()
         self._parquet.close()
-        self.staged.append(self._output.finish(self._first, last, self._records, self._bytes))
+        staged = self._output.finish(self._first, last, self._records, self._bytes)
+        self.staged.append(dataclasses.replace(staged, cut=cut) if cut else staged)
         self._parquet = self._output = None
 
     def abandon(self) -> None:
