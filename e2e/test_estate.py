@@ -14,7 +14,15 @@ import yaml
 from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog
 from sinks.blob_chain import BlobRange
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import Record, add_partitions, create_topic, delete_topic, generate_records, produce
+from testkit.kafka_data import (
+    Record,
+    add_partitions,
+    create_topic,
+    delete_topic,
+    generate_records,
+    produce,
+    watermarks,
+)
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, assert_same_records, chain, source_records
@@ -218,3 +226,84 @@ def test_start_at_latest_and_daily_blobs(
     (cut,) = [event for event in run.events("flushed") if event.get("to") == "2"]
     assert cut["trigger"] == "daily"
     assert_exactly_once(kafka.bootstrap, fs, daily)
+
+
+def test_shards_cover_each_partition_once_and_a_rescale_loses_and_repeats_nothing(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    partitions = 12
+    backlog(kafka.bootstrap, topic_name, [200] * partitions, seed=3)
+    config = write(
+        tmp_path / "estate.yaml",
+        {
+            "destination": fs.config({"max-time-ms": 300}),
+            "clusters": {"prod": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS}},
+            "mirrors": [{"name": "e", "cluster": "prod", "topics": [topic_name]}],
+        },
+    )
+    plan = run_cli("plan", "--config", str(config), "--format", "json", "--shard", "0/3")
+    owners = {row["partition"]: row["owner"] for row in json.loads(plan.stdout)["mirrors"]}
+    assert sorted(owners) == list(range(partitions)) and set(owners.values()) <= {0, 1, 2}
+
+    def shard_run(shard: str, name: str) -> MirrorRun:
+        return MirrorRun(config, tmp_path / f"{name}.log", env={"MIRROR_V3_SHARD": shard})
+
+    three = [shard_run(f"{i}/3", f"three-{i}") for i in range(3)]
+    two: list[MirrorRun] = []
+    try:
+        for run in three:
+            run.wait_for_log(r"msg=\"spark session ready\"")
+        three[0].wait_for_offsets(partial(next_offset, fs, topic_name), dict.fromkeys(range(partitions), 200))
+        started = [{int(e["mirror"].rsplit("-", 1)[1]) for e in run.events("mirror starting")} for run in three]
+        assert [started[i] == {p for p, o in owners.items() if o == i} for i in range(3)] == [True] * 3
+
+        # Rescale 3 -> 2 while records flow: the new processes start before the old ones stop, so for a
+        # moment two processes run some partitions; the destination lets only one of them write.
+        flowing = Flow(kafka.bootstrap, topic_name, partitions)
+        flowing.start()
+        two += [shard_run(f"{i}/2", f"two-{i}") for i in range(2)]
+        for run in two:
+            run.wait_for_log(r"msg=\"spark session ready\"", timeout=180)
+        for run in three:
+            run.terminate()
+        for run in three:
+            run.wait(120)  # 0 (drained) or 1 (refused as the second writer): both leave the chain whole
+        flowing.stop()
+        ends = {p: watermarks(kafka.bootstrap, topic_name, p)[1] for p in range(partitions)}
+        for i, run in enumerate(two):  # the orchestrator's part: a process refused as second writer restarts
+            if not run.running:
+                assert run.wait() == 1, run.tail()
+                two[i] = shard_run(f"{i}/2", f"two-{i}-again")
+        two[0].wait_for_offsets(partial(next_offset, fs, topic_name), ends)
+        for run in two:
+            run.drain()
+    finally:
+        for run in [*three, *two]:
+            run.stop()
+    assert_exactly_once(kafka.bootstrap, fs, topic_name, partitions=partitions)
+
+
+class Flow:
+    """Produces a few records to every partition every 100 ms, from a thread, until stopped."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        import threading
+
+        self._bootstrap, self._topic, self._partitions = bootstrap, topic, partitions
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        seed = 100
+        while not self._stop.is_set():
+            for p in range(self._partitions):
+                produce(self._bootstrap, self._topic, p, generate_records(5, seed=seed))
+                seed += 1
+            self._stop.wait(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
