@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--config", required=True, help="path to the YAML config")
     status.add_argument("--format", choices=["table", "json"], default="table")
     status.add_argument("--timeout", type=float, default=15.0, help="seconds allowed per query (default 15)")
-    status.add_argument("--shard", help=shard_help)
+    status.add_argument("--shard", help="I/N: add the column of the shard that owns each partition")
     status.add_argument(
         "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
     )

@@ -39,6 +39,7 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     partition: Annotated[int, _field("Source partition.")]
     destination: Annotated[str, _field("Where the mirror writes, without secrets.")]
     cluster: Annotated[str, _field("The source cluster's name (its bootstrap list when written out in the entry).")]
+    owner: Annotated[int | None, _field("With --shard I/N: the shard that mirrors this partition; else null.")] = None
     source_log_start: Annotated[int | None, _field("Earliest offset the source partition holds.")] = None
     source_end: Annotated[
         int | None, _field("Offset the mirror reads up to: the last stable offset with read_committed.")
@@ -82,7 +83,7 @@ async def collect_status(
     clusters = SourceClusters()
     try:
         with anyio.fail_after(timeout_s):
-            plan = await plan_estate(clusters, compile_entries(config), shard)
+            plan = await plan_estate(clusters, compile_entries(config), None)  # every shard's: owner is a column
     except TimeoutError:
         await clusters.close()
         raise SourceError(f"reading the source clusters' topics timed out after {timeout_s:g}s") from None
@@ -99,6 +100,8 @@ async def collect_status(
 
     async def query(index: int, mirror: MirrorSpec) -> None:
         rows[index] = await _query_one(mirror, sinks, clusters, timeout_s, deep)
+        if shard is not None:
+            rows[index].owner = shard.owner(*mirror.key)
 
     try:
         async with anyio.create_task_group() as tasks:
@@ -168,6 +171,7 @@ TABLE_COLUMNS = (
     "LAG",
     "LAST-FLUSH",
     "CLUSTER",
+    "OWNER",
     "DESTINATION",
     "ERROR",
 )
@@ -186,6 +190,7 @@ def render_table(report: StatusReport) -> str:
             _cell(row.lag),
             row.last_flush or "-",
             row.cluster,
+            "-" if row.owner is None else str(row.owner),
             row.destination,
             row.error or "",
         ]

@@ -59,7 +59,7 @@ def test_json_output_matches_the_schema_with_every_key_present() -> None:
 def test_table_shows_every_row_and_the_error() -> None:
     header, first, second = render_table(report()).splitlines()
     assert tuple(header.split()) == TABLE_COLUMNS
-    assert first.split()[:10] == [
+    assert first.split()[:11] == [
         "orders-0",
         "orders",
         "0",
@@ -69,6 +69,7 @@ def test_table_shows_every_row_and_the_error() -> None:
         "0",
         "2026-11-21T12:00:00Z",
         "prod",
+        "-",
         "s3://b/p/orders/0/",
     ]
     assert second.split()[:8] == ["orders-1", "orders", "1", "-", "-", "-", "-", "-"]
