@@ -1,4 +1,5 @@
-"""Idle mirrors: what N mirrors with nothing to read cost in one mirror-v3 process.
+"""Idle mirrors: what N mirrors with nothing to read cost in one mirror-v3 process (one config entry per
+partition, or one `topic-regex` selection of them all: the estate form, whose start-up reads the metadata once).
 
 N empty source partitions (topics of up to 100 partitions), one mirror each, filesystem destination, every other
 setting default. Once every mirror logged `mirror starting` and the SparkSession is up, the process is left alone
@@ -9,13 +10,14 @@ at the end.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]  # no type information in the package
 
-from bench.mirror import Context, finish, start, wait_for
+from bench.mirror import Context, finish, start, start_selection, wait_for
 from bench.procs import JVM, MIRROR, Sampler
 from bench.scenarios import Scenario
 from testkit.kafka_data import create_topic
@@ -34,7 +36,11 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
         create_topic(ctx.bootstrap, topic, partitions, timeout=300)  # leader election of 100 partitions takes a while
     target = FilesystemTarget(ctx.scratch / "idle")
     mirrors = [{"topic": topic, "partition": p} for topic, partitions in layout.items() for p in range(partitions)]
-    with start(ctx, "idle", target, mirrors, 1000) as run:
+    if s.selection:
+        run = start_selection(ctx, "idle", target, re.escape(ctx.name) + "-[0-9]+", 1000)
+    else:
+        run = start(ctx, "idle", target, mirrors, 1000)
+    with run:
         wait_for(run, "spark session ready", ctx.timeout)
         started = max(log_time(f) for f in wait_for(run, "mirror starting", ctx.timeout, count=s.mirrors))
         run.wait_until(lambda: time.time() >= started + s.warmup, s.warmup + 60, "the settling time")
@@ -50,6 +56,7 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
     rss = {label: max(sample.rss.get(label, 0) for sample in sampler.samples) for label in (MIRROR, JVM)}
     yield {
         "mirrors": s.mirrors,
+        "selection": s.selection,
         "window_seconds": round(last.at - first.at, 1),
         "settle_seconds": s.warmup,
         "startup_seconds": round(started - run.started_at, 2),

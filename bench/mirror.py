@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from testkit.mirror_run import MirrorRun, log_time, write_config
 from testkit.targets import Target, verify_offsets
 
@@ -48,6 +50,19 @@ def start(
         mirrors=mirrors,
         spark={**ctx.spark, **(spark or {})},
     )
+    return MirrorRun(config, ctx.logs / f"{label}.log", env={**LOG_ENV, **target.env()})
+
+
+def start_selection(ctx: Context, label: str, target: Target, topic_regex: str, flush_ms: int) -> MirrorRun:
+    """`python -m supervisor run` on one entry selecting every partition of the topics `topic_regex` matches."""
+    document = {
+        "destination": target.config({"max-time-ms": flush_ms}),
+        "clusters": {"source": {"bootstrap-servers": ctx.bootstrap}},
+        "mirrors": [{"name": label, "cluster": "source", "topic-regex": topic_regex}],
+        "spark": dict(ctx.spark),
+    }
+    config = ctx.logs / f"{label}.yaml"
+    config.write_text(yaml.safe_dump(document, sort_keys=False))
     return MirrorRun(config, ctx.logs / f"{label}.log", env={**LOG_ENV, **target.env()})
 
 

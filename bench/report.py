@@ -34,7 +34,7 @@ PATHS = {
 COLOURS = ("#4d4d4d", "#8c8c8c", "#bfbfbf", "#e0e0e0", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
 CPU_COLUMNS = (MIRROR, JVM, "source broker", "destination server")
 IDLE_HEADER = (
-    "mirrors|RSS Python MiB|RSS JVM MiB|RSS total MiB|CPU Python cores|CPU JVM cores|CPU broker cores|fds|"
+    "mirrors|config|RSS Python MiB|RSS JVM MiB|RSS total MiB|CPU Python cores|CPU JVM cores|CPU broker cores|fds|"
     "threads Python / JVM|start-up s|drain s"
 )
 CPU_HEADER = (
@@ -284,18 +284,21 @@ def col(runs: list[Row], key: str, fmt: Callable[[float], str] = num, sub: str |
 
 def idle_section(runs: list[Row]) -> list[str]:
     rows = []
-    for (mirrors,), found in group(runs, "mirrors").items():
+    for (mirrors, selection), found in group(runs, "mirrors", "selection").items():
         cores = [col(found, "cores", lambda x: f"{x:.3f}", label) for label in (MIRROR, JVM, "source broker")]
         threads = f"{found[-1]['python_threads']} / {found[-1]['jvm_threads']}"
         seconds = [col(found, key, lambda x: f"{x:.1f}") for key in ("startup_seconds", "drain_seconds")]
         memory = [col(found, key) for key in ("rss_python_mib", "rss_jvm_mib", "rss_total_mib")]
-        rows.append((num(mirrors), *memory, *cores, col(found, "python_fds"), threads, *seconds))
+        form = "one topic-regex entry" if selection else "one entry per partition"
+        rows.append((num(mirrors), form, *memory, *cores, col(found, "python_fds"), threads, *seconds))
     first = runs[0]
     return [
         "## Idle mirrors",
         "",
         "N mirrors in one `python -m supervisor run` process, one per partition of empty topics (up to 100 "
-        "partitions each), filesystem destination, every other setting default. After every mirror logged `mirror "
+        "partitions each), written as one config entry per partition or selected by one `topic-regex` entry (the "
+        "estate form: its start-up reads the cluster's metadata once), filesystem destination, every other setting "
+        "default. After every mirror logged `mirror "
         f"starting` and the SparkSession was up, the process was left alone for {first['settle_seconds']:g} s, then "
         f"sampled with psutil once a second for {first['window_seconds']:.0f} s: the highest RSS of the Python "
         "process and of the processes below it (Spark's JVM), CPU as average cores, fds and threads at the end. "

@@ -26,6 +26,7 @@ class Scenario:
     max_time_ms: int = 1000  # the mirror's flush.max-time-ms
     extra: int = 0  # restart: records copied behind the chain after the restart
     mirrors: int = 0  # idle: mirrors in one process
+    selection: bool = False  # idle: one `topic-regex` entry selects them all, instead of one entry per partition
 
 
 def _cell(value_size: int, partitions: int, records: int, paths: tuple[str, ...] = PATHS) -> Scenario:
@@ -45,6 +46,7 @@ FULL = (
     Scenario("restart", "restart", records=10_000, extra=1000, paths=("s3", "filesystem")),
     Scenario("100 idle mirrors", "idle", mirrors=100, seconds=30, warmup=30),
     Scenario("1,000 idle mirrors", "idle", mirrors=1000, seconds=30, warmup=30),
+    Scenario("2,000 selected partitions", "idle", mirrors=2000, seconds=30, warmup=30, selection=True),
 )
 
 # Every kind and every throughput path once, small: a smoke run of the whole bench in a few minutes.
@@ -53,4 +55,5 @@ QUICK = (
     Scenario("latency", "latency", value_size=1024, rate=1000, seconds=4, warmup=1),
     Scenario("restart", "restart", records=300, extra=50, paths=("s3",)),
     Scenario("10 idle mirrors", "idle", mirrors=10, seconds=3, warmup=1),
+    Scenario("20 selected partitions", "idle", mirrors=20, seconds=3, warmup=1, selection=True),
 )
