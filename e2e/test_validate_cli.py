@@ -81,3 +81,20 @@ def test_validate_without_config() -> None:
     assert result.returncode == 2, result
     assert "--config" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_shard_out_of_range_is_a_user_error_before_anything_starts(tmp_path: Path) -> None:
+    path = tmp_path / "mirror.yaml"
+    path.write_text(GOOD, encoding="utf-8")
+    result = run_cli("run", "--config", str(path), "--shard", "3/3")
+    assert_user_error(result, "invalid config: --shard: shard index 3 is out of range for 3 shards (0..2)\n")
+    result = run_cli("plan", "--config", str(path), env={"MIRROR_V3_SHARD": "x"})
+    assert_user_error(result, "invalid config: MIRROR_V3_SHARD: expected I/N with N >= 1")
+
+
+def test_plan_of_a_bad_selection_names_the_field(tmp_path: Path) -> None:
+    path = tmp_path / "mirror.yaml"
+    selection = GOOD.replace("    topic: orders\n    partition: 1\n", "    topic-regex: 'orders['\n")
+    path.write_text(selection, encoding="utf-8")
+    result = run_cli("plan", "--config", str(path))
+    assert_user_error(result, "invalid config: mirrors[1].topic-regex: invalid regular expression 'orders[': ")
