@@ -89,7 +89,7 @@ def test_a_regex_estate_is_planned_mirrored_and_followed_while_it_changes(
 
         # A deleted topic stops its mirrors with a WARN each; the others go on.
         delete_topic(kafka.bootstrap, f"{base}-c")
-        run.wait_for_log(r'level=WARN msg="mirror stopped: source topic was deleted"', count=2, timeout=60)
+        run.wait_for_log(r'level=WARNING msg="mirror stopped: source topic was deleted"', count=2, timeout=60)
         produce(kafka.bootstrap, f"{base}-a", 0, generate_records(40, seed=40))
         run.wait_for_offsets(lambda p: fs.next_offset(f"{base}-a", p), {0: 340})
         run.wait_until(lambda: run.metric("mirror_v3_mirrors", cluster="prod") == 9, 30, "9 running mirrors")

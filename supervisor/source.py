@@ -18,6 +18,10 @@ from config.kafka_clients import aiokafka_settings, diagnose_bootstrap
 from config.model import SourceConfig
 from supervisor.errors import SourceError
 
+# How long a shared offset request may take before its partitions are asked one by one. aiokafka retries a
+# partition it has no leader for (a deleted topic, say) until the request timeout: in a shared request, that
+# one partition would hold every other mirror's answer back for as long.
+BATCH_PATIENCE_SECONDS = 3.0
 # How long an offset query waits for others to share its request. Mirrors that sleep the same poll
 # interval wake within microseconds of each other; 1 000 idle mirrors then cost a few requests per poll
 # instead of 3 000.
@@ -169,7 +173,7 @@ class SourceCluster:
         try:
             await asyncio.sleep(COALESCE_SECONDS)
             pending, self._pending = self._pending, {}
-            answers = await self._answers(pending)
+            await self._answer(pending)
         except BaseException as exc:  # cancelled by close(), or a bug: no mirror may wait forever
             if pending is None:
                 pending, self._pending = self._pending, {}
@@ -177,23 +181,28 @@ class SourceCluster:
             self._settle(pending, dict.fromkeys(pending, failure))
             if not isinstance(exc, Exception):
                 raise
-            return
-        self._settle(pending, answers)
 
-    async def _answers(
-        self, pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]]
-    ) -> dict[TopicPartition, _PartitionOffsets | BaseException]:
+    async def _answer(self, pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]]) -> None:
+        """One request for all; if it fails or takes too long, one per partition, each answered as it
+        arrives, so an error names its partition and a partition that hangs holds back only its mirror."""
+        if len(pending) == 1:
+            (tp,) = pending
+            await self._answer_one(tp, pending[tp])
+            return
         try:
-            return dict(await self._list_offsets(list(pending)))
+            answers = await asyncio.wait_for(self._list_offsets(list(pending)), BATCH_PATIENCE_SECONDS)
+        except (SourceError, TimeoutError):
+            await asyncio.gather(*(self._answer_one(tp, waiters) for tp, waiters in pending.items()))
+            return
+        self._settle(pending, dict(answers))
+
+    async def _answer_one(self, tp: TopicPartition, waiters: list[asyncio.Future[_PartitionOffsets]]) -> None:
+        outcome: _PartitionOffsets | BaseException
+        try:
+            outcome = (await self._list_offsets([tp]))[tp]
         except SourceError as exc:
-            if len(pending) == 1:
-                return {tp: exc for tp in pending}
-            # Ask again one by one, so each mirror gets its own answer and an error names its partition.
-            single = await asyncio.gather(*(self._list_offsets([tp]) for tp in pending), return_exceptions=True)
-            return {
-                tp: result[tp] if isinstance(result, dict) else result
-                for tp, result in zip(pending, single, strict=True)
-            }
+            outcome = exc
+        self._settle({tp: waiters}, {tp: outcome})
 
     @staticmethod
     def _settle(
@@ -211,15 +220,16 @@ class SourceCluster:
                     waiter.set_result(outcome)
 
     async def _list_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, _PartitionOffsets]:
+        requests = asyncio.gather(
+            self._committed.beginning_offsets(tps),
+            self._committed.end_offsets(tps),
+            self._uncommitted.end_offsets(tps),
+        )
+        # A gather cancelled by the timeout (or by close) ends with a CancelledError that wait_for never reads;
+        # read it here, or asyncio logs "exception was never retrieved" as an ERROR line.
+        requests.add_done_callback(_retrieve)
         try:
-            start, stable, high = await asyncio.wait_for(
-                asyncio.gather(
-                    self._committed.beginning_offsets(tps),
-                    self._committed.end_offsets(tps),
-                    self._uncommitted.end_offsets(tps),
-                ),
-                self._timeout_s,
-            )
+            start, stable, high = await asyncio.wait_for(requests, self._timeout_s)
         except (TimeoutError, KafkaError, OSError) as exc:
             where = f"{tps[0].topic}-{tps[0].partition}" if len(tps) == 1 else f"{len(tps)} partitions"
             raise SourceError(
@@ -228,8 +238,12 @@ class SourceCluster:
         return {tp: (start[tp], stable[tp], high[tp]) for tp in tps}
 
     async def close(self) -> None:
-        for batch in list(self._batches):
+        batches = list(self._batches)
+        for batch in batches:
             batch.cancel()
+        # Wait for them before the consumers stop: a request cut off by the stop would end its gather with
+        # an exception no one retrieves (asyncio logs that as an ERROR of its own).
+        await asyncio.gather(*batches, return_exceptions=True)
         if self._metadata_fetch is not None and not self._metadata_fetch.done():
             self._metadata_fetch.cancel()
         # A batch cancelled before it ran never answers its queries: fail them here.
@@ -267,6 +281,11 @@ class SourceClusters:
         for cluster in self._clusters.values():
             await cluster.close()
         self._clusters.clear()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _describe(exc: BaseException) -> str:

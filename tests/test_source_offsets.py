@@ -15,15 +15,16 @@ from supervisor.source import SourceCluster
 class CountingCluster(SourceCluster):
     """A SourceCluster whose ListOffsets requests are answered in memory and recorded."""
 
-    def __init__(self, broken: set[TopicPartition] | None = None) -> None:
+    def __init__(self, broken: set[TopicPartition] | None = None, hanging: set[TopicPartition] | None = None) -> None:
         super().__init__("127.0.0.1:1", request_timeout_ms=1000)
         self._started = True  # no broker: the requests below never reach the network
         self.requests: list[list[TopicPartition]] = []
         self.broken = broken or set()
+        self.hanging = hanging or set()  # answered only after 60 s (aiokafka retrying a deleted topic's partition)
 
     async def _list_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int, int]]:
         self.requests.append(tps)
-        await asyncio.sleep(0.001)
+        await asyncio.sleep(60 if self.hanging & set(tps) else 0.001)
         if self.broken & set(tps):
             raise SourceError(f"source {len(tps)} partitions: offset query failed: NotLeaderForPartitionError")
         return {tp: (tp.partition, 100 + tp.partition, 200 + tp.partition) for tp in tps}
@@ -36,8 +37,10 @@ Make = Callable[..., CountingCluster]
 async def make() -> AsyncIterator[Make]:
     made: list[CountingCluster] = []
 
-    def factory(broken: set[TopicPartition] | None = None) -> CountingCluster:
-        made.append(CountingCluster(broken))
+    def factory(
+        broken: set[TopicPartition] | None = None, hanging: set[TopicPartition] | None = None
+    ) -> CountingCluster:
+        made.append(CountingCluster(broken, hanging))
         return made[-1]
 
     yield factory
@@ -113,3 +116,16 @@ async def test_mirrors_starting_together_share_one_metadata_fetch(make: Make, mo
     with pytest.raises(SourceError, match="'u' does not exist"):
         await cluster.check_partition("u", 0)
     assert fetches == 1  # within a second the answer is reused
+
+
+async def test_a_partition_that_hangs_holds_back_only_its_own_mirror(
+    make: Make, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("supervisor.source.BATCH_PATIENCE_SECONDS", 0.05)
+    cluster = make(hanging={TopicPartition("gone", 0)})
+    gone = asyncio.ensure_future(cluster.offsets("gone", 0, "read_committed"))
+    others = [asyncio.ensure_future(cluster.offsets("t", p, "read_committed")) for p in range(3)]
+    done, _ = await asyncio.wait(others, timeout=5)
+    assert len(done) == 3 and [o.result().end for o in others] == [100, 101, 102]
+    assert not gone.done()
+    gone.cancel()
