@@ -91,9 +91,13 @@ class BlobStore(Protocol):
         """Unix time the blob was written, None if the store cannot tell or the blob is gone."""
         ...
 
-    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
         """Durably publish a staged blob as `name` unless the name exists (then raise BlobExistsError;
-        finding this very blob there after a failed attempt counts as published). Returns its bytes."""
+        finding this very blob there after a failed attempt counts as published). Returns its bytes.
+
+        `after` is the blob the chain ended with as this writer knows it (None: empty). A store that can
+        refuses the commit (BlobExistsError) when the chain ends elsewhere: a second writer whose blobs
+        are cut at other offsets never shares a name with the first, so only this check fences it."""
         ...
 
     async def discard_staged(self, staged: StagedBlob) -> None:
@@ -236,8 +240,8 @@ class BlobChain:
                 f"chain continues at offset {expected}, refusing to write {staged.first}-{staged.last}"
             )
         blob = BlobRange(staged.first, staged.last)
-        size = await self._store.commit_staged(blob.name, staged)
         previous = self._tail
+        size = await self._store.commit_staged(blob.name, staged, None if previous is None else previous.name)
         self._tail = blob
         if self._store.checks_for_foreign_blobs:
             await self._check_no_foreign_blobs(previous, blob)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import errno
+import fcntl
 import os
 import uuid
 from dataclasses import dataclass, field
@@ -29,6 +30,13 @@ from sinks.blob_sink import BlobSink
 from sinks.staging import BlobFormat, StagedBlob
 
 _LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+# Bookkeeping beside the blobs: the chain's lock and the name of its last blob (see _commit_locked).
+LOCK_NAME = ".chain.lock"
+TAIL_NAME = ".chain.tail"
+
+
+def is_bookkeeping(name: str) -> bool:
+    return name.startswith(".chain.")
 
 
 class FilesystemStore:
@@ -49,7 +57,7 @@ class FilesystemStore:
 
     async def _entries(self) -> list[str]:
         try:
-            return list(await aiofiles.os.listdir(self._dir))
+            return [n for n in await aiofiles.os.listdir(self._dir) if not is_bookkeeping(n)]
         except FileNotFoundError:
             return []
 
@@ -71,26 +79,20 @@ class FilesystemStore:
             await self.remove(name)
         return removed
 
-    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
-        """Publish a staged temporary file as `name` unless the name is taken (BlobExistsError)."""
+    async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
+        """Publish a staged temporary file as `name` unless the name is taken or the chain no longer ends
+        at `after` (BlobExistsError: another writer). The check and the link happen under the chain's
+        lock, so of two writers that both believe the chain ends at `after`, exactly one appends."""
         final = self._dir / name
         temp = self._dir / staged.ref
+        unsure = name in self._unsure
         try:
-            await _publish(temp, final)
-            await anyio.to_thread.run_sync(_fsync_directory, self._dir)
-        except BlobExistsError:
-            # After a failed attempt the name may hold this very file: linked (same inode as the
-            # temporary), or renamed where links are unsupported (the temporary is gone, the size
-            # matches). On a first attempt a taken name always means another writer.
-            if name in self._unsure and await anyio.to_thread.run_sync(_is_staged_file, final, temp, staged.size):
-                self._unsure.discard(name)
-                await anyio.to_thread.run_sync(_fsync_directory, self._dir)
-            else:
-                raise
+            await anyio.to_thread.run_sync(_commit_locked, self._dir, temp, final, after, unsure, staged.size)
         except OSError:
             # The link or the directory fsync failed: the blob may be visible already.
             self._unsure.add(name)
             raise
+        self._unsure.discard(name)
         with contextlib.suppress(FileNotFoundError):
             await aiofiles.os.remove(temp)
         return staged.size
@@ -109,18 +111,69 @@ class FilesystemStore:
             await aiofiles.os.remove(self._dir / name)
 
 
-async def _publish(temp: Path, final: Path) -> None:
+def _commit_locked(directory: Path, temp: Path, final: Path, after: str | None, unsure: bool, size: int) -> None:
+    """Under the chain's lock: check that the chain still ends at `after`, link, fsync, record the new end.
+
+    The lock is a POSIX record lock (fcntl.lockf) on LOCK_NAME: the kernel drops it when its process dies,
+    and NFSv4 honours it across machines. The chain's end is read from TAIL_NAME, which every commit
+    rewrites under the lock before it links; it is only a shortcut: when it disagrees with `after` (a
+    crash between the two steps, a chain written before it existed), the directory listing decides.
+    """
+    fd = os.open(directory / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
     try:
-        await aiofiles.os.link(temp, final)
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        moved = _recorded_tail(directory) != after and _listed_tail(directory) != after
+        if moved and not (unsure and _is_staged_file(final, temp, size)):  # (unless our own attempt moved it)
+            raise BlobExistsError(
+                f"{directory}: the chain no longer ends at {after or 'nothing'}: another writer appends to it"
+            )
+        # Recorded before the link: the record is never behind the chain, so a record that equals `after`
+        # proves nothing was appended after it (a crash before the link leaves it ahead: the listing decides).
+        _record_tail(directory, final.name)
+        try:
+            _publish(temp, final)
+        except BlobExistsError:
+            # After a failed attempt the name may hold this very file: linked (same inode as the
+            # temporary), or renamed where links are unsupported (the temporary is gone, the size
+            # matches). On a first attempt a taken name always means another writer.
+            if not (unsure and _is_staged_file(final, temp, size)):
+                raise
+        _fsync_directory(directory)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _recorded_tail(directory: Path) -> str | None:
+    try:
+        return (directory / TAIL_NAME).read_text(encoding="ascii").strip() or None
+    except FileNotFoundError:
+        return None
+
+
+def _listed_tail(directory: Path) -> str | None:
+    """The chain's last blob by the listing: names sort by first offset (zero-padded)."""
+    blobs = [n for n in os.listdir(directory) if n.endswith(BLOB_SUFFIX) and not is_temp_name(n) and n[0] != "."]
+    return max(blobs) if blobs else None
+
+
+def _record_tail(directory: Path, name: str) -> None:
+    staged = directory / f"{TAIL_NAME}.{uuid.uuid4().hex}"
+    staged.write_text(name, encoding="ascii")
+    os.replace(staged, directory / TAIL_NAME)  # atomic; its durability rides on the next directory fsync
+
+
+def _publish(temp: Path, final: Path) -> None:
+    try:
+        os.link(temp, final)
         return
     except FileExistsError:
         raise BlobExistsError(f"{final} already exists: another writer owns this chain") from None
     except OSError as exc:
         if exc.errno not in _LINK_UNSUPPORTED:
             raise
-    if await aiofiles.os.path.exists(final):
+    if final.exists():
         raise BlobExistsError(f"{final} already exists: another writer owns this chain")
-    await aiofiles.os.rename(temp, final)
+    os.rename(temp, final)
 
 
 def _is_staged_file(final: Path, temp: Path, size: int) -> bool:

@@ -156,7 +156,7 @@ class S3Store:
         modified = head.get("LastModified")
         return None if modified is None else float(modified.timestamp())
 
-    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
         """Complete the staged multipart upload as `name`, only if the name is free."""
         s3 = await self._s3()
         key = self._prefix + name

@@ -257,8 +257,18 @@ class Supervisor:
         )
 
     async def _mark_started(self, actor: MirrorActor) -> None:
-        await actor.started.wait()
-        self.http.readiness.started.add(actor.mirror.name)
+        """Ready once the actor has started; gives up at the stop (an actor may fail or go before it starts)."""
+        async with anyio.create_task_group() as waiting:
+
+            async def stop_waiting() -> None:
+                await self.stop_requested.wait()
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(stop_waiting)
+            await actor.started.wait()
+            waiting.cancel_scope.cancel()
+        if actor.started.is_set() and self.actors.get(actor.mirror.key) is actor:
+            self.http.readiness.started.add(actor.mirror.name)
 
     def _lag_of(self, name: str) -> float | None:
         actor = next((a for a in self.actors.values() if a.mirror.name == name), None)

@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from sinks.blob_chain import BlobRange, is_temp_name, parse_blob_name
+from sinks.filesystem import is_bookkeeping
 from testkit.kafka_data import ConsumedRecord, committed_offset, consume_all, watermarks
 
 SOURCE_OFFSET_HEADER = "mirror-v3.source-offset"
@@ -222,7 +223,7 @@ class FilesystemTarget:
 
     def names(self, name: str, partition: int) -> list[str]:
         directory = self.directory(name, partition)
-        return sorted(p.name for p in directory.iterdir()) if directory.exists() else []
+        return sorted(p.name for p in directory.iterdir() if not is_bookkeeping(p.name)) if directory.exists() else []
 
     def read(self, name: str, partition: int, blob: str) -> bytes:
         return (self.directory(name, partition) / blob).read_bytes()

@@ -268,7 +268,7 @@ class InMemoryStore:
     async def modified_at(self, name: str) -> float | None:
         return self.written_at.get(name)
 
-    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
         data = self.blobs.get(staged.ref)
         if name in self.blobs:
             if name in self.unsure and data is None:

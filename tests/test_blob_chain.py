@@ -17,7 +17,7 @@ from sinks.blob_chain import (
     temp_name,
     validate_chain,
 )
-from sinks.filesystem import FilesystemStore
+from sinks.filesystem import FilesystemStore, is_bookkeeping
 from sinks.staging import BlobFormat, StagedBlob
 from tests.fakes import InMemoryStore, stage_bytes
 
@@ -105,7 +105,34 @@ async def test_filesystem_commit_is_atomic_and_no_clobber(tmp_path: Path) -> Non
         await store.commit_staged(blob_name(0, 9), other)
     await store.discard_staged(other)
     assert (directory / blob_name(0, 9)).read_bytes() == b"hello"
-    assert sorted(os.listdir(directory)) == [blob_name(0, 9)]  # no temporaries left behind
+    assert sorted(n for n in os.listdir(directory) if not is_bookkeeping(n)) == [blob_name(0, 9)]  # no temporaries
+
+
+async def test_filesystem_commits_only_where_the_chain_ends(tmp_path: Path) -> None:
+    """Two writers that both believe the chain ends at 0-9, cutting their next blobs at other offsets (their
+    names never collide): exactly one appends; the other is refused as a second writer."""
+    directory = tmp_path / "t" / "0"
+    first, second = FilesystemStore(directory), FilesystemStore(directory)
+    await first.commit_staged(blob_name(0, 9), stage_file(first, b"a"), after=None)
+    await first.commit_staged(blob_name(10, 19), stage_file(first, b"b"), after=blob_name(0, 9))
+    late = stage_file(second, b"c")
+    with pytest.raises(BlobExistsError, match="no longer ends at 00000000000000000000-00000000000000000009"):
+        await second.commit_staged(blob_name(10, 29), late, after=blob_name(0, 9))
+    await second.discard_staged(late)
+    await first.commit_staged(blob_name(20, 29), stage_file(first, b"d"), after=blob_name(10, 19))
+    assert (await first.list_page(None, 10))[0] == [blob_name(0, 9), blob_name(10, 19), blob_name(20, 29)]
+
+
+async def test_a_stale_tail_record_is_checked_against_the_listing(tmp_path: Path) -> None:
+    """A crash between recording the new end and linking the blob leaves the record ahead of the chain: the
+    listing decides, so the chain's real end still accepts the next blob."""
+    directory = tmp_path / "t" / "0"
+    store = FilesystemStore(directory)
+    await store.commit_staged(blob_name(0, 9), stage_file(store, b"a"), after=None)
+    (directory / ".chain.tail").write_text(blob_name(10, 19))  # recorded, never linked
+    await store.commit_staged(blob_name(10, 14), stage_file(store, b"b"), after=blob_name(0, 9))
+    with pytest.raises(BlobExistsError):
+        await store.commit_staged(blob_name(10, 19), stage_file(store, b"c"), after=blob_name(0, 9))
 
 
 def _chain_of(count: int, start: int = 0, sizes: tuple[int, ...] = (1, 7, 100, 3)) -> dict[str, bytes]:

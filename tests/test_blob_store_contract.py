@@ -263,8 +263,8 @@ async def test_a_lost_answer_is_retried_without_a_duplicate(under_test: StoreUnd
 
 async def test_listings_come_in_name_order_after_any_start_after(under_test: StoreUnderTest) -> None:
     names = [blob_name(first, first + 9) for first in range(0, 70, 10)]
-    for name in reversed(names):  # creation order must not matter
-        await put(under_test, name, b"x")
+    for name in reversed(names):  # creation order must not matter (placed: a chain only ever grows at its end)
+        under_test.place(name, b"x")
     store = under_test.store
     assert await store.list_page(None, 3) == (names[:3], True)
     assert await store.list_page(names[2], 3) == (names[3:6], True)
@@ -303,8 +303,8 @@ class CountingStore:
     async def modified_at(self, name: str) -> float | None:
         return await self._store.modified_at(name)
 
-    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
-        return await self._store.commit_staged(name, staged)
+    async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
+        return await self._store.commit_staged(name, staged, after)
 
     async def discard_staged(self, staged: StagedBlob) -> None:
         await self._store.discard_staged(staged)

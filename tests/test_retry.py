@@ -23,18 +23,18 @@ class FlakyStore(InMemoryStore):
         self.script = script
         self.puts = 0
 
-    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
         self.puts += 1
         action = self.script.pop(0) if self.script else "ok"
         if action == "503":
             raise TransientDestinationError("HTTP 503 SlowDown")
         if action == "lost-answer":  # the commit lands, the answer never arrives
-            await super().commit_staged(name, staged)
+            await super().commit_staged(name, staged, after)
             self.unsure.add(name)
             raise TransientDestinationError("connection reset after the commit")
         if action == "403":
             raise DestinationError("access denied")
-        return await super().commit_staged(name, staged)
+        return await super().commit_staged(name, staged, after)
 
 
 def staged(store: InMemoryStore, first: int, last: int) -> StagedBlob:

@@ -136,7 +136,7 @@ class SortedStore:
     async def modified_at(self, name: str) -> float | None:
         return None
 
-    async def commit_staged(self, name: str, staged: StagedBlob) -> int:
+    async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
         raise NotImplementedError
 
     async def discard_staged(self, staged: StagedBlob) -> None:
