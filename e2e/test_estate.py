@@ -258,24 +258,31 @@ def test_shards_cover_each_partition_once_and_a_rescale_loses_and_repeats_nothin
         assert [started[i] == {p for p, o in owners.items() if o == i} for i in range(3)] == [True] * 3
 
         # Rescale 3 -> 2 while records flow: the new processes start before the old ones stop, so for a
-        # moment two processes run some partitions; the destination lets only one of them write.
+        # while two processes run some partitions; the destination lets only one of them append.
         flowing = Flow(kafka.bootstrap, topic_name, partitions)
         flowing.start()
         two += [shard_run(f"{i}/2", f"two-{i}") for i in range(2)]
-        for run in two:
-            run.wait_for_log(r"msg=\"spark session ready\"", timeout=180)
+        time.sleep(2)
         for run in three:
             run.terminate()
         for run in three:
-            run.wait(120)  # 0 (drained) or 1 (refused as the second writer): both leave the chain whole
+            run.wait(120)  # 0 (drained) or 1 (refused as the second writer): either leaves the chain whole
         flowing.stop()
         ends = {p: watermarks(kafka.bootstrap, topic_name, p)[1] for p in range(partitions)}
-        for i, run in enumerate(two):  # the orchestrator's part: a process refused as second writer restarts
-            if not run.running:
-                assert run.wait() == 1, run.tail()
-                two[i] = shard_run(f"{i}/2", f"two-{i}-again")
-        two[0].wait_for_offsets(partial(next_offset, fs, topic_name), ends)
-        for run in two:
+        # A new process that opened a partition while an old one still appended to it is refused at its
+        # first commit and exits 1; the orchestrator's part, played here, is to start it again.
+        deadline, restarts = time.monotonic() + 300, 0
+        while any(fs.next_offset(topic_name, p) != end for p, end in ends.items()):
+            for i in range(2):
+                run = two[i]
+                if not run.running:
+                    assert run.wait() == 1 and "another writer" in run.log_text(), run.tail()
+                    restarts += 1
+                    two.append(run)  # stopped by the finally below
+                    two[i] = shard_run(f"{i}/2", f"two-{i}-again-{restarts}")
+            assert time.monotonic() < deadline, {p: fs.next_offset(topic_name, p) for p in ends}
+            time.sleep(1)
+        for run in two[:2]:
             run.drain()
     finally:
         for run in [*three, *two]:
