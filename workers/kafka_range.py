@@ -25,21 +25,22 @@ from sinks.records import HEADER_TYPE, KAFKA_SCHEMA
 
 # A task reads one partition from one position to the end of its range. librdkafka keeps its queue full
 # ahead of the consumer, so whatever the queue holds when the range ends was fetched and parsed for
-# nothing: the queue is kept small (measured on a 125 000 x 1 KiB range: 200 000 messages / 256 MiB
-# queued cost 12-19 us of CPU per record, 20 000 / 64 MiB 7-8 us). A small queue refills often, so the
-# fetcher must not back off for librdkafka's default second when it finds the queue full
-# (fetch.queue.backoff.ms): with that default the same small queue ran at half the rate.
+# nothing: the queue is kept small against a task's range (spark.bytes-per-task, 64 MiB by default).
+# Measured on one core with 1 KiB records: a 125 000-record range cost 10-19 us of CPU per record with a
+# 256 MiB queue and 7-9 with 64 MiB; a 62 500-record range 9-19 with 64 MiB and 7.8-8.2 with 16 MiB (8 MiB:
+# 8.2-8.7). A small queue refills often, so the fetcher must not back off for librdkafka's default second
+# when it finds the queue full (fetch.queue.backoff.ms): with that default it ran at half the rate.
 CONSUMER_SETTINGS: dict[str, Any] = {
     "enable.auto.commit": False,
     "enable.auto.offset.store": False,
     "enable.partition.eof": True,
     # Offsets below the log start are data loss, reported, never skipped by a reset.
     "auto.offset.reset": "error",
-    "fetch.max.bytes": 16 * 1024 * 1024,
-    "max.partition.fetch.bytes": 8 * 1024 * 1024,
+    "fetch.max.bytes": 8 * 1024 * 1024,
+    "max.partition.fetch.bytes": 4 * 1024 * 1024,
     "receive.message.max.bytes": 65 * 1024 * 1024,  # a batch larger than the fetch size still arrives whole
     "queued.min.messages": 20_000,
-    "queued.max.messages.kbytes": 65_536,
+    "queued.max.messages.kbytes": 16_384,
     "fetch.queue.backoff.ms": 5,
     "fetch.wait.max.ms": 100,
 }
