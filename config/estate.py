@@ -173,6 +173,7 @@ class MirrorSpec:
     destination_name: str
     flush: FlushConfig
     start_at: StartAt = "earliest"
+    single: bool = False  # from a single-form entry: configured by hand, so never dropped by discovery
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -411,6 +412,7 @@ def expand(entries: Iterable[Entry], metadata: Metadata, shard: Shard | None = N
                 destination_name=destination,
                 flush=entry.flush,
                 start_at=entry.start_at,
+                single=entry.single is not None,
             )
             # Every shard checks every collision, so all of them refuse the same config.
             _claim(seen, (destination, partition), spec.selected)

@@ -229,13 +229,9 @@ class Supervisor:
         for key, actor in list(self.actors.items()):
             cluster, topic, _ = key
             gone = cluster in read.topics and topic not in read.topics[cluster]
-            if gone and actor.mirror.name not in self._single_names:
+            if gone and not actor.mirror.single:
                 self._remove(actor, "source topic was deleted")
         self._planned(plan)
-
-    @property
-    def _single_names(self) -> set[str]:
-        return {entry.name for entry in self._entries if entry.single is not None}
 
     def _remove(self, actor: MirrorActor, reason: str) -> None:
         key = actor.mirror.key
@@ -245,6 +241,8 @@ class Supervisor:
         scope.cancel()
         actor.cancel_jobs()
         spec = actor.mirror
+        if self._failed.pop(spec.name, None) is not None:  # stopped for good already: nothing left to end it
+            self._forget(actor)
         self._families.removed.labels(cluster=spec.cluster).inc()
         log_event(
             log,
@@ -323,7 +321,7 @@ class Supervisor:
                 if own.cancel_called:  # stopped on purpose (its topic is gone): what it raised on the way out
                     self._forget(actor)
                     return
-                if spec.name not in self._single_names and await self._topic_deleted(spec):
+                if not spec.single and await self._topic_deleted(spec):
                     self._remove(actor, "source topic was deleted")
                     self._forget(actor)
                     return
@@ -367,8 +365,8 @@ class Supervisor:
         )
         with anyio.move_on_after(delay):
             await self.stop_requested.wait()
-        if self.stop_requested.is_set():
-            return None
+        if self.stop_requested.is_set() or self.actors.get(spec.key) is not actor:
+            return None  # stopping, or the mirror was dropped meanwhile (its topic is gone)
         self._families.restarts.labels(**labels).inc()
         try:
             replacement = self._actor(spec)
