@@ -274,7 +274,7 @@ def _compile(
             rule=rule,
             start_at=start_at,
             **form,  # type: ignore[arg-type]
-        )  # type: ignore[arg-type]
+        )
 
     selection_keys = [k for k, v in (("topics", mirror.topics), ("topic-regex", mirror.topic_regex)) if v is not None]
     if mirror.topic is not None or mirror.partition is not None:

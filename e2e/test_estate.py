@@ -257,14 +257,13 @@ def test_shards_cover_each_partition_once_and_a_rescale_loses_and_repeats_nothin
         started = [{int(e["mirror"].rsplit("-", 1)[1]) for e in run.events("mirror starting")} for run in three]
         assert [started[i] == {p for p, o in owners.items() if o == i} for i in range(3)] == [True] * 3
 
-        # Rescale 3 -> 2 while records flow: the new processes start before the old ones stop, so for a
+        # Rescale 3 -> 2 while records flow: the new processes start while the old ones drain, so for a
         # while two processes run some partitions; the destination lets only one of them append.
         flowing = Flow(kafka.bootstrap, topic_name, partitions)
         flowing.start()
-        two += [shard_run(f"{i}/2", f"two-{i}") for i in range(2)]
-        time.sleep(2)
         for run in three:
             run.terminate()
+        two += [shard_run(f"{i}/2", f"two-{i}") for i in range(2)]  # while the old ones drain
         for run in three:
             run.wait(120)  # 0 (drained) or 1 (refused as the second writer): either leaves the chain whole
         flowing.stop()
