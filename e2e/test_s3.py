@@ -119,17 +119,32 @@ def _same_mirror_twice(configs: list[Path], env: dict[str, str], tmp_path: Path)
             r.stop()
 
 
-def test_a_second_writer_loses_on_412(kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path) -> None:
+def test_a_second_writer_cutting_other_blobs_is_refused_and_the_chain_stays_whole(
+    kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path
+) -> None:
+    """Two processes on one partition whose blobs never share a name (60 vs 2 000 offsets; the first blob after
+    a start is at most 100 offsets): the claim of the chain's next blob lets only one continue it. (Writers that cut the same names meet a 412 on the blob itself:
+    tests/test_blob_store_contract.py.)"""
     backlog(kafka.bootstrap, topic_name, [10_000], seed=42)
-    # Fixed-size blobs (no time-based flushes): both writers choose the same names, so the conditional create
-    # decides between them.
-    flush, spark = {"max-time-ms": 600_000, "max-offsets": 2_000}, {"max-offsets-per-job": 2_000}
-    config = one_mirror(tmp_path, kafka.bootstrap, s3, topic_name, flush=flush, spark=spark)
-    runs, codes = _same_mirror_twice([config, config], s3.env(), tmp_path)
+    configs = [
+        one_mirror(
+            tmp_path,
+            kafka.bootstrap,
+            s3,
+            topic_name,
+            flush={"max-time-ms": 600_000, "max-offsets": size},
+            spark={"max-offsets-per-job": size},
+            name=f"writer{size}.yaml",
+        )
+        for size in (60, 2_000)
+    ]
+    runs, codes = _same_mirror_twice(configs, s3.env(), tmp_path)
     loser = runs[codes.index(1)]
     (line,) = loser.errors()
-    assert "another writer owns this chain" in line and f"s3://{s3.bucket}/" in line, line
-    # Whatever landed is still one valid chain of the source's records.
+    assert "another writer claimed" in line and "owns this chain" in line and f"s3://{s3.bucket}/" in line, line
+    status = run_cli("status", "--config", str(configs[0]), "--deep", env=s3.env())
+    assert status.returncode == 0, status.stdout + status.stderr
+    # Whatever landed is one valid chain of the source's records.
     landed = s3.records(topic_name, 0)
     assert_same_records(landed, source_records(kafka.bootstrap, topic_name, 0)[: len(landed)])
 

@@ -50,6 +50,12 @@ class Sink(Protocol):
         """
         ...
 
+    def claimed_range(self) -> tuple[int, int] | None:
+        """After open(): the inclusive offset range the next commit must cover exactly, as one write,
+        because a writer that was interrupted claimed it at the destination; None when the next write
+        is free to choose its end."""
+        ...
+
     async def inspect(self, deep: bool = False) -> Inspection:
         """Like open(), but read-only (for `status`): changes nothing at the destination. `deep`
         validates the whole destination instead of its tail."""

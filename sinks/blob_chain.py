@@ -104,6 +104,13 @@ class BlobStore(Protocol):
         """Remove a staged blob that will not be committed (best effort)."""
         ...
 
+    async def interrupted_commit(self, after: str | None) -> str | None:
+        """The blob a writer claimed as the successor of `after` (None: the first blob of an empty chain)
+        and may not have published yet, on a store whose commit is a claim followed by a publish; None when
+        nothing is claimed there or the store's commit is a single atomic step. The next blob must be
+        exactly that one, whoever writes it. Raises CorruptChainError for claims no chain end explains."""
+        ...
+
     async def clean_leftovers(self) -> list[str]:
         """Remove what interrupted writes left behind (temporary files, unfinished uploads)."""
         ...
@@ -197,6 +204,7 @@ class BlobChain:
     def __init__(self, store: BlobStore) -> None:
         self._store = store
         self._tail: BlobRange | None = None
+        self._claimed: BlobRange | None = None
         self._opened = False
 
     @property
@@ -205,15 +213,37 @@ class BlobChain:
 
     @property
     def next_offset(self) -> int | None:
-        return None if self._tail is None else self._tail.last + 1
+        if self._tail is None:
+            # A claimed first blob is where the chain starts, as if it were published already.
+            return None if self._claimed is None else self._claimed.first
+        return self._tail.last + 1
+
+    @property
+    def claimed(self) -> BlobRange | None:
+        """The blob an interrupted writer claimed as the next one (see `BlobStore.interrupted_commit`):
+        the next append must be exactly this range."""
+        return self._claimed
 
     async def open(self) -> int | None:
         """Remove leftovers of interrupted writes, validate the chain's tail, return the next offset."""
         await self._store.clean_leftovers()
         ranges = await find_tail(self._store)
         self._tail = ranges[-1] if ranges else None
+        self._claimed = await self._find_claim()
         self._opened = True
         return self.next_offset
+
+    async def _find_claim(self) -> BlobRange | None:
+        tail = None if self._tail is None else self._tail.name
+        claimed = await self._store.interrupted_commit(tail)
+        if claimed is None:
+            return None
+        blob = parse_blob_name(claimed)
+        continues = blob is not None and (self._tail is None or blob.first == self._tail.last + 1)
+        if blob is None or not continues:
+            files = [self._store.location(n) for n in (tail, claimed) if n is not None]
+            raise CorruptChainError(f"the claimed next blob {claimed} does not continue the chain", files)
+        return blob
 
     async def inspect(self, deep: bool = False) -> int | None:
         """Validate the chain (its tail, or all of it) and return the next offset; changes nothing."""
@@ -240,9 +270,14 @@ class BlobChain:
                 f"chain continues at offset {expected}, refusing to write {staged.first}-{staged.last}"
             )
         blob = BlobRange(staged.first, staged.last)
+        if self._claimed is not None and blob != self._claimed:
+            raise DestinationError(
+                f"an interrupted commit claimed {self._claimed.first}-{self._claimed.last} as the next blob, "
+                f"refusing to write {blob.first}-{blob.last}"
+            )
         previous = self._tail
         size = await self._store.commit_staged(blob.name, staged, None if previous is None else previous.name)
-        self._tail = blob
+        self._tail, self._claimed = blob, None
         if self._store.checks_for_foreign_blobs:
             await self._check_no_foreign_blobs(previous, blob)
         return self._store.location(blob.name), size

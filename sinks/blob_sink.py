@@ -28,6 +28,10 @@ class BlobSink:
     async def open(self) -> int | None:
         return await self._chain.open()
 
+    def claimed_range(self) -> tuple[int, int] | None:
+        claimed = self._chain.claimed
+        return None if claimed is None else (claimed.first, claimed.last)
+
     async def inspect(self, deep: bool = False) -> Inspection:
         tail = await self._chain.inspect_tail(deep)
         if tail is None:

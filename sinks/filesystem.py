@@ -100,6 +100,9 @@ class FilesystemStore:
     async def discard_staged(self, staged: StagedBlob) -> None:
         await self.remove(staged.ref)
 
+    async def interrupted_commit(self, after: str | None) -> str | None:
+        return None  # the tail check and the link happen under one lock: nothing is claimed in between
+
     def staging(self, blob_format: BlobFormat) -> FilesystemStaging:
         return FilesystemStaging(str(self._dir), blob_format)
 

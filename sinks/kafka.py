@@ -251,6 +251,9 @@ class KafkaSink:
     async def open(self) -> int | None:
         return await self._call(self._open)
 
+    def claimed_range(self) -> tuple[int, int] | None:
+        return None  # a transaction (or the preserve offset check) settles an interrupted write at once
+
     async def _open(self) -> int | None:
         await self._check_topic()
         if self._mode == "preserve":

@@ -143,6 +143,9 @@ class RetryingSink:
     async def open(self) -> int | None:
         return await self._retry(self._inner.open, "open")
 
+    def claimed_range(self) -> tuple[int, int] | None:
+        return self._inner.claimed_range()
+
     async def inspect(self, deep: bool = False) -> Inspection:
         return await self._retry(lambda: self._inner.inspect(deep), "inspect")
 

@@ -1,12 +1,23 @@
 """S3 BlobStore on aiobotocore (the driver's side): one key prefix per partition, conditional commits.
 
 Spark tasks stage each blob as a multipart upload that is uploaded but not completed
-(`sinks.s3_staging`). The driver commits it with `CompleteMultipartUpload` carrying `If-None-Match: *`,
-so a blob is created only if its name is free. A 412 (or, on a retry, a vanished upload) is resolved by
-looking at the object there: if it carries this process's writer id and the staged bytes' SHA-256 (set
-as metadata when the upload was created), an earlier attempt whose answer was lost succeeded;
-otherwise another writer owns this chain. Errors are classified for the retry layer
-(`sinks.s3_errors`).
+(`sinks.s3_staging`). The driver commits it in two conditional steps, each `If-None-Match: *`:
+
+1. claim: a small object `<parent>/_claims/<partition>/<offset>` naming the blob, where `<offset>` is
+   the offset the chain continues at (`start` for an empty chain). Two writers that cut blobs at
+   different offsets never share a blob name, but they do share the successor of the chain's end:
+   only one of them gets the claim, and the other is refused before anything it wrote is visible.
+2. publish: `CompleteMultipartUpload` under the blob's name, so a blob is created only if its name is
+   free (this also refuses a second writer that cut the same blob).
+
+A 412 on either step is resolved by looking at what is there: the claim naming this very blob is this
+writer's own lost answer or an interrupted writer's claim that this one continues; a blob carrying this
+process's writer id and the staged bytes' SHA-256 (set as metadata when the upload was created) is an
+earlier attempt whose answer was lost; anything else is another writer. A process that dies between
+the two steps leaves a claim without its blob: the next writer finds it on open
+(`interrupted_commit`) and writes exactly that blob next. Claims live beside the chain, never in it,
+under a name that Spark, Hive and Athena skip (a leading underscore). Cost: one small PUT per blob,
+one LIST per open. Errors are classified for the retry layer (`sinks.s3_errors`).
 """
 
 from __future__ import annotations
@@ -33,7 +44,7 @@ from botocore.exceptions import (
 )
 
 from sinks.base import DestinationError
-from sinks.blob_chain import BlobExistsError, blob_name
+from sinks.blob_chain import BlobExistsError, CorruptChainError, blob_name, parse_blob_name
 from sinks.retry import RetryPolicy, TransientDestinationError
 from sinks.s3_errors import (
     NoSuchUpload,
@@ -46,6 +57,26 @@ from sinks.s3_staging import SHA256_METADATA, WRITER_METADATA, S3Settings, S3Sta
 from sinks.staging import BlobFormat, StagedBlob
 
 T = TypeVar("T")
+
+CLAIMS_DIRECTORY = "_claims"
+START_CLAIM = "start"  # the claim of an empty chain's first blob; sorts after every offset's claim
+
+
+def claims_prefix(key_prefix: str) -> str:
+    """Where a chain's claims live: `a/b/<partition>/` -> `a/b/_claims/<partition>/` (beside the chain, so
+    chain listings never see them; under the topic, so removing a topic's prefix removes them too)."""
+    parent, _, partition = key_prefix.rstrip("/").rpartition("/")
+    return f"{parent}/{CLAIMS_DIRECTORY}/{partition}/" if parent else f"{CLAIMS_DIRECTORY}/{partition}/"
+
+
+def claim_name(after: str | None) -> str:
+    """The claim of the blob that follows blob `after` (None: the first blob of an empty chain)."""
+    if after is None:
+        return START_CLAIM
+    blob = parse_blob_name(after)
+    if blob is None:
+        raise ValueError(f"not a blob name: {after!r}")
+    return f"{blob.last + 1:020d}"
 
 
 def _drop_expect_continue(request: Any, **_: Any) -> None:
@@ -115,6 +146,7 @@ class S3Store:
         self._connection = connection
         self._bucket = connection.settings.bucket
         self._prefix = key_prefix
+        self._claims = claims_prefix(key_prefix)
         self._client: Any = None
         self.list_calls = 0
 
@@ -157,9 +189,11 @@ class S3Store:
         return None if modified is None else float(modified.timestamp())
 
     async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
-        """Complete the staged multipart upload as `name`, only if the name is free."""
+        """Claim `name` as the successor of `after`, then complete the staged multipart upload as `name`,
+        only if the name is free."""
         s3 = await self._s3()
         key = self._prefix + name
+        await self._claim(s3, name, after, staged)
         try:
             await self._call(
                 f"complete upload {self.location(name)}",
@@ -186,6 +220,64 @@ class S3Store:
             await self.discard_staged(staged, key)
             raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain") from None
         return staged.size
+
+    async def _claim(self, s3: Any, name: str, after: str | None, staged: StagedBlob) -> None:
+        claim = self._claims + claim_name(after)
+        where = f"s3://{self._bucket}/{claim}"
+        try:
+            await self._call(
+                f"claim {where}",
+                lambda: s3.put_object(
+                    Bucket=self._bucket,
+                    Key=claim,
+                    Body=name.encode(),
+                    IfNoneMatch="*",
+                    Metadata={WRITER_METADATA: self._connection.writer_id},
+                ),
+            )
+            return
+        except PreconditionFailed:
+            pass
+        claimed = await self._read_claim(s3, claim)
+        if claimed == name:
+            return  # this writer's own claim whose answer was lost, or an interrupted writer's it continues
+        await self.discard_staged(staged, self._prefix + name)
+        raise BlobExistsError(
+            f"{self.location(name)}: another writer claimed {claimed} as the blob after "
+            f"{after or 'the start of the chain'} ({where}): it owns this chain"
+        )
+
+    async def _read_claim(self, s3: Any, claim: str) -> str:
+        where = f"s3://{self._bucket}/{claim}"
+
+        async def read() -> bytes:
+            response = await s3.get_object(Bucket=self._bucket, Key=claim)
+            async with response["Body"] as body:
+                return bytes(await body.read())
+
+        return (await self._call(f"read claim {where}", read)).decode(errors="replace")
+
+    async def interrupted_commit(self, after: str | None) -> str | None:
+        """The claim of the blob after `after`, if a writer made it; found with one LIST (claims sort by
+        offset, so the first claim after `after`'s own is the only candidate)."""
+        s3 = await self._s3()
+        params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": self._claims, "MaxKeys": 1}
+        expected = claim_name(after)
+        if after is not None:
+            params["StartAfter"] = f"{self._claims}{int(expected) - 1:020d}"
+        self.list_calls += 1
+        response = await self._call(f"list s3://{self._bucket}/{self._claims}", lambda: s3.list_objects_v2(**params))
+        found = [entry["Key"][len(self._claims) :] for entry in response.get("Contents", [])]
+        if not found or (found[0] == START_CLAIM and after is not None):
+            return None  # nothing claimed past the end (the start claim of a chain that has blobs is history)
+        if found[0] == expected:
+            return await self._read_claim(s3, self._claims + expected)
+        files = [f"s3://{self._bucket}/{self._claims}{found[0]}"] + ([self.location(after)] if after else [])
+        raise CorruptChainError(
+            "a claim beyond the chain's end (blobs were removed without their claims? remove both to start "
+            "this chain afresh)",
+            files,
+        )
 
     async def discard_staged(self, staged: StagedBlob, key: str | None = None) -> None:
         """Abort a staged upload (best effort: unfinished uploads are also aborted on start)."""

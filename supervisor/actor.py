@@ -21,7 +21,7 @@ from sinks.base import Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import StagedBlob
 from supervisor.errors import DataLossError, MirrorError
-from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, ReadableSince
+from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
 from supervisor.logs import log_event
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
@@ -30,6 +30,9 @@ from workers.range_job import RangeJobError
 from workers.range_task import BlobLimits
 
 log = logging.getLogger("mirror_v3.actor")
+
+# A claimed blob is written whole: no size or day limit may cut it (the writer that claimed it cut it already).
+_ONE_BLOB = BlobLimits(max_bytes=2**62, max_offsets=2**62)
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,7 @@ class MirrorActor:
         self._blob_limits = BlobLimits(max_bytes=flush.max_bytes, max_offsets=flush.max_offsets, daily=flush.daily)
         self._next = 0  # the destination's next offset: everything below it is committed
         self._read_from = 0  # where the next flush starts reading (above _next after skipped losses)
+        self._claimed: tuple[int, int] | None = None  # the range the next blob must be (an interrupted commit's)
         self._records_since_beat = 0
         self._last_flush_at: float | None = None
         self._source_end = 0
@@ -123,6 +127,9 @@ class MirrorActor:
         elif self.mirror.start_at != "earliest":
             log_event(log, logging.INFO, "start-at ignored: the destination holds data and decides", **self._ids)
         self._read_from = self._next
+        self._claimed = self._sink.claimed_range()
+        if self._claimed is not None:
+            self._continue_claim(offsets)
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
         log_event(
@@ -139,6 +146,23 @@ class MirrorActor:
             source_end=offsets.end,
         )
         self.started.set()
+
+    def _continue_claim(self, offsets: SourceOffsets) -> None:
+        assert self._claimed is not None
+        first, last = self._claimed
+        if offsets.end <= last:
+            raise MirrorError(
+                f"{self._sink.description}: an interrupted writer claimed offsets {first}-{last} as the next blob, "
+                f"but source {self._topic_partition} ends at {offsets.end}: was the topic recreated?"
+            )
+        log_event(
+            log,
+            logging.INFO,
+            "continuing an interrupted commit: the next blob is the one it claimed",
+            **self._ids,
+            **{"from": first},
+            to=last,
+        )
 
     @property
     def lag(self) -> int:
@@ -188,7 +212,7 @@ class MirrorActor:
             self._parallelism = 1
         while not self._stop.is_set():
             offsets = await self._query_offsets()
-            plan = self._planner.plan(self._backlog(offsets.end, draining=False))
+            plan = self._plan(offsets.end, draining=False)
             if plan is not None:
                 await self._flush(plan)
                 continue
@@ -201,8 +225,17 @@ class MirrorActor:
     async def _drain(self) -> None:
         """Write what was readable when the stop came; then return."""
         drain_end = (await self._query_offsets()).end
-        while (plan := self._planner.plan(self._backlog(drain_end, draining=True))) is not None:
+        while (plan := self._plan(drain_end, draining=True)) is not None:
             await self._flush(plan)
+
+    def _plan(self, end: int, draining: bool) -> FlushPlan | None:
+        if self._claimed is None:
+            return self._planner.plan(self._backlog(end, draining))
+        # The blob an interrupted writer claimed comes first, exactly as claimed, whatever the flush policy:
+        # any other end would be refused by the claim.
+        first, last = self._claimed
+        task = PlannedTask(first, max(first, min(self._read_from, last + 1)), last + 1)
+        return FlushPlan((task,), "claimed")
 
     async def _drain_deadline(self, work: anyio.CancelScope) -> None:
         """From the stop on, the job in flight and the drain get `drain_timeout_secs` in all."""
@@ -255,7 +288,8 @@ class MirrorActor:
         """One Spark job over the plan's tasks, then its staged writes committed in offset order."""
         began = time.monotonic()
         try:
-            items = await self._source.run(plan.tasks, self._blob_limits, self._sink.staging())
+            limits = self._blob_limits if plan.trigger != "claimed" else _ONE_BLOB
+            items = await self._source.run(plan.tasks, limits, self._sink.staging())
         except RangeJobError as exc:
             if exc.kind == "OffsetsDeletedError":
                 # Deleted while the job read: the next offset query sees the new log start and applies
@@ -287,6 +321,8 @@ class MirrorActor:
                         await self._sink.discard(rest)
                 raise
             began = staged_at = time.monotonic()
+        if plan.trigger == "claimed":
+            self._claimed = None
         self._readable.forget_below(self._next)
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)

@@ -68,7 +68,7 @@ class PlannedTask:
 @dataclass(frozen=True)
 class FlushPlan:
     tasks: tuple[PlannedTask, ...]
-    trigger: str  # start | max-offsets | max-bytes | max-time | shutdown
+    trigger: str  # start | max-offsets | max-bytes | max-time | shutdown | claimed (set by the actor)
 
     @property
     def first(self) -> int:

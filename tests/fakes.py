@@ -244,11 +244,13 @@ class InMemoryStore:
         self.unsure: set[str] = set()  # names a failed put of this writer may have written
         self.lose_answers = 0  # the next puts land, then fail as if their answer was lost
         self.written_at: dict[str, float] = {}
+        # after -> the blob an interrupted writer claimed as its successor (None: the first blob)
+        self.claims: dict[str | None, str] = {}
 
     def twin(self) -> InMemoryStore:
         """Another writer on the same blobs (a second process on the same chain)."""
         other = InMemoryStore()
-        other.blobs, other.written_at = self.blobs, self.written_at
+        other.blobs, other.written_at, other.claims = self.blobs, self.written_at, self.claims
         return other
 
     def location(self, name: str) -> str:
@@ -286,6 +288,9 @@ class InMemoryStore:
 
     async def discard_staged(self, staged: StagedBlob) -> None:
         await self.remove(staged.ref)
+
+    async def interrupted_commit(self, after: str | None) -> str | None:
+        return self.claims.get(after)
 
     async def close(self) -> None:
         return None

@@ -14,7 +14,7 @@ import pytest
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
-from sinks.blob_chain import parse_blob_name
+from sinks.blob_chain import blob_name, parse_blob_name
 from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.errors import DataLossError, MirrorError
@@ -343,3 +343,42 @@ async def test_start_at_is_ignored_once_the_destination_holds_data(caplog: pytes
         await run_until(actor, stop, store, 120)
     assert read_back(store) == expected_rows(source)
     assert "start-at ignored" in caplog.text
+
+
+async def test_a_claimed_blob_is_written_first_exactly_as_claimed(caplog: pytest.LogCaptureFixture) -> None:
+    """A writer died between claiming 100-349 and publishing it (S3's two-step commit): the next one writes
+    exactly that blob, whatever its own flush limits, then goes on with its own."""
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(100)
+    actor, stop, _ = make_actor(source, store)
+    await run_until(actor, stop, store, 100)
+    source.append(900)
+    store.claims[max(store.blobs)] = blob_name(100, 349)
+    flush = FlushConfig(max_time_ms=50, max_bytes=10**9, max_offsets=100)
+    actor, stop, _ = make_actor(source, store, flush=flush)
+    caplog.set_level(logging.INFO, logger="mirror_v3.actor")
+    await run_until(actor, stop, store, 1000)
+    written = sorted((b.first, b.last) for n in store.blobs if (b := parse_blob_name(n)) is not None)
+    assert written[1] == (100, 349) and all(last - first < 100 for first, last in written[2:])
+    flushed = [getattr(r, "mirror_v3_fields", {}) for r in caplog.records if r.getMessage() == "flushed"]
+    assert flushed[0]["trigger"] == "claimed" and flushed[0]["from"] == 100
+    assert read_back(store) == expected_rows(source)
+
+
+async def test_a_claimed_first_blob_sets_where_an_empty_chain_starts() -> None:
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(500)
+    store.claims[None] = blob_name(40, 99)  # e.g. a writer with start-at: a time, interrupted
+    actor, stop, _ = make_actor(source, store)
+    await run_until(actor, stop, store, 500)
+    assert min(store.blobs) == blob_name(40, 99)
+    assert read_back(store) == expected_rows(source)[40:]
+
+
+async def test_a_claim_beyond_the_source_end_fails_at_start() -> None:
+    source, store = FakePartitionSource(), InMemoryStore()
+    source.append(50)
+    store.claims[None] = blob_name(0, 99)
+    actor, _, _ = make_actor(source, store)
+    with pytest.raises(MirrorError, match=r"claimed offsets 0-99 .* ends at 50"):
+        await actor.run()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from sinks.base import DestinationError
 from sinks.blob_chain import (
     BlobChain,
     BlobExistsError,
@@ -108,21 +109,6 @@ async def test_filesystem_commit_is_atomic_and_no_clobber(tmp_path: Path) -> Non
     assert sorted(n for n in os.listdir(directory) if not is_bookkeeping(n)) == [blob_name(0, 9)]  # no temporaries
 
 
-async def test_filesystem_commits_only_where_the_chain_ends(tmp_path: Path) -> None:
-    """Two writers that both believe the chain ends at 0-9, cutting their next blobs at other offsets (their
-    names never collide): exactly one appends; the other is refused as a second writer."""
-    directory = tmp_path / "t" / "0"
-    first, second = FilesystemStore(directory), FilesystemStore(directory)
-    await first.commit_staged(blob_name(0, 9), stage_file(first, b"a"), after=None)
-    await first.commit_staged(blob_name(10, 19), stage_file(first, b"b"), after=blob_name(0, 9))
-    late = stage_file(second, b"c")
-    with pytest.raises(BlobExistsError, match="no longer ends at 00000000000000000000-00000000000000000009"):
-        await second.commit_staged(blob_name(10, 29), late, after=blob_name(0, 9))
-    await second.discard_staged(late)
-    await first.commit_staged(blob_name(20, 29), stage_file(first, b"d"), after=blob_name(10, 19))
-    assert (await first.list_page(None, 10))[0] == [blob_name(0, 9), blob_name(10, 19), blob_name(20, 29)]
-
-
 async def test_a_stale_tail_record_is_checked_against_the_listing(tmp_path: Path) -> None:
     """A crash between recording the new end and linking the blob leaves the record ahead of the chain: the
     listing decides, so the chain's real end still accepts the next blob."""
@@ -182,3 +168,25 @@ async def test_a_second_writer_is_detected_after_the_next_append() -> None:
     with pytest.raises(CorruptChainError, match="another writer") as caught:
         await chain.append(stage_bytes(store, b"ours", start, start + 9))
     assert blob_name(start, start + 4) in str(caught.value)
+
+
+async def test_an_interrupted_commits_claim_decides_the_next_blob() -> None:
+    store = InMemoryStore()
+    store.blobs = _chain_of(3)  # 0-0, 1-7, 8-107
+    store.claims[blob_name(8, 107)] = blob_name(108, 150)
+    chain = BlobChain(store)
+    assert await chain.open() == 108
+    assert chain.claimed == parse_blob_name(blob_name(108, 150))
+    with pytest.raises(DestinationError, match="claimed 108-150 as the next blob, refusing to write 108-120"):
+        await chain.append(stage_bytes(store, b"x", 108, 120))
+    await chain.append(stage_bytes(store, b"x", 108, 150))
+    assert chain.claimed is None and chain.next_offset == 151
+
+
+async def test_a_claim_that_does_not_continue_the_chain_is_corruption() -> None:
+    store = InMemoryStore()
+    store.blobs = {blob_name(0, 9): b""}
+    store.claims[blob_name(0, 9)] = blob_name(12, 20)
+    with pytest.raises(CorruptChainError, match="does not continue the chain") as caught:
+        await BlobChain(store).open()
+    assert caught.value.files == [f"mem://{blob_name(0, 9)}", f"mem://{blob_name(12, 20)}"]

@@ -21,9 +21,13 @@ import pytest
 
 import sinks.blob_chain
 import sinks.filesystem
+from sinks.base import DestinationError
 from sinks.blob_chain import (
+    BlobChain,
     BlobExistsError,
+    BlobRange,
     BlobStore,
+    CorruptChainError,
     blob_name,
     find_tail,
     is_temp_name,
@@ -54,6 +58,12 @@ class StoreUnderTest:
     leave_leftover: Callable[[str], None]  # what a write interrupted half-way leaves behind
     place: Callable[[str, bytes], None]  # a blob put there from outside the interface (to set up long chains)
     leftovers: Callable[[], list[str]]
+    # Whether a commit refuses a writer whose idea of the chain's end is stale (the memory store stands for
+    # a store that cannot: the chain's listing check catches such a writer after its append).
+    fences_stale_ends: bool = True
+    # Make a staged blob's publish fail for good after the commit's first step (S3: its upload aborted out
+    # of band, as by a second process cleaning the prefix); None where a commit is one step.
+    interrupt: Callable[[StagedBlob], None] | None = None
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +94,7 @@ def _memory() -> StoreUnderTest:
         leave_leftover=leave,
         place=store.blobs.__setitem__,
         leftovers=lambda: [n for n in store.blobs if is_temp_name(n)],
+        fences_stale_ends=False,
     )
 
 
@@ -176,6 +187,9 @@ async def _s3(endpoint: str, bucket: str) -> AsyncIterator[StoreUnderTest]:
                 leave_leftover=leave,
                 place=lambda name, data: client.put_object(Bucket=bucket, Key=prefix + name, Body=data),
                 leftovers=leftovers,
+                interrupt=lambda staged: client.abort_multipart_upload(
+                    Bucket=bucket, Key=prefix + blob_name(staged.first, staged.last), UploadId=staged.ref
+                ),
             )
         finally:
             for store in stores:
@@ -309,6 +323,9 @@ class CountingStore:
     async def discard_staged(self, staged: StagedBlob) -> None:
         await self._store.discard_staged(staged)
 
+    async def interrupted_commit(self, after: str | None) -> str | None:
+        return await self._store.interrupted_commit(after)
+
     async def clean_leftovers(self) -> list[str]:
         return await self._store.clean_leftovers()
 
@@ -330,3 +347,58 @@ async def test_the_tail_of_a_long_chain_is_found_with_few_listings(
     tail = await find_tail(counting)
     assert tail[-1].last + 1 == offset
     assert counting.lists <= 20, counting.lists
+
+
+async def test_a_writer_whose_chain_end_is_stale_is_refused(under_test: StoreUnderTest) -> None:
+    """Two writers that both believe the chain ends at 0-9, cutting their next blobs at other offsets (their
+    names never collide): exactly one appends; the other is refused as a second writer."""
+    if not under_test.fences_stale_ends:
+        pytest.skip("this store stands for one that cannot fence (see test_blob_chain: the listing check)")
+    first, second = under_test.store, under_test.another_writer()
+    await put(under_test, blob_name(0, 9), b"a")
+    await first.commit_staged(
+        blob_name(10, 19), await stage(under_test, first, blob_name(10, 19), b"b"), blob_name(0, 9)
+    )
+    late = await stage(under_test, second, blob_name(10, 29), b"c")
+    with pytest.raises(BlobExistsError):
+        await second.commit_staged(blob_name(10, 29), late, after=blob_name(0, 9))
+    await second.discard_staged(late)
+    await first.commit_staged(
+        blob_name(20, 29), await stage(under_test, first, blob_name(20, 29), b"d"), blob_name(10, 19)
+    )
+    assert (await first.list_page(None, 10))[0] == [blob_name(0, 9), blob_name(10, 19), blob_name(20, 29)]
+    assert under_test.read(blob_name(10, 19)) == b"b"
+
+
+async def test_a_commit_interrupted_after_its_claim_is_continued_by_the_next_writer(under_test: StoreUnderTest) -> None:
+    """The claim landed, the publish never will: whoever opens the chain next must write exactly that blob, and
+    nothing else can take its place."""
+    if under_test.interrupt is None:
+        pytest.skip("this store commits in one step: nothing can be left half-way")
+    await put(under_test, blob_name(0, 9), b"a")
+    staged = await stage(under_test, under_test.store, blob_name(10, 19), b"b")
+    under_test.interrupt(staged)
+    with pytest.raises(DestinationError):  # AWS: NoSuchUpload; moto: a 500
+        await under_test.store.commit_staged(blob_name(10, 19), staged, blob_name(0, 9))
+    chain = BlobChain(under_test.another_writer())
+    assert await chain.open() == 10 and chain.claimed == BlobRange(10, 19)
+    with pytest.raises(DestinationError, match="claimed 10-19"):
+        await chain.append(await stage(under_test, chain.store, blob_name(10, 14), b"other cut"))
+    await chain.append(await stage(under_test, chain.store, blob_name(10, 19), b"b again"))
+    assert await under_test.store.list_page(None, 10) == ([blob_name(0, 9), blob_name(10, 19)], False)
+
+
+async def test_claims_left_by_removed_blobs_are_reported_not_obeyed(under_test: StoreUnderTest) -> None:
+    if under_test.interrupt is None:
+        pytest.skip("this store keeps no claims")
+    store = cast(S3Store, under_test.store)
+    await put(under_test, blob_name(0, 9), b"a")
+    await store.commit_staged(
+        blob_name(10, 19), await stage(under_test, store, blob_name(10, 19), b"b"), blob_name(0, 9)
+    )
+    for name in (blob_name(0, 9), blob_name(10, 19)):
+        await store.remove(name)  # by hand, leaving the claims
+    with pytest.raises(CorruptChainError, match="a claim beyond the chain's end") as caught:
+        await BlobChain(store).open()
+    claims = store.location("").replace("/t/0/", "/t/_claims/0/")
+    assert caught.value.files == [f"{claims}{10:020d}"]

@@ -142,6 +142,9 @@ class SortedStore:
     async def discard_staged(self, staged: StagedBlob) -> None:
         raise NotImplementedError
 
+    async def interrupted_commit(self, after: str | None) -> str | None:
+        return None
+
     async def clean_leftovers(self) -> list[str]:
         return []
 
