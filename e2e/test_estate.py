@@ -179,6 +179,16 @@ def test_with_restart_a_failing_mirror_is_restarted_while_the_others_flush(
         run.wait_for_offsets(partial(next_offset, fs, healthy), {0: 700})
         assert run.metric("mirror_v3_mirror_failed", topic=broken) == 1
         assert (run.metric("mirror_v3_mirror_restarts_total", topic=broken) or 0) >= 1
+        for _ in range(5):  # the broken mirror waits to restart, but may be caught in its brief next attempt
+            status = run_cli(
+                "status", "--config", str(config), "--format", "json", "--process", f"http://127.0.0.1:{port}"
+            )
+            states = {row["topic"]: row for row in json.loads(status.stdout)["mirrors"]}
+            if states[broken]["state"] == "restarting":
+                break
+        assert states[broken]["state"] == "restarting" and str(chain_dir) in states[broken]["failure"], states
+        assert states[healthy]["state"] == "running" and states[healthy]["failure"] is None
+        assert status.returncode == 1 and json.loads(status.stdout)["process"] == f"http://127.0.0.1:{port}"
         chain_dir.unlink()
         saved.rename(chain_dir)
         run.wait_for_offsets(partial(next_offset, fs, broken), {0: 700}, timeout=120)

@@ -123,8 +123,8 @@ def test_a_second_writer_cutting_other_blobs_is_refused_and_the_chain_stays_whol
     kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path
 ) -> None:
     """Two processes on one partition whose blobs never share a name (60 vs 2 000 offsets; the first blob after
-    a start is at most 100 offsets): the claim of the chain's next blob lets only one continue it. (Writers that cut the same names meet a 412 on the blob itself:
-    tests/test_blob_store_contract.py.)"""
+    a start is at most 100 offsets): the claim of the chain's next blob lets only one continue it. (Writers that
+    cut the same names meet a 412 on the blob itself: tests/test_blob_store_contract.py.)"""
     backlog(kafka.bootstrap, topic_name, [10_000], seed=42)
     configs = [
         one_mirror(

@@ -360,11 +360,13 @@ class Supervisor:
             log_event(log, logging.ERROR, "mirror stopped for good: not retried", **ids, error=reason)
             return None
         delay = RESTARTS.delay(restarts, rng)
+        self.http.readiness.restart_at[spec.name] = time.time() + delay
         log_event(
             log, logging.ERROR, "mirror failed, restarting", **ids, error=reason, restart=restarts, in_s=round(delay, 1)
         )
         with anyio.move_on_after(delay):
             await self.stop_requested.wait()
+        self.http.readiness.restart_at.pop(spec.name, None)  # failed (for now) until the replacement exists
         if self.stop_requested.is_set() or self.actors.get(spec.key) is not actor:
             return None  # stopping, or the mirror was dropped meanwhile (its topic is gone)
         self._families.restarts.labels(**labels).inc()

@@ -49,6 +49,12 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--timeout", type=float, default=15.0, help="seconds allowed per query (default 15)")
     status.add_argument("--shard", help="I/N: add the column of the shard that owns each partition")
     status.add_argument(
+        "--process",
+        default="local",
+        help="base URL of the running process whose /mirrors gives each mirror's state; 'local' (default): "
+        "http://127.0.0.1:$MIRROR_V3_METRICS_PORT; 'none': do not ask",
+    )
+    status.add_argument(
         "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
     )
     return parser
@@ -88,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return _plan(config, args.format, args.timeout, shard)
     if args.command == "status":
-        return _status(config, args.format, args.timeout, args.deep, shard)
+        return _status(config, args.format, args.timeout, args.deep, shard, args.process)
     return _run(config, shard)
 
 
@@ -107,11 +113,12 @@ def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:
     return EXIT_OK
 
 
-def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard | None) -> int:
-    from supervisor.status import collect_status, render_json, render_table
+def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard | None, process: str) -> int:
+    from supervisor.status import collect_status, default_process, render_json, render_table
 
+    url = {"local": default_process(), "none": None}.get(process, process)
     try:
-        report = anyio.run(collect_status, config, timeout, deep, shard)
+        report = anyio.run(collect_status, config, timeout, deep, shard, url)
     except ConfigError as exc:
         print(f"invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -1,4 +1,8 @@
-"""The process's HTTP endpoint: /metrics, /healthz and /readyz on one port (SPEC §6).
+"""The process's HTTP endpoint: /metrics, /healthz, /readyz and /mirrors on one port (SPEC §6).
+
+/mirrors is each mirror's state as JSON (`ProcessState`): what `status` shows beside the offsets, and
+the only place a failed mirror of a process that keeps running (`on-mirror-failure: restart`) shows
+outside the logs and metrics.
 
 It runs on the supervisor's event loop, so an answer from /healthz is itself proof that the loop
 turns; a watchdog task also measures how late the loop wakes up and reports unhealthy when it lags.
@@ -13,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import anyio
+import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
@@ -24,6 +29,20 @@ WATCHDOG_INTERVAL_S = 0.5
 UNHEALTHY_LOOP_LAG_S = 10.0
 
 
+class MirrorState(msgspec.Struct, rename="kebab"):
+    name: str
+    state: str  # starting | running | restarting (failed, a restart is due) | failed (stopped for good)
+    error: str | None = None  # why it failed (restarting, failed)
+    restart_at: float | None = None  # Unix time the restart is due (restarting)
+
+
+class ProcessState(msgspec.Struct):
+    """The JSON body of /mirrors."""
+
+    draining: bool
+    mirrors: list[MirrorState]
+
+
 @dataclass
 class Readiness:
     """What /readyz reports: every mirror started, not draining, lag under the optional bound."""
@@ -31,6 +50,7 @@ class Readiness:
     mirrors: list[str]
     started: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # mirror → why (restarting, or stopped for good)
+    restart_at: dict[str, float] = field(default_factory=dict)  # failed mirror → Unix time its restart is due
     draining: bool = False
     lag_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
@@ -45,6 +65,17 @@ class Readiness:
         except ValueError:
             log_event(log, logging.WARNING, "ignoring invalid MIRROR_V3_READINESS_LAG", value=raw)
             return None
+
+    def state(self) -> ProcessState:
+        mirrors = []
+        for name in self.mirrors:
+            if name in self.failed:
+                restart_at = self.restart_at.get(name)
+                state = "failed" if restart_at is None else "restarting"
+                mirrors.append(MirrorState(name, state, self.failed[name], restart_at))
+            else:
+                mirrors.append(MirrorState(name, "running" if name in self.started else "starting"))
+        return ProcessState(self.draining, mirrors)
 
     def problems(self) -> list[str]:
         if self.draining:
@@ -75,6 +106,7 @@ class HttpEndpoint:
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/mirrors", self._mirrors)
         return app
 
     async def _metrics(self, _: web.Request) -> web.Response:
@@ -92,6 +124,9 @@ class HttpEndpoint:
             return web.Response(status=503, text="not ready: " + "; ".join(problems) + "\n")
         return web.Response(text="ready\n")
 
+    async def _mirrors(self, _: web.Request) -> web.Response:
+        return web.Response(body=msgspec.json.encode(self.readiness.state()), content_type="application/json")
+
     async def start(self) -> int | None:
         """Listen on MIRROR_V3_METRICS_PORT (default 9090; 0 disables). A bind failure is a WARN."""
         port = metrics_port()
@@ -107,7 +142,7 @@ class HttpEndpoint:
             log_event(log, logging.WARNING, "http endpoint not started", port=port, error=exc.strerror or str(exc))
             return None
         self._runner, self.port = runner, port
-        log_event(log, logging.INFO, "http endpoint listening", port=port, paths="/metrics /healthz /readyz")
+        log_event(log, logging.INFO, "http endpoint listening", port=port, paths="/metrics /healthz /readyz /mirrors")
         return port
 
     async def watch_loop(self) -> None:

@@ -1,7 +1,10 @@
-"""`status`: per mirror, where the source is, where the destination is, and the lag.
+"""`status`: per mirror, where the source is, where the destination is, the lag, and the state in the
+running process.
 
 No Spark: offsets come from aiokafka, the destination position from the sink's read-only inspect.
-Every mirror is queried concurrently, each bounded by a timeout.
+Every mirror is queried concurrently, each bounded by a timeout. The state comes from the process's
+/mirrors endpoint (by default the one on this host's metrics port, as `kubectl exec` into the pod
+reaches it); without an answer the state is unknown, never guessed.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import aiohttp
 import anyio
 import msgspec
 
@@ -24,6 +28,8 @@ from sinks.factory import SinkFactory
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
+from supervisor.http import ProcessState
+from supervisor.metrics import metrics_port
 from supervisor.source import SourceClusters
 
 
@@ -55,29 +61,77 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
         str | None,
         _field("UTC time (ISO 8601) of the newest durable write where the destination records it (files, objects)."),
     ] = None
+    state: Annotated[
+        str | None,
+        _field(
+            "The mirror in the running process: starting, running, restarting (failed, a restart is due), failed "
+            "(stopped for good) or absent (the process does not run it: another shard's, or not discovered yet); "
+            "null when no process answered."
+        ),
+    ] = None
+    failure: Annotated[str | None, _field("Why the running process reports the mirror failed or restarting.")] = None
     error: Annotated[str | None, _field("Why the row is incomplete; null when every query succeeded.")] = None
 
 
 class StatusDocument(msgspec.Struct):
     """`status --format json`: the exit code is 0 exactly when `ok` is true."""
 
-    ok: Annotated[bool, _field("Every mirror was queried without error.")]
+    ok: Annotated[bool, _field("Every mirror was queried without error, and the running process reports none failed.")]
+    process: Annotated[str | None, _field("The process whose /mirrors gave the states; null when none answered.")]
     mirrors: list[MirrorStatus]
+
+
+FAILED_STATES = ("restarting", "failed")
+PROCESS_TIMEOUT_S = 3.0  # a process on this host answers at once, or is not there
 
 
 @dataclass(frozen=True)
 class StatusReport:
     rows: list[MirrorStatus]
+    process: str | None = None  # the /mirrors endpoint that answered
 
     @property
     def ok(self) -> bool:
-        return all(row.error is None for row in self.rows)
+        return all(row.error is None and row.state not in FAILED_STATES for row in self.rows)
+
+
+def default_process() -> str | None:
+    """This host's mirror-v3 process, where MIRROR_V3_METRICS_PORT says it listens (None: disabled)."""
+    port = metrics_port()
+    return None if port == 0 else f"http://127.0.0.1:{port}"
+
+
+async def process_state(url: str, timeout_s: float) -> ProcessState | None:
+    """The process's /mirrors, or None when nothing (or something else) answers there."""
+    try:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=timeout_s)) as session,
+            session.get(f"{url.rstrip('/')}/mirrors") as response,
+        ):
+            if response.status != 200:
+                return None
+            return msgspec.json.decode(await response.read(), type=ProcessState)
+    except (aiohttp.ClientError, TimeoutError, OSError, msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def apply_states(rows: list[MirrorStatus], state: ProcessState) -> None:
+    by_name = {mirror.name: mirror for mirror in state.mirrors}
+    for row in rows:
+        mirror = by_name.get(row.name)
+        row.state = "absent" if mirror is None else mirror.state
+        row.failure = None if mirror is None else mirror.error
 
 
 async def collect_status(
-    config: Config, timeout_s: float = 15.0, deep: bool = False, shard: Shard | None = None
+    config: Config,
+    timeout_s: float = 15.0,
+    deep: bool = False,
+    shard: Shard | None = None,
+    process: str | None = None,
 ) -> StatusReport:
-    """One row per mirror the config selects now (selections are matched against the clusters' metadata).
+    """One row per mirror the config selects now (selections are matched against the clusters' metadata),
+    with each one's state in the process at `process` (a base URL) if it answers.
 
     Raises SourceError when a cluster a selection reads from cannot be read, ConfigError on a collision."""
     clusters = SourceClusters()
@@ -103,13 +157,24 @@ async def collect_status(
         if shard is not None:
             rows[index].owner = shard.owner(*mirror.key)
 
+    state: ProcessState | None = None
+
+    async def ask_process() -> None:
+        nonlocal state
+        if process is not None:
+            state = await process_state(process, min(timeout_s, PROCESS_TIMEOUT_S))
+
     try:
         async with anyio.create_task_group() as tasks:
+            tasks.start_soon(ask_process)
             for index, mirror in enumerate(plan.mirrors):
                 tasks.start_soon(query, index, mirror)
     finally:
         await clusters.close()
-    return StatusReport(rows)
+    if state is None:
+        return StatusReport(rows)
+    apply_states(rows, state)
+    return StatusReport(rows, process)
 
 
 async def _query_one(
@@ -170,6 +235,7 @@ TABLE_COLUMNS = (
     "DEST-NEXT",
     "LAG",
     "LAST-FLUSH",
+    "STATE",
     "CLUSTER",
     "OWNER",
     "DESTINATION",
@@ -189,10 +255,11 @@ def render_table(report: StatusReport) -> str:
             "empty" if row.destination_next is None and row.error is None else _cell(row.destination_next),
             _cell(row.lag),
             row.last_flush or "-",
+            row.state or "-",
             row.cluster,
             "-" if row.owner is None else str(row.owner),
             row.destination,
-            row.error or "",
+            "; ".join(e for e in (row.error, row.failure and f"process: {row.failure}") if e),
         ]
         for row in report.rows
     ]
@@ -202,7 +269,7 @@ def render_table(report: StatusReport) -> str:
 
 
 def render_json(report: StatusReport) -> str:
-    return msgspec.json.encode(StatusDocument(ok=report.ok, mirrors=report.rows)).decode()
+    return msgspec.json.encode(StatusDocument(ok=report.ok, process=report.process, mirrors=report.rows)).decode()
 
 
 def status_schema() -> dict[str, Any]:

@@ -1,6 +1,8 @@
-"""/metrics, /healthz and /readyz, served from the event loop."""
+"""/metrics, /healthz, /readyz and /mirrors, served from the event loop."""
 
 from __future__ import annotations
+
+import json
 
 import aiohttp
 import pytest
@@ -43,6 +45,18 @@ async def test_endpoints(port: int) -> None:
         assert await get(port, "/readyz") == (200, "ready\n")
         readiness.draining = True
         assert (await get(port, "/readyz"))[0] == 503
+
+        readiness.failed["a"], readiness.restart_at["a"] = "destination /x: not a directory", 1234.5
+        status, body = await get(port, "/mirrors")
+        assert status == 200 and json.loads(body) == {
+            "draining": True,
+            "mirrors": [
+                {"name": "a", "state": "restarting", "error": "destination /x: not a directory", "restart-at": 1234.5},
+                {"name": "b", "state": "running", "error": None, "restart-at": None},
+            ],
+        }
+        del readiness.restart_at["a"]
+        assert json.loads((await get(port, "/mirrors"))[1])["mirrors"][0]["state"] == "failed"
 
         endpoint.loop_lag_s = 60.0
         assert (await get(port, "/healthz"))[0] == 503

@@ -6,11 +6,13 @@ import json
 
 import jsonschema
 
+from supervisor.http import MirrorState, ProcessState
 from supervisor.status import (
     STATUS_SCHEMA_PATH,
     TABLE_COLUMNS,
     MirrorStatus,
     StatusReport,
+    apply_states,
     render_json,
     render_schema,
     render_table,
@@ -59,7 +61,7 @@ def test_json_output_matches_the_schema_with_every_key_present() -> None:
 def test_table_shows_every_row_and_the_error() -> None:
     header, first, second = render_table(report()).splitlines()
     assert tuple(header.split()) == TABLE_COLUMNS
-    assert first.split()[:11] == [
+    assert first.split()[:12] == [
         "orders-0",
         "orders",
         "0",
@@ -68,9 +70,32 @@ def test_table_shows_every_row_and_the_error() -> None:
         "10",
         "0",
         "2026-11-21T12:00:00Z",
+        "-",
         "prod",
         "-",
         "s3://b/p/orders/0/",
     ]
-    assert second.split()[:8] == ["orders-1", "orders", "1", "-", "-", "-", "-", "-"]
+    assert second.split()[:9] == ["orders-1", "orders", "1", "-", "-", "-", "-", "-", "-"]
     assert second.endswith("source cluster k:9092 unreachable: refused")
+
+
+def test_states_from_the_running_process_join_by_mirror_name_and_a_failed_one_is_not_ok() -> None:
+    rows = report().rows
+    state = ProcessState(
+        draining=False,
+        mirrors=[
+            MirrorState("orders-0", "restarting", "destination /a: not a directory", restart_at=1.0),
+            MirrorState("other-3", "running"),
+        ],
+    )
+    apply_states(rows, state)
+    assert [(r.state, r.failure) for r in rows] == [("restarting", "destination /a: not a directory"), ("absent", None)]
+    rows[1].error = None
+    report_ = StatusReport(rows, "http://127.0.0.1:9090")
+    assert not report_.ok
+    document = json.loads(render_json(report_))
+    assert document["process"] == "http://127.0.0.1:9090" and document["mirrors"][0]["state"] == "restarting"
+    first = render_table(report_).splitlines()[1]
+    assert first.split()[8] == "restarting" and first.endswith("process: destination /a: not a directory")
+    rows[0].state, rows[0].failure = "running", None
+    assert StatusReport(rows, "http://127.0.0.1:9090").ok
