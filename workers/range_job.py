@@ -34,6 +34,7 @@ from workers.kafka_produce import (
     produce_range,
 )
 from workers.kafka_range import SourcePartition, SourceRangeError
+from workers.python_worker import keep_zip_directories
 from workers.range_task import BlobLimits, TaskRange, stage_blobs
 
 if TYPE_CHECKING:
@@ -216,6 +217,7 @@ def _stage_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Itera
     assert not isinstance(staging, KafkaProduceTarget)
 
     def stage(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_zip_directories()
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 try:
@@ -251,6 +253,7 @@ def _produce_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Ite
     assert isinstance(target, KafkaProduceTarget)
 
     def produce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_zip_directories()
         for batch in batches:
             for index in batch.column(0).to_pylist():
                 try:
