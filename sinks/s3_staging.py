@@ -65,7 +65,7 @@ class S3BlobOutput:
         settings = staging.settings
         key = staging.key_prefix + blob_name(first, last)
         digest = hashlib.sha256(data).hexdigest()
-        client = _client(settings)
+        client = blocking_client(settings)
 
         def create() -> Any:
             return client.create_multipart_upload(
@@ -132,7 +132,7 @@ _clients: dict[S3Settings, Any] = {}
 _clients_lock = threading.Lock()
 
 
-def _client(settings: S3Settings) -> Any:
+def blocking_client(settings: S3Settings) -> Any:
     """One botocore client per worker process and settings: Python workers are reused across tasks."""
     with _clients_lock:
         client = _clients.get(settings)
