@@ -20,6 +20,7 @@ from config.model import (
 )
 from config.secrets import remember
 from sinks.base import DestinationError, Sink
+from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader
 from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
 from sinks.kafka import KafkaClients, KafkaSink, KafkaSinkSettings, KafkaSourceLookup
@@ -52,6 +53,18 @@ class SinkFactory:
         elif isinstance(destination, KafkaDestination):
             # Raises config.kafka_clients.ClientSettingsError when TLS files cannot be loaded.
             self._kafka = kafka_settings(destination)
+
+    def blob_reader(self, mirror: MirrorSpec) -> BlobReader | None:
+        """How a Spark task reads this mirror's blobs back; None for a Kafka destination."""
+        destination = self._destination
+        if isinstance(destination, FilesystemDestination):
+            root = Path(destination.root).expanduser().resolve()
+            return FilesystemBlobReader(str(root / mirror.destination_name / str(mirror.partition)))
+        if isinstance(destination, S3Destination):
+            assert self._s3 is not None
+            key_prefix = _s3_key_prefix(destination, mirror.destination_name, mirror.partition) + "/"
+            return S3BlobReader(self._s3.settings, key_prefix, retry_policy(destination.retry))
+        return None
 
     def build(
         self,

@@ -1,4 +1,4 @@
-"""Command line: `python -m supervisor {validate,plan,run,status} --config FILE`.
+"""Command line: `python -m supervisor {validate,plan,run,status,verify} --config FILE`.
 
 stdout carries only command output; every log line goes to stderr.
 """
@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
+from functools import partial
 
 import anyio
 
@@ -16,7 +18,7 @@ from config import ConfigError, load_config
 from config.estate import Shard
 from config.model import Config
 from supervisor import early_signals
-from supervisor.errors import EXIT_CONFIG, EXIT_FAILURE, EXIT_OK, SourceError
+from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, SourceError
 from supervisor.logs import setup_logging
 
 log = logging.getLogger("mirror_v3.cli")
@@ -57,6 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
     )
+    verify = commands.add_parser(
+        "verify", help="compare every mirror's destination with its source, record by record (a Spark job)"
+    )
+    verify.add_argument("--config", required=True, help="path to the YAML config")
+    verify.add_argument("--format", choices=["table", "json"], default="table")
+    verify.add_argument("--shard", help="I/N: only the partitions of shard I of N")
+    verify.add_argument("--mirrors", help="a regex: only the mirrors whose name it matches in full")
+    verify.add_argument(
+        "--max-differences", type=int, default=20, help="differences listed per mirror, the first by offset (20)"
+    )
+    verify.add_argument("--timeout", type=float, default=30.0, help="seconds allowed per metadata query (default 30)")
     return parser
 
 
@@ -95,7 +108,44 @@ def main(argv: list[str] | None = None) -> int:
         return _plan(config, args.format, args.timeout, shard)
     if args.command == "status":
         return _status(config, args.format, args.timeout, args.deep, shard, args.process)
+    if args.command == "verify":
+        return _verify(config, args, shard)
     return _run(config, shard)
+
+
+def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
+    from supervisor.verify import collect_verification, render_json, render_table
+    from workers.spark_session import SparkStartError, stop_spark
+
+    try:
+        select = re.compile(args.mirrors) if args.mirrors else None
+    except re.error as exc:
+        print(f"invalid config: --mirrors: not a regular expression: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    try:
+        report = anyio.run(
+            partial(
+                collect_verification,
+                config,
+                shard=shard,
+                select=select,
+                max_differences=max(0, args.max_differences),
+                timeout_s=args.timeout,
+            )
+        )
+    except ConfigError as exc:
+        print(f"invalid config: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except SourceError as exc:
+        print(f"verify failed: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except SparkStartError as exc:
+        print(f"cannot start Spark: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    finally:
+        stop_spark()
+    print(render_json(report) if args.format == "json" else render_table(report))
+    return EXIT_OK if report.ok else EXIT_FAILURE
 
 
 def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:

@@ -53,21 +53,27 @@ class PartitionSource(Protocol):
         ...
 
 
+def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourcePartition:
+    """What a Spark task needs to read the mirror's partition. Raises ClientSettingsError if the source's TLS
+    files are unusable."""
+    return SourcePartition(
+        bootstrap_servers=mirror.source.bootstrap_servers,
+        topic=mirror.topic,
+        partition=mirror.partition,
+        isolation_level=mirror.source.isolation_level,
+        group_id=group_id or mirror.source.group_id or f"mirror-v3.{mirror.name}",
+        stall_timeout_s=mirror.source.request_timeout_ms / 1000,
+        client_properties=librdkafka_properties(mirror.source.security, f"{mirror.source_field}.security"),
+    )
+
+
 class SparkPartitionSource:
     """Offsets from aiokafka; records read (and blobs written) by Spark tasks, off the event loop."""
 
     def __init__(self, mirror: MirrorSpec, cluster: SourceCluster, spark: SparkConfig) -> None:
         """Raises ClientSettingsError if the source's TLS files are unusable."""
         self._mirror = mirror
-        self._partition = SourcePartition(
-            bootstrap_servers=mirror.source.bootstrap_servers,
-            topic=mirror.topic,
-            partition=mirror.partition,
-            isolation_level=mirror.source.isolation_level,
-            group_id=mirror.source.group_id or f"mirror-v3.{mirror.name}",
-            stall_timeout_s=mirror.source.request_timeout_ms / 1000,
-            client_properties=librdkafka_properties(mirror.source.security, f"{mirror.source_field}.security"),
-        )
+        self._partition = source_partition(mirror)
         self._cluster = cluster
         self._spark_config = spark
         self._inflight: str | None = None

@@ -32,7 +32,7 @@ def check(
     source: FakePartitionSource, directory: Path, blobs: tuple[BlobRange, ...], check_from: int = 0
 ) -> SliceCheck:
     reader = FilesystemBlobReader(str(directory))
-    return check_slice(source.partition_spec(), blobs, reader, check_from, 10, FakeConsumer(source))
+    return check_slice(source.partition_spec(), blobs, reader, check_from, source.end, 10, FakeConsumer(source))
 
 
 def test_an_exact_archive_with_holes_is_equal_and_its_files_are_sound(tmp_path: Path) -> None:

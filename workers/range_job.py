@@ -174,12 +174,29 @@ def cancel_job(spark: SparkSession, job_group: str) -> None:
 
 
 def _run(spark: SparkSession, job: RangeJob, function: Any, ddl: str, collect: Callable[[Any], pa.Table]) -> pa.Table:
-    context = spark.sparkContext
     description = f"{job.source.name} [{job.tasks[0].first}, {job.tasks[-1].end})"
+    return run_tasks(spark, job.job_group, job.pool, description, len(job.tasks), function, ddl, collect)
+
+
+def run_tasks(
+    spark: SparkSession,
+    job_group: str,
+    pool: str,
+    description: str,
+    count: int,
+    function: Any,
+    ddl: str,
+    collect: Callable[[Any], pa.Table],
+) -> pa.Table:
+    """One job of `count` tasks, task i calling `function` on a batch holding i; their rows, collected.
+
+    A failed Python task raises RangeJobError with its exception type and message; a lost driver JVM
+    SparkGoneError."""
+    context = spark.sparkContext
     try:
-        context.setJobGroup(job.job_group, description, interruptOnCancel=True)
-        context.setLocalProperty("spark.scheduler.pool", job.pool)
-        frame = spark.range(0, len(job.tasks), 1, len(job.tasks)).mapInArrow(function, ddl)
+        context.setJobGroup(job_group, description, interruptOnCancel=True)
+        context.setLocalProperty("spark.scheduler.pool", pool)
+        frame = spark.range(0, count, 1, count).mapInArrow(function, ddl)
         return collect(frame)
     except (Py4JNetworkError, ConnectionError) as exc:
         raise SparkGoneError(SPARK_GONE) from exc

@@ -109,10 +109,12 @@ def check_slice(
     blobs: tuple[BlobRange, ...],
     reader: BlobReader,
     check_from: int,
+    source_end: int,
     max_differences: int,
     consumer: Any = None,
 ) -> SliceCheck:
-    """Check the blobs as files and compare their records with the source's from `check_from` on."""
+    """Check the blobs as files and compare their records with the source's from `check_from` on. The source is
+    read up to `source_end` (what it holds now): records the blobs hold beyond it are extra."""
     first, end = blobs[0].first, blobs[-1].last + 1
     compared_from = min(max(first, check_from), end)
     # Blobs wholly below the compared range are read for the file checks only.
@@ -120,6 +122,6 @@ def check_slice(
     for _ in only_checked:
         pass
     stored = _BlobRecords(reader, tuple(b for b in blobs if b.last >= compared_from))
-    source_records = records_of_messages(consume_range(source, compared_from, end, consumer))
+    source_records = records_of_messages(consume_range(source, compared_from, min(end, source_end), consumer))
     comparison = compare_range(source_records, stored, compared_from, end, max_differences)
     return SliceCheck(comparison, tuple(only_checked.problems + stored.problems))

@@ -1,0 +1,322 @@
+"""`verify`: compare every mirror's destination with its source, record by record, as one Spark job.
+
+Per mirror, the driver lists the whole chain (every name validated) and asks the source where it starts and ends;
+then the chain is cut into slices of whole blobs (about `spark.offsets-per-task` offsets each) and one job checks
+every slice of every mirror (`workers.verify_job`): no record reaches the driver, and memory stays bounded
+whatever the partition's size. What the source no longer holds (below its log start) cannot be compared: its files
+are still checked as files, and the range is reported as unverifiable.
+
+Blob destinations (filesystem, S3). A Kafka destination is refused with a clear message for now.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import uuid
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+import anyio
+import anyio.to_thread
+import msgspec
+
+from config.errors import ConfigError
+from config.estate import MirrorSpec, Shard, compile_entries
+from config.kafka_clients import ClientSettingsError
+from config.model import Config, KafkaDestination
+from config.schema import SCHEMA_PATH, write_or_check
+from sinks.blob_chain import BlobRange, verify_all
+from sinks.blob_sink import BlobSink
+from sinks.factory import SinkFactory
+from supervisor.describe import describe_error
+from supervisor.discovery import plan_estate
+from supervisor.errors import SourceError
+from supervisor.partition_source import source_partition
+from supervisor.source import SourceClusters, SourceOffsets
+from workers.range_job import RangeJobError
+from workers.spark_session import get_spark
+from workers.verify_job import VerifySlice, run_verify_job
+from workers.verify_task import SliceCheck
+
+
+def _field(description: str) -> Any:
+    return msgspec.Meta(description=description)
+
+
+class FoundDifference(msgspec.Struct, rename="kebab"):
+    offset: Annotated[int, _field("Source offset.")]
+    kind: Annotated[str, _field("different, missing (at the destination), extra or duplicate (at the destination).")]
+    fields: Annotated[list[str], _field("For `different`: key, value, headers, timestamp, timestamp_type.")]
+
+
+class MirrorVerification(msgspec.Struct, rename="kebab"):
+    """One mirror's result. Counts are null when the mirror could not be checked (`error` says why)."""
+
+    name: Annotated[str, _field("The mirror's name.")]
+    topic: Annotated[str, _field("Source topic.")]
+    partition: Annotated[int, _field("Source partition.")]
+    cluster: Annotated[str, _field("The source cluster's name.")]
+    destination: Annotated[str, _field("Where the mirror writes, without secrets.")]
+    checked_from: Annotated[int | None, _field("First source offset compared.")] = None
+    checked_end: Annotated[int | None, _field("End (exclusive) of the compared range: the destination's end.")] = None
+    equal: Annotated[int | None, _field("Records identical on both sides.")] = None
+    different: Annotated[int | None, _field("Offsets held by both sides with different contents.")] = None
+    missing: Annotated[int | None, _field("Records of the source that the destination lacks.")] = None
+    extra: Annotated[int | None, _field("Records the destination holds that the source does not (duplicates too).")] = (
+        None
+    )
+    holes: Annotated[
+        int | None, _field("Offsets neither side holds: compaction, transaction markers, aborted records (legal).")
+    ] = None
+    unverifiable_from: Annotated[
+        int | None, _field("Start of the destination's range below the source's log start (files checked only).")
+    ] = None
+    unverifiable_end: Annotated[int | None, _field("End (exclusive) of that range: the source's log start.")] = None
+    not_yet_mirrored: Annotated[int | None, _field("Source offsets beyond the destination's end (the lag).")] = None
+    problems: Annotated[list[str], _field("Files that are not what their names promise.")] = msgspec.field(
+        default_factory=list
+    )
+    differences: Annotated[list[FoundDifference], _field("The first differences, by offset.")] = msgspec.field(
+        default_factory=list
+    )
+    error: Annotated[str | None, _field("Why the mirror could not be checked; null when it was.")] = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.problems and not (self.different or self.missing or self.extra)
+
+
+class VerifyDocument(msgspec.Struct):
+    """`verify --format json`: the exit code is 0 exactly when `ok` is true."""
+
+    ok: Annotated[bool, _field("Every mirror was checked, and everything checked is equal.")]
+    mirrors: list[MirrorVerification]
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    rows: list[MirrorVerification]
+
+    @property
+    def ok(self) -> bool:
+        return all(row.ok for row in self.rows)
+
+
+def slices_of(chain: list[BlobRange], offsets_per_slice: int) -> list[tuple[BlobRange, ...]]:
+    """Consecutive whole blobs, about `offsets_per_slice` offsets per slice (a larger blob is a slice alone).
+    Pure; cost O(blobs)."""
+    slices: list[tuple[BlobRange, ...]] = []
+    current: list[BlobRange] = []
+    for blob in chain:
+        if current and blob.last + 1 - current[0].first > offsets_per_slice:
+            slices.append(tuple(current))
+            current = []
+        current.append(blob)
+    if current:
+        slices.append(tuple(current))
+    return slices
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    row: MirrorVerification
+    slices: tuple[VerifySlice, ...]
+
+
+async def collect_verification(
+    config: Config,
+    *,
+    shard: Shard | None = None,
+    select: re.Pattern[str] | None = None,
+    max_differences: int = 20,
+    timeout_s: float = 30.0,
+) -> VerifyReport:
+    """Check every selected mirror. Raises ConfigError (a Kafka destination, a collision) and SourceError (a cluster
+    whose topics cannot be read)."""
+    if isinstance(config.destination, KafkaDestination):
+        raise ConfigError("verify: destination.type kafka is not supported yet (filesystem and s3 are)")
+    clusters = SourceClusters()
+    try:
+        with anyio.fail_after(timeout_s):
+            plan = await plan_estate(clusters, compile_entries(config), shard)
+        mirrors = [m for m in plan.mirrors if select is None or select.fullmatch(m.name)]
+        try:
+            sinks = SinkFactory(config.destination)
+        except ClientSettingsError as exc:
+            raise ConfigError(str(exc)) from None
+        prepared: list[_Prepared | None] = [None] * len(mirrors)
+
+        async def prepare(index: int, mirror: MirrorSpec) -> None:
+            prepared[index] = await _prepare(mirror, sinks, clusters, config, max_differences, timeout_s)
+
+        async with anyio.create_task_group() as tasks:
+            for index, mirror in enumerate(mirrors):
+                tasks.start_soon(prepare, index, mirror)
+    except TimeoutError:
+        raise SourceError(f"reading the source clusters' topics timed out after {timeout_s:g}s") from None
+    finally:
+        await clusters.close()
+    ready = [p for p in prepared if p is not None]
+    work = tuple(s for p in ready for s in p.slices)
+    if work:
+        checks = await anyio.to_thread.run_sync(_run_job, config, work)
+        _apply(ready, checks)
+    return VerifyReport([p.row for p in ready])
+
+
+def _run_job(config: Config, work: tuple[VerifySlice, ...]) -> list[SliceCheck] | str:
+    spark = get_spark(config.spark)
+    try:
+        return run_verify_job(spark, work, f"mirror-v3.verify.{uuid.uuid4().hex[:12]}")
+    except RangeJobError as exc:
+        return str(exc)
+
+
+async def _prepare(
+    mirror: MirrorSpec,
+    sinks: SinkFactory,
+    clusters: SourceClusters,
+    config: Config,
+    max_differences: int,
+    timeout_s: float,
+) -> _Prepared:
+    sink = sinks.build(mirror, retries=False)
+    row = MirrorVerification(mirror.name, mirror.topic, mirror.partition, mirror.cluster, sink.description)
+    assert isinstance(sink, BlobSink)
+    reader = sinks.blob_reader(mirror)
+    assert reader is not None
+    try:
+        with anyio.fail_after(timeout_s):
+            offsets = await clusters.get(mirror.source, mirror.source_field).offsets(
+                mirror.topic, mirror.partition, mirror.source.isolation_level
+            )
+        with anyio.fail_after(timeout_s * 10):
+            chain = await verify_all(sink.chain.store)
+        source = source_partition(mirror, group_id=f"mirror-v3.verify.{mirror.name}")
+    except TimeoutError:
+        row.error = f"timed out after {timeout_s:g}s"
+        return _Prepared(row, ())
+    except Exception as exc:
+        row.error = describe_error(exc)
+        return _Prepared(row, ())
+    finally:
+        with anyio.CancelScope(shield=True):
+            await sink.close()
+    _ranges(row, chain, offsets)
+    if not chain:
+        return _Prepared(row, ())
+    per_slice = config.spark.offsets_per_task
+    slices = tuple(
+        VerifySlice(source, reader, blobs, offsets.log_start, offsets.end, max_differences)
+        for blobs in slices_of(chain, per_slice)
+    )
+    return _Prepared(row, slices)
+
+
+def _ranges(row: MirrorVerification, chain: list[BlobRange], offsets: SourceOffsets) -> None:
+    if not chain:
+        row.equal = row.different = row.missing = row.extra = row.holes = 0
+        row.not_yet_mirrored = max(0, offsets.end - offsets.log_start)
+        return
+    first, end = chain[0].first, chain[-1].last + 1
+    row.checked_from, row.checked_end = min(max(first, offsets.log_start), end), end
+    if offsets.log_start > first:
+        row.unverifiable_from, row.unverifiable_end = first, min(offsets.log_start, end)
+    row.not_yet_mirrored = max(0, offsets.end - end)
+
+
+def _apply(ready: list[_Prepared], checks: list[SliceCheck] | str) -> None:
+    position = 0
+    for prepared in ready:
+        row, count = prepared.row, len(prepared.slices)
+        if not count:
+            continue
+        if isinstance(checks, str):
+            row.error = checks
+            continue
+        mine = checks[position : position + count]
+        position += count
+        row.equal = sum(c.comparison.equal for c in mine)
+        row.different = sum(c.comparison.different for c in mine)
+        row.missing = sum(c.comparison.missing for c in mine)
+        row.extra = sum(c.comparison.extra for c in mine)
+        row.holes = sum(c.comparison.holes for c in mine)
+        row.problems = [p for c in mine for p in c.problems]
+        found = sorted((d for c in mine for d in c.comparison.differences), key=lambda d: d.offset)
+        limit = prepared.slices[0].max_differences
+        row.differences = [FoundDifference(d.offset, d.kind, list(d.fields)) for d in found[:limit]]
+
+
+TABLE_COLUMNS = (
+    "MIRROR",
+    "TOPIC",
+    "PARTITION",
+    "CHECKED",
+    "EQUAL",
+    "DIFFERENT",
+    "MISSING",
+    "EXTRA",
+    "HOLES",
+    "UNVERIFIABLE",
+    "DESTINATION",
+    "ERROR",
+)
+
+
+def _span(first: int | None, end: int | None) -> str:
+    return "-" if first is None or end is None else f"{first}-{end - 1}" if end > first else "none"
+
+
+def render_table(report: VerifyReport) -> str:
+    body = [
+        [
+            row.name,
+            row.topic,
+            str(row.partition),
+            _span(row.checked_from, row.checked_end),
+            *("-" if value is None else str(value) for value in (row.equal, row.different, row.missing, row.extra)),
+            "-" if row.holes is None else str(row.holes),
+            _span(row.unverifiable_from, row.unverifiable_end),
+            row.destination,
+            row.error or ("; ".join(row.problems) if row.problems else ""),
+        ]
+        for row in report.rows
+    ]
+    headers = list(TABLE_COLUMNS)
+    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
+    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in [headers, *body]]
+    for row in report.rows:
+        for difference in row.differences:
+            what = f"{difference.kind} ({', '.join(difference.fields)})" if difference.fields else difference.kind
+            lines.append(f"{row.name}: offset {difference.offset}: {what}")
+    return "\n".join(lines)
+
+
+def render_json(report: VerifyReport) -> str:
+    return msgspec.json.encode(VerifyDocument(ok=report.ok, mirrors=report.rows)).decode()
+
+
+def verify_schema() -> dict[str, Any]:
+    schema: dict[str, Any] = msgspec.json.schema(VerifyDocument)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "mirror-v3 verify --format json"
+    for definition in schema.get("$defs", {}).values():
+        definition["required"] = sorted(definition.get("properties", {}))
+    return schema
+
+
+def render_schema() -> str:
+    return json.dumps(verify_schema(), indent=2, sort_keys=True) + "\n"
+
+
+VERIFY_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.verify.schema.json"
+
+
+if __name__ == "__main__":  # python -m supervisor.verify [--check]: (re)generate the verify output schema
+    raise SystemExit(
+        write_or_check(
+            VERIFY_SCHEMA_PATH, render_schema(), check="--check" in sys.argv, command="python -m supervisor.verify"
+        )
+    )
