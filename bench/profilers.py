@@ -1,4 +1,5 @@
-"""The profilers behind `--profile`: py-spy on the mirror's Python process, Java Flight Recorder in Spark's JVM.
+"""The profilers behind `--profile`: py-spy on the mirror's Python process and every Python process below it (the
+Spark tasks' workers, where the records are read and written), Java Flight Recorder in Spark's JVM.
 
 Each gives its busiest frames as (frame, share of the profile's samples), for the report.
 """
@@ -33,13 +34,13 @@ def py_spy() -> str | None:
 
 
 class PySpy:
-    """`py-spy record` attached to a running process until stop(): folded stacks of the threads that were busy
-    (waiting threads are not sampled), without pausing the process."""
+    """`py-spy record` attached to a running process and its Python descendants until stop(): folded stacks of the
+    threads that were busy (waiting threads are not sampled), without pausing the processes."""
 
     def __init__(self, binary: str, pid: int, output: Path) -> None:
         self.output = output
         command = [binary, "record", "--pid", str(pid), "--rate", str(RATE), "--format", "raw", "--threads"]
-        command += ["--nolineno", "--nonblocking", "--output", str(output)]
+        command += ["--subprocesses", "--nolineno", "--nonblocking", "--output", str(output)]
         self._proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def stop(self) -> dict[str, Any]:

@@ -217,8 +217,8 @@ def throughput_section(tp: Throughput, cpus: int, chart: str | None) -> list[str
             if "py_spy" in r:
                 frames = "; ".join(f"`{f}` {share:.0%}" for f, share in r["py_spy"]["frames"])
                 lines += [
-                    f"py-spy, {cell}, mirror → filesystem ({r['py_spy']['busy_thread_seconds']:.1f} busy "
-                    f"thread-seconds; innermost frames): {frames}",
+                    f"py-spy, {cell}, mirror and its Python workers → filesystem "
+                    f"({r['py_spy']['busy_thread_seconds']:.1f} busy thread-seconds; innermost frames): {frames}",
                     "",
                 ]
             if "jfr" in r and "frames" in r["jfr"]:

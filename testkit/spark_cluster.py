@@ -65,6 +65,10 @@ class SparkCluster(StartStop):
             "SPARK_LOCAL_IP": HOST,
             "SPARK_LOG_DIR": str(self.workdir),
             "PYSPARK_PYTHON": sys.executable,
+            # The master declares a silent worker lost after this many seconds (default 60), and a worker sends
+            # its heartbeat every quarter of it: both daemons read it. A killed worker's replacement on the same
+            # address is registered only once the old one is declared lost.
+            "SPARK_DAEMON_JAVA_OPTS": "-Dspark.worker.timeout=5",
         }
 
     def _spark_class(self, *args: str, log: str) -> ChildProcess:
