@@ -39,8 +39,9 @@ def test_the_archives_survive_losing_the_worker_and_the_mirrors(
     share this machine, so they see the same filesystem path (in Kubernetes: a volume mounted at the same path)."""
     backlog(kafka.bootstrap, topic_name, [RECORDS], seed=31)
     conf = {**cluster.driver_conf(), "spark.cores.max": "1"}
-    spark = {"master": cluster.master_url, "max-offsets-per-job": 2_000, "conf": conf}
-    flush = {"max-time-ms": 500, "max-offsets": 1_000}
+    # Small jobs (64 blobs of 250 offsets, two per job): the backlog lasts well beyond the kills below.
+    spark = {"master": cluster.master_url, "max-offsets-per-job": 500, "conf": conf}
+    flush = {"max-time-ms": 500, "max-offsets": 250}
     targets: list[Target] = [fs, s3]
     configs = [
         one_mirror(tmp_path, kafka.bootstrap, target, topic_name, flush=flush, spark=spark, name=f"mirror{i}.yaml")
