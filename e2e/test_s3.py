@@ -37,8 +37,12 @@ from testkit.s3_servers import MotoServer, S3rverServer, SeaweedServer, s3_serve
 from testkit.targets import S3Target, assert_same_records, chain, source_records
 
 
-def _is_put(info: RequestInfo) -> bool:
-    return info.method == "PUT"
+def _is_part_upload(info: RequestInfo) -> bool:
+    return info.method == "PUT" and "partNumber" in info.query
+
+
+def _is_claim(info: RequestInfo) -> bool:
+    return info.method == "PUT" and "/_claims/" in info.path
 
 
 def _is_complete(info: RequestInfo) -> bool:
@@ -63,10 +67,11 @@ def test_faults_are_retried_and_the_chain_equals_the_source(
         with MirrorRun(config, tmp_path / "run.log", env=s3.env(), metrics_port=port) as run:
             run.wait_for_log(r"msg=flushed .*mirror=\S+-0 ")
             # Part uploads (Spark tasks): several 503s in a row, then uploads cut mid-body, then a part whose answer
-            # is lost. Commits (the driver): 503s, then a completion whose answer is lost.
-            proxy.fail_next(6, status=503, match=_is_put)
-            proxy.reset_next(2, after_bytes=2_000, match=_is_put)
-            proxy.lose_response_next(1, match=_is_put)
+            # is lost. Commits (the driver): a claim whose answer is lost, 503s, then a completion whose answer is lost.
+            proxy.fail_next(6, status=503, match=_is_part_upload)
+            proxy.reset_next(2, after_bytes=2_000, match=_is_part_upload)
+            proxy.lose_response_next(1, match=_is_part_upload)
+            proxy.lose_response_next(1, match=_is_claim)
             proxy.fail_next(3, status=503, match=_is_complete)
             proxy.lose_response_next(1, match=_is_complete)
             seen_retry = 0.0

@@ -115,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
     from supervisor.verify import collect_verification, render_json, render_table
+    from workers.range_job import SparkGoneError
     from workers.spark_session import SparkStartError, stop_spark
 
     try:
@@ -142,6 +143,9 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
     except SparkStartError as exc:
         print(f"cannot start Spark: {exc}", file=sys.stderr)
         return EXIT_ENVIRONMENT
+    except SparkGoneError as exc:
+        print(f"verify failed: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
     finally:
         stop_spark()
     print(render_json(report) if args.format == "json" else render_table(report))
