@@ -117,21 +117,23 @@ async def diagnose_bootstrap(bootstrap_servers: str, settings: dict[str, Any], t
     aiokafka reports only "Unable to bootstrap" and logs the cause (refused, TLS, SASL) where an
     operator never sees it; this probe runs only after that failure, to name the cause.
     """
-    from aiokafka.conn import create_conn
+    from aiokafka.conn import AIOKafkaConnection
     from aiokafka.errors import AuthenticationFailedError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
 
     reasons: list[str] = []
     permanent = False
     for address in bootstrap_servers.split(","):
         host, _, port = address.strip().rpartition(":")
+        # Not aiokafka's create_conn: it leaves the connection open when the handshake fails (TLS, SASL).
+        conn = AIOKafkaConnection(host, int(port), request_timeout_ms=timeout_ms, **settings)
         try:
-            conn = await asyncio.wait_for(
-                create_conn(host, int(port), request_timeout_ms=timeout_ms, **settings), timeout_ms / 1000
-            )
+            await asyncio.wait_for(conn.connect(), timeout_ms / 1000)
         except TimeoutError:
+            conn.close()
             reasons.append(f"{address}: timed out")
             continue
         except Exception as exc:  # any failure is the answer we are looking for
+            conn.close()
             reasons.append(f"{address}: {_connection_problem(exc)}")
             permanent = permanent or isinstance(
                 exc,

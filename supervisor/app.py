@@ -25,7 +25,7 @@ from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_
 from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.http import HttpEndpoint, Readiness
-from supervisor.logs import log_event
+from supervisor.logs import log_event, quiet_aiokafka_leaks
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source import SourceClusters
@@ -94,6 +94,7 @@ class Supervisor:
         )
 
     async def run(self) -> int:
+        quiet_aiokafka_leaks()
         try:
             plan = await plan_estate(self._clusters, self._entries, self._shard)
             for spec in plan.mirrors:

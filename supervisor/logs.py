@@ -86,3 +86,30 @@ def _drop_py4j_root_records(record: logging.LogRecord) -> bool:
 def log_event(logger: logging.Logger, level: int, message: str, **fields: Any) -> None:
     if logger.isEnabledFor(level):
         logger.log(level, message, extra={_FIELDS: fields})
+
+
+def quiet_aiokafka_leaks() -> None:
+    """Report aiokafka's leaked handshake connections at DEBUG, on the running event loop.
+
+    When a bootstrap connection's TLS or SASL handshake fails, aiokafka's `create_conn` leaves the connection
+    open. When it is garbage-collected, asyncio reports "Unclosed AIOKafkaConnection" and its pending read task
+    as ERROR lines: noise after the one ERROR line that already names the cause (CI saw two of them after a SASL
+    failure). Every other report keeps the loop's handler."""
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    leaks = logging.getLogger("mirror_v3.aiokafka")
+
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        message = str(context.get("message", ""))
+        task = context.get("task")
+        if message.startswith("Unclosed AIOKafkaConnection") or "AIOKafkaConnection._read" in repr(task):
+            leaks.debug("%s", message.splitlines()[0])
+            return
+        if previous is None:
+            loop.default_exception_handler(context)
+        else:
+            previous(loop, context)
+
+    loop.set_exception_handler(handler)

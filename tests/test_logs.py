@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
+import pytest
+
 from config.secrets import REDACTED, remember
-from supervisor.logs import JsonFormatter, KeyValueFormatter, log_event
+from supervisor.logs import JsonFormatter, KeyValueFormatter, log_event, quiet_aiokafka_leaks
 
 
 def record(message: str, **fields: object) -> logging.LogRecord:
@@ -46,3 +49,20 @@ def test_remembered_secrets_never_reach_a_line() -> None:
 def test_short_values_are_not_treated_as_secrets() -> None:
     remember("ab")
     assert "ab" in KeyValueFormatter().format(record("about a tab"))
+
+
+async def test_aiokafka_handshake_leaks_are_debug_and_other_loop_errors_stay(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    loop = asyncio.get_running_loop()
+    previous = loop.get_exception_handler()
+    try:
+        quiet_aiokafka_leaks()
+        caplog.set_level(logging.DEBUG)
+        loop.call_exception_handler({"message": "Unclosed AIOKafkaConnection\nconn: <AIOKafkaConnection host=h>"})
+        loop.call_exception_handler({"message": "something else broke"})
+    finally:
+        loop.set_exception_handler(previous)
+    levels = [(r.levelno, r.getMessage()) for r in caplog.records]
+    assert (logging.DEBUG, "Unclosed AIOKafkaConnection") in levels
+    assert (logging.ERROR, "something else broke") in levels

@@ -40,6 +40,7 @@ _FENCED = {-144, 47, 90}  # _FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 # connections, no broker up, a coordinator that is loading or moving.
 _TRANSIENT = {-185, -187, -195, -192, 7, 14, 15, 16}
 _FATAL = -150  # librdkafka's "the client is unusable"; the cause arrives through the error callback
+_FATAL_CAUSE_WAIT_S = 1.0
 _TRANSACTION_TIMEOUT_MS = 120_000
 
 
@@ -350,16 +351,18 @@ class _RenumberAttempts:
             raise classified from None
 
     def _on_error(self, error: Any) -> None:
-        if error.fatal():
+        if error.fatal() or error.code() in _FENCED:
             self._fatal = error
 
     def _fatal_cause(self) -> Any:
         """Why the producer became unusable. "Local: Fatal error" says nothing; librdkafka reports the cause
         (fenced, for one) to the error callback, which only a poll serves: a produce() that raised
-        first may find it not served yet."""
-        if self._fatal is None and self._producer is not None:
+        first may find it not served yet (CI once saw it take longer than one poll(0)), so polls go on
+        for up to a second."""
+        deadline = time.monotonic() + _FATAL_CAUSE_WAIT_S
+        while self._fatal is None and self._producer is not None and time.monotonic() < deadline:
             with contextlib.suppress(Exception):
-                self._producer.poll(0)
+                self._producer.poll(0.05)
         return self._fatal
 
     def _committed(self, consumer: Any, timeout: float) -> int | None:
