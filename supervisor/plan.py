@@ -4,7 +4,7 @@ with `--shard I/N`, which shard owns it. Reads the source clusters' metadata; wr
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 import msgspec
@@ -14,21 +14,18 @@ from config.model import Config
 from sinks.factory import location
 from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
+from supervisor.output import about, table_lines
 from supervisor.source import SourceClusters
 
 
-def _field(description: str) -> Any:
-    return msgspec.Meta(description=description)
-
-
 class PlannedMirror(msgspec.Struct, rename="kebab"):
-    cluster: Annotated[str, _field("The source cluster's name (its bootstrap list when written out in the entry).")]
-    topic: Annotated[str, _field("Source topic.")]
-    partition: Annotated[int, _field("Source partition.")]
-    mirror: Annotated[str, _field("Name in logs: the entry's, plus .<topic>-<partition> for a selection.")]
-    entry: Annotated[str, _field("The config entry that selects it, e.g. mirrors[2].")]
-    destination: Annotated[str, _field("Where it is written: a directory, an S3 prefix or a Kafka topic partition.")]
-    owner: Annotated[int | None, _field("The shard that mirrors it (with --shard I/N), else null.")] = None
+    cluster: Annotated[str, about("The source cluster's name (its bootstrap list when written out in the entry).")]
+    topic: Annotated[str, about("Source topic.")]
+    partition: Annotated[int, about("Source partition.")]
+    mirror: Annotated[str, about("Name in logs: the entry's, plus .<topic>-<partition> for a selection.")]
+    entry: Annotated[str, about("The config entry that selects it, e.g. mirrors[2].")]
+    destination: Annotated[str, about("Where it is written: a directory, an S3 prefix or a Kafka topic partition.")]
+    owner: Annotated[int | None, about("The shard that mirrors it (with --shard I/N), else null.")] = None
 
 
 class MissingTopicRow(msgspec.Struct, rename="kebab"):
@@ -42,9 +39,9 @@ class PlanDocument(msgspec.Struct, rename="kebab"):
 
     mirrors: list[PlannedMirror]
     missing_topics: Annotated[
-        list[MissingTopicRow], _field("Topics an entry names that the cluster does not hold (yet).")
+        list[MissingTopicRow], about("Topics an entry names that the cluster does not hold (yet).")
     ]
-    shards: Annotated[int | None, _field("N of --shard I/N, else null.")] = None
+    shards: Annotated[int | None, about("N of --shard I/N, else null.")] = None
 
 
 async def collect_plan(config: Config, timeout_s: float, shard: Shard | None) -> PlanDocument:
@@ -87,8 +84,7 @@ def render_table(plan: PlanDocument) -> str:
         if plan.shards is not None:
             cells.append(f"{row.owner}/{plan.shards}")
         body.append(cells)
-    widths = [max(len(h), *(len(r[i]) for r in body)) if body else len(h) for i, h in enumerate(headers)]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in [headers, *body]]
+    lines = table_lines(headers, body)
     lines.append(f"{len(plan.mirrors)} partition{'s' if len(plan.mirrors) != 1 else ''}")
     lines += [f"missing: {m.cluster}: topic {m.topic} ({m.entry}) does not exist" for m in plan.missing_topics]
     return "\n".join(lines)

@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import sys
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 import aiohttp
 import anyio
@@ -30,54 +30,51 @@ from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
 from supervisor.http import ProcessState
 from supervisor.metrics import metrics_port
+from supervisor.output import about, document_schema, table_lines
 from supervisor.source import SourceClusters
-
-
-def _field(description: str) -> Any:
-    return msgspec.Meta(description=description)
 
 
 class MirrorStatus(msgspec.Struct, rename="kebab"):
     """One mirror's row. Fields that could not be queried are null and `error` says why."""
 
-    name: Annotated[str, _field("The mirror's name from the config.")]
-    topic: Annotated[str, _field("Source topic.")]
-    partition: Annotated[int, _field("Source partition.")]
-    destination: Annotated[str, _field("Where the mirror writes, without secrets.")]
-    cluster: Annotated[str, _field("The source cluster's name (its bootstrap list when written out in the entry).")]
-    owner: Annotated[int | None, _field("With --shard I/N: the shard that mirrors this partition; else null.")] = None
-    source_log_start: Annotated[int | None, _field("Earliest offset the source partition holds.")] = None
+    name: Annotated[str, about("The mirror's name from the config.")]
+    topic: Annotated[str, about("Source topic.")]
+    partition: Annotated[int, about("Source partition.")]
+    destination: Annotated[str, about("Where the mirror writes, without secrets.")]
+    cluster: Annotated[str, about("The source cluster's name (its bootstrap list when written out in the entry).")]
+    owner: Annotated[int | None, about("With --shard I/N: the shard that mirrors this partition; else null.")] = None
+    source_log_start: Annotated[int | None, about("Earliest offset the source partition holds.")] = None
     source_end: Annotated[
-        int | None, _field("Offset the mirror reads up to: the last stable offset with read_committed.")
+        int | None, about("Offset the mirror reads up to: the last stable offset with read_committed.")
     ] = None
-    source_high_watermark: Annotated[int | None, _field("The source partition's high watermark.")] = None
+    source_high_watermark: Annotated[int | None, about("The source partition's high watermark.")] = None
     destination_next: Annotated[
-        int | None, _field("Next source offset the destination expects; null when it holds nothing yet.")
+        int | None, about("Next source offset the destination expects; null when it holds nothing yet.")
     ] = None
-    lag: Annotated[int | None, _field("source-end minus destination-next (or minus source-log-start when empty).")] = (
+    lag: Annotated[int | None, about("source-end minus destination-next (or minus source-log-start when empty).")] = (
         None
     )
     last_flush: Annotated[
         str | None,
-        _field("UTC time (ISO 8601) of the newest durable write where the destination records it (files, objects)."),
+        about("UTC time (ISO 8601) of the newest durable write where the destination records it (files, objects)."),
     ] = None
     state: Annotated[
         str | None,
-        _field(
+        about(
             "The mirror in the running process: starting, running, restarting (failed, a restart is due), failed "
             "(stopped for good) or absent (the process does not run it: another shard's, or not discovered yet); "
             "null when no process answered."
         ),
     ] = None
-    failure: Annotated[str | None, _field("Why the running process reports the mirror failed or restarting.")] = None
-    error: Annotated[str | None, _field("Why the row is incomplete; null when every query succeeded.")] = None
+    failure: Annotated[str | None, about("Why the running process reports the mirror failed or restarting.")] = None
+    error: Annotated[str | None, about("Why the row is incomplete; null when every query succeeded.")] = None
 
 
 class StatusDocument(msgspec.Struct):
     """`status --format json`: the exit code is 0 exactly when `ok` is true."""
 
-    ok: Annotated[bool, _field("Every mirror was queried without error, and the running process reports none failed.")]
-    process: Annotated[str | None, _field("The process whose /mirrors gave the states; null when none answered.")]
+    ok: Annotated[bool, about("Every mirror was queried without error, and the running process reports none failed.")]
+    process: Annotated[str | None, about("The process whose /mirrors gave the states; null when none answered.")]
     mirrors: list[MirrorStatus]
 
 
@@ -263,27 +260,16 @@ def render_table(report: StatusReport) -> str:
         ]
         for row in report.rows
     ]
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in [headers, *body]]
-    return "\n".join(lines)
+    return "\n".join(table_lines(headers, body))
 
 
 def render_json(report: StatusReport) -> str:
     return msgspec.json.encode(StatusDocument(ok=report.ok, process=report.process, mirrors=report.rows)).decode()
 
 
-def status_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = msgspec.json.schema(StatusDocument)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "mirror-v3 status --format json"
-    # Every key is always present (null when unknown), so consumers never test for absence.
-    for definition in schema.get("$defs", {}).values():
-        definition["required"] = sorted(definition.get("properties", {}))
-    return schema
-
-
 def render_schema() -> str:
-    return json.dumps(status_schema(), indent=2, sort_keys=True) + "\n"
+    schema = document_schema(StatusDocument, "mirror-v3 status --format json")
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
 def _iso_utc(timestamp: float) -> str:

@@ -16,7 +16,7 @@ import re
 import sys
 import uuid
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio
 import anyio.to_thread
@@ -33,6 +33,7 @@ from sinks.factory import SinkFactory
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
+from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.source import SourceClusters, SourceOffsets
 from workers.range_job import RangeJobError
@@ -41,47 +42,43 @@ from workers.verify_job import VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
 
 
-def _field(description: str) -> Any:
-    return msgspec.Meta(description=description)
-
-
 class FoundDifference(msgspec.Struct, rename="kebab"):
-    offset: Annotated[int, _field("Source offset.")]
-    kind: Annotated[str, _field("different, missing (at the destination), extra or duplicate (at the destination).")]
-    fields: Annotated[list[str], _field("For `different`: key, value, headers, timestamp, timestamp_type.")]
+    offset: Annotated[int, about("Source offset.")]
+    kind: Annotated[str, about("different, missing (at the destination), extra or duplicate (at the destination).")]
+    fields: Annotated[list[str], about("For `different`: key, value, headers, timestamp, timestamp_type.")]
 
 
 class MirrorVerification(msgspec.Struct, rename="kebab"):
     """One mirror's result. Counts are null when the mirror could not be checked (`error` says why)."""
 
-    name: Annotated[str, _field("The mirror's name.")]
-    topic: Annotated[str, _field("Source topic.")]
-    partition: Annotated[int, _field("Source partition.")]
-    cluster: Annotated[str, _field("The source cluster's name.")]
-    destination: Annotated[str, _field("Where the mirror writes, without secrets.")]
-    checked_from: Annotated[int | None, _field("First source offset compared.")] = None
-    checked_end: Annotated[int | None, _field("End (exclusive) of the compared range: the destination's end.")] = None
-    equal: Annotated[int | None, _field("Records identical on both sides.")] = None
-    different: Annotated[int | None, _field("Offsets held by both sides with different contents.")] = None
-    missing: Annotated[int | None, _field("Records of the source that the destination lacks.")] = None
-    extra: Annotated[int | None, _field("Records the destination holds that the source does not (duplicates too).")] = (
+    name: Annotated[str, about("The mirror's name.")]
+    topic: Annotated[str, about("Source topic.")]
+    partition: Annotated[int, about("Source partition.")]
+    cluster: Annotated[str, about("The source cluster's name.")]
+    destination: Annotated[str, about("Where the mirror writes, without secrets.")]
+    checked_from: Annotated[int | None, about("First source offset compared.")] = None
+    checked_end: Annotated[int | None, about("End (exclusive) of the compared range: the destination's end.")] = None
+    equal: Annotated[int | None, about("Records identical on both sides.")] = None
+    different: Annotated[int | None, about("Offsets held by both sides with different contents.")] = None
+    missing: Annotated[int | None, about("Records of the source that the destination lacks.")] = None
+    extra: Annotated[int | None, about("Records the destination holds that the source does not (duplicates too).")] = (
         None
     )
     holes: Annotated[
-        int | None, _field("Offsets neither side holds: compaction, transaction markers, aborted records (legal).")
+        int | None, about("Offsets neither side holds: compaction, transaction markers, aborted records (legal).")
     ] = None
     unverifiable_from: Annotated[
-        int | None, _field("Start of the destination's range below the source's log start (files checked only).")
+        int | None, about("Start of the destination's range below the source's log start (files checked only).")
     ] = None
-    unverifiable_end: Annotated[int | None, _field("End (exclusive) of that range: the source's log start.")] = None
-    not_yet_mirrored: Annotated[int | None, _field("Source offsets beyond the destination's end (the lag).")] = None
-    problems: Annotated[list[str], _field("Files that are not what their names promise.")] = msgspec.field(
+    unverifiable_end: Annotated[int | None, about("End (exclusive) of that range: the source's log start.")] = None
+    not_yet_mirrored: Annotated[int | None, about("Source offsets beyond the destination's end (the lag).")] = None
+    problems: Annotated[list[str], about("Files that are not what their names promise.")] = msgspec.field(
         default_factory=list
     )
-    differences: Annotated[list[FoundDifference], _field("The first differences, by offset.")] = msgspec.field(
+    differences: Annotated[list[FoundDifference], about("The first differences, by offset.")] = msgspec.field(
         default_factory=list
     )
-    error: Annotated[str | None, _field("Why the mirror could not be checked; null when it was.")] = None
+    error: Annotated[str | None, about("Why the mirror could not be checked; null when it was.")] = None
 
     @property
     def ok(self) -> bool:
@@ -91,7 +88,7 @@ class MirrorVerification(msgspec.Struct, rename="kebab"):
 class VerifyDocument(msgspec.Struct):
     """`verify --format json`: the exit code is 0 exactly when `ok` is true."""
 
-    ok: Annotated[bool, _field("Every mirror was checked, and everything checked is equal.")]
+    ok: Annotated[bool, about("Every mirror was checked, and everything checked is equal.")]
     mirrors: list[MirrorVerification]
 
 
@@ -284,9 +281,7 @@ def render_table(report: VerifyReport) -> str:
         ]
         for row in report.rows
     ]
-    headers = list(TABLE_COLUMNS)
-    widths = [max(len(h), *(len(r[i]) for r in body)) for i, h in enumerate(headers)]
-    lines = ["  ".join(cell.ljust(widths[i]) for i, cell in enumerate(line)).rstrip() for line in [headers, *body]]
+    lines = table_lines(TABLE_COLUMNS, body)
     for row in report.rows:
         for difference in row.differences:
             what = f"{difference.kind} ({', '.join(difference.fields)})" if difference.fields else difference.kind
@@ -298,17 +293,9 @@ def render_json(report: VerifyReport) -> str:
     return msgspec.json.encode(VerifyDocument(ok=report.ok, mirrors=report.rows)).decode()
 
 
-def verify_schema() -> dict[str, Any]:
-    schema: dict[str, Any] = msgspec.json.schema(VerifyDocument)
-    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
-    schema["title"] = "mirror-v3 verify --format json"
-    for definition in schema.get("$defs", {}).values():
-        definition["required"] = sorted(definition.get("properties", {}))
-    return schema
-
-
 def render_schema() -> str:
-    return json.dumps(verify_schema(), indent=2, sort_keys=True) + "\n"
+    schema = document_schema(VerifyDocument, "mirror-v3 verify --format json")
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
 
 
 VERIFY_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.verify.schema.json"

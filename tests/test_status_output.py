@@ -99,3 +99,7 @@ def test_states_from_the_running_process_join_by_mirror_name_and_a_failed_one_is
     assert first.split()[8] == "restarting" and first.endswith("process: destination /a: not a directory")
     rows[0].state, rows[0].failure = "running", None
     assert StatusReport(rows, "http://127.0.0.1:9090").ok
+
+
+def test_a_table_without_rows_is_its_header() -> None:
+    assert render_table(StatusReport([])) == "  ".join(TABLE_COLUMNS)

@@ -16,7 +16,7 @@ from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from workers.kafka_range import SourcePartition
 from workers.python_worker import keep_zip_directories
-from workers.range_job import TASK_ERRORS, RangeJobError, run_tasks
+from workers.range_job import TASK_ERRORS, RangeJobError, raise_task_error, run_tasks
 from workers.record_comparison import Comparison, Difference
 from workers.verify_task import SliceCheck, check_slice
 
@@ -70,10 +70,7 @@ def run_verify_job(spark: SparkSession, slices: tuple[VerifySlice, ...], job_gro
         CHECKED_DDL,
         lambda frame: frame.toArrow(),
     ).to_pylist()
-    failed = sorted((row["task"], row["error_kind"], row["error"]) for row in rows if row["error_kind"] is not None)
-    if failed:
-        _, kind, message = failed[0]
-        raise RangeJobError(kind, message)
+    raise_task_error(rows)
     checks: list[SliceCheck | None] = [None] * len(slices)
     for row in rows:
         differences = tuple(Difference(o, k, tuple(f)) for o, k, f in json.loads(row["differences"]))
