@@ -12,7 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from sinks.kafka_records import parse_source_offset
 from sinks.produce_target import KafkaProduceTarget
-from sinks.retry import RetryPolicy
+from sinks.retry import RetryPolicy, TransientDestinationError
 from tests.fakes import FakeConsumer, FakePartitionSource
 from workers.kafka_produce import (
     DestinationMovedError,
@@ -296,3 +296,50 @@ def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
     clients.producer = lambda on_error=None: FencedMidway(on_error)  # type: ignore[method-assign]
     with pytest.raises(ProducerFencedError, match=r"fenced by a newer producer with transactional\.id"):
         produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
+
+
+def test_a_producer_made_unusable_by_a_lost_connection_is_replaced_and_the_range_produced_once() -> None:
+    """librdkafka declares an idempotent producer fatal when a lost connection desynchronises its sequence
+    numbers; the open transaction is never committed, so a new producer may write the range again."""
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    producers: list[FakeProducer] = []
+
+    class DesynchronisedOnce(FakeProducer):
+        def commit_transaction(self, timeout: float) -> None:
+            if len(producers) == 1:
+                self._pending = []  # what it produced belongs to a transaction that is never committed
+                raise KafkaException(
+                    KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "sequence desynchronization", fatal=True)
+                )
+            super().commit_transaction(timeout)
+
+    def new_producer(on_error: Any = None) -> FakeProducer:
+        producers.append(DesynchronisedOnce(destination, True))
+        return producers[-1]
+
+    clients = FakeClients(source, destination, transactional=True)
+    clients.producer = new_producer  # type: ignore[method-assign]
+    produced = produce_range(
+        source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients, sleep=lambda _: None
+    )
+    assert (produced.retries, len(producers)) == (1, 2)
+    assert [parse_source_offset(r.headers) for r in destination.log] == list(range(10))
+    assert destination.committed["mirror-v3.copy"] == 10
+
+
+def test_a_fatal_authorization_error_is_not_retried() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+
+    class Unauthorised(FakeProducer):
+        def init_transactions(self, timeout: float) -> None:
+            raise KafkaException(
+                KafkaError(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "not authorised", fatal=True)
+            )
+
+    clients = FakeClients(source, destination, transactional=True)
+    clients.producer = lambda on_error=None: Unauthorised(destination, True)  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="not authorised") as caught:
+        produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
+    assert not isinstance(caught.value, TransientDestinationError)

@@ -40,6 +40,10 @@ _FENCED = {-144, 47, 90}  # _FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 # connections, no broker up, a coordinator that is loading or moving.
 _TRANSIENT = {-185, -187, -195, -192, 7, 14, 15, 16}
 _FATAL = -150  # librdkafka's "the client is unusable"; the cause arrives through the error callback
+# Fatal producer errors that a new producer would meet again (authorization, an old broker): every other
+# fatal error (a sequence desynchronised by a lost connection, an unknown producer id) dies with the
+# producer instance, so renumber mode starts a new one.
+_PERMANENT_FATAL = {29, 31, 35, 53}  # TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION
 _FATAL_CAUSE_WAIT_S = 1.0
 _TRANSACTION_TIMEOUT_MS = 120_000
 
@@ -348,6 +352,12 @@ class _RenumberAttempts:
             classified = _classified(target, error)
             if isinstance(classified, TransientDestinationError):
                 self._abandon_transaction()
+            elif _replaceable(error, classified):
+                # The producer is unusable, but its transaction was never committed. The next producer
+                # with the same transactional.id aborts it in init_transactions (records that reached the
+                # log stay invisible to read_committed readers), and the range is produced again.
+                self._producer = None
+                raise TransientDestinationError(f"{target.name}: producer restarted after {error.str()}") from None
             raise classified from None
 
     def _on_error(self, error: Any) -> None:
@@ -416,6 +426,13 @@ class _RenumberAttempts:
             if consumer is not None:
                 with contextlib.suppress(Exception):
                     consumer.close()
+
+
+def _replaceable(error: Any, classified: Exception) -> bool:
+    """A fatal error that dies with the producer instance: not a fence, not one a new producer meets again."""
+    return (
+        bool(error.fatal()) and not isinstance(classified, ProducerFencedError) and error.code() not in _PERMANENT_FATAL
+    )
 
 
 def _classified(target: KafkaProduceTarget, error: Any) -> Exception:
