@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sinks.kafka_records import SOURCE_OFFSET_HEADER, parse_source_offset, source_offset_header
+from sinks.kafka_records import SOURCE_OFFSET_HEADER, parse_source_offset, source_offset_header, split_source_offset
 
 
 def test_the_header_round_trips() -> None:
@@ -19,6 +19,7 @@ def test_the_header_round_trips() -> None:
     [
         ([(SOURCE_OFFSET_HEADER, b"42")], 42),
         ([("other", b"1"), (SOURCE_OFFSET_HEADER, b"0")], 0),
+        ([(SOURCE_OFFSET_HEADER, b"7"), ("other", b"1"), (SOURCE_OFFSET_HEADER, b"42")], 42),  # mirrored twice
         ([("other", b"1")], None),
         ([(SOURCE_OFFSET_HEADER, None)], None),
         ([(SOURCE_OFFSET_HEADER, b"not a number")], None),
@@ -27,3 +28,13 @@ def test_the_header_round_trips() -> None:
 )
 def test_parse_source_offset(headers: Any, expected: int | None) -> None:
     assert parse_source_offset(headers) == expected
+
+
+def test_the_mirrors_own_header_is_split_from_the_records_headers() -> None:
+    upstream = (SOURCE_OFFSET_HEADER, b"7")  # written by the mirror before this one (A to B, then B to C)
+    assert split_source_offset([upstream, ("k", None), ("k", b"v"), source_offset_header(42)]) == (
+        42,
+        (upstream, ("k", None), ("k", b"v")),
+    )
+    assert split_source_offset([source_offset_header(3)]) == (3, None)  # a record without headers of its own
+    assert split_source_offset([("k", b"v")]) == (None, (("k", b"v"),))
