@@ -8,6 +8,7 @@ source, too few partitions) are tested below the CLI in tests/test_kafka_sink_op
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import time
@@ -58,6 +59,12 @@ def _assert_exactly_once(source: KafkaBroker, destination: KafkaTarget, topic: s
             copied = consume_all(destination.bootstrap, topic, partition, "read_uncommitted")
             expected = source_records(source.bootstrap, topic, partition)
             assert [r.offset for r in copied] == [r.offset for r in expected], "destination offsets differ"
+
+
+def _verify(config: Path, *extra: str) -> tuple[int, dict[str, Any]]:
+    result = run_cli("verify", "--config", str(config), "--format", "json", *extra, timeout=300)
+    assert result.stdout, result.stderr
+    return result.returncode, json.loads(result.stdout)
 
 
 def _compacted_source(kafka: KafkaBroker, topic: str) -> None:
@@ -115,6 +122,26 @@ def test_round_trip_with_status(
     for topic, end in holes.items():
         assert len(destination.records(topic, 0)) < end, "the source was meant to have holes"
         _assert_exactly_once(kafka, destination, topic)
+
+    # `verify` agrees, holes included; then finds a record produced into the destination by hand.
+    code, document = _verify(config)
+    assert code == 0 and document["ok"], document
+    rows = {(row["topic"], row["partition"]): row for row in document["mirrors"]}
+    for partition in range(3):
+        row = rows[topic_name, partition]
+        assert (row["checked-from"], row["checked-end"], row["equal"], row["holes"]) == (0, 10_000, 10_000, 0)
+    for topic, end in holes.items():
+        row = rows[topic, 0]
+        assert (row["checked-end"], row["equal"]) == (end, len(destination.records(topic, 0))), row
+        assert row["holes"] > 0 and row["equal"] + row["holes"] == end - row["checked-from"]
+    appended_at = watermarks(kafka_destination_broker.bootstrap, topic_name, 1)[1]
+    produce(kafka_destination_broker.bootstrap, topic_name, 1, generate_records(1, seed=99))
+    code, document = _verify(config, "--mirrors", f"{re.escape(topic_name)}-1")
+    (row,) = document["mirrors"]
+    assert code == 1 and not document["ok"]
+    expected = (10_000, "extra") if offsets == "preserve" else (appended_at, "unmapped")  # renumber: no header
+    assert [(d["offset"], d["kind"]) for d in row["differences"]] == [expected]
+    assert (row["equal"], row["extra"]) == (10_000, 1)
 
 
 @pytest.mark.parametrize("offsets", MODES)

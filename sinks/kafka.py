@@ -369,6 +369,30 @@ class KafkaSink:
             upper, window = lower, window * 4
         return None
 
+    async def extent(self) -> tuple[int, int]:
+        """(log start, end) of the destination partition as this mode reads it: renumber reads committed
+        records only, so its end is the last stable offset."""
+        isolation = "read_uncommitted" if self._mode == "preserve" else "read_committed"
+        return await self._call(lambda: self._clients.watermarks(self._tp, isolation))
+
+    async def source_offset_from(self, offset: int, end: int) -> int | None:
+        """renumber: the source offset carried by the first committed record in destination offsets [offset, end)
+        that carries one; None when none does. Reads forward in growing windows (a range of transaction markers
+        and aborted records is skipped in a few reads; a record of its own is usually the first one)."""
+
+        async def search() -> int | None:
+            lower, window = offset, 16
+            while lower < end:
+                upper = min(end, lower + window)
+                for record in await self._clients.records(self._tp, lower, upper, "read_committed"):
+                    found = parse_source_offset(record.headers)
+                    if found is not None:
+                        return found
+                lower, window = upper, min(window * 4, _TAIL_WINDOW)
+            return None
+
+        return await self._call(search)
+
     # -- commit ----------------------------------------------------------------------------------
 
     def staging(self) -> KafkaProduceTarget:

@@ -6,7 +6,11 @@ every slice of every mirror (`workers.verify_job`): no record reaches the driver
 whatever the partition's size. What the source no longer holds (below its log start) cannot be compared: its files
 are still checked as files, and the range is reported as unverifiable.
 
-Blob destinations (filesystem, S3). A Kafka destination is refused with a clear message for now.
+Blob destinations (filesystem, S3): the chain is cut into slices of whole blobs, every file checked as a file.
+Kafka destinations: the partition is cut into ranges of about `spark.offsets-per-task` destination offsets. In
+renumber mode the driver first reads the first record at or after each range's start: its source-offset header
+says where in the source the range begins (`KafkaSink.source_offset_from`), so consecutive tasks compare ranges
+that meet exactly, whatever the destination holds.
 """
 
 from __future__ import annotations
@@ -24,27 +28,36 @@ import msgspec
 
 from config.errors import ConfigError
 from config.estate import MirrorSpec, Shard, compile_entries
-from config.kafka_clients import ClientSettingsError
+from config.kafka_clients import ClientSettingsError, librdkafka_properties
 from config.model import Config, KafkaDestination
 from config.schema import SCHEMA_PATH, write_or_check
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
 from sinks.factory import SinkFactory
+from sinks.kafka import KafkaSink
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
 from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.source import SourceClusters, SourceOffsets
+from workers.kafka_range import SourcePartition
+from workers.kafka_verify_task import KafkaSlice
 from workers.range_job import RangeJobError
 from workers.spark_session import get_spark
-from workers.verify_job import VerifySlice, run_verify_job
+from workers.verify_job import BlobSlice, VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
 
 
 class FoundDifference(msgspec.Struct, rename="kebab"):
-    offset: Annotated[int, about("Source offset.")]
-    kind: Annotated[str, about("different, missing (at the destination), extra or duplicate (at the destination).")]
+    offset: Annotated[int, about("Source offset (for `unmapped`: the destination offset).")]
+    kind: Annotated[
+        str,
+        about(
+            "different, missing (at the destination), extra or duplicate (at the destination), unmapped (a renumbered "
+            "Kafka destination's record without the mirror-v3.source-offset header)."
+        ),
+    ]
     fields: Annotated[list[str], about("For `different`: key, value, headers, timestamp, timestamp_type.")]
 
 
@@ -130,10 +143,8 @@ async def collect_verification(
     max_differences: int = 20,
     timeout_s: float = 30.0,
 ) -> VerifyReport:
-    """Check every selected mirror. Raises ConfigError (a Kafka destination, a collision) and SourceError (a cluster
-    whose topics cannot be read)."""
-    if isinstance(config.destination, KafkaDestination):
-        raise ConfigError("verify: destination.type kafka is not supported yet (filesystem and s3 are)")
+    """Check every selected mirror. Raises ConfigError (unusable destination settings, a collision) and SourceError
+    (a cluster whose topics cannot be read)."""
     clusters = SourceClusters()
     try:
         with anyio.fail_after(timeout_s):
@@ -181,17 +192,33 @@ async def _prepare(
 ) -> _Prepared:
     sink = sinks.build(mirror, retries=False)
     row = MirrorVerification(mirror.name, mirror.topic, mirror.partition, mirror.cluster, sink.description)
-    assert isinstance(sink, BlobSink)
-    reader = sinks.blob_reader(mirror)
-    assert reader is not None
+    per_slice = config.spark.offsets_per_task
     try:
         with anyio.fail_after(timeout_s):
             offsets = await clusters.get(mirror.source, mirror.source_field).offsets(
                 mirror.topic, mirror.partition, mirror.source.isolation_level
             )
-        with anyio.fail_after(timeout_s * 10):
-            chain = await verify_all(sink.chain.store)
         source = source_partition(mirror, group_id=f"mirror-v3.verify.{mirror.name}")
+        slices: tuple[VerifySlice, ...]
+        if isinstance(sink, KafkaSink):
+            assert isinstance(config.destination, KafkaDestination)
+            destination = _destination_partition(config.destination, mirror)
+            with anyio.fail_after(timeout_s * 10):
+                renumbered = config.destination.offsets == "renumber"
+                slices = await _kafka_slices(
+                    row, sink, source, destination, offsets, renumbered, per_slice, max_differences
+                )
+        else:
+            assert isinstance(sink, BlobSink)
+            reader = sinks.blob_reader(mirror)
+            assert reader is not None
+            with anyio.fail_after(timeout_s * 10):
+                chain = await verify_all(sink.chain.store)
+            _ranges(row, chain, offsets)
+            slices = tuple(
+                BlobSlice(source, reader, blobs, offsets.log_start, offsets.end, max_differences)
+                for blobs in slices_of(chain, per_slice)
+            )
     except TimeoutError:
         row.error = f"timed out after {timeout_s:g}s"
         return _Prepared(row, ())
@@ -201,18 +228,92 @@ async def _prepare(
     finally:
         with anyio.CancelScope(shield=True):
             await sink.close()
-    _ranges(row, chain, offsets)
-    if not chain:
-        return _Prepared(row, ())
-    per_slice = config.spark.offsets_per_task
-    slices = tuple(
-        VerifySlice(source, reader, blobs, offsets.log_start, offsets.end, max_differences)
-        for blobs in slices_of(chain, per_slice)
-    )
     return _Prepared(row, slices)
 
 
+def _destination_partition(destination: KafkaDestination, mirror: MirrorSpec) -> SourcePartition:
+    """The destination partition as a Spark task reads it: committed records only."""
+    return SourcePartition(
+        bootstrap_servers=destination.bootstrap_servers,
+        topic=mirror.destination_name,
+        partition=mirror.partition,
+        isolation_level="read_committed",
+        group_id=f"mirror-v3.verify.{mirror.name}",
+        stall_timeout_s=destination.request_timeout_ms / 1000,
+        client_properties=librdkafka_properties(destination.security, "destination.security"),
+    )
+
+
+async def _kafka_slices(
+    row: MirrorVerification,
+    sink: KafkaSink,
+    source: SourcePartition,
+    destination: SourcePartition,
+    offsets: SourceOffsets,
+    renumbered: bool,
+    per_slice: int,
+    max_differences: int,
+) -> tuple[KafkaSlice, ...]:
+    """Cut the destination partition into slices and fill in the row's ranges (in source offsets)."""
+    position = (await sink.inspect()).next_offset  # checks the topic; the next source offset it expects
+    dest_start, dest_end = await sink.extent()
+    if renumbered:
+        starts = list(range(dest_start, dest_end, per_slice))
+        found: list[int | None] = [None] * len(starts)
+        limiter = anyio.CapacityLimiter(8)
+
+        async def find(index: int) -> None:
+            async with limiter:
+                found[index] = await sink.source_offset_from(starts[index], dest_end)
+
+        async with anyio.create_task_group() as tasks:
+            for index in range(len(starts)):
+                tasks.start_soon(find, index)
+        bounds = source_bounds(found, offsets.log_start if position is None else position)
+        origin = bounds[0]  # the first source offset the destination holds
+    else:  # a destination offset is its source offset; below the source's log start nothing can be compared
+        origin = dest_start
+        starts = list(range(min(max(dest_start, offsets.log_start), dest_end), dest_end, per_slice))
+        bounds = [*starts, dest_end]
+    end = bounds[-1]
+    row.checked_from, row.checked_end = min(max(bounds[0], offsets.log_start), end), end
+    if origin < row.checked_from:
+        row.unverifiable_from, row.unverifiable_end = origin, row.checked_from
+    row.not_yet_mirrored = max(0, offsets.end - max(end, offsets.log_start))
+    if not starts:
+        row.equal = row.different = row.missing = row.extra = row.holes = 0
+        return ()
+    return tuple(
+        KafkaSlice(
+            source,
+            destination,
+            renumbered,
+            dest_first,
+            bounds[index + 1] if not renumbered else starts[index + 1] if index + 1 < len(starts) else dest_end,
+            bounds[index],
+            bounds[index + 1],
+            offsets.log_start,
+            offsets.end,
+            max_differences,
+        )
+        for index, dest_first in enumerate(starts)
+    )
+
+
+def source_bounds(found: list[int | None], end: int) -> list[int]:
+    """renumber: the source offsets where consecutive slices begin, and the end. `found[i]` is the source offset of
+    the first mapped record at or after slice i's start (None: none from there on); `end` is the destination's
+    position. Made non-decreasing, so the slices' source ranges meet exactly and never run backwards (a record
+    out of that order is counted extra by its task). Pure; O(slices)."""
+    bounds: list[int] = []
+    for offset in found:
+        bounds.append(max(end if offset is None else offset, bounds[-1] if bounds else 0))
+    bounds.append(max(end, bounds[-1] if bounds else end))
+    return bounds
+
+
 def _ranges(row: MirrorVerification, chain: list[BlobRange], offsets: SourceOffsets) -> None:
+    """Blob destinations: the row's ranges from the chain's extent."""
     if not chain:
         row.equal = row.different = row.missing = row.extra = row.holes = 0
         row.not_yet_mirrored = max(0, offsets.end - offsets.log_start)

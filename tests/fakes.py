@@ -34,6 +34,7 @@ class FakeRecord:
     value: bytes | None
     headers: list[tuple[str, bytes | None]] = field(default_factory=list)
     timestamp_ms: int = 1_700_000_000_000
+    timestamp_type: int = 1  # librdkafka's numbering: 1 CreateTime, 2 LogAppendTime
 
 
 def records_table(records: list[FakeRecord], topic: str = "t", partition: int = 0) -> pa.Table:
@@ -85,7 +86,7 @@ class FakeMessage:
         return None if self._record is None else self._record.value
 
     def timestamp(self) -> tuple[int, int]:
-        return (1, 0 if self._record is None else self._record.timestamp_ms)
+        return (1, 0) if self._record is None else (self._record.timestamp_type, self._record.timestamp_ms)
 
     def headers(self) -> list[tuple[str, bytes | None]] | None:
         return None if self._record is None or not self._record.headers else list(self._record.headers)

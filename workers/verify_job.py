@@ -1,5 +1,6 @@
-"""One Spark job for `verify`: each task checks one slice of one chain (`workers.verify_task`) and returns its
-counts, its first differences and its file problems as one row. Slices of many mirrors share a job, so every core
+"""One Spark job for `verify`: each task checks one slice of one destination (a run of blobs of a chain,
+`workers.verify_task`, or a range of a Kafka partition, `workers.kafka_verify_task`) and returns its counts, its
+first differences and its file problems as one row. Slices of many mirrors share a job, so every core
 (or executor) works whatever the number or size of the partitions; no record reaches the driver.
 """
 
@@ -15,6 +16,7 @@ import pyarrow as pa
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from workers.kafka_range import SourcePartition
+from workers.kafka_verify_task import KafkaSlice
 from workers.python_worker import keep_zip_directories
 from workers.range_job import TASK_ERRORS, RangeJobError, raise_task_error, run_tasks
 from workers.record_comparison import Comparison, Difference
@@ -46,7 +48,7 @@ CHECKED_DDL = (
 
 
 @dataclass(frozen=True)
-class VerifySlice:
+class BlobSlice:
     """Consecutive blobs of one chain, checked by one task."""
 
     source: SourcePartition
@@ -55,6 +57,12 @@ class VerifySlice:
     check_from: int  # the source's log start: below it, files are checked but records not compared
     source_end: int  # what the source holds up to now (exclusive)
     max_differences: int
+
+    def check(self) -> SliceCheck:
+        return check_slice(self.source, self.blobs, self.reader, self.check_from, self.source_end, self.max_differences)
+
+
+VerifySlice = BlobSlice | KafkaSlice
 
 
 def run_verify_job(spark: SparkSession, slices: tuple[VerifySlice, ...], job_group: str) -> list[SliceCheck]:
@@ -99,9 +107,7 @@ def _check_function(
             for index in batch.column(0).to_pylist():
                 work = slices[index]
                 try:
-                    result = check_slice(
-                        work.source, work.blobs, work.reader, work.check_from, work.source_end, work.max_differences
-                    )
+                    result = work.check()
                 except TASK_ERRORS as exc:
                     row = {"task": index, "error_kind": type(exc).__name__, "error": str(exc)}
                     yield pa.RecordBatch.from_pylist([row], schema=CHECKED_SCHEMA)
