@@ -21,7 +21,7 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
@@ -30,6 +30,8 @@ import yaml
 from config.errors import ConfigError, DestinationCollisionError, FieldError, FieldPath, PathPart, format_path
 from config.estate import check_offline, compile_entries
 from config.model import Config, KafkaDestination, KafkaSecurity, S3Destination
+
+T = TypeVar("T")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # One token of a string value: an escaped `$${`, a well-formed reference, or a stray `${`.
@@ -59,9 +61,14 @@ _COMPRESSION_LEVELS: dict[str, tuple[int, int] | None] = {
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:
+    return parse_config(read_config_text(path), source=str(Path(path)))
+
+
+def read_config_text(path: str | os.PathLike[str]) -> str:
+    """The file's text; ConfigError naming the file when it cannot be read."""
     file = Path(path)
     try:
-        text = file.read_text(encoding="utf-8")
+        return file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{file}: config file not found") from None
     except IsADirectoryError:
@@ -70,7 +77,30 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise ConfigError(f"{file}: not UTF-8 text (invalid byte at offset {exc.start})") from None
     except OSError as exc:
         raise ConfigError(f"{file}: cannot read config file: {exc.strerror or exc}") from None
-    return parse_config(text, source=str(file))
+
+
+def parse_document(
+    text: str, typ: type[T], top_keys: str, source: str = "<config>", env: Mapping[str, str] | None = None
+) -> tuple[T, dict[FieldPath, int]]:
+    """YAML text decoded strictly into `typ` (${ENV} substituted, errors naming the field path and line), with the
+    line of each field for the caller's own checks. `top_keys` names the top-level keys, for the error when the
+    document is not a mapping."""
+    raw, lines = _load_yaml(text, source)
+    if raw is None:
+        raise ConfigError(f"{source}: config file is empty")
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: top level must be a mapping with {top_keys}, not {_kind(raw)}")
+    root = mi.type_info(typ)
+    prepared = _Preparer(os.environ if env is None else env, lines).prepare(raw, (), root)
+    try:
+        return msgspec.convert(prepared, typ), lines
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_describe_validation_error(str(exc), prepared, lines, root)) from None
+
+
+def line_suffix(lines: dict[FieldPath, int], path: FieldPath) -> str:
+    """` (line N)` for the field at `path` (or its nearest parent), for messages about it."""
+    return _line_suffix(lines, path)
 
 
 def parse_config(text: str, source: str = "<config>", env: Mapping[str, str] | None = None) -> Config:
@@ -196,8 +226,8 @@ def _child_type(typ: mi.Type | None, part: PathPart) -> mi.Type | None:
     return None
 
 
-def _type_at(path: FieldPath) -> mi.Type | None:
-    typ: mi.Type | None = _CONFIG_TYPE
+def _type_at(path: FieldPath, root: mi.Type = _CONFIG_TYPE) -> mi.Type | None:
+    typ: mi.Type | None = root
     for part in path:
         typ = _child_type(typ, part)
     return typ
@@ -358,7 +388,9 @@ def _value_at(data: Any, path: FieldPath) -> Any:
     return data
 
 
-def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, int]) -> str:
+def _describe_validation_error(
+    message: str, data: Any, lines: dict[FieldPath, int], root: mi.Type = _CONFIG_TYPE
+) -> str:
     match = _MSGSPEC_ERROR.match(message)
     assert match is not None  # the pattern matches any string
     msg, raw_path = match.group("msg"), match.group("path") or ""
@@ -370,7 +402,7 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
         return f"{format_path(field_path)}: required field is missing{_line_suffix(lines, path)}"
     if unknown := _UNKNOWN_FIELD.match(msg):
         field_path = (*path, unknown.group("field"))
-        known = _known_fields(path, data)
+        known = _known_fields(path, data, root)
         kebab = unknown.group("field").replace("_", "-").lower()
         if kebab in known:
             hint = f"; keys are kebab-case: did you mean {kebab}?"
@@ -380,11 +412,11 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
 
     msg = msg.replace("`", "")
     value = _value_at(data, path)
-    members = _members(_type_at(path))
+    members = _members(_type_at(path, root))
     literal = next((m for m in members if isinstance(m, mi.LiteralType)), None)
     struct = next((m for m in members if isinstance(m, mi.StructType)), None)
     if path and path[-1] == "type" and struct is None:
-        tags = [str(m.tag) for m in _members(_type_at(path[:-1])) if isinstance(m, mi.StructType) and m.tag]
+        tags = [str(m.tag) for m in _members(_type_at(path[:-1], root)) if isinstance(m, mi.StructType) and m.tag]
         if tags:
             msg = f"{msg}; expected one of: {', '.join(tags)}"
     elif "matching regex" in msg and isinstance(path[-1] if path else None, str) and value is not _MISSING:
@@ -398,8 +430,8 @@ def _describe_validation_error(message: str, data: Any, lines: dict[FieldPath, i
     return f"{format_path(path)}: {msg}{_line_suffix(lines, path)}"
 
 
-def _known_fields(path: FieldPath, data: Any) -> list[str]:
-    structs = [m for m in _members(_type_at(path)) if isinstance(m, mi.StructType)]
+def _known_fields(path: FieldPath, data: Any, root: mi.Type = _CONFIG_TYPE) -> list[str]:
+    structs = [m for m in _members(_type_at(path, root)) if isinstance(m, mi.StructType)]
     # In a tagged union (the destination), the keys that count are those of the chosen type.
     chosen = next(
         (m for m in structs if m.tag_field is not None and _value_at(data, (*path, m.tag_field)) == m.tag),
@@ -475,17 +507,17 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
                 raise error(("mirrors", index, "flush", "daily"), "only files and objects are cut by day; remove it")
         if config.defaults.flush is not None and config.defaults.flush.daily:
             raise error(("defaults", "flush", "daily"), "only files and objects are cut by day; remove it")
-        problem = _security_problem(destination.security)
+        problem = security_problem(destination.security)
         if problem is not None:
             raise error(("destination", "security", *problem[0]), problem[1])
 
     for name, cluster in config.clusters.items():
-        problem = _security_problem(cluster.security)
+        problem = security_problem(cluster.security)
         if problem is not None:
             raise error(("clusters", name, "security", *problem[0]), problem[1])
     for index, mirror in enumerate(config.mirrors):
         if mirror.source is not None:
-            problem = _security_problem(mirror.source.security)
+            problem = security_problem(mirror.source.security)
             if problem is not None:
                 raise error(("mirrors", index, "source", "security", *problem[0]), problem[1])
     if isinstance(destination, KafkaDestination) and destination.offsets == "preserve":
@@ -508,7 +540,7 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         raise ConfigError(f"{exc}{_line_suffix(lines, exc.path)}") from None
 
 
-def _security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
+def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
     """The first inconsistency between the protocol and the sasl / tls blocks, if any."""
     uses_sasl = security.protocol.startswith("SASL_")
     uses_tls = security.protocol in ("SSL", "SASL_SSL")

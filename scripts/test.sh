@@ -18,6 +18,7 @@ echo "== schema"
 python -m config.schema --check
 python -m supervisor.status --check
 python -m supervisor.verify --check
+python -m config.restore --check
 python -m config.reference --check
 echo "== pytest"
 # The slowest tests are listed so that a CI run that creeps towards its 20-minute budget shows where.

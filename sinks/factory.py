@@ -20,6 +20,7 @@ from config.model import (
 )
 from config.secrets import remember
 from sinks.base import DestinationError, Sink
+from sinks.blob_chain import BlobStore
 from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader
 from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
@@ -56,15 +57,27 @@ class SinkFactory:
 
     def blob_reader(self, mirror: MirrorSpec) -> BlobReader | None:
         """How a Spark task reads this mirror's blobs back; None for a Kafka destination."""
+        return self.chain_reader(mirror.destination_name, mirror.partition)
+
+    def chain_reader(self, destination_name: str, partition: int) -> BlobReader | None:
+        """How a Spark task reads the blobs of one chain; None for a Kafka destination."""
         destination = self._destination
         if isinstance(destination, FilesystemDestination):
             root = Path(destination.root).expanduser().resolve()
-            return FilesystemBlobReader(str(root / mirror.destination_name / str(mirror.partition)))
+            return FilesystemBlobReader(str(root / destination_name / str(partition)))
         if isinstance(destination, S3Destination):
             assert self._s3 is not None
-            key_prefix = _s3_key_prefix(destination, mirror.destination_name, mirror.partition) + "/"
+            key_prefix = _s3_key_prefix(destination, destination_name, partition) + "/"
             return S3BlobReader(self._s3.settings, key_prefix, retry_policy(destination.retry))
         return None
+
+    def chain_store(self, destination_name: str, partition: int) -> BlobStore:
+        """The store of one chain of a blob destination, for listing it (`restore`); close it after use."""
+        destination = self._destination
+        if isinstance(destination, FilesystemDestination):
+            return filesystem_sink(destination, destination_name, partition).chain.store
+        assert isinstance(destination, S3Destination) and self._s3 is not None
+        return S3Store(self._s3, _s3_key_prefix(destination, destination_name, partition) + "/")
 
     def build(
         self,

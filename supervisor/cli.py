@@ -1,4 +1,4 @@
-"""Command line: `python -m supervisor {validate,plan,run,status,verify} --config FILE`.
+"""Command line: `python -m supervisor {validate,plan,run,status,verify,restore} --config FILE`.
 
 stdout carries only command output; every log line goes to stderr.
 """
@@ -17,6 +17,7 @@ import anyio
 from config import ConfigError, load_config
 from config.estate import Shard
 from config.model import Config
+from sinks.base import DestinationError
 from supervisor import early_signals
 from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, SourceError
 from supervisor.logs import setup_logging
@@ -70,6 +71,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-differences", type=int, default=20, help="differences listed per mirror, the first by offset (20)"
     )
     verify.add_argument("--timeout", type=float, default=30.0, help="seconds allowed per metadata query (default 30)")
+    restore = commands.add_parser(
+        "restore", help="produce archived chains (filesystem or S3) back into Kafka topics, exactly once"
+    )
+    restore.add_argument("--config", required=True, help="path to the restore YAML config (archive, restore, ...)")
+    restore.add_argument(
+        "--dry-run", action="store_true", help="print the partitions, ranges, records and holes, and write nothing"
+    )
     return parser
 
 
@@ -86,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command != "run":
         early_signals.release()  # only `run` drains; the other commands stop as any program does
     setup_logging()
+    if args.command == "restore":  # a config of its own
+        return _restore(args)
     try:
         config = load_config(args.config)
         shard = _shard(getattr(args, "shard", None))
@@ -150,6 +160,32 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
         stop_spark()
     print(render_json(report) if args.format == "json" else render_table(report))
     return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _restore(args: argparse.Namespace) -> int:
+    from config.restore import load_restore_config
+    from supervisor.restore import RestoreFailedError, RestoreRefusedError, run_restore
+    from workers.range_job import SparkGoneError
+    from workers.spark_session import SparkStartError, stop_spark
+
+    try:
+        config = load_restore_config(args.config)
+        print(anyio.run(partial(run_restore, config, dry_run=args.dry_run)))
+    except ConfigError as exc:
+        print(f"invalid config: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    except RestoreRefusedError as exc:
+        print(f"restore refused: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except (RestoreFailedError, SparkGoneError, DestinationError) as exc:
+        print(f"restore failed: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except SparkStartError as exc:
+        print(f"cannot start Spark: {exc}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    finally:
+        stop_spark()
+    return EXIT_OK
 
 
 def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:

@@ -103,6 +103,7 @@ class MirrorRun:
         *,
         env: Mapping[str, str] | None = None,
         metrics_port: int | None = None,
+        command: str = "run",  # or "restore"
     ) -> None:
         self.log_path = log_path
         self.metrics_port = metrics_port
@@ -112,7 +113,7 @@ class MirrorRun:
         self.started_at = time.time()
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "supervisor", "run", "--config", str(config)],
+                [sys.executable, "-m", "supervisor", command, "--config", str(config)],
                 cwd=REPO,
                 env=cli_env(extra),
                 stdin=subprocess.DEVNULL,

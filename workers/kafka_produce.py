@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -141,21 +141,37 @@ class LibrdkafkaClients:
         )
 
 
+# Reads the records of [read_from, end) as lists of messages (anything with librdkafka's message methods).
+RecordReader = Callable[[int, int], Iterable[list[Any]]]
+
+
 def produce_range(
     source: SourcePartition,
     task: TaskRange,
     target: KafkaProduceTarget,
     clients: ProduceClients | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    read: RecordReader | None = None,
 ) -> ProducedRange:
+    """Produce the records of the task's range into the target. They are read from the source partition, or by
+    `read` (restore reads them from archived blobs; `source` then only names the partition in messages)."""
     clients = clients or LibrdkafkaClients(source, target)
+    if read is None:
+        read = _source_reader(source, clients)
     if target.offsets == "preserve":
-        return _preserve(source, task, target, clients)
-    attempts = _RenumberAttempts(source, task, target, clients)
+        return _preserve(source, task, target, clients, read)
+    attempts = _RenumberAttempts(source, task, target, clients, read)
     try:
         return retry_transient_sync(attempts.run, target.retry, f"{target.name}: transaction", sleep=sleep)
     finally:
         attempts.close()
+
+
+def _source_reader(source: SourcePartition, clients: ProduceClients) -> RecordReader:
+    def read(read_from: int, end: int) -> Iterable[list[Any]]:
+        return consume_range(source, read_from, end, clients.source_consumer())
+
+    return read
 
 
 @dataclass
@@ -192,7 +208,7 @@ def _produce_all(
     source: SourcePartition,
     task: TaskRange,
     target: KafkaProduceTarget,
-    clients: ProduceClients,
+    read: RecordReader,
     producer: Any,
     written: _Written,
     *,
@@ -205,7 +221,7 @@ def _produce_all(
     def on_delivery(error: Any, message: Any) -> None:
         written.delivered(error, message, check)
 
-    for messages in consume_range(source, task.read_from, task.end, clients.source_consumer()):
+    for messages in read(task.read_from, task.end):
         for message in messages:
             offset = message.offset()
             if preserve and offset != expected:
@@ -252,7 +268,7 @@ def _deliver(producer: Any, target: KafkaProduceTarget, written: _Written) -> No
 
 
 def _preserve(
-    source: SourcePartition, task: TaskRange, target: KafkaProduceTarget, clients: ProduceClients
+    source: SourcePartition, task: TaskRange, target: KafkaProduceTarget, clients: ProduceClients, read: RecordReader
 ) -> ProducedRange:
     from confluent_kafka import KafkaException, TopicPartition
 
@@ -274,7 +290,7 @@ def _preserve(
     producer = clients.producer()
     written = _Written(next_delivered=task.first)
     try:
-        _produce_all(source, task, target, clients, producer, written, preserve=True)
+        _produce_all(source, task, target, read, producer, written, preserve=True)
         _deliver(producer, target, written)
     except KafkaException as exc:
         # librdkafka has retried on its own until the deadline: what reaches here is final.
@@ -289,9 +305,15 @@ class _RenumberAttempts:
     TransientDestinationError, so `retry_transient_sync` runs it again."""
 
     def __init__(
-        self, source: SourcePartition, task: TaskRange, target: KafkaProduceTarget, clients: ProduceClients
+        self,
+        source: SourcePartition,
+        task: TaskRange,
+        target: KafkaProduceTarget,
+        clients: ProduceClients,
+        read: RecordReader,
     ) -> None:
         self._source, self._task, self._target, self._clients = source, task, target, clients
+        self._read = read
         self._producer: Any = None
         self._group: Any = None
         self._owner: Any = None
@@ -327,7 +349,7 @@ class _RenumberAttempts:
             producer = self._producer
             producer.begin_transaction()
             written = _Written()
-            _produce_all(self._source, task, target, self._clients, producer, written, preserve=False)
+            _produce_all(self._source, task, target, self._read, producer, written, preserve=False)
             producer.send_offsets_to_transaction(
                 [TopicPartition(target.topic, target.partition, task.end, metadata=f"source={target.source_name}")],
                 self._group.consumer_group_metadata(),
@@ -402,7 +424,7 @@ class _RenumberAttempts:
         """An earlier attempt committed this range and its answer was lost: count what it wrote."""
         task = self._task
         records = record_bytes = 0
-        for messages in consume_range(self._source, task.read_from, task.end, self._clients.source_consumer()):
+        for messages in self._read(task.read_from, task.end):
             records += len(messages)
             record_bytes += sum(message_bytes(m) for m in messages)
         return ProducedRange(task.first, task.end - 1, records, record_bytes, None, None, retries=self._attempts - 1)

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from sinks.records import KAFKA_SCHEMA
+from workers.archive_records import records_of_batch
 from workers.kafka_range import SourcePartition, consume_range
 from workers.record_comparison import Comparison, Record, compare_range
 
@@ -44,29 +45,6 @@ def records_of_messages(batches: Iterable[list[Any]]) -> Iterator[Record]:
                 timestamp,
                 timestamp_type - 1,
             )
-
-
-def records_of_batch(batch: pa.RecordBatch) -> Iterator[Record]:
-    """Blob rows (KAFKA_SCHEMA) as records."""
-    columns = batch.to_pydict()
-    timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
-    for key, value, offset, timestamp_us, timestamp_type, headers in zip(
-        columns["key"],
-        columns["value"],
-        columns["offset"],
-        timestamps,
-        columns["timestampType"],
-        columns["headers"],
-        strict=True,
-    ):
-        yield Record(
-            offset,
-            key,
-            value,
-            None if headers is None else tuple((h["key"], h["value"]) for h in headers),
-            timestamp_us // 1000,
-            timestamp_type,
-        )
 
 
 class _BlobRecords:

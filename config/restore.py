@@ -1,0 +1,147 @@
+"""The `restore` config: which archived chains go back into which Kafka topics, and how.
+
+A restore reads what mirror-v3 wrote: `archive` is the filesystem or S3 block the mirror's `destination` was (the
+same keys; only those that say where the chains are matter), and `destination` is a Kafka block as a mirror's. Each
+`restore` entry selects archived names (the directory or key segment of each chain: the mirror's destination name)
+and their partitions, optionally bounds the offsets, and may rename the destination topic.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from typing import Annotated, Any
+
+import msgspec
+
+from config.errors import ConfigError, FieldPath, format_path
+from config.loader import line_suffix, parse_document, read_config_text, security_problem
+from config.model import (
+    FilesystemDestination,
+    KafkaDestination,
+    NonNegativeInt,
+    S3Destination,
+    SparkConfig,
+    TopicName,
+    _Strict,
+)
+from config.schema import SCHEMA_PATH, write_or_check
+
+_RENAMED = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]+$")
+
+
+class RestoreEntry(_Strict, frozen=True):
+    """Archived chains to restore: exactly one of `topic`, `topics`, `topic-regex`."""
+
+    topic: Annotated[TopicName | None, msgspec.Meta(description="One archived name.")] = None
+    topics: Annotated[list[TopicName] | None, msgspec.Meta(description="Archived names.")] = None
+    topic_regex: Annotated[
+        str | None, msgspec.Meta(description="Every archived name this regular expression matches in full.")
+    ] = None
+    partitions: Annotated[
+        list[NonNegativeInt] | None, msgspec.Meta(description="Only these partitions (default: every archived one).")
+    ] = None
+    rename: Annotated[
+        str | None,
+        msgspec.Meta(
+            description="Destination topic instead of the archived name; `{topic}` stands for the archived name "
+            "(e.g. restored-{topic})."
+        ),
+    ] = None
+    from_offset: Annotated[
+        NonNegativeInt | None, msgspec.Meta(description="First offset restored (default: the chain's first).")
+    ] = None
+    to_offset: Annotated[
+        NonNegativeInt | None,
+        msgspec.Meta(description="End of the restored range, exclusive (default: the chain's end)."),
+    ] = None
+
+    def destination_topic(self, archived: str) -> str:
+        return archived if self.rename is None else self.rename.replace("{topic}", archived)
+
+
+class RestoreConfig(_Strict, frozen=True):
+    archive: Annotated[
+        FilesystemDestination | S3Destination,
+        msgspec.Meta(description="Where the chains are: the filesystem or s3 destination block that wrote them."),
+    ]
+    restore: Annotated[list[RestoreEntry], msgspec.Meta(min_length=1)]
+    destination: KafkaDestination
+    spark: SparkConfig = msgspec.field(default_factory=SparkConfig)
+
+
+def load_restore_config(path: str) -> RestoreConfig:
+    text = read_config_text(path)
+    config, lines = parse_document(text, RestoreConfig, "`archive`, `restore` and `destination`", source=path)
+    _check(config, lines)
+    return config
+
+
+def parse_restore_config(text: str, env: dict[str, str] | None = None) -> RestoreConfig:
+    config, lines = parse_document(text, RestoreConfig, "`archive`, `restore` and `destination`", env=env)
+    _check(config, lines)
+    return config
+
+
+def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
+    def error(path: FieldPath, message: str) -> ConfigError:
+        return ConfigError(f"{format_path(path)}: {message}{line_suffix(lines, path)}")
+
+    archive = config.archive
+    if isinstance(archive, S3Destination) and (archive.access_key_id_env is None) != (
+        archive.secret_access_key_env is None
+    ):
+        missing = "secret-access-key-env" if archive.secret_access_key_env is None else "access-key-id-env"
+        raise error(("archive", missing), "set both access-key-id-env and secret-access-key-env, or neither")
+    problem = security_problem(config.destination.security)
+    if problem is not None:
+        raise error(("destination", "security", *problem[0]), problem[1])
+    for index, entry in enumerate(config.restore):
+        path: FieldPath = ("restore", index)
+        chosen = [
+            key
+            for key, value in (("topic", entry.topic), ("topics", entry.topics), ("topic-regex", entry.topic_regex))
+            if value is not None
+        ]
+        if len(chosen) != 1:
+            raise error(path, f"set exactly one of topic, topics, topic-regex (found {', '.join(chosen) or 'none'})")
+        if entry.topic_regex is not None:
+            try:
+                re.compile(entry.topic_regex)
+            except re.error as exc:
+                raise error((*path, "topic-regex"), f"not a regular expression: {exc}") from None
+        if entry.rename is not None:
+            example = entry.rename.replace("{topic}", "t")
+            if not _RENAMED.match(example) or len(example) > 249:
+                raise error(
+                    (*path, "rename"),
+                    f"invalid topic {entry.rename!r}: use letters, digits, '.', '_', '-' and {{topic}}",
+                )
+            if "{topic}" not in entry.rename and entry.topic is None:
+                raise error((*path, "rename"), "several topics would share one name: put {topic} in it")
+        if entry.from_offset is not None and entry.to_offset is not None and entry.to_offset <= entry.from_offset:
+            raise error((*path, "to-offset"), f"must be above from-offset {entry.from_offset}")
+
+
+RESTORE_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.restore.schema.json"
+
+
+def restore_schema() -> str:
+    schema: dict[str, Any] = msgspec.json.schema(RestoreConfig)
+    schema["$defs"]["RestoreEntry"]["oneOf"] = [
+        {"required": ["topic"]},
+        {"required": ["topics"]},
+        {"required": ["topic-regex"]},
+    ]
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "mirror-v3 restore configuration"
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+if __name__ == "__main__":  # python -m config.restore [--check]: (re)generate the restore config schema
+    raise SystemExit(
+        write_or_check(
+            RESTORE_SCHEMA_PATH, restore_schema(), check="--check" in sys.argv, command="python -m config.restore"
+        )
+    )

@@ -1,0 +1,151 @@
+"""`restore` through the CLI: archives written by real mirrors (filesystem and S3) produced back into fresh topics
+in both offset modes and compared with the original record by record; a source with holes refused by preserve
+before anything is written and restored by renumber; kill -9 at random moments, then a rerun, exactly once."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from e2e.harness import assert_exactly_once, backlog, mirror_config, partitions_of, run_until
+from testkit.kafka_broker import KafkaBroker
+from testkit.kafka_data import (
+    compacted_topic_config,
+    create_topic,
+    generate_records,
+    produce,
+    produce_transactional,
+    wait_for_compaction,
+    watermarks,
+)
+from testkit.mirror_run import MirrorRun, run_cli
+from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target
+
+FLUSH = {"max-time-ms": 1_000, "max-offsets": 1_500}
+
+
+def archive(kafka: KafkaBroker, target: Target, topic: str, counts: list[int], tmp_path: Path) -> None:
+    backlog(kafka.bootstrap, topic, counts, seed=71)
+    config = mirror_config(
+        tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic, len(counts)), flush=FLUSH
+    )
+    run_until(config, tmp_path / "mirror.log", target, topic, dict(enumerate(counts)))
+
+
+def restore_config(
+    path: Path, kafka: KafkaBroker, target: Target, entries: list[dict[str, Any]], offsets: str, **spark: Any
+) -> Path:
+    archive_block = {k: v for k, v in target.config().items() if k != "flush"}
+    document = {
+        "archive": archive_block,
+        "restore": entries,
+        "destination": {"type": "kafka", "bootstrap-servers": kafka.bootstrap, "offsets": offsets},
+        "spark": {"master": "local[2]", **spark},
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+@pytest.mark.parametrize("offsets", ["preserve", "renumber"])
+def test_a_filesystem_archive_round_trips_into_a_fresh_topic(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path, offsets: str
+) -> None:
+    counts = [3_000, 2_000, 1_000]
+    archive(kafka, fs, topic_name, counts, tmp_path)
+    restored = f"{topic_name}-back"
+    create_topic(kafka.bootstrap, restored, partitions=3)
+    config = restore_config(tmp_path / "restore.yaml", kafka, fs, [{"topic": topic_name, "rename": restored}], offsets)
+
+    dry = run_cli("restore", "--config", str(config), "--dry-run", env=fs.env(), timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    assert f"3 partitions, {sum(counts)} records to restore with offsets: {offsets}" in dry.stdout, dry.stdout
+    assert watermarks(kafka.bootstrap, restored, 0)[1] == 0, "a dry run writes nothing"
+
+    done = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert f"restored {sum(counts)} records" in done.stdout, done.stdout
+    assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, offsets), topic_name, 3, name=restored)
+
+    again = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
+    assert again.returncode == 0 and "restored 0 records" in again.stdout, again.stdout + again.stderr
+
+
+def test_from_s3_preserve_refuses_an_archive_with_holes_and_renumber_restores_it(
+    kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path
+) -> None:
+    """A compacted and a transactional source (every third transaction aborted) leave holes in their archives."""
+    compacted, transactional = f"{topic_name}-compacted", f"{topic_name}-txn"
+    create_topic(kafka.bootstrap, compacted, config=compacted_topic_config())
+    produce(kafka.bootstrap, compacted, 0, generate_records(4_000, seed=72, key_space=100, null_key_ratio=0.0))
+    assert wait_for_compaction(kafka.bootstrap, compacted, 0, timeout=60) > 0, "compaction did not happen"
+    create_topic(kafka.bootstrap, transactional)
+    produce_transactional(
+        kafka.bootstrap, transactional, 0, [(generate_records(400, seed=80 + i), i % 3 != 1) for i in range(6)]
+    )
+    mirrors = [{"topic": compacted, "partition": 0}, {"topic": transactional, "partition": 0}]
+    config = mirror_config(tmp_path / "mirror.yaml", kafka.bootstrap, s3, mirrors, flush=FLUSH)
+    with MirrorRun(config, tmp_path / "mirror.log", env=s3.env()) as run:
+        for topic in (compacted, transactional):
+            end = watermarks(kafka.bootstrap, topic, 0)[1]
+            run.wait_for_offsets(lambda p, t=topic: s3.next_offset(t, p), {0: end})  # type: ignore[misc]
+        run.drain()
+    entries = [{"topics": [compacted, transactional], "rename": "{topic}-back"}]
+    for topic in (compacted, transactional):
+        create_topic(kafka.bootstrap, f"{topic}-back")
+
+    preserve = restore_config(tmp_path / "preserve.yaml", kafka, s3, entries, "preserve")
+    refused = run_cli("restore", "--config", str(preserve), env=s3.env(), timeout=300)
+    assert refused.returncode == 1 and refused.stderr.count("\n") >= 1, refused.stderr
+    last = refused.stderr.strip().splitlines()[-1]
+    assert last.startswith("restore refused: ") and "holds no record at offset" in last, last
+    assert "use offsets: renumber" in last and "Traceback" not in refused.stderr
+    for topic in (compacted, transactional):
+        assert watermarks(kafka.bootstrap, f"{topic}-back", 0)[1] == 0, "preserve wrote before refusing"
+
+    renumber = restore_config(tmp_path / "renumber.yaml", kafka, s3, entries, "renumber")
+    done = run_cli("restore", "--config", str(renumber), env=s3.env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    for topic in (compacted, transactional):
+        # Every record at the right header, none twice, none missing: compared with what the source holds now.
+        assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, "renumber"), topic, name=f"{topic}-back")
+
+
+@pytest.mark.parametrize("offsets", ["preserve", "renumber"])
+def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path, offsets: str
+) -> None:
+    counts = [30_000, 30_000]
+    archive(kafka, fs, topic_name, counts, tmp_path)
+    restored = f"{topic_name}-back"
+    create_topic(kafka.bootstrap, restored, partitions=2)
+    # Small jobs, so a kill lands in a read, a send, a transaction or between jobs.
+    config = restore_config(
+        tmp_path / "restore.yaml",
+        kafka,
+        fs,
+        [{"topic": topic_name, "rename": restored}],
+        offsets,
+        **{"offsets-per-task": 2_000},
+    )
+    rng = random.Random(511 if offsets == "preserve" else 512)
+    kills = 0
+    for attempt in range(8):
+        with MirrorRun(config, tmp_path / f"restore{attempt}.log", env=fs.env(), command="restore") as run:
+            time.sleep(rng.uniform(4.0, 9.0))  # Spark starts in about 4 s
+            if run.proc.poll() is not None:
+                break
+            run.kill9()
+            kills += 1
+        if kills >= 5:
+            break
+    assert kills >= 5, "the restore finished before it was killed five times: give it more to do"
+    landed = sum(watermarks(kafka.bootstrap, restored, p)[1] for p in range(2))
+    assert landed < sum(counts), "the kills came after the restore had finished"
+    final = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
+    assert final.returncode == 0, final.stderr
+    assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, offsets), topic_name, 2, name=restored)

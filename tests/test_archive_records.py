@@ -1,0 +1,64 @@
+"""Reading an archived chain back: records of a range as producible messages, the survey's counts and first hole,
+and files that are not what their names promise."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sinks.blob_reading import FilesystemBlobReader
+from sinks.records import KAFKA_SCHEMA
+from tests.fakes import FakePartitionSource
+from tests.test_verify_task import archive
+from workers.archive_records import ArchiveReadError, read_archived, survey_archived
+
+
+def test_a_range_across_blobs_comes_back_in_order_with_every_field(tmp_path: Path) -> None:
+    source = FakePartitionSource()
+    source.append(300, holes_every=7)
+    source.records[3].headers = [("h", None), ("h", b"1")]
+    blobs = archive(source, tmp_path, 300, 100)
+    messages = [m for batch in read_archived(FilesystemBlobReader(str(tmp_path)), blobs, 50, 250) for m in batch]
+    assert [m.offset() for m in messages] == [o for o in range(50, 250) if o in source.records]
+    first = read_archived(FilesystemBlobReader(str(tmp_path)), blobs, 3, 4)
+    (only,) = next(first)
+    record = source.records[3]
+    assert (only.key(), only.value(), only.headers()) == (record.key, record.value, [("h", None), ("h", b"1")])
+    assert only.timestamp() == (1, record.timestamp_ms)  # CreateTime, in librdkafka's numbering
+
+
+def test_the_survey_counts_records_and_finds_the_first_hole(tmp_path: Path) -> None:
+    source = FakePartitionSource()
+    source.append(300, holes_every=50)  # holes at 49, 99, ...
+    blobs = archive(source, tmp_path, 300, 100)
+    reader = FilesystemBlobReader(str(tmp_path))
+    found = survey_archived(reader, blobs, 10, 260)
+    assert (found.records, found.holes, found.first_hole) == (245, 5, 49)
+    assert survey_archived(reader, blobs, 0, 49).first_hole is None
+    assert survey_archived(reader, blobs, 100, 149).holes == 0
+
+
+def test_holes_at_the_end_of_a_range_are_found(tmp_path: Path) -> None:
+    source = FakePartitionSource()
+    source.append(300)
+    for offset in range(295, 300):  # the range ends in transaction markers, say
+        del source.records[offset]
+    blobs = archive(source, tmp_path, 300, 100)
+    found = survey_archived(FilesystemBlobReader(str(tmp_path)), blobs, 200, 300)
+    assert (found.records, found.holes, found.first_hole) == (95, 5, 295)
+
+
+def test_a_file_holding_an_offset_outside_its_name_is_named(tmp_path: Path) -> None:
+    source = FakePartitionSource()
+    source.append(200)
+    blobs = archive(source, tmp_path, 200, 100)
+    path = tmp_path / blobs[1].name
+    rows = pq.read_table(path).to_pylist()
+    rows[5]["offset"] = 7  # belongs to the first blob
+    pq.write_table(pa.Table.from_pylist(rows, schema=KAFKA_SCHEMA), path)
+    with pytest.raises(ArchiveReadError) as caught:
+        list(read_archived(FilesystemBlobReader(str(tmp_path)), blobs, 0, 200))
+    assert caught.value.location == str(path) and "offset 7" in caught.value.problem

@@ -1,0 +1,57 @@
+"""The restore config: its example parses and matches the committed schema; mistakes name their field path."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from config.errors import ConfigError
+from config.restore import RESTORE_SCHEMA_PATH, parse_restore_config, restore_schema
+
+REPO = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((REPO / "examples" / "restore").glob("*.yaml"))
+BASE = """
+archive: {type: filesystem, root: /archive}
+destination: {type: kafka, bootstrap-servers: "k:9092", offsets: renumber}
+"""
+
+
+def test_the_committed_schema_is_current() -> None:
+    assert RESTORE_SCHEMA_PATH.read_text(encoding="utf-8") == restore_schema(), "run python -m config.restore"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_the_examples_parse_and_match_the_schema(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    assert text.splitlines()[0].endswith("schemas/mirror-v3.restore.schema.json")
+    config = parse_restore_config(text, env={"KAFKA_BOOTSTRAP": "k:9092"})
+    assert config.restore
+    jsonschema.Draft202012Validator(json.loads(RESTORE_SCHEMA_PATH.read_text())).validate(yaml.safe_load(text))
+
+
+@pytest.mark.parametrize(
+    ("entries", "message"),
+    [
+        ("[{topic: a, topics: [b]}]", "restore[0]: set exactly one of topic, topics, topic-regex (found topic, topics"),
+        ("[{partitions: [0]}]", "restore[0]: set exactly one of topic, topics, topic-regex (found none)"),
+        ("[{topic-regex: 'a('}]", "restore[0].topic-regex: not a regular expression"),
+        ("[{topics: [a, b], rename: c}]", "restore[0].rename: several topics would share one name"),
+        ("[{topic: a, rename: 'a b'}]", "restore[0].rename: invalid topic 'a b'"),
+        ("[{topic: a, from-offset: 5, to-offset: 5}]", "restore[0].to-offset: must be above from-offset 5"),
+        ("[{topic: a, form-offset: 5}]", "restore[0].form-offset: unknown field"),
+        ("[]", "restore: "),
+    ],
+)
+def test_mistakes_name_their_field(entries: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=None) as caught:
+        parse_restore_config(BASE + f"restore: {entries}\n", env={})
+    assert message in str(caught.value), str(caught.value)
+
+
+def test_rename_puts_the_archived_name_in_place_of_topic() -> None:
+    config = parse_restore_config(BASE + "restore: [{topic-regex: 'o-.*', rename: 'back-{topic}'}]\n", env={})
+    assert config.restore[0].destination_topic("o-eu") == "back-o-eu"

@@ -1,0 +1,162 @@
+"""Records of an archived chain, read back inside a Spark task (`restore`, `verify`).
+
+A chain's blobs are Parquet files of KAFKA_SCHEMA rows named by their offset range. `read_archived` yields the
+records of an offset range as librdkafka-like messages, so the Kafka produce path (`workers.kafka_produce`) takes
+them as it takes a consumer's. `survey_archived` counts what a range holds without producing it: records, holes
+(offsets with no record: compaction, transaction markers, aborted records) and the first hole, for `restore
+--dry-run` and for the preserve-mode check that must fail before anything is written.
+
+Every row is checked as it is read: offsets strictly increasing and inside the range the file's name gives, or
+the read fails naming the file. Memory: one blob's bytes and one row group at a time. Cost: each blob of the
+range is read whole once (a footer alone would not show where a hole is).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from sinks.blob_chain import BlobRange
+from sinks.blob_reading import BlobReader
+from sinks.records import KAFKA_SCHEMA
+from workers.record_comparison import Record
+
+
+class ArchiveReadError(RuntimeError):
+    """A blob is not what its name promises (unreadable, another schema, offsets out of place)."""
+
+    def __init__(self, location: str, problem: str) -> None:
+        self.location, self.problem = location, problem
+        super().__init__(f"{location}: {problem}")
+
+
+class ArchivedMessage:
+    """One archived record with the methods of a librdkafka message that producing it needs."""
+
+    __slots__ = ("_record",)
+
+    def __init__(self, record: Record) -> None:
+        self._record = record
+
+    def offset(self) -> int:
+        return self._record.offset
+
+    def key(self) -> bytes | None:
+        return self._record.key
+
+    def value(self) -> bytes | None:
+        return self._record.value
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        headers = self._record.headers
+        return None if headers is None else list(headers)
+
+    def timestamp(self) -> tuple[int, int]:
+        return self._record.timestamp_type + 1, self._record.timestamp_ms  # librdkafka's type ids are one higher
+
+
+def records_of_batch(batch: pa.RecordBatch) -> Iterator[Record]:
+    """Blob rows (KAFKA_SCHEMA) as records."""
+    columns = batch.to_pydict()
+    timestamps = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    for key, value, offset, timestamp_us, timestamp_type, headers in zip(
+        columns["key"],
+        columns["value"],
+        columns["offset"],
+        timestamps,
+        columns["timestampType"],
+        columns["headers"],
+        strict=True,
+    ):
+        yield Record(
+            offset,
+            key,
+            value,
+            None if headers is None else tuple((h["key"], h["value"]) for h in headers),
+            timestamp_us // 1000,
+            timestamp_type,
+        )
+
+
+def _open(reader: BlobReader, blob: BlobRange) -> pq.ParquetFile:
+    where = reader.location(blob.name)
+    try:
+        parquet = pq.ParquetFile(pa.BufferReader(reader.read(blob.name)))
+        schema = parquet.schema_arrow.remove_metadata()
+    except (pa.ArrowException, OSError) as exc:
+        raise ArchiveReadError(where, f"not a readable Parquet file ({exc})") from None
+    if not schema.equals(KAFKA_SCHEMA):
+        raise ArchiveReadError(where, f"schema differs from the records' ({schema})")
+    return parquet
+
+
+class _OffsetCheck:
+    """Offsets strictly increasing and inside the blob's range, or ArchiveReadError."""
+
+    def __init__(self, location: str, blob: BlobRange) -> None:
+        self._location, self._blob, self._last = location, blob, blob.first - 1
+
+    def check(self, offsets: list[int]) -> None:
+        for offset in offsets:
+            if not self._blob.first <= offset <= self._blob.last:
+                raise ArchiveReadError(self._location, f"holds offset {offset}, outside its name's range")
+            if offset <= self._last:
+                raise ArchiveReadError(self._location, f"offset {offset} comes after {self._last}")
+            self._last = offset
+
+
+def _overlapping(blobs: tuple[BlobRange, ...], first: int, end: int) -> Iterator[BlobRange]:
+    return (blob for blob in blobs if blob.last >= first and blob.first < end)
+
+
+def read_archived(
+    reader: BlobReader, blobs: tuple[BlobRange, ...], read_from: int, end: int
+) -> Iterator[list[ArchivedMessage]]:
+    """The archived records of [read_from, end), in offset order, one list per row group."""
+    for blob in _overlapping(blobs, read_from, end):
+        parquet = _open(reader, blob)
+        offsets = _OffsetCheck(reader.location(blob.name), blob)
+        for batch in parquet.iter_batches():
+            records = list(records_of_batch(batch))
+            offsets.check([record.offset for record in records])
+            messages = [ArchivedMessage(r) for r in records if read_from <= r.offset < end]
+            if messages:
+                yield messages
+
+
+@dataclass(frozen=True)
+class ArchiveSurvey:
+    first: int
+    end: int  # exclusive
+    records: int
+    holes: int  # offsets of [first, end) with no record
+    first_hole: int | None
+
+
+def survey_archived(reader: BlobReader, blobs: tuple[BlobRange, ...], first: int, end: int) -> ArchiveSurvey:
+    """What [first, end) holds, reading only the offset column of each blob."""
+    records, first_hole, expected = 0, None, first
+    for blob in _overlapping(blobs, first, end):
+        parquet = _open(reader, blob)
+        offsets = _OffsetCheck(reader.location(blob.name), blob)
+        for batch in parquet.iter_batches(columns=["offset"]):
+            column = batch.column(0)
+            offsets.check(column.to_pylist())
+            inside = pc.filter(column, pc.and_(pc.greater_equal(column, first), pc.less(column, end)))
+            if len(inside) == 0:
+                continue
+            records += len(inside)
+            if first_hole is None:
+                # The first offset of this batch that is not where a hole-free run would put it.
+                positions = pa.array(range(expected, expected + len(inside)), pa.int64())
+                mismatch = pc.index(pc.not_equal(inside, positions), True).as_py()
+                if mismatch >= 0:
+                    first_hole = expected + mismatch
+            expected = inside[-1].as_py() + 1
+    if first_hole is None and expected < end:
+        first_hole = expected
+    return ArchiveSurvey(first, end, records, (end - first) - records, first_hole)
