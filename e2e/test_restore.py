@@ -149,3 +149,19 @@ def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
     final = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
     assert final.returncode == 0, final.stderr
     assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, offsets), topic_name, 2, name=restored)
+
+
+def test_refusals_are_one_line_naming_what_is_wrong(kafka: KafkaBroker, fs: FilesystemTarget, tmp_path: Path) -> None:
+    (fs.root / "kept" / "0").mkdir(parents=True)  # an archived chain with no blobs yet
+    (fs.root / "kept" / "1").mkdir(parents=True)
+    unknown = restore_config(tmp_path / "unknown.yaml", kafka, fs, [{"topics": ["kept", "gone"]}], "renumber")
+    result = run_cli("restore", "--config", str(unknown), env=fs.env())
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == (
+        f"invalid config: restore[0].topics: the archive at {fs.root} holds no chain named 'gone' (it holds: kept)"
+    )
+    no_topic = restore_config(tmp_path / "no-topic.yaml", kafka, fs, [{"topic": "kept"}], "renumber")
+    result = run_cli("restore", "--config", str(no_topic), env=fs.env())
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("restore failed: kept/") and "destination topic 'kept' does not exist" in last, last

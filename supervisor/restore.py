@@ -40,6 +40,7 @@ from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
 from sinks.kafka import KafkaRecord, KafkaSink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryingSink
+from supervisor.describe import describe_error
 from supervisor.output import table_lines
 from workers.archive_records import ArchiveSurvey, read_archived
 from workers.range_job import RangeJobError
@@ -152,11 +153,16 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
     limiter = anyio.CapacityLimiter(8)
     found: list[RestorePartition | None] = [None] * len(chosen)
 
+    failures: list[Exception] = []
+
     async def load(slot: int, entry: RestoreEntry, name: str, partition: int) -> None:
         async with limiter:
             store = factory.chain_store(name, partition)
             try:
                 chain = await verify_all(store)
+            except Exception as exc:  # reported after the others finish, as one error (not an exception group)
+                failures.append(RestoreFailedError(f"{name}/{partition}: {describe_error(exc)}"))
+                return
             finally:
                 await store.close()
         reader = factory.chain_reader(name, partition)
@@ -174,6 +180,8 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
     async with anyio.create_task_group() as tasks:
         for slot, (_, entry, name, partition) in enumerate(chosen):
             tasks.start_soon(load, slot, entry, name, partition)
+    if failures:
+        raise failures[0]
     return [part for part in found if part is not None]
 
 
@@ -266,7 +274,17 @@ async def open_destinations(config: RestoreConfig, parts: list[RestorePartition]
         raise ConfigError(str(exc)) from None
     policy = retry_policy(config.destination.retry)
 
+    failures: list[Exception] = []
+
     async def open_one(part: RestorePartition) -> None:
+        try:
+            await _open_one(part)
+        except RestoreRefusedError as exc:  # reported after the others finish, as one error
+            failures.append(exc)
+        except Exception as exc:
+            failures.append(RestoreFailedError(f"{part.name} into {part.topic}: {describe_error(exc)}"))
+
+    async def _open_one(part: RestorePartition) -> None:
         sink = KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
         part.sink = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
         position = await part.sink.open()
@@ -285,6 +303,8 @@ async def open_destinations(config: RestoreConfig, parts: list[RestorePartition]
     async with anyio.create_task_group() as tasks:
         for part in parts:
             tasks.start_soon(open_one, part)
+    if failures:
+        raise failures[0]
 
 
 async def restore_all(config: RestoreConfig, parts: list[RestorePartition], progress: Progress) -> RestoreSummary:
