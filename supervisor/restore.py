@@ -421,13 +421,12 @@ def render_dry_run(parts: list[RestorePartition], mode: str) -> str:
     lines = table_lines(TABLE_COLUMNS, body)
     records = sum(p.survey.records for p in parts if p.survey is not None)
     lines.append(f"{len(parts)} partitions, {records} records to restore with offsets: {mode}")
-    if mode == "preserve":
-        holed = [p for p in parts if p.survey is not None and p.survey.first_hole is not None]
-        if holed:
-            lines.append(
-                f"offsets: preserve would be refused: {holed[0].name} has a hole at offset "
-                f"{holed[0].survey.first_hole if holed[0].survey else '?'}; use offsets: renumber"
-            )
+    first_holed = next((p for p in parts if p.survey is not None and p.survey.first_hole is not None), None)
+    if mode == "preserve" and first_holed is not None and first_holed.survey is not None:
+        lines.append(
+            f"offsets: preserve would be refused: {first_holed.name} has a hole at offset "
+            f"{first_holed.survey.first_hole}; use offsets: renumber"
+        )
     return "\n".join(lines)
 
 

@@ -240,7 +240,7 @@ def _stage_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Itera
                 try:
                     blobs = stage_blobs(source, tasks[index], limits, staging)
                 except TASK_ERRORS as exc:
-                    yield _error_batch(STAGED_SCHEMA, index, exc)
+                    yield error_batch(STAGED_SCHEMA, index, exc)
                     continue
                 yield pa.RecordBatch.from_pylist(
                     [
@@ -276,18 +276,23 @@ def _produce_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Ite
                 try:
                     produced = produce_range(source, tasks[index], target)
                 except TASK_ERRORS as exc:
-                    yield _error_batch(PRODUCED_SCHEMA, index, exc)
+                    yield error_batch(PRODUCED_SCHEMA, index, exc)
                     continue
-                yield pa.RecordBatch.from_pylist(
-                    [{"task": index, **{f: getattr(produced, f) for f in PRODUCED_FIELDS}}],
-                    schema=PRODUCED_SCHEMA,
-                )
+                yield produced_batch(index, produced)
 
     return produce
 
 
-def _error_batch(schema: pa.Schema, task: int, exc: Exception) -> pa.RecordBatch:
+def error_batch(schema: pa.Schema, task: int, exc: Exception) -> pa.RecordBatch:
+    """The row of a task that failed with one of the user's errors (TASK_ERRORS): its type and message."""
     return pa.RecordBatch.from_pylist([{"task": task, "error_kind": type(exc).__name__, "error": str(exc)}], schema)
+
+
+def produced_batch(task: int, produced: ProducedRange) -> pa.RecordBatch:
+    """The row of a task that produced a range into Kafka."""
+    return pa.RecordBatch.from_pylist(
+        [{"task": task, **{f: getattr(produced, f) for f in PRODUCED_FIELDS}}], schema=PRODUCED_SCHEMA
+    )
 
 
 def raise_task_error(rows: list[dict[str, Any]]) -> None:

@@ -29,6 +29,8 @@ from workers.range_job import (
     PRODUCED_SCHEMA,
     TASK_ERRORS,
     RangeJobError,
+    error_batch,
+    produced_batch,
     raise_task_error,
     run_tasks,
 )
@@ -134,8 +136,7 @@ def _survey_function(
                 try:
                     found = survey_archived(work.reader, work.blobs, work.first, work.end)
                 except RESTORE_TASK_ERRORS as exc:
-                    row = {"task": index, "error_kind": type(exc).__name__, "error": str(exc)}
-                    yield pa.RecordBatch.from_pylist([row], schema=SURVEY_SCHEMA)
+                    yield error_batch(SURVEY_SCHEMA, index, exc)
                     continue
                 row = {"task": index, "records": found.records, "holes": found.holes, "first_hole": found.first_hole}
                 yield pa.RecordBatch.from_pylist([row], schema=SURVEY_SCHEMA)
@@ -158,11 +159,8 @@ def _produce_function(tasks: tuple[RestoreTask, ...]) -> Callable[[Iterator[pa.R
                 try:
                     produced = produce_range(source, TaskRange(work.first, work.first, work.end), target, read=read)
                 except RESTORE_TASK_ERRORS as exc:
-                    row = {"task": index, "error_kind": type(exc).__name__, "error": str(exc)}
-                    yield pa.RecordBatch.from_pylist([row], schema=PRODUCED_SCHEMA)
+                    yield error_batch(PRODUCED_SCHEMA, index, exc)
                     continue
-                yield pa.RecordBatch.from_pylist(
-                    [{"task": index, **{f: getattr(produced, f) for f in PRODUCED_FIELDS}}], schema=PRODUCED_SCHEMA
-                )
+                yield produced_batch(index, produced)
 
     return produce

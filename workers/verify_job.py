@@ -18,7 +18,7 @@ from sinks.blob_reading import BlobReader
 from workers.kafka_range import SourcePartition
 from workers.kafka_verify_task import KafkaSlice
 from workers.python_worker import keep_zip_directories
-from workers.range_job import TASK_ERRORS, RangeJobError, raise_task_error, run_tasks
+from workers.range_job import TASK_ERRORS, RangeJobError, error_batch, raise_task_error, run_tasks
 from workers.record_comparison import Comparison, Difference
 from workers.verify_task import SliceCheck, check_slice
 
@@ -109,8 +109,7 @@ def _check_function(
                 try:
                     result = work.check()
                 except TASK_ERRORS as exc:
-                    row = {"task": index, "error_kind": type(exc).__name__, "error": str(exc)}
-                    yield pa.RecordBatch.from_pylist([row], schema=CHECKED_SCHEMA)
+                    yield error_batch(CHECKED_SCHEMA, index, exc)
                     continue
                 found = result.comparison
                 row = {
