@@ -181,7 +181,13 @@ def test_a_second_writer_on_a_store_that_ignores_if_none_match(
         errors = runs[codes.index(1)].errors()
         assert errors and "another writer" in errors[0], runs[codes.index(1)].tail()
         status = run_cli("status", "--config", str(configs[0]), "--deep", env=target.env())
-        assert status.returncode == 1 and "corrupt chain" in status.stdout, status.stdout + status.stderr
+        if status.returncode == 0:
+            # The loser noticed the other writer before a blob of its own landed among the winner's (a race the
+            # claims made likelier): then the chain must be whole and hold exactly the source's records.
+            landed = target.records(topic_name, 0)
+            assert_same_records(landed, source_records(kafka.bootstrap, topic_name, 0)[: len(landed)])
+        else:
+            assert status.returncode == 1 and "corrupt chain" in status.stdout, status.stdout + status.stderr
 
 
 @pytest.mark.parametrize(
