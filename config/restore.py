@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -29,6 +30,9 @@ from config.model import (
 from config.schema import SCHEMA_PATH, write_or_check
 
 _RENAMED = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]+$")
+
+# A point in time: milliseconds since the Unix epoch, or an RFC 3339 time with its zone (2026-01-31T00:00:00Z).
+Timestamp = NonNegativeInt | Annotated[datetime, msgspec.Meta(tz=True)]
 
 
 class RestoreEntry(_Strict, frozen=True):
@@ -56,9 +60,37 @@ class RestoreEntry(_Strict, frozen=True):
         NonNegativeInt | None,
         msgspec.Meta(description="End of the restored range, exclusive (default: the chain's end)."),
     ] = None
+    from_timestamp: Annotated[
+        Timestamp | None,
+        msgspec.Meta(
+            description="Start at the first archived record stamped at or after this time (milliseconds since the "
+            "epoch, or RFC 3339 with a zone), as Kafka's offsets-for-times finds it."
+        ),
+    ] = None
+    to_timestamp: Annotated[
+        Timestamp | None,
+        msgspec.Meta(
+            description="End before the first archived record stamped at or after this time. The range stays one "
+            "run of offsets: records inside it are restored whatever their own timestamps."
+        ),
+    ] = None
+
+    @property
+    def from_timestamp_ms(self) -> int | None:
+        return timestamp_ms(self.from_timestamp)
+
+    @property
+    def to_timestamp_ms(self) -> int | None:
+        return timestamp_ms(self.to_timestamp)
 
     def destination_topic(self, archived: str) -> str:
         return archived if self.rename is None else self.rename.replace("{topic}", archived)
+
+
+def timestamp_ms(value: int | datetime | None) -> int | None:
+    if value is None or isinstance(value, int):
+        return value
+    return int(value.timestamp() * 1000)
 
 
 class RestoreConfig(_Strict, frozen=True):
@@ -122,6 +154,9 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
                 raise error((*path, "rename"), "several topics would share one name: put {topic} in it")
         if entry.from_offset is not None and entry.to_offset is not None and entry.to_offset <= entry.from_offset:
             raise error((*path, "to-offset"), f"must be above from-offset {entry.from_offset}")
+        since, until = entry.from_timestamp_ms, entry.to_timestamp_ms
+        if since is not None and until is not None and until <= since:
+            raise error((*path, "to-timestamp"), f"must be later than from-timestamp ({since} ms)")
 
 
 RESTORE_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.restore.schema.json"

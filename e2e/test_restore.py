@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,24 +16,29 @@ import yaml
 from e2e.harness import assert_exactly_once, backlog, mirror_config, partitions_of, run_until
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
+    BASE_TIMESTAMP_MS,
     compacted_topic_config,
     create_topic,
     generate_records,
+    offset_for_time,
     produce,
     produce_transactional,
     wait_for_compaction,
     watermarks,
 )
 from testkit.mirror_run import MirrorRun, run_cli
-from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target
+from testkit.ports import free_port
+from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target, assert_same_records, source_records
 
 FLUSH = {"max-time-ms": 1_000, "max-offsets": 1_500}
 
 
-def archive(kafka: KafkaBroker, target: Target, topic: str, counts: list[int], tmp_path: Path) -> None:
+def archive(
+    kafka: KafkaBroker, target: Target, topic: str, counts: list[int], tmp_path: Path, flush: dict[str, int] = FLUSH
+) -> None:
     backlog(kafka.bootstrap, topic, counts, seed=71)
     config = mirror_config(
-        tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic, len(counts)), flush=FLUSH
+        tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic, len(counts)), flush=flush
     )
     run_until(config, tmp_path / "mirror.log", target, topic, dict(enumerate(counts)))
 
@@ -51,28 +57,58 @@ def restore_config(
     return path
 
 
-@pytest.mark.parametrize("offsets", ["preserve", "renumber"])
-def test_a_filesystem_archive_round_trips_into_a_fresh_topic(
-    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path, offsets: str
+@pytest.mark.parametrize("where", ["filesystem", "s3"])
+def test_an_archive_round_trips_into_fresh_topics_in_both_modes(
+    kafka: KafkaBroker, where: str, request: pytest.FixtureRequest, topic_name: str, tmp_path: Path
 ) -> None:
-    counts = [3_000, 2_000, 1_000]
-    archive(kafka, fs, topic_name, counts, tmp_path)
-    restored = f"{topic_name}-back"
-    create_topic(kafka.bootstrap, restored, partitions=3)
-    config = restore_config(tmp_path / "restore.yaml", kafka, fs, [{"topic": topic_name, "rename": restored}], offsets)
+    """205 000 records over 3 partitions (null keys and values, duplicate and null headers, out-of-order
+    timestamps), archived by a mirror, restored whole in each mode and restored again by a time window."""
+    target: Target = request.getfixturevalue("fs" if where == "filesystem" else "s3")
+    counts = [70_000, 70_000, 65_000]
+    archive(kafka, target, topic_name, counts, tmp_path, flush={"max-time-ms": 1_000, "max-offsets": 20_000})
+    for offsets in ("preserve", "renumber"):
+        restored = f"{topic_name}-{offsets}"
+        create_topic(kafka.bootstrap, restored, partitions=3)
+        entries = [{"topic": topic_name, "rename": restored}]
+        config = restore_config(tmp_path / f"{offsets}.yaml", kafka, target, entries, offsets)
 
-    dry = run_cli("restore", "--config", str(config), "--dry-run", env=fs.env(), timeout=300)
-    assert dry.returncode == 0, dry.stderr
-    assert f"3 partitions, {sum(counts)} records to restore with offsets: {offsets}" in dry.stdout, dry.stdout
-    assert watermarks(kafka.bootstrap, restored, 0)[1] == 0, "a dry run writes nothing"
+        dry = run_cli("restore", "--config", str(config), "--dry-run", env=target.env(), timeout=300)
+        assert dry.returncode == 0, dry.stderr
+        assert f"3 partitions, {sum(counts)} records to restore with offsets: {offsets}" in dry.stdout, dry.stdout
+        assert watermarks(kafka.bootstrap, restored, 0)[1] == 0, "a dry run writes nothing"
 
-    done = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert f"restored {sum(counts)} records" in done.stdout, done.stdout
-    assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, offsets), topic_name, 3, name=restored)
+        done = run_cli("restore", "--config", str(config), env=target.env(), timeout=600)
+        assert done.returncode == 0, done.stderr
+        assert f"restored {sum(counts)} records" in done.stdout, done.stdout
+        assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, offsets), topic_name, 3, name=restored)
 
-    again = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
+    again = run_cli("restore", "--config", str(config), env=target.env(), timeout=300)
     assert again.returncode == 0 and "restored 0 records" in again.stdout, again.stdout + again.stderr
+
+    # A time window: from the first record stamped at or after `since` up to the first stamped at or after
+    # `until`, which is what the broker's offsets-for-times answers for the source.
+    since, until = BASE_TIMESTAMP_MS + 500_000, BASE_TIMESTAMP_MS + 750_000
+    window = f"{topic_name}-window"
+    create_topic(kafka.bootstrap, window, partitions=3)
+    window_entries: list[dict[str, Any]] = [
+        {
+            "topic": topic_name,
+            "rename": window,
+            "partitions": [0, 2],
+            "from-timestamp": since,
+            "to-timestamp": datetime.fromtimestamp(until / 1000, UTC).isoformat(),
+        }
+    ]
+    config = restore_config(tmp_path / "window.yaml", kafka, target, window_entries, "renumber")
+    done = run_cli("restore", "--config", str(config), env=target.env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    for partition in (0, 2):
+        first = offset_for_time(kafka.bootstrap, topic_name, partition, since)
+        end = offset_for_time(kafka.bootstrap, topic_name, partition, until)
+        assert first is not None and end is not None and 0 < first < end < counts[partition]
+        expected = [r for r in source_records(kafka.bootstrap, topic_name, partition) if first <= r.offset < end]
+        assert_same_records(KafkaTarget(kafka.bootstrap, "renumber").records(window, partition), expected)
+    assert watermarks(kafka.bootstrap, window, 1)[1] == 0, "partition 1 was not selected"
 
 
 def test_from_s3_preserve_refuses_an_archive_with_holes_and_renumber_restores_it(
@@ -135,7 +171,27 @@ def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
     rng = random.Random(511 if offsets == "preserve" else 512)
     kills = 0
     for attempt in range(8):
-        with MirrorRun(config, tmp_path / f"restore{attempt}.log", env=fs.env(), command="restore") as run:
+        port = free_port()
+        with MirrorRun(
+            config, tmp_path / f"restore{attempt}.log", env=fs.env(), command="restore", metrics_port=port
+        ) as run:
+            if attempt == 0:  # the restore serves run's series while it works, labelled by the archived chain
+                series: dict[str, str | int] = {
+                    "cluster": "archive",
+                    "topic": topic_name,
+                    "partition": 1,
+                    "destination": restored,
+                }
+
+                def scraped(series: dict[str, str | int] = series, run: MirrorRun = run) -> bool:
+                    try:
+                        return run.metric("mirror_v3_source_end_offset", **series) is not None
+                    except OSError:  # not listening yet
+                        return False
+
+                run.wait_until(scraped, 60, "the restore's series on /metrics")
+                assert run.metric("mirror_v3_source_end_offset", **series) == counts[1]
+                assert run.metric("mirror_v3_source_log_start_offset", **series) == 0
             time.sleep(rng.uniform(4.0, 9.0))  # Spark starts in about 4 s
             if run.proc.poll() is not None:
                 break
@@ -165,3 +221,9 @@ def test_refusals_are_one_line_naming_what_is_wrong(kafka: KafkaBroker, fs: File
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("restore failed: kept/") and "destination topic 'kept' does not exist" in last, last
+
+    create_topic(kafka.bootstrap, "kept", partitions=2, config={"message.timestamp.type": "LogAppendTime"})
+    result = run_cli("restore", "--config", str(no_topic), env=fs.env())
+    assert result.returncode == 0, result.stderr
+    assert "timestamps not restored: kept stamp LogAppendTime" in result.stdout, result.stdout
+    assert "destination topic stamps LogAppendTime" in result.stderr and "topic=kept" in result.stderr

@@ -34,6 +34,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import anyio
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from config.kafka_clients import diagnose_bootstrap
@@ -139,6 +140,19 @@ class KafkaClients:
         if topic not in metadata.topics():
             return None
         return len(metadata.partitions_for_topic(topic) or ())
+
+    async def topic_config(self, topic: str, name: str) -> str | None:
+        """The value of one config of `topic` (its own or the broker's default), or None if the broker sent none."""
+        async with self.admin() as admin:
+            responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, {name: None})])
+        for response in responses:
+            for error_code, error_message, _, _, entries in response.resources:
+                if error_code:
+                    raise KafkaError(f"describe configs of {topic}: error {error_code} {error_message or ''}")
+                for entry in entries:
+                    if entry[0] == name:
+                        return None if entry[1] is None else str(entry[1])
+        return None
 
     async def watermarks(self, tp: TopicPartition, isolation: str) -> tuple[int, int]:
         """(log start offset, end offset): the end is the high watermark for read_uncommitted and the
@@ -282,6 +296,12 @@ class KafkaSink:
             return Inspection(position)
 
         return await self._call(inspect)
+
+    async def stamps_log_append_time(self) -> bool:
+        """Whether the destination topic stamps records with the broker's time (message.timestamp.type
+        LogAppendTime), so the timestamps the sink sets are replaced."""
+        found = await self._call(lambda: self._clients.topic_config(self._tp.topic, "message.timestamp.type"))
+        return found == "LogAppendTime"
 
     async def _check_topic(self) -> None:
         partitions = await self._clients.partition_count(self._tp.topic)

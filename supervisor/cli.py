@@ -164,13 +164,15 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
 
 def _restore(args: argparse.Namespace) -> int:
     from config.restore import load_restore_config
+    from supervisor.metrics import MetricFamilies
     from supervisor.restore import RestoreFailedError, RestoreRefusedError, run_restore
     from workers.range_job import SparkGoneError
     from workers.spark_session import SparkStartError, stop_spark
 
     try:
         config = load_restore_config(args.config)
-        print(anyio.run(partial(run_restore, config, dry_run=args.dry_run)))
+        families = None if args.dry_run else MetricFamilies()
+        print(anyio.run(partial(run_restore, config, dry_run=args.dry_run, families=families)))
     except ConfigError as exc:
         print(f"invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -2,7 +2,8 @@
 
 The driver decides, Spark tasks move the records:
 1. The archive's chains are listed (`sinks.archive_catalog`) and selected by the config's entries; each chain's
-   blob names are validated in full, and its range to restore is the chain's extent cut by the entry's bounds.
+   blob names are validated in full, and its range to restore is the chain's extent cut by the entry's offset
+   bounds, then by its timestamp bounds (a Spark job finds the first offsets stamped at or after them).
 2. In preserve mode (and for `--dry-run`) a survey job counts each range's records and holes first: a hole
    cannot keep its offset, so preserve refuses before anything is written, naming the first hole.
 3. Each destination partition is opened as the Kafka destination of a mirror would be (`sinks.kafka.KafkaSink`):
@@ -21,13 +22,14 @@ from __future__ import annotations
 
 import logging
 import re
-import sys
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 
 import anyio
 import anyio.to_thread
+from prometheus_client import CollectorRegistry
 
 from config.errors import ConfigError
 from config.kafka_clients import ClientSettingsError
@@ -41,15 +43,23 @@ from sinks.kafka import KafkaRecord, KafkaSink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryingSink
 from supervisor.describe import describe_error
+from supervisor.http import HttpEndpoint, Readiness
+from supervisor.metrics import MetricFamilies
 from supervisor.output import table_lines
+from supervisor.restore_progress import Progress, RestoreMetrics
 from workers.archive_records import ArchiveSurvey, read_archived
 from workers.range_job import RangeJobError
-from workers.restore_job import ArchivedRange, RestoreTask, run_restore_job, run_survey_job
+from workers.restore_job import (
+    ArchivedRange,
+    RestoreTask,
+    TimeSearch,
+    run_restore_job,
+    run_survey_job,
+    run_time_search_job,
+)
 from workers.spark_session import get_spark
 
 log = logging.getLogger("mirror_v3.restore")
-
-PROGRESS_EVERY_S = 5.0
 
 
 class RestoreRefusedError(Exception):
@@ -73,6 +83,8 @@ class RestorePartition:
     first: int  # the range to restore: [first, end)
     end: int
     reader: BlobReader
+    since_ms: int | None = None  # the entry's timestamp bounds, until narrow_by_time has turned them into offsets
+    until_ms: int | None = None
     survey: ArchiveSurvey | None = None
     position: int | None = None  # the next archived offset to restore, once the destination is opened
     records: int = 0  # restored by this run
@@ -85,6 +97,16 @@ class RestorePartition:
 
     def blobs(self, first: int, end: int) -> tuple[BlobRange, ...]:
         return tuple(blob for blob in self.chain if blob.last >= first and blob.first < end)
+
+    def slices(self, per_slice: int) -> list[ArchivedRange]:
+        """The range to restore in slices of at most `per_slice` offsets, one Spark task each."""
+        found = []
+        for lower in range(self.first, self.end, per_slice):
+            upper = min(self.end, lower + per_slice)
+            found.append(
+                ArchivedRange(self.archived, self.partition, self.reader, self.blobs(lower, upper), lower, upper)
+            )
+        return found
 
 
 @dataclass(frozen=True)
@@ -174,7 +196,15 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
             else 0
         )
         found[slot] = RestorePartition(
-            name, partition, entry.destination_topic(name), chain, first, max(first, end), reader
+            name,
+            partition,
+            entry.destination_topic(name),
+            chain,
+            first,
+            max(first, end),
+            reader,
+            since_ms=entry.from_timestamp_ms,
+            until_ms=entry.to_timestamp_ms,
         )
 
     async with anyio.create_task_group() as tasks:
@@ -219,17 +249,52 @@ def _check_unique(chosen: list[tuple[int, RestoreEntry, str, int]]) -> None:
         targets[topic, partition] = (index, name)
 
 
+async def narrow_by_time(config: RestoreConfig, parts: list[RestorePartition]) -> None:
+    """Cut the ranges of partitions with timestamp bounds to [first stamped at or after from-timestamp, first
+    stamped at or after to-timestamp), in one Spark job over slices of each range. Kafka's offsets-for-times
+    answers the same way: the range stays one run of offsets, so a rerun finds the same range and preserve mode
+    still applies. A partition with no record stamped at or after from-timestamp restores nothing."""
+    bounded = [p for p in parts if p.since_ms is not None or p.until_ms is not None]
+    work = [
+        (part, TimeSearch(archived, part.since_ms, part.until_ms))
+        for part in bounded
+        for archived in part.slices(config.spark.offsets_per_task)
+    ]
+    if not work:
+        return
+
+    def run() -> list[tuple[int | None, int | None]]:
+        return run_time_search_job(get_spark(config.spark), tuple(w for _, w in work), _job_group("times"))
+
+    since: dict[str, int] = {}  # chain → the first slice's answer, in offset order
+    until: dict[str, int] = {}
+    for (part, _), (found_since, found_until) in zip(work, await anyio.to_thread.run_sync(run), strict=True):
+        if found_since is not None:
+            since.setdefault(part.name, found_since)
+        if found_until is not None:
+            until.setdefault(part.name, found_until)
+    for part in bounded:
+        first = part.first if part.since_ms is None else since.get(part.name, part.end)
+        end = until.get(part.name, part.end)
+        log.info(
+            "timestamp bounds found",
+            extra={
+                "mirror_v3_fields": {
+                    "chain": part.name,
+                    "from_ms": part.since_ms,
+                    "to_ms": part.until_ms,
+                    "first": first,
+                    "end": end,
+                }
+            },
+        )
+        part.first, part.end = first, max(first, end)
+        part.since_ms = part.until_ms = None
+
+
 async def survey(config: RestoreConfig, parts: list[RestorePartition]) -> None:
     """Count each range's records and holes in one Spark job (slices of whole blobs, summed per partition)."""
-    work: list[tuple[RestorePartition, ArchivedRange]] = []
-    per_slice = config.spark.offsets_per_task
-    for part in parts:
-        lower = part.first
-        while lower < part.end:
-            upper = min(part.end, lower + per_slice)
-            blobs = part.blobs(lower, upper)
-            work.append((part, ArchivedRange(part.archived, part.partition, part.reader, blobs, lower, upper)))
-            lower = upper
+    work = [(part, archived) for part in parts for archived in part.slices(config.spark.offsets_per_task)]
     for part in parts:
         part.survey = ArchiveSurvey(part.first, part.end, 0, 0, None)
     if not work:
@@ -266,7 +331,9 @@ def refuse_holes_for_preserve(parts: list[RestorePartition]) -> None:
             )
 
 
-async def open_destinations(config: RestoreConfig, parts: list[RestorePartition]) -> None:
+async def open_destinations(
+    config: RestoreConfig, parts: list[RestorePartition], metrics: RestoreMetrics, readiness: Readiness
+) -> None:
     """Open each destination partition and find where its restore continues."""
     try:
         settings = kafka_settings(config.destination)
@@ -286,7 +353,12 @@ async def open_destinations(config: RestoreConfig, parts: list[RestorePartition]
 
     async def _open_one(part: RestorePartition) -> None:
         sink = KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
-        part.sink = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
+        part.sink = RetryingSink(
+            sink,
+            policy,
+            on_retry=partial(metrics.retrying, part),
+            log_fields={"chain": part.name, "topic": part.topic},
+        )
         position = await part.sink.open()
         if position is None:  # an empty destination (preserve: its first record goes to offset 0)
             position = part.first
@@ -299,6 +371,8 @@ async def open_destinations(config: RestoreConfig, parts: list[RestorePartition]
                 f"{position}",
             )
         part.position = min(position, part.end)
+        metrics.opened(part)
+        readiness.started.add(part.name)
 
     async with anyio.create_task_group() as tasks:
         for part in parts:
@@ -307,7 +381,9 @@ async def open_destinations(config: RestoreConfig, parts: list[RestorePartition]
         raise failures[0]
 
 
-async def restore_all(config: RestoreConfig, parts: list[RestorePartition], progress: Progress) -> RestoreSummary:
+async def restore_all(
+    config: RestoreConfig, parts: list[RestorePartition], progress: Progress, metrics: RestoreMetrics
+) -> RestoreSummary:
     """Run jobs until every partition is restored up to its end."""
     started = time.monotonic()
     per_task = config.spark.offsets_per_task
@@ -340,6 +416,7 @@ async def restore_all(config: RestoreConfig, parts: list[RestorePartition], prog
             part.position = item.last + 1
             part.records += item.records
             part.record_bytes += item.record_bytes
+            metrics.produced(part, item)
         progress.update(parts)
     progress.finish(parts)
     return RestoreSummary(
@@ -348,55 +425,6 @@ async def restore_all(config: RestoreConfig, parts: list[RestorePartition], prog
         sum(p.record_bytes for p in parts),
         time.monotonic() - started,
     )
-
-
-class Progress:
-    """Records, MB/s and ETA on stderr: a bar redrawn in place on a terminal, an INFO line every few seconds
-    otherwise. The ETA assumes the offsets still to restore go at the rate so far."""
-
-    def __init__(self, parts: list[RestorePartition], tty: bool | None = None) -> None:
-        self._tty = sys.stderr.isatty() if tty is None else tty
-        self._started = time.monotonic()
-        self._last_line = 0.0
-        self._offsets_at_start = sum(p.end - (p.position if p.position is not None else p.first) for p in parts)
-
-    def _numbers(self, parts: list[RestorePartition]) -> tuple[int, int, float, float, float | None]:
-        records = sum(p.records for p in parts)
-        left = sum(p.end - (p.position if p.position is not None else p.first) for p in parts)
-        elapsed = max(1e-6, time.monotonic() - self._started)
-        megabytes = sum(p.record_bytes for p in parts) / 1e6 / elapsed
-        done = self._offsets_at_start - left
-        eta = left * elapsed / done if done > 0 else None
-        return records, left, records / elapsed, megabytes, eta
-
-    def update(self, parts: list[RestorePartition]) -> None:
-        records, left, rate, megabytes, eta = self._numbers(parts)
-        if self._tty:
-            total = max(1, self._offsets_at_start)
-            share = (total - left) / total
-            bar = "#" * int(share * 30)
-            when = "-" if eta is None else f"{eta:.0f}s"
-            sys.stderr.write(
-                f"\r[{bar:<30}] {share:6.1%} {records} records {rate:,.0f}/s {megabytes:.1f} MB/s ETA {when}  "
-            )
-            sys.stderr.flush()
-            return
-        now = time.monotonic()
-        if now - self._last_line < PROGRESS_EVERY_S:
-            return
-        self._last_line = now
-        fields = {
-            "records": records,
-            "offsets_left": left,
-            "records_per_s": round(rate),
-            "mb_per_s": round(megabytes, 2),
-            "eta_s": None if eta is None else round(eta),
-        }
-        log.info("restoring", extra={"mirror_v3_fields": fields})
-
-    def finish(self, parts: list[RestorePartition]) -> None:
-        if self._tty:
-            sys.stderr.write("\n")
 
 
 TABLE_COLUMNS = ("ARCHIVED", "PARTITION", "TOPIC", "RANGE", "OFFSETS", "RECORDS", "HOLES", "FIRST-HOLE")
@@ -437,8 +465,28 @@ async def close_all(parts: list[RestorePartition]) -> None:
                 await part.sink.close()
 
 
-async def run_restore(config: RestoreConfig, *, dry_run: bool = False) -> str:
-    """The whole command; returns what it prints on stdout."""
+async def log_append_time_topics(parts: list[RestorePartition]) -> list[str]:
+    """The destination topics whose broker stamps its own time on every record (LogAppendTime): the archived
+    timestamps are set on each record sent and replaced there. Logged as a warning, and reported at the end."""
+    first_of: dict[str, RestorePartition] = {}
+    for part in parts:
+        first_of.setdefault(part.topic, part)
+    found = []
+    for topic, part in sorted(first_of.items()):
+        assert part.sink is not None and isinstance(part.sink.inner, KafkaSink)
+        if await part.sink.inner.stamps_log_append_time():
+            log.warning(
+                "destination topic stamps LogAppendTime: restored records get the broker's time, not their archived "
+                "timestamps",
+                extra={"mirror_v3_fields": {"topic": topic}},
+            )
+            found.append(topic)
+    return found
+
+
+async def run_restore(config: RestoreConfig, *, dry_run: bool = False, families: MetricFamilies | None = None) -> str:
+    """The whole command; returns what it prints on stdout. With `families`, the restore's series are served on
+    the metrics port (/metrics, /healthz, /readyz: ready once every destination partition is open)."""
     try:
         factory = SinkFactory(config.archive)
     except ClientSettingsError as exc:
@@ -446,6 +494,7 @@ async def run_restore(config: RestoreConfig, *, dry_run: bool = False) -> str:
     parts = await select_partitions(config, factory)
     if not parts:
         raise ConfigError("restore: the entries select no archived chain")
+    await narrow_by_time(config, parts)
     mode = config.destination.offsets
     if dry_run or mode == "preserve":
         await survey(config, parts)
@@ -453,12 +502,19 @@ async def run_restore(config: RestoreConfig, *, dry_run: bool = False) -> str:
         return render_dry_run(parts, mode)
     if mode == "preserve":
         refuse_holes_for_preserve(parts)
+    metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
+    readiness = Readiness(mirrors=[part.name for part in parts])
+    endpoint = None if families is None else HttpEndpoint(families.registry, readiness)
+    if endpoint is not None:
+        await endpoint.start()
     try:
-        await open_destinations(config, parts)
-        progress = Progress(parts)
-        summary = await restore_all(config, parts, progress)
+        await open_destinations(config, parts, metrics, readiness)
+        stamped_by_broker = await log_append_time_topics(parts)
+        summary = await restore_all(config, parts, Progress(parts), metrics)
     finally:
         await close_all(parts)
+        if endpoint is not None:
+            await endpoint.stop()
     fields = {
         "partitions": summary.partitions,
         "records": summary.records,
@@ -467,7 +523,13 @@ async def run_restore(config: RestoreConfig, *, dry_run: bool = False) -> str:
     }
     log.info("restore finished", extra={"mirror_v3_fields": fields})
     rate = summary.records / summary.seconds if summary.seconds > 0 else 0.0
-    return (
+    lines = [
         f"restored {summary.records} records ({summary.record_bytes / 1e6:.1f} MB) into {summary.partitions} "
         f"partitions in {summary.seconds:.1f}s ({rate:,.0f} records/s), offsets: {mode}"
-    )
+    ]
+    if stamped_by_broker:
+        lines.append(
+            f"timestamps not restored: {', '.join(stamped_by_broker)} stamp LogAppendTime, so the broker set its "
+            "own time on every record"
+        )
+    return "\n".join(lines)

@@ -293,6 +293,18 @@ def watermarks(bootstrap: str, topic: str, partition: int, *, timeout: float = 1
         consumer.close()
 
 
+def offset_for_time(bootstrap: str, topic: str, partition: int, time_ms: int, *, timeout: float = 10.0) -> int | None:
+    """The broker's answer to offsets-for-times: the first offset stamped at or after `time_ms` (None: none is)."""
+    consumer = _consumer(bootstrap, "read_uncommitted")
+    try:
+        (found,) = consumer.offsets_for_times([TopicPartition(topic, partition, time_ms)], timeout=timeout)
+        if found.error is not None:
+            raise KafkaDataError(f"offsets for times of {topic}[{partition}]: {found.error}")
+        return None if found.offset < 0 else int(found.offset)
+    finally:
+        consumer.close()
+
+
 _COORDINATOR_ERRORS = frozenset(
     {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
 )

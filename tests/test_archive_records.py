@@ -13,7 +13,7 @@ from sinks.blob_reading import FilesystemBlobReader
 from sinks.records import KAFKA_SCHEMA
 from tests.fakes import FakePartitionSource
 from tests.test_verify_task import archive
-from workers.archive_records import ArchiveReadError, read_archived, survey_archived
+from workers.archive_records import ArchiveReadError, first_stamped_at_or_after, read_archived, survey_archived
 
 
 def test_a_range_across_blobs_comes_back_in_order_with_every_field(tmp_path: Path) -> None:
@@ -49,6 +49,20 @@ def test_holes_at_the_end_of_a_range_are_found(tmp_path: Path) -> None:
     blobs = archive(source, tmp_path, 300, 100)
     found = survey_archived(FilesystemBlobReader(str(tmp_path)), blobs, 200, 300)
     assert (found.records, found.holes, found.first_hole) == (95, 5, 295)
+
+
+def test_times_become_the_first_offsets_stamped_at_or_after_them(tmp_path: Path) -> None:
+    source = FakePartitionSource()
+    source.append(300, holes_every=50)
+    for offset, record in source.records.items():
+        record.timestamp_ms = 1_000 * offset
+    source.records[120].timestamp_ms = 999_000  # stamped out of order: offsets-for-times finds it first
+    blobs = archive(source, tmp_path, 300, 100)
+    reader = FilesystemBlobReader(str(tmp_path))
+    assert first_stamped_at_or_after(reader, blobs, 0, 300, (47_500, 200_000, None)) == (48, 120, None)
+    assert first_stamped_at_or_after(reader, blobs, 0, 300, (49_000,)) == (50,)  # 49 is a hole
+    assert first_stamped_at_or_after(reader, blobs, 130, 300, (200_000, 1_000_000)) == (200, None)
+    assert first_stamped_at_or_after(reader, blobs, 0, 100, (150_000,)) == (None,)  # found only outside the range
 
 
 def test_a_file_holding_an_offset_outside_its_name_is_named(tmp_path: Path) -> None:

@@ -43,6 +43,12 @@ def test_the_examples_parse_and_match_the_schema(path: Path) -> None:
         ("[{topic: a, rename: 'a b'}]", "restore[0].rename: invalid topic 'a b'"),
         ("[{topic: a, from-offset: 5, to-offset: 5}]", "restore[0].to-offset: must be above from-offset 5"),
         ("[{topic: a, form-offset: 5}]", "restore[0].form-offset: unknown field"),
+        (
+            "[{topic: a, from-timestamp: 2026-01-02T00:00:00Z, to-timestamp: 1767225600000}]",
+            "restore[0].to-timestamp: must be later than from-timestamp (1767312000000 ms)",
+        ),
+        ("[{topic: a, from-timestamp: '2026-01-02 10:00'}]", "restore[0].from-timestamp: "),
+        ("[{topic: a, to-timestamp: -1}]", "restore[0].to-timestamp: "),
         ("[]", "restore: "),
     ],
 )
@@ -55,3 +61,9 @@ def test_mistakes_name_their_field(entries: str, message: str) -> None:
 def test_rename_puts_the_archived_name_in_place_of_topic() -> None:
     config = parse_restore_config(BASE + "restore: [{topic-regex: 'o-.*', rename: 'back-{topic}'}]\n", env={})
     assert config.restore[0].destination_topic("o-eu") == "back-o-eu"
+
+
+def test_timestamps_are_epoch_milliseconds_or_times_with_a_zone() -> None:
+    entries = "[{topic: a, from-timestamp: 2026-01-01T01:00:00+01:00, to-timestamp: 1767225600001}]"
+    entry = parse_restore_config(BASE + f"restore: {entries}\n", env={}).restore[0]
+    assert (entry.from_timestamp_ms, entry.to_timestamp_ms) == (1_767_225_600_000, 1_767_225_600_001)

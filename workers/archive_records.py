@@ -4,7 +4,8 @@ A chain's blobs are Parquet files of KAFKA_SCHEMA rows named by their offset ran
 records of an offset range as librdkafka-like messages, so the Kafka produce path (`workers.kafka_produce`) takes
 them as it takes a consumer's. `survey_archived` counts what a range holds without producing it: records, holes
 (offsets with no record: compaction, transaction markers, aborted records) and the first hole, for `restore
---dry-run` and for the preserve-mode check that must fail before anything is written.
+--dry-run` and for the preserve-mode check that must fail before anything is written. `first_stamped_at_or_after`
+turns a restore's timestamp bounds into offsets.
 
 Every row is checked as it is read: offsets strictly increasing and inside the range the file's name gives, or
 the read fails naming the file. Memory: one blob's bytes and one row group at a time. Cost: each blob of the
@@ -160,3 +161,33 @@ def survey_archived(reader: BlobReader, blobs: tuple[BlobRange, ...], first: int
     if first_hole is None and expected < end:
         first_hole = expected
     return ArchiveSurvey(first, end, records, (end - first) - records, first_hole)
+
+
+def first_stamped_at_or_after(
+    reader: BlobReader, blobs: tuple[BlobRange, ...], first: int, end: int, times_ms: tuple[int | None, ...]
+) -> tuple[int | None, ...]:
+    """For each time, the first offset of [first, end) whose record is stamped at or after it (None: no such
+    record, or no time), as Kafka's offsets-for-times answers. Reads the offset and timestamp columns only, and
+    stops at the first blob after which every time has its offset."""
+    found: list[int | None] = [None] * len(times_ms)
+    wanted = [index for index, time_ms in enumerate(times_ms) if time_ms is not None]
+    for blob in _overlapping(blobs, first, end):
+        if not wanted:
+            break
+        parquet = _open(reader, blob)
+        offsets = _OffsetCheck(reader.location(blob.name), blob)
+        for batch in parquet.iter_batches(columns=["offset", "timestamp"]):
+            column = batch.column(0)
+            offsets.check(column.to_pylist())
+            inside = pc.and_(pc.greater_equal(column, first), pc.less(column, end))
+            stamps_us = batch.column(1).cast(pa.int64())
+            for index in list(wanted):
+                time_ms = times_ms[index]
+                assert time_ms is not None
+                hit = pc.index(pc.and_(inside, pc.greater_equal(stamps_us, time_ms * 1000)), True).as_py()
+                if hit >= 0:
+                    found[index] = column[hit].as_py()
+                    wanted.remove(index)
+            if not wanted:
+                break
+    return tuple(found)

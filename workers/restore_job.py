@@ -1,5 +1,7 @@
-"""Spark jobs of `restore`: survey archived ranges, and produce them into Kafka.
+"""Spark jobs of `restore`: find where timestamp bounds fall, survey archived ranges, and produce them into Kafka.
 
+Time search: each task finds, in a run of blobs, the first offsets stamped at or after a restore's timestamp
+bounds (`workers.archive_records.first_stamped_at_or_after`).
 Survey: each task counts the records and holes of a run of blobs (`workers.archive_records.survey_archived`).
 Produce: each task takes the next range of one partition, reads it from the archived blobs and produces it with
 the Kafka destination's own path (`workers.kafka_produce.produce_range`: a transaction that also commits the
@@ -19,7 +21,13 @@ import pyarrow as pa
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from workers.archive_records import ArchiveReadError, ArchiveSurvey, read_archived, survey_archived
+from workers.archive_records import (
+    ArchiveReadError,
+    ArchiveSurvey,
+    first_stamped_at_or_after,
+    read_archived,
+    survey_archived,
+)
 from workers.kafka_produce import produce_range
 from workers.kafka_range import SourcePartition
 from workers.python_worker import keep_zip_directories
@@ -53,6 +61,17 @@ SURVEY_SCHEMA = pa.schema(
 )
 SURVEY_DDL = "task int, records long, holes long, first_hole long, error_kind string, error string"
 
+TIMES_SCHEMA = pa.schema(
+    [
+        pa.field("task", pa.int32()),
+        pa.field("since", pa.int64()),
+        pa.field("until", pa.int64()),
+        pa.field("error_kind", pa.string()),
+        pa.field("error", pa.string()),
+    ]
+)
+TIMES_DDL = "task int, since long, until long, error_kind string, error string"
+
 
 @dataclass(frozen=True)
 class ArchivedRange:
@@ -74,6 +93,15 @@ class ArchivedRange:
 class RestoreTask:
     archived: ArchivedRange  # the task's range
     target: KafkaProduceTarget
+
+
+@dataclass(frozen=True)
+class TimeSearch:
+    """Where in `archived` the first records stamped at or after `since_ms` and `until_ms` are."""
+
+    archived: ArchivedRange
+    since_ms: int | None
+    until_ms: int | None
 
 
 def archive_partition(work: ArchivedRange) -> SourcePartition:
@@ -101,6 +129,27 @@ def run_survey_job(spark: SparkSession, ranges: tuple[ArchivedRange, ...], job_g
     if len(found) != len(ranges):
         raise RangeJobError("ArchiveReadError", "a survey task returned no result")
     return [found[index] for index in range(len(ranges))]
+
+
+def run_time_search_job(
+    spark: SparkSession, searches: tuple[TimeSearch, ...], job_group: str
+) -> list[tuple[int | None, int | None]]:
+    """Each search's (since, until) offsets: the first of its range stamped at or after each time, or None."""
+    rows = run_tasks(
+        spark,
+        job_group,
+        "mirror-v3.restore",
+        f"find timestamps in {len(searches)} archived ranges",
+        len(searches),
+        _time_search_function(searches),
+        TIMES_DDL,
+        lambda frame: frame.toArrow(),
+    ).to_pylist()
+    raise_task_error(rows)
+    found = {row["task"]: (row["since"], row["until"]) for row in rows}
+    if len(found) != len(searches):
+        raise RangeJobError("ArchiveReadError", "a timestamp search task returned no result")
+    return [found[index] for index in range(len(searches))]
 
 
 def run_restore_job(spark: SparkSession, tasks: tuple[RestoreTask, ...], job_group: str) -> list[ProducedRange]:
@@ -142,6 +191,27 @@ def _survey_function(
                 yield pa.RecordBatch.from_pylist([row], schema=SURVEY_SCHEMA)
 
     return survey
+
+
+def _time_search_function(
+    searches: tuple[TimeSearch, ...],
+) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
+    def search(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        keep_zip_directories()
+        for batch in batches:
+            for index in batch.column(0).to_pylist():
+                work = searches[index]
+                archived = work.archived
+                try:
+                    since, until = first_stamped_at_or_after(
+                        archived.reader, archived.blobs, archived.first, archived.end, (work.since_ms, work.until_ms)
+                    )
+                except RESTORE_TASK_ERRORS as exc:
+                    yield error_batch(TIMES_SCHEMA, index, exc)
+                    continue
+                yield pa.RecordBatch.from_pylist([{"task": index, "since": since, "until": until}], schema=TIMES_SCHEMA)
+
+    return search
 
 
 def _produce_function(tasks: tuple[RestoreTask, ...]) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
