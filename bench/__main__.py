@@ -47,8 +47,9 @@ def parser() -> argparse.ArgumentParser:
         prog="python -m bench",
         description="Micro benchmarks of the hot pure functions, then every end-to-end scenario (backlog throughput "
         "of every destination next to raw Kafka clients, produce -> durable latency, restart with a long chain, idle "
-        "mirrors) against brokers and moto started on 127.0.0.1; one JSON line per measurement in WORKDIR/"
-        f"results.jsonl, rendered as {DOCUMENT.relative_to(runner.REPO)} and its chart.",
+        "mirrors, restore and verify next to a raw produce and consume) against brokers and moto started on "
+        "127.0.0.1; one JSON line per measurement in WORKDIR/results.jsonl, rendered as "
+        f"{DOCUMENT.relative_to(runner.REPO)} and its chart.",
     )
     p.add_argument("--quick", action="store_true", help="the small table (a few minutes); the report stays in WORKDIR")
     p.add_argument("--only", type=names(PARTS), default=list(PARTS), help=f"parts to run: {','.join(PARTS)} (all)")

@@ -1,6 +1,7 @@
 """Backlogs and the raw baselines: produce N fixed-size records fast; drain them with a tight confluent-kafka loop,
-with kcat, into zstd Parquet in one thread (the job's floor on one core), and copy them to another broker with a
-confluent-kafka consume -> produce loop."""
+with kcat, into zstd Parquet in one thread (the job's floor on one core), copy them to another broker with a
+confluent-kafka consume -> produce loop, and produce records already in memory as the preserve mode's producer
+would (the floor of a restore)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +101,42 @@ def produce_backlog(bootstrap: str, topic: str, ends: Mapping[int, int], value_s
         if watermarks(bootstrap, topic, partition) != (0, count):
             raise KafkaDataError(f"{topic}[{partition}] does not hold offsets 0..{count - 1}")
     return seconds
+
+
+@dataclass(frozen=True)
+class Records:
+    """One partition's records in memory, in offset order: what a raw produce sends."""
+
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    timestamps: list[int]  # ms, sent as CreateTime
+    headers: list[list[tuple[str, bytes | None]]] | None  # None: no record has any
+
+
+def produce_records(bootstrap: str, topic: str, records: Mapping[int, Records]) -> dict[str, float]:
+    """Produce each partition's records (keys, values, timestamps, headers) to the same partition of `topic` with
+    the preserve mode's producer settings (acks=all, idempotent: COPY_PRODUCER), delivery reports only for errors:
+    seconds and CPU seconds (this process, librdkafka's threads included) until every record is acknowledged."""
+    errors: list[str] = []
+
+    def failed(err: KafkaError | None, msg: Message) -> None:
+        if err is not None:
+            errors.append(f"{msg.topic()}[{msg.partition()}]: {err.str()}")
+
+    producer = Producer(
+        {"bootstrap.servers": bootstrap, **COPY_PRODUCER, "delivery.report.only.error": True, "on_delivery": failed}
+    )
+    began, cpu = time.monotonic(), time.process_time()
+    for partition, batch in records.items():
+        if batch.headers is None:
+            for key, value, stamp in zip(batch.keys, batch.values, batch.timestamps, strict=True):
+                _send(producer, topic, partition, value, key, timestamp=stamp)
+        else:
+            rows = zip(batch.keys, batch.values, batch.timestamps, batch.headers, strict=True)
+            for key, value, stamp, headers in rows:
+                _send(producer, topic, partition, value, key, timestamp=stamp, headers=headers)
+    _flushed(producer, errors, "raw produce")
+    return {"seconds": time.monotonic() - began, "cpu_seconds": time.process_time() - cpu}
 
 
 def _drain(consumer: Consumer, topic: str, ends: Mapping[int, int], timeout: float) -> Iterator[list[Message]]:

@@ -42,6 +42,19 @@ CPU_HEADER = (
     "raw + Parquet µs|"
     "CPU ceiling records/s|measured records/s"
 )
+RESTORE_PATHS = {
+    "raw": ("raw consume (confluent-kafka)", None),
+    "archive": ("mirror → filesystem (writes the archive)", "raw"),
+    "verify": ("verify (archive vs source)", "raw"),
+    "raw-produce": ("raw produce (acks=all, idempotent)", None),
+    "restore-preserve": ("restore (preserve)", "raw-produce"),
+    "restore-renumber": ("restore (renumber)", "raw-produce"),
+}  # path -> (label, the baseline its ratio is to)
+RESTORE_COMMANDS = ("verify", "restore-preserve", "restore-renumber")
+RESTORE_DETAILS = (
+    "scenario|command|wall s|Spark start s|before work s|work s|logged s|Spark jobs: kind ×count at s: s|Python µs|"
+    "JVM + workers µs|broker µs"
+)
 TARGETS_NOTE = (
     "Targets of issue #13 on this 2-CPU machine, each against a baseline from the same run: Kafka → filesystem at "
     "≤ 1.2× the CPU per record and ≥ 1.3× the records/s of raw consume + zstd Parquet in one thread (1 and 8 "
@@ -308,6 +321,95 @@ def idle_section(runs: list[Row]) -> list[str]:
     ]
 
 
+def restore_section(rows: list[Row]) -> list[str]:
+    runs = group((r for r in rows if "path" in r), "scenario", "path")
+    scenarios = list(dict.fromkeys(scenario for scenario, _ in runs))
+
+    def rate(scenario: str, path: str) -> float | None:
+        found = [r["records"] / r["seconds"] for r in runs.get((scenario, path), [])]
+        return statistics.median(found) if found else None
+
+    table, details = [], []
+    for scenario in scenarios:
+        for path, (label, baseline) in RESTORE_PATHS.items():
+            found = runs.get((scenario, path), [])
+            if not found:
+                continue
+            record = KEY_BYTES + found[0]["value_size"]
+            rates = [r["records"] / r["seconds"] for r in found]
+            median, base = statistics.median(rates), rate(scenario, baseline) if baseline else None
+            to_base = f"{median / base:.2f}" if base else "baseline" if baseline is None else "-"
+            us = spread([cpu_per_record(r) * 1e6 for r in found], lambda x: num(x, 1))
+            wall = [r["records"] / r["wall_seconds"] for r in found if "wall_seconds" in r]
+            table.append(
+                (
+                    scenario,
+                    label,
+                    spread(rates, num),
+                    num(median * record / 1e6, 1),
+                    to_base,
+                    us,
+                    spread([r["seconds"] for r in found], lambda x: f"{x:.1f}"),
+                    spread([r["wall_seconds"] for r in found], lambda x: f"{x:.1f}") if wall else "-",
+                    spread(wall, num) if wall else "-",
+                )
+            )
+            for r in found if path in RESTORE_COMMANDS else []:
+                jobs = "; ".join(
+                    f"{kind} ×{j['jobs']} at {j['at']:.1f} s: {j['seconds']:.1f} s"
+                    for kind, j in sorted(r["spark_jobs"].items(), key=lambda item: item[1]["at"])
+                )
+                broker = next((v for k, v in r["cpu"].items() if k.endswith("broker")), 0.0)
+                us_each = (r["cpu"].get(MIRROR, 0.0), r["cpu"].get(JVM, 0.0), broker)
+                details.append(
+                    (
+                        scenario,
+                        label,
+                        f"{r['wall_seconds']:.1f}",
+                        f"{r['spark_start_seconds']:.1f}",
+                        f"{r['before_work_seconds']:.1f}",
+                        f"{r['seconds']:.1f}",
+                        f"{r['logged_seconds']:.1f}" if "logged_seconds" in r else "-",
+                        jobs,
+                        *(num(x / r["records"] * 1e6, 1) for x in us_each),
+                    )
+                )
+    first = rows[0]
+    return [
+        "## Restore and verify",
+        "",
+        f"A backlog of {num(first['records'])} records of {num(first['value_size'])} B over {first['partitions']} "
+        "partitions (random values, 8 B keys) is drained by the raw consume loop, then archived by the real mirror "
+        "CLI into a directory. `python -m supervisor verify` runs on that mirror's config (archive vs source, record "
+        "by record: it reads both; exit 0 with every record equal required). Then a destination broker is started; "
+        "the raw produce sends the archive's records (read into memory first) with the preserve mode's producer "
+        "settings (acks=all, idempotent, linger 5 ms) into a fresh topic, and `python -m supervisor restore` puts the "
+        "archive into a fresh topic per offsets mode, each checked afterwards (preserve: watermarks 0..end; "
+        "renumber: every committed record's `mirror-v3.source-offset` covers 0..end-1 once). **records/s** and "
+        "**MB/s** are over the **work** time: for restore, its first produce job's submission → its `restore "
+        "finished` line; for verify, its Spark job (first submitted → last ended); both from a Spark event log, as "
+        "neither logs `spark session ready`. The mirror: its first read → its last `flushed` line; a raw client: its "
+        "loop. **Wall**: process start → exit (Python and Spark start-up, listing, the survey included). CPU "
+        "µs/record: the command's processes (Python, the Spark JVM and its workers) over the work time, or the raw "
+        "client's own process; **ratio**: records/s ÷ the baseline's (verify and the mirror ÷ raw consume, restore "
+        "÷ raw produce).",
+        "",
+        *md_table(
+            "scenario|command|records/s|MB/s|ratio to baseline|CPU µs/record|work s|wall s|records/s over wall",
+            table,
+            2,
+        ),
+        "Where the wall time goes. Spark start: process start → the SparkContext's start; before work: process "
+        "start → the work window; logged s: the `seconds=` of restore's `restore finished` line (and its stdout "
+        "summary), which in renumber mode include the SparkSession's start-up; Spark jobs by kind: how many, when "
+        "the first was submitted (s after process start), first submitted → last ended. CPU µs/record over the "
+        "work time: Python (the CLI's process), the Spark JVM + its Python workers, and the broker it talks to "
+        "(verify: the source; restore: the destination).",
+        "",
+        *md_table(RESTORE_DETAILS, details, 2),
+    ]
+
+
 def micro_section(micro: dict[str, Any]) -> list[str]:
     rows = []
     for b in micro.get("benchmarks", []):
@@ -371,7 +473,13 @@ def render(workdir: Path, output: Path) -> None:
         ]
     if tp.cells:
         lines += throughput_section(tp, machine["cpus"], chart.name if chart else None)
-    for kind, section in (("latency", latency_section), ("restart", restart_section), ("idle", idle_section)):
+    sections = (
+        ("latency", latency_section),
+        ("restart", restart_section),
+        ("idle", idle_section),
+        ("restore", restore_section),
+    )
+    for kind, section in sections:
         if (kind,) in by_kind:
             lines += section(by_kind[(kind,)])
     if micro:
@@ -382,7 +490,12 @@ def render(workdir: Path, output: Path) -> None:
         "",
         "- brokers: Apache Kafka 3.9.1 (KRaft, single node, `testkit.kafka_broker.KafkaBroker` defaults) on 127.0.0.1",
         f"- raw consumer (confluent-kafka): {consumer}; kcat `-C -e -o beginning` with the same settings; raw copy: "
-        "that consumer feeding an idempotent acks=all producer (linger 5 ms) into the destination broker",
+        "that consumer feeding an idempotent acks=all producer (linger 5 ms) into the destination broker"
+        + (
+            "; raw produce (restore's baseline): that producer alone, from memory, delivery reports only for errors"
+            if ("restore",) in by_kind
+            else ""
+        ),
         f"- mirror: `flush.max-time-ms: 1000`, `spark:` {machine.get('spark') or 'defaults'}, every other setting at "
         "its config/model.py default; S3 on moto (objects "
         "in RAM, in its own process on this machine: a cost real S3 would not take from these CPUs)",

@@ -24,7 +24,7 @@ from typing import Any
 import confluent_kafka
 import psutil  # type: ignore[import-untyped]  # no type information in the package
 
-from bench import idle, latency, restart, throughput
+from bench import idle, latency, restart, restore, throughput
 from bench.mirror import Context
 from bench.scenarios import Scenario
 from testkit.kafka_broker import KafkaBroker
@@ -37,6 +37,7 @@ MEASURES: dict[str, Callable[[Scenario, Context], Iterator[dict[str, Any]]]] = {
     "latency": latency.measure,
     "restart": restart.measure,
     "idle": idle.measure,
+    "restore": restore.measure,
 }
 
 

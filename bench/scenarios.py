@@ -9,14 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 PATHS = ("filesystem", "s3", "kafka-preserve", "kafka-renumber")
-KINDS = ("throughput", "latency", "restart", "idle")
+KINDS = ("throughput", "latency", "restart", "idle", "restore")
 
 
 @dataclass(frozen=True)
 class Scenario:
     name: str  # unique within a table: the key the report groups repeated runs by
     kind: str  # one of KINDS
-    records: int = 0  # throughput: the backlog over all partitions; restart: one-record blobs already in the chain
+    records: int = 0  # throughput, restore: the backlog over all partitions; restart: one-record blobs in the chain
     value_size: int = 100  # bytes of each record's value (keys are 8 bytes)
     partitions: int = 1
     paths: tuple[str, ...] = ()  # throughput: destinations (PATHS); restart: "s3" and/or "filesystem"
@@ -47,6 +47,7 @@ FULL = (
     Scenario("100 idle mirrors", "idle", mirrors=100, seconds=30, warmup=30),
     Scenario("1,000 idle mirrors", "idle", mirrors=1000, seconds=30, warmup=30),
     Scenario("2,000 selected partitions", "idle", mirrors=2000, seconds=30, warmup=30, selection=True),
+    Scenario("restore and verify, 1 KiB records, 4 partitions", "restore", 1_000_000, 1024, 4),
 )
 
 # Every kind and every throughput path once, small: a smoke run of the whole bench in a few minutes.
@@ -56,4 +57,5 @@ QUICK = (
     Scenario("restart", "restart", records=300, extra=50, paths=("s3",)),
     Scenario("10 idle mirrors", "idle", mirrors=10, seconds=3, warmup=1),
     Scenario("20 selected partitions", "idle", mirrors=20, seconds=3, warmup=1, selection=True),
+    Scenario("restore and verify, 1 KiB records, 2 partitions", "restore", 20_000, 1024, 2),
 )

@@ -29,7 +29,8 @@ from supervisor.logs import log_event, quiet_aiokafka_leaks
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source import SourceClusters
-from workers.spark_session import SparkStartError, get_spark, stop_spark
+from supervisor.spark_start import start_spark
+from workers.spark_session import SparkStartError, stop_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 MirrorKey = tuple[str, str, int]  # (cluster, topic, partition)
@@ -274,20 +275,11 @@ class Supervisor:
         return None if actor is None else float(actor.lag)
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
-        began = time.monotonic()
         try:
-            await anyio.to_thread.run_sync(get_spark, self._config.spark)
+            await start_spark(self._config.spark)
         except Exception as exc:
             self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
             scope.cancel()
-            return
-        log_event(
-            log,
-            logging.INFO,
-            "spark session ready",
-            master=self._config.spark.master,
-            elapsed_ms=round((time.monotonic() - began) * 1000),
-        )
 
     def _fail(
         self,

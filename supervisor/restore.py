@@ -47,6 +47,7 @@ from supervisor.http import HttpEndpoint, Readiness
 from supervisor.metrics import MetricFamilies
 from supervisor.output import table_lines
 from supervisor.restore_progress import Progress, RestoreMetrics
+from supervisor.spark_start import start_spark
 from workers.archive_records import ArchiveSurvey, read_archived
 from workers.range_job import RangeJobError
 from workers.restore_job import (
@@ -494,6 +495,7 @@ async def run_restore(config: RestoreConfig, *, dry_run: bool = False, families:
     parts = await select_partitions(config, factory)
     if not parts:
         raise ConfigError("restore: the entries select no archived chain")
+    await start_spark(config.spark)  # before the clock of restore_all starts, in every mode
     await narrow_by_time(config, parts)
     mode = config.destination.offsets
     if dry_run or mode == "preserve":

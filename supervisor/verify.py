@@ -41,6 +41,7 @@ from supervisor.errors import SourceError
 from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.source import SourceClusters, SourceOffsets
+from supervisor.spark_start import start_spark
 from workers.kafka_range import SourcePartition
 from workers.kafka_verify_task import KafkaSlice
 from workers.range_job import RangeJobError
@@ -169,6 +170,7 @@ async def collect_verification(
     ready = [p for p in prepared if p is not None]
     work = tuple(s for p in ready for s in p.slices)
     if work:
+        await start_spark(config.spark)
         checks = await anyio.to_thread.run_sync(_run_job, config, work)
         _apply(ready, checks)
     return VerifyReport([p.row for p in ready])

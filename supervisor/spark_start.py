@@ -1,0 +1,23 @@
+"""Start the process's SparkSession and say so: `spark session ready` with the master and how long it took, the
+line that tells an operator (and the bench) where start-up ends and work begins, for every command."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import anyio.to_thread
+
+from config.model import SparkConfig
+from supervisor.logs import log_event
+from workers.spark_session import get_spark
+
+log = logging.getLogger("mirror_v3.supervisor")
+
+
+async def start_spark(config: SparkConfig) -> None:
+    """In a worker thread (it takes seconds); SparkStartError when it cannot start."""
+    began = time.monotonic()
+    await anyio.to_thread.run_sync(get_spark, config)
+    elapsed_ms = round((time.monotonic() - began) * 1000)
+    log_event(log, logging.INFO, "spark session ready", master=config.master, elapsed_ms=elapsed_ms)
