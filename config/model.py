@@ -242,6 +242,20 @@ class S3Destination(_BlobDestination, tag_field="type", tag="s3", frozen=True, k
     ] = 60_000
 
 
+# What `create-topics` copies by default: what a topic's data and its consumers depend on, never placement
+# (replicas, min.insync.replicas) that the destination cluster decides for itself.
+DEFAULT_TOPIC_CONFIGS = (
+    "cleanup.policy",
+    "retention.ms",
+    "retention.bytes",
+    "max.message.bytes",
+    "min.compaction.lag.ms",
+    "message.timestamp.type",
+    "compression.type",
+    "segment.ms",
+)
+
+
 class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_only=True):
     """Another Kafka cluster: records go to the same partition number of `<dest-name>`, which must
     exist with enough partitions."""
@@ -285,6 +299,44 @@ class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_o
         int, msgspec.Meta(ge=100, description="Timeout of one request to the destination cluster.")
     ] = 30_000
     retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
+    create_topics: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Create a missing destination topic with the source topic's partition count and its "
+            "`topic-configs`, add partitions the source gains while running before they are mirrored, and keep "
+            "the `topic-configs` in sync (`sync-topic-configs-interval-ms`)."
+        ),
+    ] = False
+    replication_factor: Annotated[
+        int,
+        msgspec.Meta(
+            ge=-1,
+            le=32767,
+            description="create-topics: replication factor of created topics (-1: the broker's "
+            "default.replication.factor).",
+        ),
+    ] = -1
+    topic_configs: Annotated[
+        list[NonEmptyStr],
+        msgspec.Meta(
+            description="create-topics: the topic configs copied from the source topic (those it sets itself; "
+            "broker defaults are not copied) and kept in sync."
+        ),
+    ] = msgspec.field(default_factory=lambda: list(DEFAULT_TOPIC_CONFIGS))
+    sync_topic_configs_interval_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="create-topics: how often `topic-configs` are synced from the source (0: only on creation).",
+        ),
+    ] = 60_000
+    add_partitions: Annotated[
+        bool,
+        msgspec.Meta(
+            description="create-topics: also add partitions to a destination topic found at start with fewer "
+            "partitions than its source (otherwise that is reported, and the mirrors of the missing partitions fail)."
+        ),
+    ] = False
 
 
 Destination = FilesystemDestination | S3Destination | KafkaDestination

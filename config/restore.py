@@ -126,6 +126,11 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
     ):
         missing = "secret-access-key-env" if archive.secret_access_key_env is None else "access-key-id-env"
         raise error(("archive", missing), "set both access-key-id-env and secret-access-key-env, or neither")
+    if config.destination.create_topics:
+        raise error(
+            ("destination", "create-topics"),
+            "a restore does not create topics (an archive holds no partition count or configs): create them first",
+        )
     problem = security_problem(config.destination.security)
     if problem is not None:
         raise error(("destination", "security", *problem[0]), problem[1])

@@ -15,7 +15,7 @@ from anyio.abc import TaskGroup
 from config.errors import ConfigError
 from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.kafka_clients import ClientSettingsError
-from config.model import Config
+from config.model import Config, KafkaDestination
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
@@ -30,6 +30,7 @@ from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source import SourceClusters
 from supervisor.spark_start import start_spark
+from supervisor.topic_manager import TopicManager
 from workers.spark_session import SparkStartError, stop_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
@@ -61,6 +62,7 @@ class Supervisor:
         self._failed: dict[str, str] = {}  # mirror → why, while failed (on-mirror-failure: restart); /readyz shows it
         self._group: TaskGroup | None = None
         self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
+        self._topics: TopicManager | None = None  # create-topics, once run() has built it
 
     def _actor(self, spec: MirrorSpec) -> MirrorActor:
         flush, spark = spec.flush, self._config.spark
@@ -98,6 +100,10 @@ class Supervisor:
         quiet_aiokafka_leaks()
         try:
             plan = await plan_estate(self._clusters, self._entries, self._shard)
+            destination = self._config.destination
+            if isinstance(destination, KafkaDestination) and destination.create_topics:
+                self._topics = TopicManager(destination)
+                await self._topics.prepare(plan.mirrors)
             for spec in plan.mirrors:
                 self.actors[spec.key] = self._actor(spec)
         except ConfigError as exc:  # two selected partitions would write one destination
@@ -124,6 +130,8 @@ class Supervisor:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
                 outer.start_soon(self.http.watch_loop)
+                if self._topics is not None:
+                    outer.start_soon(self._topics.sync_forever, self.stop_requested)
                 async with anyio.create_task_group() as actors:
                     self._group = actors
                     # Spark starts (seconds) while the actors check their source and destination, so a
@@ -204,6 +212,8 @@ class Supervisor:
                 return
             if self.stop_requested.is_set():
                 return
+            if self._topics is not None:  # new mirrors' topics and partitions exist before they start
+                await self._topics.prepare(spec for key, spec in plan.by_key().items() if key not in self.actors)
             self._apply(plan, read)
 
     def _apply(self, plan: EstatePlan, read: ClusterRead) -> None:

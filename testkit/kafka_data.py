@@ -25,6 +25,8 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
+from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 Headers = list[tuple[str, bytes | None]]
@@ -118,6 +120,33 @@ def add_partitions(bootstrap: str, name: str, total: int, *, timeout: float = 30
         timeout,
         f"topic {name!r} did not get leaders for all {total} partition(s)",
     )
+
+
+def partition_count(bootstrap: str, name: str, *, timeout: float = 10.0) -> int | None:
+    """How many partitions the topic has; None if it does not exist."""
+    admin = admin_client(bootstrap)
+    found = admin.list_topics(topic=name, timeout=timeout).topics.get(name)
+    return None if found is None or found.error is not None else len(found.partitions)
+
+
+def topic_configs(bootstrap: str, name: str, *, timeout: float = 10.0) -> dict[str, str]:
+    """The configs set on the topic itself (not the broker's defaults)."""
+    admin = admin_client(bootstrap)  # kept until the answer is in: a collected client fails its requests
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    entries = _result(admin.describe_configs([resource])[resource], f"configs of {name!r}", timeout)
+    return {
+        key: entry.value
+        for key, entry in entries.items()
+        if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entry.value is not None
+    }
+
+
+def set_topic_config(bootstrap: str, name: str, key: str, value: str, *, timeout: float = 10.0) -> None:
+    """Set one config of the topic, leaving the others as they are."""
+    admin = admin_client(bootstrap)
+    change = ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)
+    resource = ConfigResource(ResourceType.TOPIC, name, incremental_configs=[change])
+    _result(admin.incremental_alter_configs([resource])[resource], f"set {key} of {name!r}", timeout)
 
 
 def delete_topic(bootstrap: str, name: str, *, timeout: float = 30.0) -> None:

@@ -63,6 +63,13 @@ def test_rename_puts_the_archived_name_in_place_of_topic() -> None:
     assert config.restore[0].destination_topic("o-eu") == "back-o-eu"
 
 
+def test_a_restore_does_not_create_topics() -> None:
+    text = BASE.replace("offsets: renumber}", "offsets: renumber, create-topics: true}") + "restore: [{topic: a}]\n"
+    with pytest.raises(ConfigError) as caught:
+        parse_restore_config(text, env={})
+    assert str(caught.value).startswith("destination.create-topics: a restore does not create topics")
+
+
 def test_timestamps_are_epoch_milliseconds_or_times_with_a_zone() -> None:
     entries = "[{topic: a, from-timestamp: 2026-01-01T01:00:00+01:00, to-timestamp: 1767225600001}]"
     entry = parse_restore_config(BASE + f"restore: {entries}\n", env={}).restore[0]
