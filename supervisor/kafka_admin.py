@@ -71,7 +71,9 @@ class TopicAdmin:
         configs = {
             name: entry.value
             for name, entry in entries.items()
-            if entry.source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value and entry.value is not None
+            # confluent-kafka types `source` as ConfigSource but hands over the bare int.
+            if getattr(entry.source, "value", entry.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+            and entry.value is not None
         }
         policy = entries.get(CLEANUP_POLICY)
         return TopicState(len(described.partitions), configs, policy.value if policy and policy.value else "delete")
