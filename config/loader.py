@@ -510,6 +510,17 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         problem = security_problem(destination.security)
         if problem is not None:
             raise error(("destination", "security", *problem[0]), problem[1])
+        if destination.sync_groups is not None:
+            for key, patterns in (
+                ("groups", destination.sync_groups.groups),
+                ("groups-exclude", destination.sync_groups.groups_exclude),
+            ):
+                for index, pattern in enumerate(patterns):
+                    try:
+                        re.compile(pattern)
+                    except re.error as exc:
+                        path = ("destination", "sync-groups", key, index)
+                        raise error(path, f"not a regular expression: {exc}") from None
 
     for name, cluster in config.clusters.items():
         problem = security_problem(cluster.security)

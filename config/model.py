@@ -256,6 +256,21 @@ DEFAULT_TOPIC_CONFIGS = (
 )
 
 
+class GroupSyncConfig(_Strict, frozen=True):
+    """Consumer-group offset sync: source groups' committed offsets of mirrored partitions written to the same
+    groups on the destination, so consumers can move there."""
+
+    groups: Annotated[
+        list[NonEmptyStr],
+        msgspec.Meta(min_length=1, description="Regular expressions: a source group is synced if one matches in full."),
+    ]
+    groups_exclude: Annotated[
+        list[NonEmptyStr],
+        msgspec.Meta(description="Regular expressions: a group one of them matches in full is never synced."),
+    ] = msgspec.field(default_factory=list)
+    interval_ms: Annotated[int, msgspec.Meta(ge=100, description="How often the offsets are synced.")] = 10_000
+
+
 class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_only=True):
     """Another Kafka cluster: records go to the same partition number of `<dest-name>`, which must
     exist with enough partitions."""
@@ -330,6 +345,14 @@ class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_o
             description="create-topics: how often `topic-configs` are synced from the source (0: only on creation).",
         ),
     ] = 60_000
+    sync_groups: Annotated[
+        GroupSyncConfig | None,
+        msgspec.Meta(
+            description="Consumer-group offset sync (off when absent): preserve writes a group's source offset "
+            "unchanged, renumber the destination offset of the first record at or above it; never beyond what the "
+            "destination durably holds, never for a group with members on the destination or already ahead there."
+        ),
+    ] = None
     add_partitions: Annotated[
         bool,
         msgspec.Meta(

@@ -7,23 +7,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
+from confluent_kafka import Consumer
 
 from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
+    RDKAFKA_LOGGER,
+    ConsumedRecord,
     add_partitions,
+    commit_offset,
+    committed_offset,
     compacted_topic_config,
+    consume_as_group,
     create_topic,
     generate_records,
     partition_count,
     produce,
+    produce_transactional,
     set_topic_config,
     topic_configs,
     watermarks,
 )
 from testkit.mirror_run import MirrorRun
-from testkit.targets import KafkaTarget
+from testkit.targets import SOURCE_OFFSET_HEADER, KafkaTarget, SourceRecord, assert_same_records, source_records
 
 SYNC_MS = 1_000
 
@@ -83,3 +91,71 @@ def test_create_topics_makes_and_keeps_destination_topics_like_their_sources(
     assert watermarks(destination, plain, 2)[1] >= 150
     assert_exactly_once(kafka.bootstrap, target, plain, 3)
     assert_exactly_once(kafka.bootstrap, target, compacted, 1)
+
+
+def as_source(record: ConsumedRecord, renumbered: bool) -> SourceRecord:
+    """A destination record as the source record it copies (renumber: offset from its header, header dropped)."""
+    if not renumbered:
+        return SourceRecord(record.offset, record.key, record.value, list(record.headers), record.timestamp_ms)
+    (offset,) = [v for k, v in record.headers if k == SOURCE_OFFSET_HEADER]
+    assert offset is not None
+    headers = [(k, v) for k, v in record.headers if k != SOURCE_OFFSET_HEADER]
+    return SourceRecord(int(offset), record.key, record.value, headers, record.timestamp_ms)
+
+
+@pytest.mark.parametrize("offsets", ["preserve", "renumber"])
+def test_a_consumer_group_moves_to_the_destination_and_reads_exactly_what_it_had_not(
+    kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path, offsets: str
+) -> None:
+    destination = kafka_destination_broker.bootstrap
+    topic, group, active = topic_name, f"{topic_name}-app", f"{topic_name}-busy"
+    create_topic(kafka.bootstrap, topic, partitions=2)
+    if offsets == "renumber":  # partition 0: transactions, the second one aborted; the group commits inside the third
+        batches = [(generate_records(100, seed=10 + i), i != 1) for i in range(3)]
+        produce_transactional(kafka.bootstrap, topic, 0, batches)
+        committed = {0: 250, 1: 37}  # offsets 0-99 + marker, 101-200 aborted + marker, 202-301 + marker
+    else:
+        produce(kafka.bootstrap, topic, 0, generate_records(300, seed=10))
+        committed = {0: 150, 1: 37}
+    produce(kafka.bootstrap, topic, 1, generate_records(80, seed=11))
+    for partition, offset in committed.items():
+        commit_offset(kafka.bootstrap, group, topic, partition, offset)
+        commit_offset(kafka.bootstrap, active, topic, partition, offset)
+    # A consumer of `active` is already at work on the destination: the sync must leave that group alone.
+    busy = Consumer(
+        {"bootstrap.servers": destination, "group.id": active, "logger": RDKAFKA_LOGGER, "enable.auto.commit": False}
+    )
+    target = KafkaTarget(
+        destination,
+        offsets,
+        **{"create-topics": True, "sync-groups": {"groups": [f"{topic_name}-.*"], "interval-ms": 500}},
+    )
+    config = tmp_path / "mirror.yaml"
+    document = {
+        "destination": target.config(),
+        "clusters": {"source": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS}},
+        "mirrors": [{"name": "app", "cluster": "source", "topics": [topic]}],
+    }
+    config.write_text(yaml.safe_dump(document))
+    source_end = {p: watermarks(kafka.bootstrap, topic, p)[1] for p in range(2)}
+    try:
+        with MirrorRun(config, tmp_path / "mirror.log") as run:
+            run.wait_until(lambda: partition_count(destination, topic) == 2, 60, "the destination topic")
+            busy.subscribe([topic])
+            run.wait_until(lambda: busy.poll(0.2) is None and bool(busy.assignment()), 60, "the busy consumer's join")
+            run.wait_until(
+                lambda: all(target.next_offset(topic, p) == end for p, end in source_end.items()), 120, "the backlog"
+            )
+            # A sync that starts after the copy is complete moves the group to exactly where it was.
+            started = len(run.events("group offsets synced"))
+            run.wait_until(lambda: len(run.events("group offsets synced")) >= started + 2, 60, "two syncs")
+            run.drain()
+        assert all(committed_offset(destination, active, topic, p) is None for p in range(2)), "busy group moved"
+        assert any(e.get("skipped_active") == "1" for e in run.events("group offsets synced")), run.tail()
+    finally:
+        busy.close()
+    for partition, offset in committed.items():
+        moved = [as_source(r, offsets == "renumber") for r in consume_as_group(destination, group, topic, partition)]
+        rest = [r for r in source_records(kafka.bootstrap, topic, partition) if r.offset >= offset]
+        assert rest, "the group had records left to read"
+        assert_same_records(moved, rest)

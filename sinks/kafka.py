@@ -221,6 +221,39 @@ class KafkaClients:
         return None if found is None or found.offset < 0 else int(found.offset)
 
 
+async def first_mapped(clients: KafkaClients, tp: TopicPartition, lower: int, end: int) -> tuple[int, int] | None:
+    """renumber: (destination offset, source offset) of the first committed record in destination offsets
+    [lower, end) that carries a source offset; None when none does. Reads forward in growing windows (a range of
+    transaction markers and aborted records is skipped in a few reads; a record of its own is usually the first)."""
+    window = 16
+    while lower < end:
+        upper = min(end, lower + window)
+        for record in await clients.records(tp, lower, upper, "read_committed"):
+            found = parse_source_offset(record.headers)
+            if found is not None:
+                return record.offset, found
+        lower, window = upper, min(window * 4, _TAIL_WINDOW)
+    return None
+
+
+async def destination_offset_for(clients: KafkaClients, tp: TopicPartition, source_offset: int) -> int:
+    """renumber: where a reader of the destination continues when a reader of the source would continue at
+    `source_offset`: the destination offset of the first committed record whose source offset is at or above
+    it, or the partition's committed end when none is (the next record written will be). Records go out in
+    source order, so the source offsets only grow along the partition and a binary search needs O(log n) reads."""
+    log_start, end = await clients.watermarks(tp, "read_committed")
+    lower, upper = log_start, end  # the answer's position: the first x whose first mapped record maps >= source_offset
+    while lower < upper:
+        middle = (lower + upper) // 2
+        found = await first_mapped(clients, tp, middle, end)
+        if found is None or found[1] >= source_offset:
+            upper = middle
+        else:  # every position up to that record leads to it: the answer lies beyond
+            lower = found[0] + 1
+    found = await first_mapped(clients, tp, lower, end)
+    return end if found is None else found[0]
+
+
 class KafkaSink:
     def __init__(
         self,
@@ -401,15 +434,8 @@ class KafkaSink:
         and aborted records is skipped in a few reads; a record of its own is usually the first one)."""
 
         async def search() -> int | None:
-            lower, window = offset, 16
-            while lower < end:
-                upper = min(end, lower + window)
-                for record in await self._clients.records(self._tp, lower, upper, "read_committed"):
-                    found = parse_source_offset(record.headers)
-                    if found is not None:
-                        return found
-                lower, window = upper, min(window * 4, _TAIL_WINDOW)
-            return None
+            found = await first_mapped(self._clients, self._tp, offset, end)
+            return None if found is None else found[1]
 
         return await self._call(search)
 

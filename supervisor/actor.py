@@ -165,6 +165,11 @@ class MirrorActor:
         )
 
     @property
+    def position(self) -> int:
+        """The next source offset of the destination: everything below it is durable there (once started)."""
+        return self._next
+
+    @property
     def lag(self) -> int:
         """Source end minus the committed (durable) next offset, as last observed."""
         return max(0, self._source_end - self._next)

@@ -24,6 +24,7 @@ from supervisor.discovery import ClusterRead, plan_estate, read_clusters
 from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL, SourceError
 from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
+from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.logs import log_event, quiet_aiokafka_leaks
 from supervisor.metrics import MetricFamilies, MirrorMetrics
@@ -63,6 +64,7 @@ class Supervisor:
         self._group: TaskGroup | None = None
         self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
         self._topics: TopicManager | None = None  # create-topics, once run() has built it
+        self._groups: GroupSync | None = None  # sync-groups, once run() has built it
 
     def _actor(self, spec: MirrorSpec) -> MirrorActor:
         flush, spark = spec.flush, self._config.spark
@@ -101,6 +103,8 @@ class Supervisor:
         try:
             plan = await plan_estate(self._clusters, self._entries, self._shard)
             destination = self._config.destination
+            if isinstance(destination, KafkaDestination) and destination.sync_groups is not None:
+                self._groups = GroupSync(destination, self._families)
             if isinstance(destination, KafkaDestination) and destination.create_topics:
                 self._topics = TopicManager(destination)
                 await self._topics.prepare(plan.mirrors)
@@ -132,6 +136,8 @@ class Supervisor:
                 outer.start_soon(self.http.watch_loop)
                 if self._topics is not None:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)
+                if self._groups is not None:
+                    outer.start_soon(self._groups.run_forever, self._mirrored, self.stop_requested)
                 async with anyio.create_task_group() as actors:
                     self._group = actors
                     # Spark starts (seconds) while the actors check their source and destination, so a
@@ -279,6 +285,22 @@ class Supervisor:
             waiting.cancel_scope.cancel()
         if actor.started.is_set() and self.actors.get(actor.mirror.key) is actor:
             self.http.readiness.started.add(actor.mirror.name)
+
+    def _mirrored(self) -> list[MirroredPartition]:
+        """The running mirrors and how far their destinations are, for the group offset sync."""
+        return [
+            MirroredPartition(
+                spec.cluster,
+                spec.source,
+                spec.source_field,
+                spec.topic,
+                spec.partition,
+                spec.destination_name,
+                actor.position,
+            )
+            for actor in self.actors.values()
+            if actor.started.is_set() and (spec := actor.mirror).name not in self._failed
+        ]
 
     def _lag_of(self, name: str) -> float | None:
         actor = next((a for a in self.actors.values() if a.mirror.name == name), None)

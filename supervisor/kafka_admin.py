@@ -1,5 +1,6 @@
-"""Topic administration on one Kafka cluster (librdkafka's AdminClient): what a topic is, and creating, growing and
-reconfiguring it. Used by `create-topics` on the source (read only) and the destination.
+"""Administration of one Kafka cluster (librdkafka's AdminClient): what a topic is, and creating, growing and
+reconfiguring it (`create-topics`); consumer groups, their state and committed offsets (group offset sync). The
+source is only read; the destination is written.
 
 librdkafka's admin calls return futures; each call waits for them in a worker thread, so the event loop never
 blocks. Config changes are incremental (IncrementalAlterConfigs): configs outside the change stay as they are.
@@ -12,7 +13,7 @@ from concurrent.futures import Future
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from confluent_kafka.admin._resource import ResourceType
@@ -23,29 +24,31 @@ from supervisor.topic_plan import CLEANUP_POLICY, TopicState
 T = TypeVar("T")
 
 
-class TopicAdminError(Exception):
-    """An admin request failed; carries the cluster, the topic and what the broker said."""
+class AdminRequestError(Exception):
+    """An admin request failed; carries the cluster, what it was about (a topic or group), and the broker's words."""
 
-    def __init__(self, where: str, topic: str, action: str, reason: str) -> None:
-        self.where, self.topic, self.action, self.reason = where, topic, action, reason
-        super().__init__(f"{action} topic {topic!r} on {where}: {reason}")
+    def __init__(self, where: str, subject: str, action: str, reason: str) -> None:
+        self.where, self.subject, self.action, self.reason = where, subject, action, reason
+        super().__init__(f"{action} {subject} on {where}: {reason}")
 
 
-class TopicAdmin:
+class ClusterAdmin:
     def __init__(self, bootstrap_servers: str, properties: dict[str, str], timeout_s: float) -> None:
         self._where = bootstrap_servers
         self._timeout_s = timeout_s
         self._client = AdminClient({"bootstrap.servers": bootstrap_servers, **properties})
 
-    async def _wait(self, topic: str, action: str, call: Callable[[], Future[T]]) -> T:
+    async def _wait(self, subject: str, action: str, call: Callable[[], Future[T]]) -> T:
         def run() -> T:
             try:
                 return call().result(timeout=self._timeout_s)
             except KafkaException as exc:
                 error = exc.args[0] if exc.args else exc
-                raise TopicAdminError(self._where, topic, action, _reason(error)) from None
+                raise AdminRequestError(self._where, subject, action, _reason(error)) from None
             except TimeoutError:
-                raise TopicAdminError(self._where, topic, action, f"no answer within {self._timeout_s:g}s") from None
+                raise AdminRequestError(
+                    self._where, subject, action, f"no answer within {self._timeout_s:g}s"
+                ) from None
 
         return await anyio.to_thread.run_sync(run)
 
@@ -58,15 +61,17 @@ class TopicAdmin:
         try:
             found = await anyio.to_thread.run_sync(metadata)
         except KafkaException as exc:
-            raise TopicAdminError(self._where, topic, "describe", _reason(exc.args[0] if exc.args else exc)) from None
+            raise AdminRequestError(
+                self._where, f"topic {topic!r}", "describe", _reason(exc.args[0] if exc.args else exc)
+            ) from None
         described = found.topics.get(topic)
         if described is None or described.error is not None:
             if described is not None and described.error.code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
-                raise TopicAdminError(self._where, topic, "describe", _reason(described.error))
+                raise AdminRequestError(self._where, f"topic {topic!r}", "describe", _reason(described.error))
             return None
         resource = ConfigResource(ResourceType.TOPIC, topic)
         entries: dict[str, ConfigEntry] = await self._wait(
-            topic, "describe configs of", lambda: self._client.describe_configs([resource])[resource]
+            f"topic {topic!r}", "describe configs of", lambda: self._client.describe_configs([resource])[resource]
         )
         configs = {
             name: entry.value
@@ -82,11 +87,13 @@ class TopicAdmin:
         new = NewTopic(
             topic, num_partitions=state.partitions, replication_factor=replication_factor, config=state.configs
         )
-        await self._wait(topic, "create", lambda: self._client.create_topics([new])[topic])
+        await self._wait(f"topic {topic!r}", "create", lambda: self._client.create_topics([new])[topic])
 
     async def add_partitions(self, topic: str, total: int) -> None:
         await self._wait(
-            topic, "add partitions to", lambda: self._client.create_partitions([NewPartitions(topic, total)])[topic]
+            f"topic {topic!r}",
+            "add partitions to",
+            lambda: self._client.create_partitions([NewPartitions(topic, total)])[topic],
         )
 
     async def alter(self, topic: str, set_configs: dict[str, str], delete_configs: tuple[str, ...]) -> None:
@@ -95,7 +102,36 @@ class TopicAdmin:
         ] + [ConfigEntry(name, None, incremental_operation=AlterConfigOpType.DELETE) for name in delete_configs]
         resource = ConfigResource(ResourceType.TOPIC, topic, incremental_configs=changes)
         await self._wait(
-            topic, "alter configs of", lambda: self._client.incremental_alter_configs([resource])[resource]
+            f"topic {topic!r}", "alter configs of", lambda: self._client.incremental_alter_configs([resource])[resource]
+        )
+
+    # -- consumer groups ------------------------------------------------------------------------------
+
+    async def groups(self) -> list[str]:
+        listed = await self._wait("consumer groups", "list", lambda: self._client.list_consumer_groups())
+        return sorted(group.group_id for group in listed.valid)
+
+    async def group_has_members(self, group: str) -> bool:
+        """Whether consumers are in the group now (they own its offsets); False for a group that does not exist."""
+        described = await self._wait(
+            f"group {group!r}", "describe", lambda: self._client.describe_consumer_groups([group])[group]
+        )
+        return bool(described.members)
+
+    async def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
+        """The group's committed offsets, by (topic, partition)."""
+        request = [ConsumerGroupTopicPartitions(group)]
+        answer = await self._wait(
+            f"group {group!r}", "list offsets of", lambda: self._client.list_consumer_group_offsets(request)[group]
+        )
+        return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+
+    async def commit_group_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
+        """Set the group's committed offsets (the group must have no members)."""
+        partitions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
+        request = [ConsumerGroupTopicPartitions(group, partitions)]
+        await self._wait(
+            f"group {group!r}", "commit offsets of", lambda: self._client.alter_consumer_group_offsets(request)[group]
         )
 
 

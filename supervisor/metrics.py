@@ -124,6 +124,38 @@ class MetricFamilies:
             registry=registry,
         )
 
+        # Per source cluster: consumer-group offset sync (destination.sync-groups).
+        self.group_sync_groups = Gauge(
+            "mirror_v3_group_sync_groups",
+            "Groups whose offsets the last sync wrote to the destination.",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+        self.group_sync_offsets = Counter(
+            "mirror_v3_group_sync_offsets",
+            "Group offsets (one per group and partition) written to the destination.",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+        self.group_sync_skipped = Gauge(
+            "mirror_v3_group_sync_skipped_groups",
+            "Groups the last sync left alone because they have members on the destination.",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+        self.group_sync_failures = Counter(
+            "mirror_v3_group_sync_failures",
+            "Group offsets that could not be read, translated or written (tried again at the next sync).",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+        self.group_sync_last = Gauge(
+            "mirror_v3_group_sync_last_timestamp_seconds",
+            "Unix time the last group offset sync finished.",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+
     def forget(self, labels: dict[str, str]) -> None:
         """Drop one mirror's series (its source topic is gone): no stale values linger on dashboards."""
         for family in self.families:

@@ -20,7 +20,7 @@ import anyio
 from config.estate import MirrorSpec
 from config.kafka_clients import librdkafka_properties
 from config.model import KafkaDestination, SourceConfig
-from supervisor.kafka_admin import TopicAdmin, TopicAdminError
+from supervisor.kafka_admin import AdminRequestError, ClusterAdmin
 from supervisor.logs import log_event
 from supervisor.topic_plan import TopicActions, plan_topic
 
@@ -32,21 +32,21 @@ class TopicManager:
     def __init__(self, destination: KafkaDestination) -> None:
         self._settings = destination
         self._timeout_s = destination.request_timeout_ms / 1000
-        self._destination = TopicAdmin(
+        self._destination = ClusterAdmin(
             destination.bootstrap_servers,
             librdkafka_properties(destination.security, "destination.security"),
             self._timeout_s,
         )
-        self._sources: dict[tuple[str, str], TopicAdmin] = {}
+        self._sources: dict[tuple[str, str], ClusterAdmin] = {}
         self._managed: dict[str, MirrorSpec] = {}  # destination topic → a mirror of it (its source topic)
         self._in_step_at: dict[str, int] = {}  # destination topic → its partition count when it matched the source
         self._reported: dict[str, tuple[str, ...]] = {}  # problems already logged, so each is said once
 
-    def _source(self, source: SourceConfig, field: str) -> TopicAdmin:
+    def _source(self, source: SourceConfig, field: str) -> ClusterAdmin:
         key = (source.bootstrap_servers, field)
         if key not in self._sources:
             properties = librdkafka_properties(source.security, f"{field}.security")
-            self._sources[key] = TopicAdmin(source.bootstrap_servers, properties, self._timeout_s)
+            self._sources[key] = ClusterAdmin(source.bootstrap_servers, properties, self._timeout_s)
         return self._sources[key]
 
     async def prepare(self, mirrors: Iterable[MirrorSpec]) -> None:
@@ -95,7 +95,7 @@ class TopicManager:
                 sync_configs=True,
             )
             await self._apply(topic, spec, actions)
-        except TopicAdminError as exc:
+        except AdminRequestError as exc:
             log_event(log, logging.WARNING, "destination topic not managed, retrying", topic=topic, error=str(exc))
             return
         now = destination.partitions if destination is not None else source.partitions

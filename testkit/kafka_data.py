@@ -27,7 +27,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from confluent_kafka.admin._resource import ResourceType
-from confluent_kafka.cimpl import NewPartitions, NewTopic
+from confluent_kafka.cimpl import OFFSET_STORED, NewPartitions, NewTopic
 
 Headers = list[tuple[str, bytes | None]]
 Isolation = Literal["read_committed", "read_uncommitted"]
@@ -364,6 +364,59 @@ def committed_offset(bootstrap: str, group: str, topic: str, partition: int, *, 
                         f"committed offset of group {group!r} for {topic}[{partition}]: {exc}"
                     ) from None
                 time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+def commit_offset(
+    bootstrap: str, group: str, topic: str, partition: int, offset: int, *, timeout: float = 10.0
+) -> None:
+    """Commit `offset` for the partition as consumer group `group` would after reading the records below it."""
+    consumer = Consumer(
+        {"bootstrap.servers": bootstrap, "logger": RDKAFKA_LOGGER, "group.id": group, "enable.auto.commit": False}
+    )
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            try:
+                consumer.commit(offsets=[TopicPartition(topic, partition, offset)], asynchronous=False)
+                return
+            except KafkaException as exc:
+                if not is_transient(exc) or time.monotonic() > deadline:
+                    raise KafkaDataError(f"commit of group {group!r} for {topic}[{partition}]: {exc}") from None
+                time.sleep(0.2)
+    finally:
+        consumer.close()
+
+
+def consume_as_group(
+    bootstrap: str, group: str, topic: str, partition: int, *, timeout: float = 60.0
+) -> list[ConsumedRecord]:
+    """What a read_committed consumer of group `group` reads from the partition: from the group's committed
+    offset (the start when it has none) to the partition's end."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "logger": RDKAFKA_LOGGER,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    out: list[ConsumedRecord] = []
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.assign([TopicPartition(topic, partition, OFFSET_STORED)])
+        while True:
+            for msg in consumer.consume(num_messages=10_000, timeout=0.05):
+                if _is_eof(msg):
+                    return out
+                out.append(_to_consumed(msg))
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"consume_as_group({group}, {topic}[{partition}]): no end after {timeout}s")
     finally:
         consumer.close()
 

@@ -1,0 +1,59 @@
+"""Renumber mode's translation of a source offset into a destination offset (group offset sync): the first
+record at or above it, across holes, markers and records produced by hand, in O(log n) reads."""
+
+from __future__ import annotations
+
+from aiokafka import TopicPartition
+
+from sinks.kafka import KafkaClients, KafkaRecord, destination_offset_for
+from sinks.kafka_records import source_offset_header
+
+TP = TopicPartition("orders", 0)
+
+
+class RenumberedPartition(KafkaClients):
+    """Destination offsets → the source offset in each record's header (None: a record without one); offsets
+    missing from the map are transaction markers or aborted records, invisible to read_committed."""
+
+    def __init__(self, mapped: dict[int, int | None], log_start: int, end: int) -> None:
+        super().__init__("fake:9092", {}, 1_000)
+        self.mapped, self.log_start, self.end = mapped, log_start, end
+        self.reads = 0
+
+    async def watermarks(self, tp: TopicPartition, isolation: str) -> tuple[int, int]:
+        return self.log_start, self.end
+
+    async def records(self, tp: TopicPartition, first: int, end: int, isolation: str) -> list[KafkaRecord]:
+        self.reads += 1
+        found = []
+        for offset in range(first, min(end, self.end)):
+            if offset in self.mapped:
+                source = self.mapped[offset]
+                headers = () if source is None else (source_offset_header(source),)
+                found.append(KafkaRecord(offset, b"k", b"v", headers, 0, create_time=True))
+        return found
+
+
+async def test_an_offset_maps_to_the_first_record_at_or_above_it() -> None:
+    # Source offsets 0..9 at destination 0..9; a commit marker at 10; source 12, 13 (11 was a hole) at 11, 12;
+    # a record produced by hand at 13; source 14 at 14.
+    mapped: dict[int, int | None] = {**{d: d for d in range(10)}, 11: 12, 12: 13, 13: None, 14: 14}
+    partition = RenumberedPartition(mapped, log_start=0, end=15)
+    assert [await destination_offset_for(partition, TP, s) for s in (0, 5, 9, 10, 11, 12, 14, 15, 99)] == [
+        0,
+        5,
+        9,
+        11,  # source 10 was never a record: continue at the next one, source 12
+        11,
+        11,
+        14,
+        15,  # everything is there: continue at the end, where the next record will land
+        15,
+    ]
+
+
+async def test_the_search_reads_a_logarithmic_number_of_times_and_starts_at_the_log_start() -> None:
+    partition = RenumberedPartition({d: 2 * d for d in range(5_000, 100_000)}, log_start=5_000, end=100_000)
+    assert await destination_offset_for(partition, TP, 150_001) == 75_001
+    assert partition.reads <= 2 * 17 + 2
+    assert await destination_offset_for(partition, TP, 0) == 5_000
