@@ -131,6 +131,8 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
             ("destination", "create-topics"),
             "a restore does not create topics (an archive holds no partition count or configs): create them first",
         )
+    if config.destination.sync_groups is not None:
+        raise error(("destination", "sync-groups"), "a restore has no source consumer groups to sync: remove it")
     problem = security_problem(config.destination.security)
     if problem is not None:
         raise error(("destination", "security", *problem[0]), problem[1])
