@@ -69,3 +69,17 @@ class DestinationCollisionError(ConfigError):
         super().__init__(
             f"{second.field}: destination {destination}/{partition}: {second} and {first} {problem}; {hint}"
         )
+
+
+class MirrorLoopError(ConfigError):
+    """A mirror reads from its destination cluster and writes a topic that this config reads again: every record
+    would be copied over and over."""
+
+    def __init__(self, index: int, topic: str, destination: str, selected_by: int) -> None:
+        self.index, self.topic, self.destination, self.selected_by = index, topic, destination, selected_by
+        self.path: FieldPath = ("mirrors", index)
+        again = "itself" if destination == topic else f"{destination!r}, which mirrors[{selected_by}] reads again"
+        super().__init__(
+            f"mirrors[{index}]: reads {topic!r} from the destination cluster and writes it into {again}: a loop; "
+            "mirror to another cluster, or give the copies a destination-name the selection excludes"
+        )

@@ -33,6 +33,7 @@ from config.errors import (
     DestinationCollisionError,
     FieldError,
     FieldPath,
+    MirrorLoopError,
     SelectedPartition,
     format_path,
 )
@@ -40,6 +41,7 @@ from config.model import (
     Config,
     DestinationNameRule,
     FlushConfig,
+    KafkaDestination,
     MirrorConfig,
     SourceConfig,
 )
@@ -133,6 +135,7 @@ class Entry:
     pattern: re.Pattern[str] | None = None
     exclude: re.Pattern[str] | None = None
     partitions: frozenset[int] | None = None
+    on_destination: bool = False  # its source is the (Kafka) destination cluster: its copies could be read again
 
     @property
     def field(self) -> str:
@@ -263,6 +266,11 @@ def _compile(
     else:
         start_at = "earliest"
 
+    destination = config.destination
+    on_destination = isinstance(destination, KafkaDestination) and _servers(destination.bootstrap_servers) == _servers(
+        source.bootstrap_servers
+    )
+
     def entry(**form: object) -> Entry:
         return Entry(
             index=index,
@@ -273,6 +281,7 @@ def _compile(
             flush=flush,
             rule=rule,
             start_at=start_at,
+            on_destination=on_destination,
             **form,  # type: ignore[arg-type]
         )
 
@@ -361,12 +370,33 @@ def _name_rule(rule: DestinationNameRule, field: FieldPath) -> NameRule:
     return NameRule(rule.prefix, rule.suffix, pattern, rule.replacement or "", field)
 
 
+def _servers(bootstrap: str) -> frozenset[str]:
+    return frozenset(server.strip().lower() for server in bootstrap.split(",") if server.strip())
+
+
+def check_loop(entries: tuple[Entry, ...], entry: Entry, topic: str, destination: str) -> None:
+    """MirrorLoopError when `entry` copies `topic` into a topic of the cluster it reads that an entry reads."""
+    if not entry.on_destination:
+        return
+    for other in entries:
+        if not other.on_destination:
+            continue
+        if (other.single is not None and other.single[0] == destination) or (
+            other.single is None and other.selects(destination)
+        ):
+            raise MirrorLoopError(entry.index, topic, destination, other.index)
+
+
 def check_offline(entries: Iterable[Entry]) -> None:
-    """The collisions visible without metadata: among single-form entries and topics named in `topics`.
-    A named topic with `partitions: all` has at least partition 0, so two such topics mapped to one name
-    collide there."""
+    """The collisions and loops visible without metadata: among single-form entries and topics named in
+    `topics`, and a regex on the destination cluster whose copies keep their names. A named topic with
+    `partitions: all` has at least partition 0, so two such topics mapped to one name collide there."""
+    entries = tuple(entries)
     seen: dict[tuple[str, int], SelectedPartition] = {}
     for entry in entries:
+        if entry.on_destination and entry.pattern is not None and entry.rule == NameRule(field=entry.rule.field):
+            every = f"/{entry.pattern.pattern}/"  # each topic it selects would be written into itself
+            raise MirrorLoopError(entry.index, every, every, entry.index)
         named: list[tuple[str, Iterable[int]]] = []
         if entry.single is not None:
             named.append((entry.single[0], (entry.single[1],)))
@@ -376,6 +406,7 @@ def check_offline(entries: Iterable[Entry]) -> None:
             named.append((topic, sorted(entry.partitions) if entry.partitions is not None else (0,)))
         for topic, partitions in named:
             destination = entry.destination_name(topic)
+            check_loop(entries, entry, topic, destination)
             for partition in partitions:
                 _claim(seen, (destination, partition), SelectedPartition(entry.index, entry.cluster, topic, partition))
 
@@ -394,6 +425,7 @@ def expand(entries: Iterable[Entry], metadata: Metadata, shard: Shard | None = N
 
     A selection entry whose cluster is absent from `metadata` selects nothing (its caller could not
     read that cluster); single-form entries never need metadata."""
+    entries = tuple(entries)
     specs: list[MirrorSpec] = []
     missing: list[MissingTopic] = []
     seen: dict[tuple[str, int], SelectedPartition] = {}
@@ -401,6 +433,7 @@ def expand(entries: Iterable[Entry], metadata: Metadata, shard: Shard | None = N
     for entry in entries:
         for topic, partition in _selected(entry, metadata, missing):
             destination = entry.destination_name(topic)
+            check_loop(entries, entry, topic, destination)
             spec = MirrorSpec(
                 name=entry.name if entry.single is not None else f"{entry.name}.{topic}-{partition}",
                 entry=entry.index,

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from config import ConfigError, parse_config
-from config.errors import DestinationCollisionError
+from config.errors import DestinationCollisionError, MirrorLoopError
 from config.estate import MissingTopic, Shard, compile_entries, expand, shard_of
 
 PROD = {"bootstrap-servers": "prod:9092"}
@@ -289,3 +289,44 @@ def test_start_at_errors() -> None:
     document = {"destination": kafka, "clusters": {"prod": PROD}, "mirrors": [{**ORDERS, "start-at": "latest"}]}
     with pytest.raises(ConfigError, match=r"^mirrors\[0\]\.start-at: a Kafka destination with offsets: preserve"):
         parse_config(yaml.safe_dump(document), env={})
+
+
+def on_destination_cluster(*entries: dict[str, Any]) -> Any:
+    """Entries of a config whose Kafka destination is the `dr` cluster (written in another order and case)."""
+    destination = {"type": "kafka", "bootstrap-servers": "DR:9092", "offsets": "renumber"}
+    return config(*entries, destination=destination)
+
+
+def test_copies_written_back_into_what_the_config_reads_are_a_loop() -> None:
+    with pytest.raises(MirrorLoopError) as caught:  # offline: a regex whose copies keep their names
+        on_destination_cluster({"name": "a", "cluster": "dr", "topic-regex": "orders.*"})
+    assert (caught.value.index, caught.value.selected_by) == (0, 0)
+    assert "writes it into itself: a loop" in str(caught.value)
+
+    with pytest.raises(MirrorLoopError) as caught:  # offline: a named topic copied into a topic a regex reads
+        on_destination_cluster(
+            {"name": "a", "cluster": "dr", "topics": ["orders"], "destination-name": {"prefix": "copy-"}},
+            {"name": "b", "cluster": "dr", "topic-regex": "copy-.*", "destination-name": {"prefix": "x-"}},
+        )
+    assert (caught.value.topic, caught.value.destination, caught.value.selected_by) == ("orders", "copy-orders", 1)
+
+    # online: a regex on the destination cluster whose copies it would select again
+    entries = compile_entries(
+        on_destination_cluster(
+            {"name": "a", "cluster": "dr", "topic-regex": "ord.*", "destination-name": {"prefix": "ord-"}}
+        )
+    )
+    with pytest.raises(MirrorLoopError) as caught:
+        expand(entries, {"dr": {"orders": 1}})
+    assert (caught.value.topic, caught.value.destination) == ("orders", "ord-orders")
+
+    # copies that nothing reads again, and mirrors from another cluster, are fine
+    fine = on_destination_cluster(
+        {"name": "a", "cluster": "dr", "topic-regex": "orders", "destination-name": {"prefix": "copy-"}},
+        {"name": "b", "cluster": "prod", "topic-regex": "orders"},
+    )
+    assert keys(expand(compile_entries(fine), METADATA)) == [
+        ("dr", "orders", 0),
+        ("dr", "orders", 1),
+        *[("prod", "orders", p) for p in range(4)],
+    ]
