@@ -387,10 +387,10 @@ def restore_section(rows: list[Row]) -> list[str]:
         "archive into a fresh topic per offsets mode, each checked afterwards (preserve: watermarks 0..end; "
         "renumber: every committed record's `mirror-v3.source-offset` covers 0..end-1 once). **records/s** and "
         "**MB/s** are over the **work** time: for restore, its first produce job's submission → its `restore "
-        "finished` line; for verify, its Spark job (first submitted → last ended); both from a Spark event log, as "
-        "neither logs `spark session ready`. The mirror: its first read → its last `flushed` line; a raw client: its "
-        "loop. **Wall**: process start → exit (Python and Spark start-up, listing, the survey included). CPU "
-        "µs/record: the command's processes (Python, the Spark JVM and its workers) over the work time, or the raw "
+        "finished` line; for verify, its Spark job (first submitted → last ended); both from a Spark event log "
+        "(the job boundaries are not in their logs). The mirror: its first read → its last `flushed` line; a raw "
+        "client: its loop. **Wall**: process start → exit (Python and Spark start-up, listing, the survey included). "
+        "CPU µs/record: the command's processes (Python, the Spark JVM and its workers) over the work time, or the raw "
         "client's own process; **ratio**: records/s ÷ the baseline's (verify and the mirror ÷ raw consume, restore "
         "÷ raw produce).",
         "",
@@ -401,7 +401,7 @@ def restore_section(rows: list[Row]) -> list[str]:
         ),
         "Where the wall time goes. Spark start: process start → the SparkContext's start; before work: process "
         "start → the work window; logged s: the `seconds=` of restore's `restore finished` line (and its stdout "
-        "summary), which in renumber mode include the SparkSession's start-up; Spark jobs by kind: how many, when "
+        "summary: the produce loop, after the destinations are opened); Spark jobs by kind: how many, when "
         "the first was submitted (s after process start), first submitted → last ended. CPU µs/record over the "
         "work time: Python (the CLI's process), the Spark JVM + its Python workers, and the broker it talks to "
         "(verify: the source; restore: the destination).",

@@ -22,13 +22,12 @@ what mirror-v3 writes. Then, one command at a time (each to completion, psutil s
   0..end-1 once each.
 
 Each command is reported with its wall time (process start to exit: Python and Spark start-up included) and its
-work time. Neither command logs `spark session ready`; the moments come from a Spark event log the bench turns on
-with `spark.conf` (`spark.eventLog.*`, in the mirror's config and so verify's, and in the restore configs), which
-gives every command's Spark jobs by kind (restore: `restore.survey`, `restore.produce`; verify: `verify`) and when
+work time. Where the work begins is not in the commands' logs; the moments come from a Spark event log the bench
+turns on with `spark.conf` (`spark.eventLog.*`, in the mirror's config and so verify's, and in the restore configs),
+which gives every command's Spark jobs by kind (restore: `restore.survey`, `restore.produce`; verify: `verify`) and when
 each was submitted and ended:
 - restore: from its first produce job's submission to its `restore finished` line. That line's own `seconds=` (kept
-  as `logged_seconds`) time the whole produce loop, which in renumber mode (no survey job first) also holds the
-  SparkSession's start-up: as work time it would make renumber look seconds slower than preserve.
+  as `logged_seconds`) time the whole produce loop, opening the destination partitions included.
 - verify logs no duration: its Spark job, first submitted to last ended (the listing and source queries before it
   are not included).
 CPU per record is the command's process tree (Python, the Spark JVM and its Python workers) over its work time.
