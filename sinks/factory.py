@@ -84,6 +84,7 @@ class SinkFactory:
         mirror: MirrorSpec,
         on_retry: Callable[[int], None] = lambda _: None,
         retries: bool = True,
+        cluster_ids: tuple[str, str] | None = None,
     ) -> Sink:
         destination = self._destination
         sink: Sink
@@ -111,6 +112,7 @@ class SinkFactory:
                 mirror.partition,
                 source=KafkaSourceLookup(source_clients, mirror.topic, mirror.partition, source.isolation_level),
                 source_name=f"{mirror.topic}-{mirror.partition}",
+                cluster_ids=cluster_ids,
             )
         else:  # pragma: no cover - the config union is exhaustive
             raise TypeError(f"unsupported destination {type(destination).__name__}")

@@ -263,8 +263,12 @@ class KafkaSink:
         source: SourceLookup,
         source_name: str,
         clients: KafkaClients | None = None,
+        cluster_ids: tuple[str, str] | None = None,
     ) -> None:
         self._settings = settings
+        # renumber: (source cluster id, destination cluster id), so the tasks stamp the source's on every record
+        # and leave out those a mirror copied from the destination (two-way mirrors); None: neither.
+        self._cluster_ids = cluster_ids
         self._tp = TopicPartition(topic, partition)
         self._source = source
         self._source_name = source_name  # "<topic>-<partition>" of the source, for messages
@@ -461,6 +465,8 @@ class KafkaSink:
             request_timeout_ms=settings.request_timeout_ms,
             retry=settings.retry,
             client_properties=settings.client_properties,
+            source_cluster=None if self._cluster_ids is None else self._cluster_ids[0],
+            skip_cluster=None if self._cluster_ids is None else self._cluster_ids[1],
         )
 
     async def commit(self, item: StagedBlob | ProducedRange) -> Committed:

@@ -43,6 +43,10 @@ class KafkaProduceTarget:
     request_timeout_ms: int
     retry: RetryPolicy  # transient failures: a transaction is aborted and run again until the deadline
     client_properties: Mapping[str, str] = field(default_factory=dict, repr=False)  # security, credentials
+    # renumber: the source cluster's id, written on every record; records copied from `skip_cluster` (the
+    # destination's id) are not written back to it. None: no such header (a restore's archive has no cluster).
+    source_cluster: str | None = None
+    skip_cluster: str | None = None
 
     @property
     def name(self) -> str:
@@ -61,3 +65,4 @@ class ProducedRange:
     destination_first: int | None  # offsets the records got at the destination (None: no records)
     destination_last: int | None
     retries: int = 0  # transactions the task aborted and ran again after a transient failure
+    skipped: int = 0  # renumber: records copied from the destination cluster, left out (they came from there)

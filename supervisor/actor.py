@@ -342,9 +342,12 @@ class MirrorActor:
         self._next = last + 1
         self._read_from = max(self._read_from, self._next)
         self._records_since_beat += records
-        holes = (last - first + 1) - records
+        skipped = item.skipped if isinstance(item, ProducedRange) else 0
+        holes = (last - first + 1) - records - skipped
         if holes:
             self._metrics.gap_records.inc(holes)
+        if skipped:
+            self._metrics.loop_skipped.inc(skipped)
         self._metrics.offset_verified.set(self._next)
         self._metrics.records.inc(records)
         self._metrics.bytes.inc(committed.bytes_written)

@@ -26,6 +26,7 @@ from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
+from supervisor.kafka_admin import AdminRequestError, loop_ids
 from supervisor.logs import log_event, quiet_aiokafka_leaks
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
@@ -65,6 +66,7 @@ class Supervisor:
         self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
         self._topics: TopicManager | None = None  # create-topics, once run() has built it
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
+        self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
 
     def _actor(self, spec: MirrorSpec) -> MirrorActor:
         flush, spark = spec.flush, self._config.spark
@@ -92,7 +94,9 @@ class Supervisor:
         return MirrorActor(
             mirror=spec,
             source=SparkPartitionSource(spec, cluster, self._config.spark),
-            sink=self._sinks.build(spec, on_retry=metrics.inflight_retry.set),
+            sink=self._sinks.build(
+                spec, on_retry=metrics.inflight_retry.set, cluster_ids=self._loop_ids.get(spec.cluster)
+            ),
             metrics=metrics,
             settings=settings,
             stop_requested=self.stop_requested,
@@ -103,6 +107,9 @@ class Supervisor:
         try:
             plan = await plan_estate(self._clusters, self._entries, self._shard)
             destination = self._config.destination
+            if isinstance(destination, KafkaDestination) and destination.offsets == "renumber":
+                sources = {entry.cluster: (entry.source, entry.source_field) for entry in self._entries}
+                self._loop_ids = await loop_ids(destination, sources)
             if isinstance(destination, KafkaDestination) and destination.sync_groups is not None:
                 self._groups = GroupSync(destination, self._families)
             if isinstance(destination, KafkaDestination) and destination.create_topics:
@@ -114,7 +121,7 @@ class Supervisor:
             self._fail(None, exc, "invalid config", exit_code=EXIT_CONFIG)
         except ClientSettingsError as exc:
             self._fail(None, exc, "cannot start", exit_code=EXIT_CONFIG)
-        except (DestinationError, SourceError) as exc:
+        except (DestinationError, SourceError, AdminRequestError) as exc:
             self._fail(None, exc, "cannot start")
         if self._failure is not None:
             await self._clusters.close()

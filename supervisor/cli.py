@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-differences", type=int, default=20, help="differences listed per mirror, the first by offset (20)"
     )
     verify.add_argument("--timeout", type=float, default=30.0, help="seconds allowed per metadata query (default 30)")
+    verify.add_argument(
+        "--ignore-unmapped",
+        action="store_true",
+        help="Kafka renumber: destination records without a mirror-v3.source-offset header (written there by "
+        "producers of the destination, as with two-way mirrors) are not counted as extra",
+    )
     restore = commands.add_parser(
         "restore", help="produce archived chains (filesystem or S3) back into Kafka topics, exactly once"
     )
@@ -142,6 +148,7 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
                 select=select,
                 max_differences=max(0, args.max_differences),
                 timeout_s=args.timeout,
+                ignore_unmapped=args.ignore_unmapped,
             )
         )
     except ConfigError as exc:

@@ -19,6 +19,11 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
+from config.kafka_clients import aiokafka_settings, diagnose_bootstrap, librdkafka_properties
+from config.model import KafkaDestination, KafkaSecurity, SourceConfig
+from sinks.base import DestinationError
+from sinks.factory import retry_policy
+from sinks.retry import TransientDestinationError, retry_transient
 from supervisor.topic_plan import CLEANUP_POLICY, TopicState
 
 T = TypeVar("T")
@@ -105,6 +110,21 @@ class ClusterAdmin:
             f"topic {topic!r}", "alter configs of", lambda: self._client.incremental_alter_configs([resource])[resource]
         )
 
+    async def cluster_id(self) -> str:
+        """The cluster's id: the same whatever address reaches it."""
+
+        def metadata() -> Any:
+            return self._client.list_topics(timeout=self._timeout_s)
+
+        try:
+            found = await anyio.to_thread.run_sync(metadata)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else exc
+            raise AdminRequestError(self._where, "the cluster", "describe", _reason(error)) from None
+        if not found.cluster_id:
+            raise AdminRequestError(self._where, "the cluster", "describe", "the broker sent no cluster id")
+        return str(found.cluster_id)
+
     # -- consumer groups ------------------------------------------------------------------------------
 
     async def groups(self) -> list[str]:
@@ -139,3 +159,35 @@ def _reason(error: object) -> str:
     if isinstance(error, KafkaError):
         return f"{error.name()}: {error.str()}"
     return str(error)
+
+
+async def loop_ids(
+    destination: KafkaDestination, sources: dict[str, tuple[SourceConfig, str]]
+) -> dict[str, tuple[str, str]]:
+    """renumber: per source cluster name, (its cluster id, the destination's): what the tasks stamp on each
+    record and what they leave out. `sources`: cluster name → (its settings, the field they are written in).
+    An unreachable cluster is retried under the destination's retry policy, as opening the destination is; a
+    credential or certificate problem is not, and is named."""
+    timeout_ms = destination.request_timeout_ms
+    policy = retry_policy(destination.retry)
+
+    async def cluster_id(bootstrap: str, security: KafkaSecurity, field: str) -> str:
+        admin = ClusterAdmin(bootstrap, librdkafka_properties(security, field), timeout_ms / 1000)
+
+        async def attempt() -> str:
+            try:
+                return await admin.cluster_id()
+            except AdminRequestError:  # librdkafka says "transport failure" for a wrong password, too
+                diagnosis = await diagnose_bootstrap(bootstrap, aiokafka_settings(security, field), timeout_ms)
+                message = f"{bootstrap}: unreachable: {diagnosis.reason}"
+                if diagnosis.permanent:
+                    raise DestinationError(message) from None
+                raise TransientDestinationError(message) from None
+
+        return await retry_transient(attempt, policy, f"read the cluster id of {bootstrap}")
+
+    destination_id = await cluster_id(destination.bootstrap_servers, destination.security, "destination.security")
+    found = {}
+    for name, (source, field) in sorted(sources.items()):
+        found[name] = (await cluster_id(source.bootstrap_servers, source.security, f"{field}.security"), destination_id)
+    return found

@@ -75,6 +75,10 @@ class MetricFamilies:
             "mirror_v3_source_lag_offsets",
             "Source end offset minus mirror_v3_destination_offset_verified.",
         )
+        self.loop_skipped = counter(
+            "mirror_v3_loop_skipped_records",
+            "renumber: records not copied because a mirror copied them from this destination cluster (two-way).",
+        )
         self.restarts = counter(
             "mirror_v3_mirror_restarts",
             "Restarts of this mirror after a failure (on-mirror-failure: restart).",
@@ -95,6 +99,7 @@ class MetricFamilies:
             self.last_flush,
             self.flush_max_time,
             self.gap_records,
+            self.loop_skipped,
             self.lost_records,
             self.source_log_start,
             self.source_end,
@@ -176,6 +181,7 @@ class MirrorMetrics:
     last_flush: Gauge
     flush_max_time: Gauge
     gap_records: Counter
+    loop_skipped: Counter
     lost_records: Counter
     source_log_start: Gauge
     source_end: Gauge
@@ -199,6 +205,7 @@ class MirrorMetrics:
             last_flush=families.last_flush.labels(**labels),
             flush_max_time=families.flush_max_time.labels(**labels),
             gap_records=families.gap_records.labels(**labels),
+            loop_skipped=families.loop_skipped.labels(**labels),
             lost_records=families.lost_records.labels(**labels),
             source_log_start=families.source_log_start.labels(**labels),
             source_end=families.source_end.labels(**labels),

@@ -38,6 +38,7 @@ from sinks.kafka import KafkaSink
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
+from supervisor.kafka_admin import ClusterAdmin
 from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.source import SourceClusters, SourceOffsets
@@ -143,6 +144,7 @@ async def collect_verification(
     select: re.Pattern[str] | None = None,
     max_differences: int = 20,
     timeout_s: float = 30.0,
+    ignore_unmapped: bool = False,
 ) -> VerifyReport:
     """Check every selected mirror. Raises ConfigError (unusable destination settings, a collision) and SourceError
     (a cluster whose topics cannot be read)."""
@@ -158,7 +160,9 @@ async def collect_verification(
         prepared: list[_Prepared | None] = [None] * len(mirrors)
 
         async def prepare(index: int, mirror: MirrorSpec) -> None:
-            prepared[index] = await _prepare(mirror, sinks, clusters, config, max_differences, timeout_s)
+            prepared[index] = await _prepare(
+                mirror, sinks, clusters, config, max_differences, timeout_s, ignore_unmapped
+            )
 
         async with anyio.create_task_group() as tasks:
             for index, mirror in enumerate(mirrors):
@@ -191,6 +195,7 @@ async def _prepare(
     config: Config,
     max_differences: int,
     timeout_s: float,
+    ignore_unmapped: bool = False,
 ) -> _Prepared:
     sink = sinks.build(mirror, retries=False)
     row = MirrorVerification(mirror.name, mirror.topic, mirror.partition, mirror.cluster, sink.description)
@@ -207,8 +212,18 @@ async def _prepare(
             destination = _destination_partition(config.destination, mirror)
             with anyio.fail_after(timeout_s * 10):
                 renumbered = config.destination.offsets == "renumber"
+                skip = await _cluster_id(config.destination) if renumbered else None
                 slices = await _kafka_slices(
-                    row, sink, source, destination, offsets, renumbered, per_slice, max_differences
+                    row,
+                    sink,
+                    source,
+                    destination,
+                    offsets,
+                    renumbered,
+                    per_slice,
+                    max_differences,
+                    skip,
+                    ignore_unmapped,
                 )
         else:
             assert isinstance(sink, BlobSink)
@@ -233,6 +248,13 @@ async def _prepare(
     return _Prepared(row, slices)
 
 
+async def _cluster_id(destination: KafkaDestination) -> str:
+    properties = librdkafka_properties(destination.security, "destination.security")
+    return await ClusterAdmin(
+        destination.bootstrap_servers, properties, destination.request_timeout_ms / 1000
+    ).cluster_id()
+
+
 def _destination_partition(destination: KafkaDestination, mirror: MirrorSpec) -> SourcePartition:
     """The destination partition as a Spark task reads it: committed records only."""
     return SourcePartition(
@@ -255,6 +277,8 @@ async def _kafka_slices(
     renumbered: bool,
     per_slice: int,
     max_differences: int,
+    skip_cluster: str | None = None,
+    ignore_unmapped: bool = False,
 ) -> tuple[KafkaSlice, ...]:
     """Cut the destination partition into slices and fill in the row's ranges (in source offsets)."""
     position = (await sink.inspect()).next_offset  # checks the topic; the next source offset it expects
@@ -297,6 +321,8 @@ async def _kafka_slices(
             offsets.log_start,
             offsets.end,
             max_differences,
+            skip_cluster,
+            ignore_unmapped,
         )
         for index, dest_first in enumerate(starts)
     )

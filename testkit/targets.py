@@ -30,6 +30,7 @@ from sinks.filesystem import is_bookkeeping
 from testkit.kafka_data import ConsumedRecord, committed_offset, consume_all, watermarks
 
 SOURCE_OFFSET_HEADER = "mirror-v3.source-offset"
+SOURCE_CLUSTER_HEADER = "mirror-v3.source-cluster"  # renumber: the cluster a record was copied from
 DEFAULT_FLUSH = {"max-time-ms": 1000}
 _buckets = itertools.count()
 
@@ -401,7 +402,9 @@ class KafkaTarget:
                         f"{self.location(name, partition)} offset {consumed.offset}: headers {headers}"
                     )
                 offset = int(tagged[0])
-                headers = [(k, v) for k, v in headers if k != SOURCE_OFFSET_HEADER]
+                if sum(1 for k, _ in headers if k == SOURCE_CLUSTER_HEADER) > 1:
+                    raise VerificationError(f"{self.location(name, partition)} offset {consumed.offset}: {headers}")
+                headers = [(k, v) for k, v in headers if k not in (SOURCE_OFFSET_HEADER, SOURCE_CLUSTER_HEADER)]
             if offset >= since:
                 records.append(_from_consumed(consumed, offset, headers))
         return records

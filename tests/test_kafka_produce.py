@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from sinks.kafka_records import parse_source_offset
+from sinks.kafka_records import parse_source_offset, source_cluster_header, source_offset_header
 from sinks.produce_target import KafkaProduceTarget
 from sinks.retry import RetryPolicy, TransientDestinationError
 from tests.fakes import FakeConsumer, FakePartitionSource
@@ -44,7 +44,7 @@ class FakeDestination:
     fail_commits: list[KafkaError] = field(default_factory=list)  # raised by the next commit_transaction calls
     aborted: int = 0
 
-    def target(self, offsets: str, expected: int | None = None) -> KafkaProduceTarget:
+    def target(self, offsets: str, expected: int | None = None, **loop: Any) -> KafkaProduceTarget:
         return KafkaProduceTarget(
             bootstrap_servers="fake:9092",
             topic="copy",
@@ -60,6 +60,7 @@ class FakeDestination:
             max_batch_bytes=1 << 20,
             request_timeout_ms=1_000,
             retry=RetryPolicy(initial_backoff_s=0.0, max_backoff_s=0.0, deadline_s=5.0),
+            **loop,
         )
 
 
@@ -212,6 +213,24 @@ def test_renumber_commits_records_and_position_in_one_transaction() -> None:
     assert [parse_source_offset(r.headers) for r in destination.log] == [o for o in range(30) if o % 3 != 2]
     assert [r.offset for r in destination.log] == list(range(20))
     assert destination.committed["mirror-v3.copy"] == 30
+
+
+def test_renumber_stamps_the_source_cluster_and_leaves_out_what_came_from_the_destination() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    for offset in (3, 4, 8):  # copied here from the destination cluster by the mirror running the other way
+        source.records[offset].headers = [("h", b"1"), source_offset_header(offset * 7), source_cluster_header("B")]
+    source.records[5].headers = [source_cluster_header("C")]  # came from a third cluster: copied on
+    produced = run(source, destination, TaskRange(0, 0, 10), "renumber", source_cluster="A", skip_cluster="B")
+    assert (produced.records, produced.skipped) == (7, 3)
+    assert [parse_source_offset(r.headers) for r in destination.log] == [0, 1, 2, 5, 6, 7, 9]
+    assert destination.log[0].headers == [source_offset_header(0), source_cluster_header("A")]
+    assert destination.log[3].headers == [
+        source_cluster_header("C"),
+        source_offset_header(5),
+        source_cluster_header("A"),
+    ]
+    assert destination.committed["mirror-v3.copy"] == 10
 
 
 def test_a_transaction_that_must_abort_runs_again_without_duplicates() -> None:

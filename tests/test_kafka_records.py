@@ -6,7 +6,14 @@ from typing import Any
 
 import pytest
 
-from sinks.kafka_records import SOURCE_OFFSET_HEADER, parse_source_offset, source_offset_header, split_source_offset
+from sinks.kafka_records import (
+    SOURCE_OFFSET_HEADER,
+    copied_from,
+    parse_source_offset,
+    source_cluster_header,
+    source_offset_header,
+    split_source_offset,
+)
 
 
 def test_the_header_round_trips() -> None:
@@ -38,3 +45,11 @@ def test_the_mirrors_own_header_is_split_from_the_records_headers() -> None:
     )
     assert split_source_offset([source_offset_header(3)]) == (3, None)  # a record without headers of its own
     assert split_source_offset([("k", b"v")]) == (None, (("k", b"v"),))
+
+
+def test_this_mirrors_cluster_header_goes_with_its_offset_header_and_names_where_a_record_came_from() -> None:
+    upstream = [source_offset_header(5), source_cluster_header("C")]  # an earlier hop's
+    headers = [("k", b"v"), *upstream, source_offset_header(42), source_cluster_header("A")]
+    assert split_source_offset(headers) == (42, (("k", b"v"), *upstream))
+    assert copied_from(headers, "C") and copied_from(headers, "A") and not copied_from(headers, "B")
+    assert not copied_from(None, "A")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sinks.kafka_records import parse_source_offset, source_offset_header
+from sinks.kafka_records import copied_from, parse_source_offset, source_cluster_header, source_offset_header
 from supervisor.verify import source_bounds
 from tests.fakes import FakeConsumer, FakePartitionSource, FakeRecord
 from workers.kafka_verify_task import KafkaSlice, check_kafka_slice
@@ -23,11 +23,14 @@ def source_with_headers(count: int, holes_every: int = 0) -> FakePartitionSource
     return source
 
 
-def renumbered_copy(source: FakePartitionSource) -> FakePartitionSource:
+def renumbered_copy(source: FakePartitionSource, skip_cluster: str | None = None) -> FakePartitionSource:
     destination = FakePartitionSource(topic="copy")
     for offset in sorted(source.records):
         record = source.records[offset]
-        append(destination, replace(record, headers=[*record.headers, source_offset_header(offset)], timestamp_type=1))
+        if skip_cluster is not None and copied_from(record.headers, skip_cluster):
+            continue  # the mirror leaves out what came from its destination
+        stamped = [*record.headers, source_offset_header(offset), source_cluster_header("A")]
+        append(destination, replace(record, headers=stamped, timestamp_type=1))
     return destination
 
 
@@ -37,7 +40,12 @@ def append(destination: FakePartitionSource, record: FakeRecord) -> None:
 
 
 def check_renumbered(
-    source: FakePartitionSource, destination: FakePartitionSource, per_slice: int, position: int
+    source: FakePartitionSource,
+    destination: FakePartitionSource,
+    per_slice: int,
+    position: int,
+    skip_cluster: str | None = None,
+    ignore_unmapped: bool = False,
 ) -> Comparison:
     """Cut the destination as the driver does and join the slices' results."""
     starts = list(range(destination.log_start, destination.end, per_slice))
@@ -59,6 +67,8 @@ def check_renumbered(
             source.log_start,
             source.end,
             10,
+            skip_cluster,
+            ignore_unmapped,
         )
         result = check_kafka_slice(work, FakeConsumer(source), FakeConsumer(destination)).comparison
         joined = result if joined is None else joined.joined(result, 10)
@@ -72,6 +82,25 @@ def test_a_renumbered_copy_with_source_holes_is_equal_without_its_header_and_tim
     result = check_renumbered(source, destination, per_slice=64, position=300)
     assert result.ok and (result.first, result.end) == (0, 300)
     assert (result.equal, result.holes) == (len(source.records), 300 - len(source.records))
+
+
+def test_records_that_came_from_the_destination_cluster_are_holes_not_missing() -> None:
+    source = source_with_headers(100)
+    for offset in range(10, 20):  # copied into the source by the mirror running the other way
+        source.records[offset].headers = [source_offset_header(offset), source_cluster_header("B")]
+    destination = renumbered_copy(source, skip_cluster="B")
+    result = check_renumbered(source, destination, per_slice=30, position=100, skip_cluster="B")
+    assert result.ok and (result.equal, result.holes) == (90, 10)
+    assert not check_renumbered(source, destination, per_slice=30, position=100).ok  # without it: 10 missing
+
+
+def test_the_destinations_own_records_are_extra_unless_ignored() -> None:
+    """Two-way mirrors: the destination topic also holds records its own producers wrote (no header)."""
+    source = source_with_headers(60)
+    destination = renumbered_copy(source)
+    append(destination, FakeRecord(0, b"native", b"written on the destination"))
+    assert check_renumbered(source, destination, per_slice=30, position=60).extra == 1
+    assert check_renumbered(source, destination, per_slice=30, position=60, ignore_unmapped=True).ok
 
 
 def test_tampering_with_a_renumbered_copy_is_named_by_source_offset() -> None:

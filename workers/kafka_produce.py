@@ -15,7 +15,9 @@ renumber: one transaction per range. After `init_transactions` has fenced every 
   partition (the owner group's committed offset is its id: a newer process commits its own id there
   before it fences, so a task of an older one stops) and the group's committed position must be the
   one the driver expects; only then are the records produced, each with the `mirror-v3.source-offset`
-  header, and the range's end committed as the position in the same transaction. A transient failure
+  and `mirror-v3.source-cluster` headers, and the range's end committed as the position in the same
+  transaction. A record copied from the destination cluster (its cluster header names it) is left out, so
+  two-way mirrors never copy a record back. A transient failure
   aborts the transaction and runs it again from the source, until the retry deadline; a position at
   the range's end means an earlier attempt succeeded and its answer was lost.
 """
@@ -28,7 +30,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from sinks.kafka_records import source_offset_header
+from sinks.kafka_records import copied_from, source_cluster_header, source_offset_header
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import TransientDestinationError, retry_transient_sync
 from workers.kafka_range import SourcePartition, consume_range, message_bytes
@@ -180,6 +182,7 @@ class _Written:
 
     records: int = 0
     record_bytes: int = 0
+    skipped: int = 0  # renumber: copied from the destination cluster, so not written back
     first_delivered: int | None = None
     last_delivered: int | None = None
     # preserve: the source offset of the next delivery report. Reports come in produce order for one
@@ -230,7 +233,10 @@ def _produce_all(
             expected = offset + 1
             headers = message.headers()
             if not preserve:
-                headers = [*(headers or ()), source_offset_header(offset)]
+                if target.skip_cluster is not None and copied_from(headers, target.skip_cluster):
+                    written.skipped += 1  # a hole at the destination: renumber's offsets need none
+                    continue
+                headers = [*(headers or ()), source_offset_header(offset), *_cluster_headers(target)]
             size = message_bytes(message)
             while True:
                 try:
@@ -254,6 +260,10 @@ def _produce_all(
     if preserve and expected != task.end:
         _deliver(producer, target, written)
         raise PreserveHoleError(source.name, expected, task.end - 1)
+
+
+def _cluster_headers(target: KafkaProduceTarget) -> tuple[tuple[str, bytes | None], ...]:
+    return () if target.source_cluster is None else (source_cluster_header(target.source_cluster),)
 
 
 def _deliver(producer: Any, target: KafkaProduceTarget, written: _Written) -> None:
@@ -366,6 +376,7 @@ class _RenumberAttempts:
                 written.first_delivered,
                 written.last_delivered,
                 retries=self._attempts - 1,
+                skipped=written.skipped,
             )
         except KafkaException as exc:
             error = exc.args[0]
@@ -422,12 +433,17 @@ class _RenumberAttempts:
 
     def _landed_before(self) -> ProducedRange:
         """An earlier attempt committed this range and its answer was lost: count what it wrote."""
-        task = self._task
-        records = record_bytes = 0
+        task, skip = self._task, self._target.skip_cluster
+        records = record_bytes = skipped = 0
         for messages in self._read(task.read_from, task.end):
-            records += len(messages)
-            record_bytes += sum(message_bytes(m) for m in messages)
-        return ProducedRange(task.first, task.end - 1, records, record_bytes, None, None, retries=self._attempts - 1)
+            for message in messages:
+                if skip is not None and copied_from(message.headers(), skip):
+                    skipped += 1
+                else:
+                    records += 1
+                    record_bytes += message_bytes(message)
+        attempts = self._attempts - 1
+        return ProducedRange(task.first, task.end - 1, records, record_bytes, None, None, attempts, skipped)
 
     def _abandon_transaction(self) -> None:
         """Leave no open transaction: abort it, or drop the producer (the next one's init aborts it)."""

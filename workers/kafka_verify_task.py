@@ -9,6 +9,9 @@ the source range the slice stands for, [first, end), from the first mapped recor
 (so consecutive slices meet exactly). A destination record that maps outside that range is out of order, so it
 is a copy too many (extra); one without the header is `unmapped` (extra, named by its destination offset).
 
+A source record that a mirror copied from the destination cluster (its `mirror-v3.source-cluster` header names
+it) is left out of a renumbered copy on purpose, so two-way mirrors never copy records back: it counts as a hole.
+
 Timestamp types are not compared: a destination topic stamps its own (`KAFKA_DESTINATION_FIELDS`). Below
 `check_from` (the source's log start) nothing can be compared, and such destination records are passed over.
 Memory: one consumer batch per side at a time, and the first `max_differences` differences.
@@ -20,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
-from sinks.kafka_records import split_source_offset
+from sinks.kafka_records import copied_from, split_source_offset
 from workers.kafka_range import SourcePartition, consume_range
 from workers.record_comparison import KAFKA_DESTINATION_FIELDS, Difference, Record, compare_range
 from workers.verify_task import SliceCheck, records_of_messages
@@ -41,6 +44,10 @@ class KafkaSlice:
     check_from: int  # the source's log start
     source_end: int  # what the source holds now (exclusive)
     max_differences: int
+    # renumber: the destination cluster's id; source records a mirror copied from there were left out on
+    # purpose (two-way mirrors), so they count as holes.
+    skip_cluster: str | None = None
+    ignore_unmapped: bool = False  # renumber: records without the header are the destination's own, not extra
 
     def check(self) -> SliceCheck:
         return check_kafka_slice(self)
@@ -49,8 +56,17 @@ class KafkaSlice:
 class _MappedRecords:
     """Renumbered destination records as source records, in destination order; strays noted on the way."""
 
-    def __init__(self, records: Iterable[Record], first: int, compared_from: int, end: int, max_differences: int):
+    def __init__(
+        self,
+        records: Iterable[Record],
+        first: int,
+        compared_from: int,
+        end: int,
+        max_differences: int,
+        ignore_unmapped: bool = False,
+    ):
         self._records = records
+        self._ignore_unmapped = ignore_unmapped
         self._first, self._compared_from, self._end = first, compared_from, end
         self._max = max_differences
         self.stray = 0
@@ -60,7 +76,8 @@ class _MappedRecords:
         for record in self._records:
             offset, headers = split_source_offset(record.headers)
             if offset is None:
-                self._note(Difference(record.offset, "unmapped"))
+                if not self._ignore_unmapped:
+                    self._note(Difference(record.offset, "unmapped"))
             elif self._compared_from <= offset < self._end:
                 yield replace(record, offset=offset, headers=headers)
             elif not self._first <= offset < self._compared_from:  # (inside it: below the source's log start)
@@ -77,6 +94,9 @@ def check_kafka_slice(work: KafkaSlice, source_consumer: Any = None, destination
     compared_from = max(work.first, work.check_from)
     end = max(work.end, compared_from)
     source = records_of_messages(consume_range(work.source, compared_from, min(end, work.source_end), source_consumer))
+    skip = work.skip_cluster
+    if work.renumbered and skip is not None:
+        source = (record for record in source if not copied_from(record.headers, skip))
     if not work.renumbered:
         stored = records_of_messages(consume_range(work.destination, compared_from, end, destination_consumer))
         comparison = compare_range(source, stored, compared_from, end, work.max_differences, KAFKA_DESTINATION_FIELDS)
@@ -87,6 +107,7 @@ def check_kafka_slice(work: KafkaSlice, source_consumer: Any = None, destination
         compared_from,
         end,
         work.max_differences,
+        work.ignore_unmapped,
     )
     comparison = compare_range(source, mapped, compared_from, end, work.max_differences, KAFKA_DESTINATION_FIELDS)
     differences = sorted(comparison.differences + tuple(mapped.differences), key=lambda d: d.offset)

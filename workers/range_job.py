@@ -71,13 +71,14 @@ PRODUCED_SCHEMA = pa.schema(
         pa.field("destination_first", pa.int64()),
         pa.field("destination_last", pa.int64()),
         pa.field("retries", pa.int32()),
+        pa.field("skipped", pa.int64()),
         pa.field("error_kind", pa.string()),
         pa.field("error", pa.string()),
     ]
 )
 PRODUCED_DDL = (
     "task int, first long, last long, records long, record_bytes long, destination_first long, "
-    "destination_last long, retries int, error_kind string, error string"
+    "destination_last long, retries int, skipped long, error_kind string, error string"
 )
 PRODUCED_FIELDS = PRODUCED_SCHEMA.names[1:-2]  # ProducedRange's, between the task number and the error
 # What a task reports as a row instead of failing: the user's errors, which need no Spark task failure
@@ -165,6 +166,7 @@ def run_produce_job(spark: SparkSession, job: RangeJob) -> list[ProducedRange]:
             destination_first=row["destination_first"],
             destination_last=row["destination_last"],
             retries=row["retries"],
+            skipped=row["skipped"],
         )
     ]
 
