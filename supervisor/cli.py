@@ -28,8 +28,22 @@ log = logging.getLogger("mirror_v3.cli")
 SHARD_ENV = "MIRROR_V3_SHARD"
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("mirror-v3")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m supervisor", description="Exactly-once Kafka partition mirror.")
+    called = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else ""
+    parser = argparse.ArgumentParser(
+        prog="mirror-v3" if called == "mirror-v3" else "python -m supervisor",
+        description="Exactly-once Kafka partition mirror.",
+    )
+    parser.add_argument("--version", action="version", version=f"mirror-v3 {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     shard_help = (
         f"I/N: this process mirrors only the partitions of shard I of N (0-based; default: ${SHARD_ENV}, else all)"

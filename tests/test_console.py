@@ -1,0 +1,20 @@
+"""The installed `mirror-v3` command is the CLI, and both entry points say which version they are."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_the_mirror_v3_command_and_python_m_supervisor_print_the_installed_version() -> None:
+    command = Path(sys.executable).parent / "mirror-v3"  # scripts/setup.sh installs the package into this venv
+    expected = f"mirror-v3 {version('mirror-v3')}"
+    for argv in ([str(command), "--version"], [sys.executable, "-m", "supervisor", "--version"]):
+        done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+        assert (done.returncode, done.stdout.strip()) == (0, expected), done.stderr
+    usage = subprocess.run([str(command)], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+    assert usage.returncode == 2 and usage.stderr.startswith("usage: mirror-v3 "), usage.stderr
