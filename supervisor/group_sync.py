@@ -30,6 +30,7 @@ from aiokafka import TopicPartition
 from config.kafka_clients import aiokafka_settings, librdkafka_properties
 from config.model import KafkaDestination, SourceConfig
 from sinks.kafka import KafkaClients, destination_offset_for
+from supervisor.describe import describe_error
 from supervisor.kafka_admin import AdminRequestError, ClusterAdmin
 from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies
@@ -99,7 +100,10 @@ class GroupSync:
     async def run_forever(self, mirrored: Callable[[], Sequence[MirroredPartition]], stop: anyio.Event) -> None:
         interval = self._settings.interval_ms / 1000
         while not stop.is_set():
-            await self.sync_once(mirrored())
+            try:
+                await self.sync_once(mirrored())
+            except Exception as exc:  # a helper of the mirrors: it never takes them down; tried again next time
+                log_event(log, logging.WARNING, "group offset sync failed, retrying", error=describe_error(exc))
             with anyio.move_on_after(interval):
                 await stop.wait()
 

@@ -20,6 +20,7 @@ import anyio
 from config.estate import MirrorSpec
 from config.kafka_clients import librdkafka_properties
 from config.model import KafkaDestination, SourceConfig
+from supervisor.describe import describe_error
 from supervisor.kafka_admin import AdminRequestError, ClusterAdmin
 from supervisor.logs import log_event
 from supervisor.topic_plan import TopicActions, plan_topic
@@ -95,8 +96,9 @@ class TopicManager:
                 sync_configs=True,
             )
             await self._apply(topic, spec, actions)
-        except AdminRequestError as exc:
-            log_event(log, logging.WARNING, "destination topic not managed, retrying", topic=topic, error=str(exc))
+        except Exception as exc:  # a helper of the mirrors: it never takes them down; tried again next round
+            error = str(exc) if isinstance(exc, AdminRequestError) else describe_error(exc)
+            log_event(log, logging.WARNING, "destination topic not managed, retrying", topic=topic, error=error)
             return
         now = destination.partitions if destination is not None else source.partitions
         now = actions.partitions_to or now
