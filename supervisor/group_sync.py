@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 import anyio
 from aiokafka import TopicPartition
 
-from config.kafka_clients import aiokafka_settings, librdkafka_properties
+from config.kafka_clients import aiokafka_settings
 from config.model import KafkaDestination, SourceConfig
 from sinks.kafka import KafkaClients, destination_offset_for
 from supervisor.describe import describe_error
-from supervisor.kafka_admin import AdminRequestError, ClusterAdmin
+from supervisor.kafka_admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies
 
@@ -76,23 +76,13 @@ class GroupSync:
         self._include = [re.compile(pattern) for pattern in self._settings.groups]
         self._exclude = [re.compile(pattern) for pattern in self._settings.groups_exclude]
         self._families = families
-        field = "destination.security"
-        self._admin = ClusterAdmin(
-            destination.bootstrap_servers, librdkafka_properties(destination.security, field), self._timeout_s
-        )
+        self._admin = destination_admin(destination)
         self._clients = KafkaClients(
             destination.bootstrap_servers,
-            aiokafka_settings(destination.security, field),
+            aiokafka_settings(destination.security, "destination.security"),
             destination.request_timeout_ms,
         )
-        self._sources: dict[tuple[str, str], ClusterAdmin] = {}
-
-    def _source(self, source: SourceConfig, source_field: str) -> ClusterAdmin:
-        key = (source.bootstrap_servers, source_field)
-        if key not in self._sources:
-            properties = librdkafka_properties(source.security, f"{source_field}.security")
-            self._sources[key] = ClusterAdmin(source.bootstrap_servers, properties, self._timeout_s)
-        return self._sources[key]
+        self._sources = SourceAdmins(self._timeout_s)
 
     def selects(self, group: str) -> bool:
         return any(p.fullmatch(group) for p in self._include) and not any(p.fullmatch(group) for p in self._exclude)
@@ -137,7 +127,7 @@ class GroupSync:
     async def _sync_cluster(self, partitions: dict[tuple[str, int], MirroredPartition]) -> ClusterSync:
         result = ClusterSync()
         any_part = next(iter(partitions.values()))
-        source = self._source(any_part.source, any_part.source_field)
+        source = self._sources.get(any_part.source, any_part.source_field)
         try:
             groups = [group for group in await source.groups() if self.selects(group)]
         except AdminRequestError as exc:

@@ -155,6 +155,26 @@ class ClusterAdmin:
         )
 
 
+def destination_admin(destination: KafkaDestination) -> ClusterAdmin:
+    properties = librdkafka_properties(destination.security, "destination.security")
+    return ClusterAdmin(destination.bootstrap_servers, properties, destination.request_timeout_ms / 1000)
+
+
+class SourceAdmins:
+    """One ClusterAdmin per source cluster (its settings and the field they are written in), made on first use."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self.admins: dict[tuple[str, str], ClusterAdmin] = {}
+
+    def get(self, source: SourceConfig, field: str) -> ClusterAdmin:
+        key = (source.bootstrap_servers, field)
+        if key not in self.admins:
+            properties = librdkafka_properties(source.security, f"{field}.security")
+            self.admins[key] = ClusterAdmin(source.bootstrap_servers, properties, self._timeout_s)
+        return self.admins[key]
+
+
 def _reason(error: object) -> str:
     if isinstance(error, KafkaError):
         return f"{error.name()}: {error.str()}"

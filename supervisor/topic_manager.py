@@ -18,10 +18,9 @@ from collections.abc import Iterable
 import anyio
 
 from config.estate import MirrorSpec
-from config.kafka_clients import librdkafka_properties
-from config.model import KafkaDestination, SourceConfig
+from config.model import KafkaDestination
 from supervisor.describe import describe_error
-from supervisor.kafka_admin import AdminRequestError, ClusterAdmin
+from supervisor.kafka_admin import AdminRequestError, SourceAdmins, destination_admin
 from supervisor.logs import log_event
 from supervisor.topic_plan import TopicActions, plan_topic
 
@@ -33,22 +32,11 @@ class TopicManager:
     def __init__(self, destination: KafkaDestination) -> None:
         self._settings = destination
         self._timeout_s = destination.request_timeout_ms / 1000
-        self._destination = ClusterAdmin(
-            destination.bootstrap_servers,
-            librdkafka_properties(destination.security, "destination.security"),
-            self._timeout_s,
-        )
-        self._sources: dict[tuple[str, str], ClusterAdmin] = {}
+        self._destination = destination_admin(destination)
+        self._sources = SourceAdmins(self._timeout_s)
         self._managed: dict[str, MirrorSpec] = {}  # destination topic → a mirror of it (its source topic)
         self._in_step_at: dict[str, int] = {}  # destination topic → its partition count when it matched the source
         self._reported: dict[str, tuple[str, ...]] = {}  # problems already logged, so each is said once
-
-    def _source(self, source: SourceConfig, field: str) -> ClusterAdmin:
-        key = (source.bootstrap_servers, field)
-        if key not in self._sources:
-            properties = librdkafka_properties(source.security, f"{field}.security")
-            self._sources[key] = ClusterAdmin(source.bootstrap_servers, properties, self._timeout_s)
-        return self._sources[key]
 
     async def prepare(self, mirrors: Iterable[MirrorSpec]) -> None:
         """The destination topics of `mirrors` created, grown and configured as their sources, where needed."""
@@ -82,7 +70,7 @@ class TopicManager:
 
     async def _sync(self, topic: str, spec: MirrorSpec) -> None:
         try:
-            source = await self._source(spec.source, spec.source_field).describe(spec.topic)
+            source = await self._sources.get(spec.source, spec.source_field).describe(spec.topic)
             if source is None:  # the source topic is gone: discovery stops its mirrors
                 return
             destination = await self._destination.describe(topic)

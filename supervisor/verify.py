@@ -38,7 +38,7 @@ from sinks.kafka import KafkaSink
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
-from supervisor.kafka_admin import ClusterAdmin
+from supervisor.kafka_admin import destination_admin
 from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.source import SourceClusters, SourceOffsets
@@ -158,10 +158,11 @@ async def collect_verification(
         except ClientSettingsError as exc:
             raise ConfigError(str(exc)) from None
         prepared: list[_Prepared | None] = [None] * len(mirrors)
+        destination_id = await _destination_id(config) if mirrors else None
 
         async def prepare(index: int, mirror: MirrorSpec) -> None:
             prepared[index] = await _prepare(
-                mirror, sinks, clusters, config, max_differences, timeout_s, ignore_unmapped
+                mirror, sinks, clusters, config, max_differences, timeout_s, ignore_unmapped, destination_id
             )
 
         async with anyio.create_task_group() as tasks:
@@ -196,6 +197,7 @@ async def _prepare(
     max_differences: int,
     timeout_s: float,
     ignore_unmapped: bool = False,
+    destination_id: str | Exception | None = None,
 ) -> _Prepared:
     sink = sinks.build(mirror, retries=False)
     row = MirrorVerification(mirror.name, mirror.topic, mirror.partition, mirror.cluster, sink.description)
@@ -212,7 +214,8 @@ async def _prepare(
             destination = _destination_partition(config.destination, mirror)
             with anyio.fail_after(timeout_s * 10):
                 renumbered = config.destination.offsets == "renumber"
-                skip = await _cluster_id(config.destination) if renumbered else None
+                if isinstance(destination_id, Exception):
+                    raise destination_id
                 slices = await _kafka_slices(
                     row,
                     sink,
@@ -222,7 +225,7 @@ async def _prepare(
                     renumbered,
                     per_slice,
                     max_differences,
-                    skip,
+                    destination_id,
                     ignore_unmapped,
                 )
         else:
@@ -248,11 +251,15 @@ async def _prepare(
     return _Prepared(row, slices)
 
 
-async def _cluster_id(destination: KafkaDestination) -> str:
-    properties = librdkafka_properties(destination.security, "destination.security")
-    return await ClusterAdmin(
-        destination.bootstrap_servers, properties, destination.request_timeout_ms / 1000
-    ).cluster_id()
+async def _destination_id(config: Config) -> str | Exception | None:
+    """renumber: the destination cluster's id, read once for every mirror (a failure is each mirror's error)."""
+    destination = config.destination
+    if not isinstance(destination, KafkaDestination) or destination.offsets != "renumber":
+        return None
+    try:
+        return await destination_admin(destination).cluster_id()
+    except Exception as exc:
+        return exc
 
 
 def _destination_partition(destination: KafkaDestination, mirror: MirrorSpec) -> SourcePartition:

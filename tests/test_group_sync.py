@@ -40,7 +40,7 @@ def group_sync(
     registry = CollectorRegistry()
     sync = GroupSync(config, MetricFamilies(registry))
     sync._admin = destination  # type: ignore[assignment]
-    sync._sources[("a:9092", "clusters.a")] = source  # type: ignore[assignment]
+    sync._sources.admins[("a:9092", "clusters.a")] = source  # type: ignore[assignment]
     return sync, registry
 
 
