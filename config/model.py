@@ -397,6 +397,15 @@ class SourceConfig(_Strict, frozen=True):
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Timeout for offset queries against the source.")
     ] = 30_000
+    transaction_hold_alert_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1000,
+            description="read_committed: how long a mirror may wait at the last stable offset for an open "
+            "transaction before it logs a WARN (and the TransactionHeld alert fires). A producer that never "
+            "ends its transaction otherwise looks like a caught-up mirror.",
+        ),
+    ] = 300_000
 
 
 class SparkConfig(_Strict, frozen=True):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import re
+import subprocess
 import time
 import urllib.error
 import urllib.request
@@ -37,6 +38,7 @@ from testkit.kafka_data import Record, create_topic, generate_records, produce, 
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, chain
+from testkit.tools import promtool
 
 
 def probe(port: int, path: str) -> int | None:
@@ -88,6 +90,18 @@ def test_round_trip_with_status_metrics_and_probes(
         assert tuple(header.split()) == TABLE_COLUMNS
         for partition, line in enumerate(rows):
             assert re.match(rf"\S+\s+{re.escape(topic_name)}\s+{partition}\s+0\s+10000\s+10000\s+0\s", line), line
+
+        # The real scrape passes Prometheus' own linter; time-based series are there and plausible.
+        scrape = run.scrape()
+        lint = subprocess.run([promtool(), "check", "metrics"], input=scrape, capture_output=True, text=True)
+        assert lint.returncode == 0 and not lint.stdout.strip(), lint.stdout + lint.stderr
+        assert "_created" not in scrape and "mirror_v3_build_info{" in scrape
+        latency = run.metric("mirror_v3_replication_latency_seconds_count", topic=topic_name)
+        assert latency == sum(counts), scrape  # every record, once
+        for partition in range(3):
+            assert run.metric("mirror_v3_oldest_pending_age_seconds", topic=topic_name, partition=partition) == 0
+            assert run.metric("mirror_v3_staged_records", topic=topic_name, partition=partition) == 0
+            assert run.metric("mirror_v3_read_next_offset", topic=topic_name, partition=partition) == 10_000
 
         # New records: mirrored while running, and ready again once they are durable.
         produce(kafka.bootstrap, topic_name, 0, generate_records(500, seed=99))

@@ -52,3 +52,25 @@ if [[ -n "$extras" ]]; then
     echo "npm not found: tests that need s3rver will be skipped" >&2
   fi
 fi
+
+# Test-only: promtool (Prometheus' own linter) checks a real /metrics scrape and the alert rules. Only the
+# one binary is taken out of Debian's prometheus package; nothing is installed system-wide.
+if [[ -n "$extras" ]]; then
+  tools="${MIRROR_V3_TOOLS_DIR:-$HOME/.cache/mirror-v3/bin}"
+  if [[ -x "$tools/promtool" ]]; then
+    echo "promtool present: $tools"
+  elif command -v apt-get >/dev/null && command -v dpkg-deb >/dev/null; then
+    echo "installing promtool into $tools"
+    download="$(mktemp -d)"
+    if ! (cd "$download" && apt-get download -q prometheus >/dev/null 2>&1); then
+      apt-get update -qq >/dev/null
+      (cd "$download" && apt-get download -q prometheus >/dev/null 2>&1)
+    fi
+    mkdir -p "$tools"
+    dpkg-deb --fsys-tarfile "$download"/prometheus_*.deb | tar -x -O ./usr/bin/promtool > "$tools/promtool.part"
+    chmod +x "$tools/promtool.part" && mv "$tools/promtool.part" "$tools/promtool"
+    rm -rf "$download"
+  else
+    echo "apt-get not found: the tests that run promtool will fail" >&2
+  fi
+fi

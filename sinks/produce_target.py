@@ -22,6 +22,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from sinks.record_times import RecordTimes
+
 if TYPE_CHECKING:  # sinks.retry's sink wrapper names the types of this module
     from sinks.retry import RetryPolicy
 
@@ -66,3 +68,4 @@ class ProducedRange:
     destination_last: int | None
     retries: int = 0  # transactions the task aborted and ran again after a transient failure
     skipped: int = 0  # renumber: records copied from the destination cluster, left out (they came from there)
+    times: RecordTimes | None = None  # the records' timestamps, for latency metrics (None: not measured)

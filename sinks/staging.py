@@ -18,6 +18,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from sinks.record_times import RecordTimes
+
 
 @dataclass(frozen=True)
 class StagedBlob:
@@ -34,6 +36,7 @@ class StagedBlob:
     parts: tuple[tuple[int, str], ...] = ()
     retries: int = 0  # transient failures the task retried while staging it
     cut: str = ""  # why the blob ended before its limits: "daily" at a UTC day boundary
+    times: RecordTimes | None = None  # the records' timestamps, for latency metrics
 
     @property
     def offset_count(self) -> int:

@@ -26,6 +26,7 @@ from supervisor.logs import log_event
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
 from supervisor.source import SourceOffsets
+from supervisor.transaction_hold import TransactionHold
 from workers.range_job import RangeJobError
 from workers.range_task import BlobLimits
 
@@ -88,7 +89,15 @@ class MirrorActor:
         self._last_flush_at: float | None = None
         self._source_end = 0
         self._parallelism = 1
+        self._hold = TransactionHold()
+        self._hold_warned = False
+        # The timestamp of the last record committed while more was already readable: the oldest record
+        # still waiting is about that old (records of a partition arrive in about timestamp order).
+        self._backlog_timestamp_ms: int | None = None
         self.started = anyio.Event()
+        # Ages are computed when scraped, so they grow while a long job runs or a flush waits.
+        metrics.transaction_held.set_function(lambda: self._hold.seconds(time.time()))
+        metrics.pending_age.set_function(self.pending_age)
 
     @property
     def _topic_partition(self) -> str:
@@ -132,6 +141,10 @@ class MirrorActor:
             self._continue_claim(offsets)
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
+        # A restarted mirror's series live on from its failed predecessor: nothing of that one is in flight.
+        self._metrics.read_next.set(self._read_from)
+        for gauge in (self._metrics.reading, self._metrics.staged_records, self._metrics.staged_bytes):
+            gauge.set(0)
         log_event(
             log,
             logging.INFO,
@@ -173,6 +186,25 @@ class MirrorActor:
     def lag(self) -> int:
         """Source end minus the committed (durable) next offset, as last observed."""
         return max(0, self._source_end - self._next)
+
+    @property
+    def held_since(self) -> float | None:
+        """Unix time since which an open source transaction holds the mirror at the last stable offset."""
+        return self._hold.since
+
+    def pending_age(self) -> float:
+        """Seconds the oldest record not yet durable has existed (0 when caught up).
+
+        In a backlog it is the age of the last record committed (the next one is about as old); otherwise
+        the time since its offset first showed as readable (its producer wrote it at most a poll earlier).
+        """
+        if self._source_end <= self._next:
+            return 0.0
+        now = time.time()
+        if self._backlog_timestamp_ms is not None:
+            return max(0.0, now - self._backlog_timestamp_ms / 1000)
+        since = self._readable.since(self._next)
+        return 0.0 if since is None else max(0.0, time.monotonic() - since)
 
     def _start_position(self, destination_next: int | None, offsets: SourceOffsets) -> int:
         if destination_next is None:
@@ -292,6 +324,8 @@ class MirrorActor:
     async def _flush(self, plan: FlushPlan) -> None:
         """One Spark job over the plan's tasks, then its staged writes committed in offset order."""
         began = time.monotonic()
+        self._metrics.read_next.set(plan.end)
+        self._metrics.reading.set(plan.end - plan.first)
         try:
             limits = self._blob_limits if plan.trigger != "claimed" else _ONE_BLOB
             items = await self._source.run(plan.tasks, limits, self._sink.staging())
@@ -304,6 +338,10 @@ class MirrorActor:
                     return
             raise MirrorError(f"{self._topic_partition}: {exc}") from None
         staged_at = time.monotonic()
+        self._metrics.read_seconds.observe(staged_at - began)
+        self._metrics.reading.set(0)
+        self._metrics.staged_records.set(sum(item.records for item in items))
+        self._metrics.staged_bytes.set(sum(item.record_bytes for item in items))
         retried = sum(item.retries for item in items)
         if retried:
             self._metrics.staging_retries.inc(retried)
@@ -352,8 +390,17 @@ class MirrorActor:
         self._metrics.records.inc(records)
         self._metrics.bytes.inc(committed.bytes_written)
         self._metrics.flushes.inc()
-        self._metrics.last_flush.set(time.time())
+        committed_at = time.time()
+        self._metrics.last_flush.set(committed_at)
         self._metrics.source_lag.set(self.lag)
+        self._metrics.staged_records.dec(records)
+        self._metrics.staged_bytes.dec(payload)
+        self._metrics.flush_seconds.observe(finished - began)
+        if item.times is not None:
+            self._metrics.observe_latency(item.times, round(committed_at * 1000))
+            if item.times.last_timestamp_ms is not None:
+                backlog = self._source_end > self._next
+                self._backlog_timestamp_ms = item.times.last_timestamp_ms if backlog else None
         log_event(
             log,
             logging.INFO,
@@ -404,6 +451,29 @@ class MirrorActor:
         self._metrics.source_log_start.set(offsets.log_start)
         self._metrics.source_end.set(offsets.end)
         self._metrics.source_lag.set(self.lag)
+        self._metrics.high_watermark_lag.set(max(0, offsets.high_watermark - self._next))
+        if self._source_end <= self._next:
+            self._backlog_timestamp_ms = None
+        self._hold.observe(offsets.end, offsets.high_watermark, self._next, time.time())
+        self._warn_of_hold(offsets)
+
+    def _warn_of_hold(self, offsets: SourceOffsets) -> None:
+        held_s = self._hold.seconds(time.time())
+        if held_s * 1000 < self.mirror.source.transaction_hold_alert_ms:
+            self._hold_warned = False
+            return
+        if not self._hold_warned:
+            self._hold_warned = True
+            log_event(
+                log,
+                logging.WARNING,
+                "held by an open transaction at the source",
+                **self._ids,
+                last_stable_offset=offsets.end,
+                high_watermark=offsets.high_watermark,
+                held_s=round(held_s),
+                note="records up to the high watermark wait until its producer commits or aborts",
+            )
 
     async def _heartbeat(self) -> None:
         interval = self._settings.heartbeat_secs

@@ -90,6 +90,7 @@ class Supervisor:
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )
         metrics.flush_max_time.set(flush.max_time_ms / 1000)
+        metrics.transaction_hold_alert.set(spec.source.transaction_hold_alert_ms / 1000)
         cluster = self._clusters.get(spec.source, spec.source_field)
         return MirrorActor(
             mirror=spec,
@@ -133,6 +134,7 @@ class Supervisor:
                 mirrors=[actor.mirror.name for actor in self.actors.values()],
                 failed=self._failed,
                 lag_of=self._lag_of,
+                held_since_of=self._held_since_of,
                 max_lag=Readiness.max_lag_from_env(),
             ),
         )
@@ -313,6 +315,10 @@ class Supervisor:
         actor = next((a for a in self.actors.values() if a.mirror.name == name), None)
         return None if actor is None else float(actor.lag)
 
+    def _held_since_of(self, name: str) -> float | None:
+        actor = next((a for a in self.actors.values() if a.mirror.name == name), None)
+        return None if actor is None else actor.held_since
+
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
         try:
             await start_spark(self._config.spark)
@@ -429,7 +435,11 @@ class Supervisor:
         key, name = actor.mirror.key, actor.mirror.name
         self.actors.pop(key, None)
         self._scopes.pop(key, None)
-        self._families.forget(actor.metrics_labels)
+        cluster_topic = (actor.mirror.cluster, actor.mirror.topic)
+        last_of_topic = all(
+            (other.mirror.cluster, other.mirror.topic) != cluster_topic for other in self.actors.values()
+        )
+        self._families.forget(actor.metrics_labels, topic_too=last_of_topic)
         if name in self.http.readiness.mirrors:
             self.http.readiness.mirrors.remove(name)
         self.http.readiness.started.discard(name)

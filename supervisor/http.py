@@ -34,6 +34,7 @@ class MirrorState(msgspec.Struct, rename="kebab"):
     state: str  # starting | running | restarting (failed, a restart is due) | failed (stopped for good)
     error: str | None = None  # why it failed (restarting, failed)
     restart_at: float | None = None  # Unix time the restart is due (restarting)
+    held_since: float | None = None  # Unix time since which an open source transaction holds it at the LSO
 
 
 class ProcessState(msgspec.Struct):
@@ -53,6 +54,7 @@ class Readiness:
     restart_at: dict[str, float] = field(default_factory=dict)  # failed mirror → Unix time its restart is due
     draining: bool = False
     lag_of: Callable[[str], float | None] = lambda _: None
+    held_since_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
 
     @staticmethod
@@ -74,7 +76,8 @@ class Readiness:
                 state = "failed" if restart_at is None else "restarting"
                 mirrors.append(MirrorState(name, state, self.failed[name], restart_at))
             else:
-                mirrors.append(MirrorState(name, "running" if name in self.started else "starting"))
+                state = "running" if name in self.started else "starting"
+                mirrors.append(MirrorState(name, state, held_since=self.held_since_of(name)))
         return ProcessState(self.draining, mirrors)
 
     def problems(self) -> list[str]:

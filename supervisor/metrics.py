@@ -5,18 +5,85 @@ share a series, not even the same topic and partition of two clusters."""
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import os
+import platform
+import threading
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
-from prometheus_client.core import REGISTRY
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client.core import REGISTRY, HistogramMetricFamily
+from prometheus_client.registry import Collector
 
+from sinks.record_times import RecordTimes
 from supervisor.logs import log_event
+
+# Counters would each carry a `_created` series as well: twice the series for no use on a dashboard.
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 LABELS = ("cluster", "topic", "partition", "destination")
 CLUSTER_LABELS = ("cluster",)
+# Histograms are per source topic, not per partition: a histogram is a dozen series, and an estate of
+# thousands of partitions would pay that per partition for a distribution nobody reads per partition.
+TOPIC_LABELS = ("cluster", "topic")
+LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 21600, 86400)
+READ_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+FLUSH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+
+class CountedHistogram(Collector):
+    """A histogram that takes many equal observations at once (`observe(value, count)`).
+
+    Replication latency arrives as a summary of a whole blob's records (`RecordTimes`), not one call per
+    record; prometheus_client's Histogram observes one value at a time. Exposed exactly as a histogram.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        documentation: str,
+        labelnames: tuple[str, ...],
+        buckets: tuple[float, ...],
+        registry: CollectorRegistry,
+    ) -> None:
+        self._name, self._doc, self._labelnames, self._bounds = name, documentation, labelnames, list(buckets)
+        self._series: dict[tuple[str, ...], tuple[list[int], list[float]]] = {}  # per-bucket counts, [sum]
+        self._lock = threading.Lock()  # scrapes run in a worker thread
+        registry.register(self)
+
+    def labels(self, labels: tuple[str, ...]) -> None:
+        """Create the series with zero counts (as prometheus_client does for a labelled child)."""
+        with self._lock:
+            self._series.setdefault(labels, ([0] * (len(self._bounds) + 1), [0.0]))
+
+    def observe(self, labels: tuple[str, ...], value: float, count: int = 1) -> None:
+        with self._lock:
+            counts, total = self._series.setdefault(labels, ([0] * (len(self._bounds) + 1), [0.0]))
+            counts[bisect.bisect_left(self._bounds, value)] += count
+            total[0] += value * count
+
+    def remove(self, labels: tuple[str, ...]) -> None:
+        with self._lock:
+            self._series.pop(labels, None)
+
+    def describe(self) -> Iterable[HistogramMetricFamily]:
+        return [HistogramMetricFamily(self._name, self._doc, labels=self._labelnames)]
+
+    def collect(self) -> Iterator[HistogramMetricFamily]:
+        family = HistogramMetricFamily(self._name, self._doc, labels=self._labelnames)
+        with self._lock:
+            for labels, (counts, total) in self._series.items():
+                cumulative, buckets = 0, []
+                for bound, count in zip([*self._bounds, float("inf")], counts, strict=True):
+                    cumulative += count
+                    buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
+                family.add_metric(list(labels), buckets, total[0])
+        yield family
+
+
 DEFAULT_METRICS_PORT = 9090
 log = logging.getLogger("mirror_v3.metrics")
 
@@ -87,7 +154,45 @@ class MetricFamilies:
             "mirror_v3_mirror_failed",
             "1 while this mirror is failed: waiting to restart, or stopped for good by a correctness error.",
         )
+        self.high_watermark_lag = gauge(
+            "mirror_v3_source_high_watermark_lag_offsets",
+            "Source high watermark minus mirror_v3_destination_offset_verified: includes records an open "
+            "transaction holds back (and transaction markers).",
+        )
+        self.transaction_held = gauge(
+            "mirror_v3_source_transaction_held_seconds",
+            "How long the mirror has waited at the source's last stable offset for an open transaction to end "
+            "(0 when not held).",
+        )
+        self.transaction_hold_alert = gauge(
+            "mirror_v3_source_transaction_hold_alert_seconds",
+            "The configured source.transaction-hold-alert-ms, in seconds (the alert compares the hold with it).",
+        )
+        self.pending_age = gauge(
+            "mirror_v3_oldest_pending_age_seconds",
+            "Age of the oldest source record not yet durable at the destination (0 when caught up).",
+        )
+        self.read_next = gauge(
+            "mirror_v3_read_next_offset", "Next source offset to read: the end of what is read or being read."
+        )
+        self.reading = gauge(
+            "mirror_v3_read_inflight_offsets", "Source offsets the Spark job in flight is reading and staging."
+        )
+        self.staged_records = gauge(
+            "mirror_v3_staged_records", "Records written by the Spark job and not yet committed (durable)."
+        )
+        self.staged_bytes = gauge(
+            "mirror_v3_staged_bytes", "Record bytes written by the Spark job and not yet committed (durable)."
+        )
         self.families = [
+            self.high_watermark_lag,
+            self.transaction_held,
+            self.transaction_hold_alert,
+            self.pending_age,
+            self.read_next,
+            self.reading,
+            self.staged_records,
+            self.staged_bytes,
             self.restarts,
             self.failed,
             self.offset_verified,
@@ -105,6 +210,31 @@ class MetricFamilies:
             self.source_end,
             self.source_lag,
         ]
+        # Per source topic: distributions.
+        self.latency = CountedHistogram(
+            "mirror_v3_replication_latency_seconds",
+            "Record timestamp to durable commit at the destination, per record (within 19 %).",
+            TOPIC_LABELS,
+            LATENCY_BUCKETS,
+            registry,
+        )
+        self.read_seconds = Histogram(
+            "mirror_v3_read_duration_seconds",
+            "Time a Spark job took to read its offset ranges and stage (or produce) them.",
+            TOPIC_LABELS,
+            buckets=READ_BUCKETS,
+            registry=registry,
+        )
+        self.flush_seconds = Histogram(
+            "mirror_v3_flush_duration_seconds",
+            "Time from the start of a flush's Spark job to the durable commit of each of its blobs or ranges.",
+            TOPIC_LABELS,
+            buckets=FLUSH_BUCKETS,
+            registry=registry,
+        )
+        self.build = Info("mirror_v3_build", "The running version of mirror-v3 and its runtimes.", registry=registry)
+        self.build.info(build_labels())
+
         # Per cluster: what discovery found and runs.
         self.mirrors = Gauge(
             "mirror_v3_mirrors", "Mirrors (actors) running in this process.", CLUSTER_LABELS, registry=registry
@@ -161,11 +291,30 @@ class MetricFamilies:
             registry=registry,
         )
 
-    def forget(self, labels: dict[str, str]) -> None:
-        """Drop one mirror's series (its source topic is gone): no stale values linger on dashboards."""
+    def forget(self, labels: dict[str, str], topic_too: bool = False) -> None:
+        """Drop one mirror's series (its source topic is gone): no stale values linger on dashboards.
+        `topic_too`: it was the topic's last mirror, so its histograms go as well."""
         for family in self.families:
             with contextlib.suppress(KeyError):
                 family.remove(*(labels[name] for name in LABELS))
+        if topic_too:
+            topic = tuple(labels[name] for name in TOPIC_LABELS)
+            self.latency.remove(topic)
+            for histogram in (self.read_seconds, self.flush_seconds):
+                with contextlib.suppress(KeyError):
+                    histogram.remove(*topic)
+
+
+def build_labels() -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def of(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "unknown"
+
+    return {"version": of("mirror-v3"), "python": platform.python_version(), "pyspark": of("pyspark")}
 
 
 @dataclass
@@ -186,14 +335,32 @@ class MirrorMetrics:
     source_log_start: Gauge
     source_end: Gauge
     source_lag: Gauge
+    high_watermark_lag: Gauge
+    transaction_held: Gauge
+    transaction_hold_alert: Gauge
+    pending_age: Gauge
+    read_next: Gauge
+    reading: Gauge
+    staged_records: Gauge
+    staged_bytes: Gauge
+    read_seconds: Histogram
+    flush_seconds: Histogram
+    latency_family: CountedHistogram
 
     labels: dict[str, str]
+
+    def observe_latency(self, times: RecordTimes, committed_at_ms: int) -> None:
+        """Every record of a committed range, by its timestamp."""
+        topic = (self.labels["cluster"], self.labels["topic"])
+        for seconds, records in times.latencies(committed_at_ms):
+            self.latency_family.observe(topic, seconds, records)
 
     @classmethod
     def for_mirror(
         cls, families: MetricFamilies, cluster: str, topic: str, partition: int, destination: str
     ) -> MirrorMetrics:
         labels = {"cluster": cluster, "topic": topic, "partition": str(partition), "destination": destination}
+        families.latency.labels((cluster, topic))
         return cls(
             labels=labels,
             offset_verified=families.offset_verified.labels(**labels),
@@ -210,6 +377,17 @@ class MirrorMetrics:
             source_log_start=families.source_log_start.labels(**labels),
             source_end=families.source_end.labels(**labels),
             source_lag=families.source_lag.labels(**labels),
+            high_watermark_lag=families.high_watermark_lag.labels(**labels),
+            transaction_held=families.transaction_held.labels(**labels),
+            transaction_hold_alert=families.transaction_hold_alert.labels(**labels),
+            pending_age=families.pending_age.labels(**labels),
+            read_next=families.read_next.labels(**labels),
+            reading=families.reading.labels(**labels),
+            staged_records=families.staged_records.labels(**labels),
+            staged_bytes=families.staged_bytes.labels(**labels),
+            read_seconds=families.read_seconds.labels(cluster=cluster, topic=topic),
+            flush_seconds=families.flush_seconds.labels(cluster=cluster, topic=topic),
+            latency_family=families.latency,
         )
 
 

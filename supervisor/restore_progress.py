@@ -106,8 +106,10 @@ class RestoreMetrics:
         if found is None:
             found = MirrorMetrics.for_mirror(self._families, ARCHIVE_CLUSTER, part.archived, part.partition, part.topic)
             # A restore has no flush timer: an exported 0 would read as "flushes are always late".
-            with contextlib.suppress(KeyError):
-                self._families.flush_max_time.remove(*(found.labels[name] for name in LABELS))
+            # Nor a source transaction to wait for.
+            for family in (self._families.flush_max_time, self._families.transaction_hold_alert):
+                with contextlib.suppress(KeyError):
+                    family.remove(*(found.labels[name] for name in LABELS))
             self._mirrors[part.name] = found
         return found
 

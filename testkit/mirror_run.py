@@ -196,15 +196,19 @@ class MirrorRun:
             f"the destination to reach {dict(ends)} (now { ({p: next_offset(p) for p in ends}) })",
         )
 
+    def scrape(self) -> str:
+        """The running mirror's /metrics text (needs `metrics_port`)."""
+        import urllib.request
+
+        assert self.metrics_port is not None, "MirrorRun(metrics_port=...) serves no metrics"
+        return str(urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode())
+
     def metric(self, name: str, **labels: str | int) -> float | None:
         """The first sample of `name` whose labels include `labels`, from the running mirror's /metrics endpoint
         (needs `metrics_port`); None when there is none."""
-        import urllib.request
-
         from prometheus_client.parser import text_string_to_metric_families
 
-        assert self.metrics_port is not None, "MirrorRun(metrics_port=...) serves no metrics"
-        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=10).read().decode()
+        text = self.scrape()
         wanted = {key: str(value) for key, value in labels.items()}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:

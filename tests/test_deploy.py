@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from config import parse_config
 from supervisor.metrics import MetricFamilies, MirrorMetrics
+from testkit.tools import promtool
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 MANIFESTS = sorted((DEPLOY / "kubernetes").rglob("*.yaml"))
@@ -101,15 +103,36 @@ def test_configmap_holds_a_valid_config_without_secrets() -> None:
 def test_alerts_cover_what_operators_need() -> None:
     (rule,) = documents("prometheusrule.yaml")
     alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
-    assert {"MirrorV3DestinationRetrying", "MirrorV3LagGrowing", "MirrorV3NoRecentFlush", "MirrorV3Restarting"} <= set(
-        alerts
-    )
+    assert {
+        "MirrorV3DestinationRetrying",
+        "MirrorV3LagGrowing",
+        "MirrorV3NoRecentFlush",
+        "MirrorV3Restarting",
+        "MirrorV3RecordsWaitingTooLong",
+        "MirrorV3TransactionHeld",
+        "MirrorV3DataLossAccepted",
+        "MirrorV3TargetDown",
+        "MirrorV3Absent",
+    } <= set(alerts)
     assert alerts["MirrorV3DestinationRetrying"]["for"] == "5m"
     assert "mirror_v3_destination_offset_inflight_retry" in alerts["MirrorV3DestinationRetrying"]["expr"]
     assert "2 * mirror_v3_destination_flush_max_time_seconds" in alerts["MirrorV3NoRecentFlush"]["expr"]
+    held = alerts["MirrorV3TransactionHeld"]["expr"]
+    assert "mirror_v3_source_transaction_hold_alert_seconds" in held  # the configured time, not a fixed one
+    assert "mirror_v3_source_lost_records_total" in alerts["MirrorV3DataLossAccepted"]["expr"]
+    assert alerts["MirrorV3TargetDown"]["expr"].startswith("up{") and "absent(up{" in alerts["MirrorV3Absent"]["expr"]
     for name, alert in alerts.items():
         assert alert["labels"]["severity"] in ("warning", "critical"), name
         assert alert["annotations"]["summary"], name
+
+
+def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
+    """Every expression parses as PromQL and every rule is well formed, as Prometheus itself would load them."""
+    (rule,) = documents("prometheusrule.yaml")
+    rules = tmp_path / "rules.yaml"
+    rules.write_text(yaml.safe_dump(rule["spec"]))
+    checked = subprocess.run([promtool(), "check", "rules", str(rules)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_rules_and_dashboard_use_only_exported_metrics() -> None:
@@ -131,6 +154,14 @@ def test_rules_and_dashboard_use_only_exported_metrics() -> None:
         "mirror_v3_destination_last_flush_timestamp_seconds",
         "mirror_v3_destination_offset_inflight_retry",
         "mirror_v3_source_offset_gap_records_total",
+        "mirror_v3_oldest_pending_age_seconds",
+        "mirror_v3_replication_latency_seconds_bucket",
+        "mirror_v3_source_transaction_held_seconds",
+        "mirror_v3_source_high_watermark_lag_offsets",
+        "mirror_v3_read_inflight_offsets",
+        "mirror_v3_staged_records",
+        "mirror_v3_read_duration_seconds_bucket",
+        "mirror_v3_flush_duration_seconds_bucket",
     ):
         assert needed in used, needed
 

@@ -28,7 +28,8 @@ async def test_endpoints(port: int) -> None:
     registry = CollectorRegistry()
     Gauge("mirror_v3_test_gauge", "a test gauge", registry=registry).set(7)
     lags = {"a": 0.0, "b": 500.0}
-    readiness = Readiness(mirrors=["a", "b"], lag_of=lags.get, max_lag=100)
+    held = {"b": 1_700_000_000.0}
+    readiness = Readiness(mirrors=["a", "b"], lag_of=lags.get, max_lag=100, held_since_of=held.get)
     endpoint = HttpEndpoint(registry, readiness)
     assert await endpoint.start() == port
     try:
@@ -51,8 +52,14 @@ async def test_endpoints(port: int) -> None:
         assert status == 200 and json.loads(body) == {
             "draining": True,
             "mirrors": [
-                {"name": "a", "state": "restarting", "error": "destination /x: not a directory", "restart-at": 1234.5},
-                {"name": "b", "state": "running", "error": None, "restart-at": None},
+                {
+                    "name": "a",
+                    "state": "restarting",
+                    "error": "destination /x: not a directory",
+                    "restart-at": 1234.5,
+                    "held-since": None,
+                },
+                {"name": "b", "state": "running", "error": None, "restart-at": None, "held-since": 1_700_000_000.0},
             ],
         }
         del readiness.restart_at["a"]

@@ -26,12 +26,16 @@ from __future__ import annotations
 
 import contextlib
 import time
+from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
+
 from sinks.kafka_records import copied_from, source_cluster_header, source_offset_header
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.record_times import RecordTimes
 from sinks.retry import TransientDestinationError, retry_transient_sync
 from workers.kafka_range import SourcePartition, consume_range, message_bytes
 from workers.range_task import TaskRange
@@ -189,6 +193,10 @@ class _Written:
     # partition, failed ones included, and a preserve range has no holes: the k-th report is first + k.
     next_delivered: int = 0
     errors: list[str] = field(default_factory=list)
+    timestamps: array[int] = field(default_factory=lambda: array("q"))  # of the records produced, for RecordTimes
+
+    def times(self) -> RecordTimes:
+        return RecordTimes.measure(np.frombuffer(self.timestamps, dtype=np.int64), round(time.time() * 1000))
 
     def delivered(self, error: Any, message: Any, check_offsets: bool) -> None:
         source_offset = self.next_delivered
@@ -238,6 +246,7 @@ def _produce_all(
                     continue
                 headers = [*(headers or ()), source_offset_header(offset), *_cluster_headers(target)]
             size = message_bytes(message)
+            timestamp = message.timestamp()[1]
             while True:
                 try:
                     producer.produce(
@@ -245,7 +254,7 @@ def _produce_all(
                         value=message.value(),
                         key=message.key(),
                         partition=target.partition,
-                        timestamp=max(0, message.timestamp()[1]),
+                        timestamp=max(0, timestamp),
                         headers=headers,
                         on_delivery=on_delivery,
                     )
@@ -254,6 +263,7 @@ def _produce_all(
                     producer.poll(0.05)
             written.records += 1
             written.record_bytes += size
+            written.timestamps.append(timestamp)
         producer.poll(0)
         if preserve and written.errors:  # nothing more after a failed or misplaced record: it would land shifted
             _deliver(producer, target, written)  # (renumber: the failed delivery fails the commit, which aborts)
@@ -306,7 +316,13 @@ def _preserve(
         # librdkafka has retried on its own until the deadline: what reaches here is final.
         raise DestinationTaskError(f"{target.name}: {exc.args[0].str()}") from None
     return ProducedRange(
-        task.first, task.end - 1, written.records, written.record_bytes, written.first_delivered, written.last_delivered
+        task.first,
+        task.end - 1,
+        written.records,
+        written.record_bytes,
+        written.first_delivered,
+        written.last_delivered,
+        times=written.times(),
     )
 
 
@@ -377,6 +393,7 @@ class _RenumberAttempts:
                 written.last_delivered,
                 retries=self._attempts - 1,
                 skipped=written.skipped,
+                times=written.times(),
             )
         except KafkaException as exc:
             error = exc.args[0]

@@ -25,6 +25,7 @@ from py4j.protocol import Py4JNetworkError
 
 from sinks.base import DestinationError
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.record_times import RecordTimes
 from sinks.staging import BlobStaging, StagedBlob
 from workers.kafka_produce import (
     DestinationMovedError,
@@ -53,13 +54,14 @@ STAGED_SCHEMA = pa.schema(
         pa.field("parts", pa.string()),
         pa.field("retries", pa.int32()),
         pa.field("cut", pa.string()),
+        pa.field("times", pa.string()),
         pa.field("error_kind", pa.string()),
         pa.field("error", pa.string()),
     ]
 )
 STAGED_DDL = (
     "task int, first long, last long, records long, record_bytes long, size long, ref string, sha256 string, "
-    "parts string, retries int, cut string, error_kind string, error string"
+    "parts string, retries int, cut string, times string, error_kind string, error string"
 )
 PRODUCED_SCHEMA = pa.schema(
     [
@@ -72,15 +74,16 @@ PRODUCED_SCHEMA = pa.schema(
         pa.field("destination_last", pa.int64()),
         pa.field("retries", pa.int32()),
         pa.field("skipped", pa.int64()),
+        pa.field("times", pa.string()),
         pa.field("error_kind", pa.string()),
         pa.field("error", pa.string()),
     ]
 )
 PRODUCED_DDL = (
     "task int, first long, last long, records long, record_bytes long, destination_first long, "
-    "destination_last long, retries int, skipped long, error_kind string, error string"
+    "destination_last long, retries int, skipped long, times string, error_kind string, error string"
 )
-PRODUCED_FIELDS = PRODUCED_SCHEMA.names[1:-2]  # ProducedRange's, between the task number and the error
+PRODUCED_FIELDS = PRODUCED_SCHEMA.names[1:-3]  # ProducedRange's plain fields: between the task number and the times
 # What a task reports as a row instead of failing: the user's errors, which need no Spark task failure
 # (and its ERROR lines and stack traces in the log) to reach the driver.
 TASK_ERRORS = (
@@ -141,6 +144,7 @@ def run_staging_job(spark: SparkSession, job: RangeJob) -> list[list[StagedBlob]
                 parts=tuple((int(n), str(etag)) for n, etag in json.loads(row["parts"])),
                 retries=row["retries"],
                 cut=row["cut"] or "",
+                times=RecordTimes.decode(row["times"]),
             )
         )
     for task, blobs in zip(job.tasks, staged, strict=True):
@@ -167,6 +171,7 @@ def run_produce_job(spark: SparkSession, job: RangeJob) -> list[ProducedRange]:
             destination_last=row["destination_last"],
             retries=row["retries"],
             skipped=row["skipped"],
+            times=RecordTimes.decode(row["times"]),
         )
     ]
 
@@ -258,6 +263,7 @@ def _stage_function(job: RangeJob) -> Callable[[Iterator[pa.RecordBatch]], Itera
                             "parts": json.dumps(b.parts),
                             "retries": b.retries,
                             "cut": b.cut,
+                            "times": None if b.times is None else b.times.encode(),
                         }
                         for b in blobs
                     ],
@@ -293,7 +299,14 @@ def error_batch(schema: pa.Schema, task: int, exc: Exception) -> pa.RecordBatch:
 def produced_batch(task: int, produced: ProducedRange) -> pa.RecordBatch:
     """The row of a task that produced a range into Kafka."""
     return pa.RecordBatch.from_pylist(
-        [{"task": task, **{f: getattr(produced, f) for f in PRODUCED_FIELDS}}], schema=PRODUCED_SCHEMA
+        [
+            {
+                "task": task,
+                **{f: getattr(produced, f) for f in PRODUCED_FIELDS},
+                "times": None if produced.times is None else produced.times.encode(),
+            }
+        ],
+        schema=PRODUCED_SCHEMA,
     )
 
 

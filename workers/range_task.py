@@ -13,11 +13,14 @@ Rows are written in row groups as they arrive, so a task holds one row group in 
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow.parquet as pq
 
+from sinks.record_times import RecordTimes
 from sinks.records import parquet_writer
 from sinks.staging import BlobOutput, BlobStaging, StagedBlob
 from workers.kafka_range import RecordColumns, SourcePartition, consume_range, message_bytes
@@ -81,10 +84,12 @@ class _BlobWriter:
         self._records = 0
         self._bytes = 0
         self._day: int | None = None  # UTC day of the blob's first record (daily limits)
+        self._timestamps: list[np.ndarray[Any, np.dtype[np.int64]]] = []  # per row group, for RecordTimes
         self.staged: list[StagedBlob] = []
 
     def start(self, first: int) -> None:
         self._first, self._records, self._bytes, self._day = first, 0, 0, None
+        self._timestamps = []
         self._output = self._staging.open(first)
         blob_format = self._staging.blob_format
         self._parquet = parquet_writer(self._output.file, blob_format.compression, blob_format.compression_level)
@@ -116,6 +121,7 @@ class _BlobWriter:
     def _write_row_group(self) -> None:
         assert self._parquet is not None
         if len(self._columns):
+            self._timestamps.append(np.array(self._columns.timestamps, dtype=np.int64))
             self._parquet.write_batch(self._columns.take())
 
     def close(self, last: int, cut: str = "") -> None:
@@ -123,7 +129,9 @@ class _BlobWriter:
         self._write_row_group()
         self._parquet.close()
         staged = self._output.finish(self._first, last, self._records, self._bytes)
-        self.staged.append(dataclasses.replace(staged, cut=cut) if cut else staged)
+        stamps = np.concatenate(self._timestamps) if self._timestamps else np.empty(0, dtype=np.int64)
+        times = RecordTimes.measure(stamps, round(time.time() * 1000))
+        self.staged.append(dataclasses.replace(staged, cut=cut, times=times))
         self._parquet = self._output = None
 
     def abandon(self) -> None:
