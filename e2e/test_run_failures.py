@@ -3,7 +3,10 @@ tested below the CLI), each ending in one clear line, no traceback, and the docu
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -60,6 +63,46 @@ def test_an_unreachable_broker_is_named_by_run_and_by_status_within_its_timeout(
     assert dead in row["error"], row
     assert row["source-end"] is None and row["lag"] is None
     assert elapsed < 5 + 15, f"status took {elapsed:.1f}s"  # the timeout, plus interpreter start-up
+
+
+def test_status_names_a_missing_topic_and_partition_at_once_and_watch_refreshes_until_interrupted(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    backlog(kafka.bootstrap, topic_name, [20])
+    config = mirror_config(
+        tmp_path / "mirror.yaml",
+        kafka.bootstrap,
+        fs,
+        [{"topic": f"{topic_name}-nope", "partition": 0}, {"topic": topic_name, "partition": 5}],
+    )
+    began = time.monotonic()
+    result = run_cli("status", "--config", str(config), "--format", "json", "--timeout", "15")
+    elapsed = time.monotonic() - began
+    rows = {row["topic"]: row for row in json.loads(result.stdout)["mirrors"]}
+    missing_topic, missing_partition = rows[f"{topic_name}-nope"], rows[topic_name]
+    assert result.returncode == 1
+    assert missing_topic["error"] == f"source topic '{topic_name}-nope' does not exist on {kafka.bootstrap}"
+    assert missing_partition["error"] == f"source topic '{topic_name}' has no partition 5 (partitions: 0)"
+    assert missing_topic["lag"] is None and missing_partition["source-end"] is None
+    # An offset query would have retried until the 15 s timeout; metadata answers at once (the rest is start-up).
+    assert elapsed < 10, f"status took {elapsed:.1f}s"
+    assert "ERROR" not in result.stderr and "never retrieved" not in result.stderr, result.stderr
+
+    good = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, name="good.yaml")
+    watch = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "status", "--config", str(good), "--watch", "0.5", "--format", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert watch.stdout is not None
+    documents = [json.loads(watch.stdout.readline()) for _ in range(3)]  # three refreshes, one line each
+    watch.send_signal(signal.SIGINT)
+    _, err = watch.communicate(timeout=30)
+    assert watch.returncode == 0 and "Traceback" not in err, err
+    first, *later = (document["mirrors"][0] for document in documents)
+    assert (first["lag"], first["rate"], first["eta-seconds"]) == (20, None, None)  # nothing to compare with yet
+    assert all((row["lag"], row["rate"], row["eta-seconds"]) == (20, 0.0, None) for row in later), later
 
 
 def test_a_runtime_without_java_exits_3_saying_spark_cannot_start(

@@ -9,7 +9,9 @@ import argparse
 import logging
 import os
 import re
+import signal
 import sys
+import time
 from functools import partial
 
 import anyio
@@ -74,6 +76,15 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument(
         "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
     )
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=5.0,
+        metavar="SECONDS",
+        help="refresh every SECONDS (default 5) with each mirror's rate and ETA, until interrupted; with --format "
+        "json, one document per line",
+    )
     verify = commands.add_parser(
         "verify", help="compare every mirror's destination with its source, record by record (a Spark job)"
     )
@@ -137,6 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return _plan(config, args.format, args.timeout, shard)
     if args.command == "status":
+        if args.watch is not None:
+            return _watch_status(config, args, shard)
         return _status(config, args.format, args.timeout, args.deep, shard, args.process)
     if args.command == "verify":
         return _verify(config, args, shard)
@@ -240,6 +253,51 @@ def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard |
         return EXIT_FAILURE
     print(render_json(report) if fmt == "json" else render_table(report))
     return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
+    from supervisor.status import StatusReport, default_process, render_json, render_table, watch_status
+
+    if args.watch <= 0:
+        print("invalid config: --watch: the refresh interval must be above 0 seconds", file=sys.stderr)
+        return EXIT_CONFIG
+    url = {"local": default_process(), "none": None}.get(args.process, args.process)
+    clear = sys.stdout.isatty() and args.format == "table"
+
+    def emit(report: StatusReport) -> None:
+        if args.format == "json":
+            print(render_json(report), flush=True)
+            return
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        # A terminal shows one table, redrawn; a pipe or file gets each refresh after the previous one.
+        print(("\x1b[H\x1b[2J" if clear else "\n") + f"{stamp}  every {args.watch:g}s, Ctrl-C to stop", flush=True)
+        print(render_table(report), flush=True)
+
+    failures: list[ConfigError | SourceError] = []
+
+    async def until_signalled() -> None:
+        async with anyio.create_task_group() as tasks:
+
+            async def watching() -> None:
+                try:
+                    await watch_status(config, args.watch, emit, args.timeout, args.deep, shard, url)
+                except (ConfigError, SourceError) as exc:
+                    failures.append(exc)
+                tasks.cancel_scope.cancel()
+
+            tasks.start_soon(watching)
+            with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+                async for _ in signals:
+                    tasks.cancel_scope.cancel()
+
+    anyio.run(until_signalled)
+    for failure in failures:
+        if isinstance(failure, ConfigError):
+            print(f"invalid config: {failure}", file=sys.stderr)
+            return EXIT_CONFIG
+        print(f"status failed: {failure}", file=sys.stderr)
+        return EXIT_FAILURE
+    return EXIT_OK
 
 
 def _run(config: Config, shard: Shard | None) -> int:

@@ -12,6 +12,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -51,9 +53,27 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     destination_next: Annotated[
         int | None, about("Next source offset the destination expects; null when it holds nothing yet.")
     ] = None
-    lag: Annotated[int | None, about("source-end minus destination-next (or minus source-log-start when empty).")] = (
-        None
-    )
+    lag: Annotated[
+        int | None,
+        about("source-end minus destination-next (or minus source-log-start when empty); null when either is unknown."),
+    ] = None
+    high_watermark_lag: Annotated[
+        int | None,
+        about("source-high-watermark minus the same position: includes what open transactions hold back."),
+    ] = None
+    held_since: Annotated[
+        str | None,
+        about(
+            "UTC time (ISO 8601) since which an open transaction at the source holds the mirror at the last stable "
+            "offset, as the running process saw it; null when not held or no process answered."
+        ),
+    ] = None
+    rate: Annotated[
+        float | None, about("status --watch: source offsets made durable per second since the previous refresh.")
+    ] = None
+    eta_seconds: Annotated[
+        float | None, about("status --watch: lag divided by rate; null while the rate is 0 or unknown.")
+    ] = None
     last_flush: Annotated[
         str | None,
         about("UTC time (ISO 8601) of the newest durable write where the destination records it (files, objects)."),
@@ -118,6 +138,22 @@ def apply_states(rows: list[MirrorStatus], state: ProcessState) -> None:
         mirror = by_name.get(row.name)
         row.state = "absent" if mirror is None else mirror.state
         row.failure = None if mirror is None else mirror.error
+        if mirror is not None and mirror.held_since is not None:
+            row.held_since = _iso_utc(mirror.held_since)
+
+
+def apply_rates(rows: list[MirrorStatus], previous: StatusReport, elapsed_s: float) -> None:
+    """status --watch: each row's rate since the previous refresh `elapsed_s` ago, and the time to lag 0."""
+    before = {row.name: _position(row) for row in previous.rows}
+    for row in rows:
+        earlier, now = before.get(row.name), _position(row)
+        if earlier is None or now is None or elapsed_s <= 0:
+            continue
+        row.rate = max(0, now - earlier) / elapsed_s
+        if row.lag == 0:
+            row.eta_seconds = 0.0
+        elif row.lag is not None and row.rate > 0:
+            row.eta_seconds = row.lag / row.rate
 
 
 async def collect_status(
@@ -174,6 +210,28 @@ async def collect_status(
     return StatusReport(rows, process)
 
 
+async def watch_status(
+    config: Config,
+    interval_s: float,
+    emit: Callable[[StatusReport], None],
+    timeout_s: float = 15.0,
+    deep: bool = False,
+    shard: Shard | None = None,
+    process: str | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> None:
+    """status --watch: collect, add each row's rate and ETA against the previous round, emit; until cancelled."""
+    previous: tuple[StatusReport, float] | None = None
+    while True:
+        began = clock()
+        report = await collect_status(config, timeout_s, deep, shard, process)
+        if previous is not None:
+            apply_rates(report.rows, previous[0], began - previous[1])
+        emit(report)
+        previous = (report, began)
+        await anyio.sleep(max(0.0, interval_s - (clock() - began)))
+
+
 async def _query_one(
     mirror: MirrorSpec,
     sinks: SinkFactory | DestinationError,
@@ -191,6 +249,9 @@ async def _query_one(
             msgspec.structs.replace(mirror.source, request_timeout_ms=timeout_ms), mirror.source_field
         )
         with anyio.fail_after(timeout_s):
+            # Metadata first: a missing topic or partition is answered as such at once, where an offset query
+            # would retry it until the timeout.
+            await cluster.check_partition(mirror.topic, mirror.partition)
             offsets = await cluster.offsets(mirror.topic, mirror.partition, mirror.source.isolation_level)
         row.source_log_start, row.source_end = offsets.log_start, offsets.end
         row.source_high_watermark = offsets.high_watermark
@@ -198,6 +259,7 @@ async def _query_one(
         errors.append(f"source {mirror.source.bootstrap_servers}: timed out after {timeout_s:g}s")
     except Exception as exc:
         errors.append(describe_error(exc))
+    destination_known = False
     if sink is None:
         errors.append(str(sinks))
     else:
@@ -205,6 +267,7 @@ async def _query_one(
             with anyio.fail_after(timeout_s * (10 if deep else 1)):
                 inspection = await sink.inspect(deep)
             row.destination_next = inspection.next_offset
+            destination_known = True
             if inspection.last_write is not None:
                 row.last_flush = _iso_utc(inspection.last_write)
         except TimeoutError:
@@ -214,10 +277,12 @@ async def _query_one(
         finally:
             with anyio.CancelScope(shield=True):
                 await sink.close()
-    if row.source_end is not None:
+    # An unknown destination position (unreadable, corrupt chain) leaves the lag unknown, never a guess.
+    if row.source_end is not None and row.source_high_watermark is not None and destination_known:
         position = row.destination_next if row.destination_next is not None else row.source_log_start
         if position is not None:
             row.lag = max(0, row.source_end - position)
+            row.high_watermark_lag = max(0, row.source_high_watermark - position)
     if errors:
         row.error = "; ".join(errors)
     return row
@@ -231,6 +296,10 @@ TABLE_COLUMNS = (
     "SOURCE-END",
     "DEST-NEXT",
     "LAG",
+    "LAG-HW",
+    "HELD-SINCE",
+    "RATE/S",
+    "ETA",
     "LAST-FLUSH",
     "STATE",
     "CLUSTER",
@@ -251,6 +320,10 @@ def render_table(report: StatusReport) -> str:
             _cell(row.source_end),
             "empty" if row.destination_next is None and row.error is None else _cell(row.destination_next),
             _cell(row.lag),
+            _cell(row.high_watermark_lag),
+            row.held_since or ("held" if _held_here(row) else "-"),
+            "-" if row.rate is None else f"{row.rate:.0f}",
+            _duration(row.eta_seconds),
             row.last_flush or "-",
             row.state or "-",
             row.cluster,
@@ -287,5 +360,27 @@ if __name__ == "__main__":  # python -m supervisor.status [--check]: (re)generat
     )
 
 
+def _position(row: MirrorStatus) -> int | None:
+    """The destination's next offset; for an empty destination (known to be empty: its lag is known), where
+    the mirror starts."""
+    if row.destination_next is not None:
+        return row.destination_next
+    return row.source_log_start if row.lag is not None else None
+
+
+def _held_here(row: MirrorStatus) -> bool:
+    """Caught up to the last stable offset with records behind it: an open transaction holds the mirror
+    (since when, only the running process knows)."""
+    return row.lag == 0 and (row.high_watermark_lag or 0) > 0
+
+
 def _cell(value: int | None) -> str:
     return "-" if value is None else str(value)
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    whole = round(seconds)
+    hours, rest = divmod(whole, 3600)
+    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

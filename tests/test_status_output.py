@@ -12,6 +12,7 @@ from supervisor.status import (
     TABLE_COLUMNS,
     MirrorStatus,
     StatusReport,
+    apply_rates,
     apply_states,
     render_json,
     render_schema,
@@ -33,6 +34,7 @@ def report() -> StatusReport:
                 source_high_watermark=11,
                 destination_next=10,
                 lag=0,
+                high_watermark_lag=1,
                 last_flush="2026-11-21T12:00:00Z",
             ),
             MirrorStatus("orders-1", "orders", 1, "-", "prod", error="source cluster k:9092 unreachable: refused"),
@@ -61,7 +63,7 @@ def test_json_output_matches_the_schema_with_every_key_present() -> None:
 def test_table_shows_every_row_and_the_error() -> None:
     header, first, second = render_table(report()).splitlines()
     assert tuple(header.split()) == TABLE_COLUMNS
-    assert first.split()[:12] == [
+    assert first.split()[:16] == [
         "orders-0",
         "orders",
         "0",
@@ -69,13 +71,17 @@ def test_table_shows_every_row_and_the_error() -> None:
         "10",
         "10",
         "0",
+        "1",
+        "held",
+        "-",
+        "-",
         "2026-11-21T12:00:00Z",
         "-",
         "prod",
         "-",
         "s3://b/p/orders/0/",
     ]
-    assert second.split()[:9] == ["orders-1", "orders", "1", "-", "-", "-", "-", "-", "-"]
+    assert second.split()[:13] == ["orders-1", "orders", "1", *["-"] * 10]
     assert second.endswith("source cluster k:9092 unreachable: refused")
 
 
@@ -96,10 +102,35 @@ def test_states_from_the_running_process_join_by_mirror_name_and_a_failed_one_is
     document = json.loads(render_json(report_))
     assert document["process"] == "http://127.0.0.1:9090" and document["mirrors"][0]["state"] == "restarting"
     first = render_table(report_).splitlines()[1]
-    assert first.split()[8] == "restarting" and first.endswith("process: destination /a: not a directory")
+    assert first.split()[12] == "restarting" and first.endswith("process: destination /a: not a directory")
     rows[0].state, rows[0].failure = "running", None
     assert StatusReport(rows, "http://127.0.0.1:9090").ok
 
 
 def test_a_table_without_rows_is_its_header() -> None:
     assert render_table(StatusReport([])) == "  ".join(TABLE_COLUMNS)
+
+
+def test_watch_rates_and_eta_come_from_the_previous_refresh() -> None:
+    def row(name: str, next_offset: int | None, lag: int | None) -> MirrorStatus:
+        return MirrorStatus(name, "orders", 0, "-", "prod", destination_next=next_offset, lag=lag)
+
+    previous = StatusReport([row("a", 1_000, 9_000), row("b", 500, 0), row("c", None, None)])
+    now = [row("a", 3_000, 7_000), row("b", 500, 0), row("c", 10, 5)]
+    apply_rates(now, previous, elapsed_s=4.0)
+    a, b, c = now
+    assert (a.rate, a.eta_seconds) == (500.0, 14.0)
+    assert (b.rate, b.eta_seconds) == (0.0, 0.0)  # caught up: nothing to wait for
+    assert (c.rate, c.eta_seconds) == (None, None)  # no earlier position to compare with
+    line = render_table(StatusReport([a])).splitlines()[1]
+    assert " 500 " in line and " 0m14s " in line
+
+
+def test_an_unknown_destination_position_leaves_the_lag_unknown_and_a_hold_shows() -> None:
+    held = MirrorStatus(
+        "h", "orders", 0, "-", "prod", source_end=100, destination_next=100, lag=0, high_watermark_lag=150
+    )
+    table = render_table(StatusReport([held]))
+    assert table.splitlines()[1].split()[7:9] == ["150", "held"]  # LAG-HW, HELD-SINCE (no process: time unknown)
+    apply_states([held], ProcessState(False, [MirrorState("h", "running", held_since=0.0)]))
+    assert held.held_since == "1970-01-01T00:00:00Z"
