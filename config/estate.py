@@ -177,6 +177,7 @@ class MirrorSpec:
     flush: FlushConfig
     start_at: StartAt = "earliest"
     single: bool = False  # from a single-form entry: configured by hand, so never dropped by discovery
+    commit_group: str | None = None  # source.commit-source-offsets: the source group its position goes to
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -446,6 +447,9 @@ def expand(entries: Iterable[Entry], metadata: Metadata, shard: Shard | None = N
                 flush=entry.flush,
                 start_at=entry.start_at,
                 single=entry.single is not None,
+                commit_group=(entry.source.group_id or f"mirror-v3.{entry.name}")
+                if entry.source.commit_source_offsets
+                else None,
             )
             # Every shard checks every collision, so all of them refuse the same config.
             _claim(seen, (destination, partition), spec.selected)

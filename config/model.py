@@ -397,6 +397,15 @@ class SourceConfig(_Strict, frozen=True):
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Timeout for offset queries against the source.")
     ] = 30_000
+    commit_source_offsets: Annotated[
+        bool,
+        msgspec.Meta(
+            description="Commit each mirror's durable position to a consumer group on this cluster after its commits "
+            "(coalesced to about one request per second), so consumer-group lag tools (Burrow, kafka_exporter, "
+            "kafka-lag-exporter) show mirror-v3. Informational only: restarts still read the destination. The group "
+            "is group-id, else mirror-v3.<entry name>; it must have no members."
+        ),
+    ] = False
     transaction_hold_alert_ms: Annotated[
         int,
         msgspec.Meta(

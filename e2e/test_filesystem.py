@@ -34,7 +34,7 @@ from e2e.harness import (
 from sinks.blob_chain import blob_name, is_temp_name, temp_name
 from supervisor.status import TABLE_COLUMNS
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import Record, create_topic, generate_records, produce, watermarks
+from testkit.kafka_data import Record, committed_offset, create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, chain
@@ -61,7 +61,7 @@ def test_round_trip_with_status_metrics_and_probes(
         tmp_path / "mirror.yaml",
         kafka.bootstrap,
         fs,
-        partitions_of(topic_name, 3),
+        partitions_of(topic_name, 3, source={"commit-source-offsets": True, "group-id": f"{topic_name}.mirror"}),
         flush={"max-time-ms": 2000, "max-offsets": 3_000},
         spark={"max-offsets-per-job": 2_000, "offsets-per-task": 1_000},
     )
@@ -107,6 +107,14 @@ def test_round_trip_with_status_metrics_and_probes(
         produce(kafka.bootstrap, topic_name, 0, generate_records(500, seed=99))
         run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 10_500})
         run.wait_until(lambda: probe(port, "/readyz") == 200, 30, "/readyz to recover")
+
+        # commit-source-offsets: lag tools reading the source group see each mirror's durable position.
+        ends = {0: 10_500, 1: 10_000, 2: 10_000}
+
+        def group_positions() -> dict[int, int | None]:
+            return {p: committed_offset(kafka.bootstrap, f"{topic_name}.mirror", topic_name, p) for p in ends}
+
+        run.wait_until(lambda: group_positions() == ends, 30, f"the source group to reach {ends}", interval=1)
 
         # Shutdown: no longer ready (or no longer listening), then gone.
         run.terminate()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import anyio
@@ -69,6 +70,7 @@ class MirrorActor:
         metrics: MirrorMetrics,
         settings: ActorSettings,
         stop_requested: anyio.Event,
+        on_durable: Callable[[int], None] | None = None,
     ) -> None:
         self.mirror = mirror
         self._ids = {"mirror": mirror.name, "cluster": mirror.cluster}  # every log line of this mirror carries them
@@ -78,6 +80,7 @@ class MirrorActor:
         self.metrics_labels = metrics.labels
         self._settings = settings
         self._stop = stop_requested
+        self._on_durable = on_durable  # told the new position after each commit
         self._planner = FlushPlanner(settings.limits)
         self._readable = ReadableSince()
         flush = settings.flush
@@ -393,6 +396,8 @@ class MirrorActor:
         committed_at = time.time()
         self._metrics.last_flush.set(committed_at)
         self._metrics.source_lag.set(self.lag)
+        if self._on_durable is not None:
+            self._on_durable(self._next)
         self._metrics.staged_records.dec(records)
         self._metrics.staged_bytes.dec(payload)
         self._metrics.flush_seconds.observe(finished - began)

@@ -7,6 +7,7 @@ import os
 import random
 import signal
 import time
+from functools import partial
 
 import anyio
 import anyio.to_thread
@@ -26,11 +27,12 @@ from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
-from supervisor.kafka_admin import AdminRequestError, loop_ids
+from supervisor.kafka_admin import AdminRequestError, SourceAdmins, loop_ids
 from supervisor.logs import log_event, quiet_aiokafka_leaks
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source import SourceClusters
+from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
 from supervisor.topic_manager import TopicManager
 from workers.spark_session import SparkStartError, stop_spark
@@ -66,6 +68,7 @@ class Supervisor:
         self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
         self._topics: TopicManager | None = None  # create-topics, once run() has built it
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
+        self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
 
     def _actor(self, spec: MirrorSpec) -> MirrorActor:
@@ -92,6 +95,10 @@ class Supervisor:
         metrics.flush_max_time.set(flush.max_time_ms / 1000)
         metrics.transaction_hold_alert.set(spec.source.transaction_hold_alert_ms / 1000)
         cluster = self._clusters.get(spec.source, spec.source_field)
+        on_durable = None
+        if self._commits is not None and spec.commit_group is not None:
+            group = CommitGroup(spec.cluster, spec.commit_group, spec.source, spec.source_field)
+            on_durable = partial(self._commits.durable, group, spec.topic, spec.partition)
         return MirrorActor(
             mirror=spec,
             source=SparkPartitionSource(spec, cluster, self._config.spark),
@@ -101,6 +108,7 @@ class Supervisor:
             metrics=metrics,
             settings=settings,
             stop_requested=self.stop_requested,
+            on_durable=on_durable,
         )
 
     async def run(self) -> int:
@@ -113,6 +121,9 @@ class Supervisor:
                 self._loop_ids = await loop_ids(destination, sources)
             if isinstance(destination, KafkaDestination) and destination.sync_groups is not None:
                 self._groups = GroupSync(destination, self._families)
+            if any(entry.source.commit_source_offsets for entry in self._entries):
+                timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000
+                self._commits = SourceOffsetCommitter(SourceAdmins(timeout_s), self._families)
             if isinstance(destination, KafkaDestination) and destination.create_topics:
                 self._topics = TopicManager(destination)
                 await self._topics.prepare(plan.mirrors)
@@ -147,6 +158,8 @@ class Supervisor:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)
                 if self._groups is not None:
                     outer.start_soon(self._groups.run_forever, self._mirrored, self.stop_requested)
+                if self._commits is not None:
+                    outer.start_soon(self._commits.run_forever)
                 async with anyio.create_task_group() as actors:
                     self._group = actors
                     # Spark starts (seconds) while the actors check their source and destination, so a
@@ -157,6 +170,9 @@ class Supervisor:
                     self._update_gauges()
                     if self._discovers:
                         actors.start_soon(self._discover)
+                if self._commits is not None:  # the positions of the drain's last commits
+                    with anyio.move_on_after(5):
+                        await self._commits.commit_pending()
                 outer.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):

@@ -259,6 +259,20 @@ class MetricFamilies:
             registry=registry,
         )
 
+        # Per source cluster: the mirrors' positions committed to source groups (source.commit-source-offsets).
+        self.source_commits = Counter(
+            "mirror_v3_source_offset_commits",
+            "Mirror positions (one per partition) committed to their group on the source cluster.",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+        self.source_commit_failures = Counter(
+            "mirror_v3_source_offset_commit_failures",
+            "Failed commits of mirror positions to a source group (retried; informational only).",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+
         # Per source cluster: consumer-group offset sync (destination.sync-groups).
         self.group_sync_groups = Gauge(
             "mirror_v3_group_sync_groups",
