@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from e2e.harness import backlog, mirror_config, refused, run_until
+from e2e.harness import backlog, mirror_config, refused, run_until, status_json
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
     Record,
@@ -17,6 +17,7 @@ from testkit.kafka_data import (
     delete_records,
     first_readable_offset,
     generate_records,
+    open_transaction,
     produce,
     produce_transactional,
     wait_for_compaction,
@@ -30,7 +31,8 @@ from testkit.targets import FilesystemTarget, SourceRecord, assert_same_records,
 def test_holes_transactions_and_deleted_records_in_one_process(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
-    compacted, transactional, trimmed = (f"{topic_name}-{kind}" for kind in ("compacted", "txn", "trimmed"))
+    kinds = ("compacted", "txn", "trimmed", "held")
+    compacted, transactional, trimmed, held = (f"{topic_name}-{kind}" for kind in kinds)
 
     # A compacted topic: few keys, no null keys (rejected there), no tombstones: plenty to compact away.
     create_topic(kafka.bootstrap, compacted, config=compacted_topic_config())
@@ -54,14 +56,18 @@ def test_holes_transactions_and_deleted_records_in_one_process(
     backlog(kafka.bootstrap, trimmed, [3_000], seed=21)
     assert delete_records(kafka.bootstrap, trimmed, 0, 1_200) == 1_200
 
+    # A transaction left open (a hung producer) once the mirror has caught up: held, not caught up.
+    backlog(kafka.bootstrap, held, [100], seed=22)
+
     config = mirror_config(
         tmp_path / "mirror.yaml",
         kafka.bootstrap,
         fs,
-        [{"topic": topic, "partition": 0} for topic in (compacted, transactional, trimmed)],
+        [{"topic": topic, "partition": 0} for topic in (compacted, transactional, trimmed)]
+        + [{"topic": held, "partition": 0, "source": {"transaction-hold-alert-ms": 1000}}],
         spark={"max-offsets-per-job": 700},
     )
-    ends = {compacted: compacted_end, transactional: txn_end, trimmed: 3_000}
+    ends = {compacted: compacted_end, transactional: txn_end, trimmed: 3_000, held: 100}
     port = free_port()
     with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
         run.wait_until(lambda: all(fs.next_offset(t, 0) == end for t, end in ends.items()), 180, f"chains at {ends}")
@@ -70,7 +76,25 @@ def test_holes_transactions_and_deleted_records_in_one_process(
             for topic in ends
             for name in ("source_offset_gap_records_total", "source_lag_offsets", "destination_offset_verified")
         }
+        with open_transaction(kafka.bootstrap, held, 0, generate_records(150, seed=23)):
+            run.wait_for_log(r"msg=\"held by an open transaction at the source\"")
+            assert run.metric("mirror_v3_source_lag_offsets", topic=held, partition=0) == 0
+            assert (run.metric("mirror_v3_source_high_watermark_lag_offsets", topic=held, partition=0) or 0) >= 150
+            assert (run.metric("mirror_v3_source_transaction_held_seconds", topic=held, partition=0) or 0) >= 1
+            _, document = status_json(config, "--process", f"http://127.0.0.1:{port}")
+            (row,) = [r for r in document["mirrors"] if r["topic"] == held]
+            assert row["lag"] == 0 and row["high-watermark-lag"] >= 150 and row["held-since"] is not None, row
+        # Aborted: the records are holes, the markers are read past, and the hold is over.
+        aborted_end = watermarks(kafka.bootstrap, held, 0)[1]
+        run.wait_until(lambda: fs.next_offset(held, 0) == aborted_end, 60, f"{held} at {aborted_end}")
+        run.wait_until(
+            lambda: run.metric("mirror_v3_source_transaction_held_seconds", topic=held, partition=0) == 0,
+            30,
+            "the hold to end",
+        )
         run.drain()
+    # A clean shutdown logs no ERROR line (Spark's shutdown noise included): alerting on ERROR stays meaningful.
+    assert run.errors() == [], run.errors()
 
     # Compaction: every archived record is the source's at that offset, every record still there is archived (the
     # cleaner may go on compacting while we mirror), and the holes are counted.

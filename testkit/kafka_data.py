@@ -7,11 +7,12 @@ tests stay independent of each other. Failures raise `KafkaDataError` (or
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import random
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -247,6 +248,34 @@ def produce_transactional(
         timeout,
         f"the last transaction marker of {topic}[{partition}] did not land",
     )
+
+
+@contextlib.contextmanager
+def open_transaction(
+    bootstrap: str, topic: str, partition: int, records: Sequence[Record], *, timeout: float = 60.0
+) -> Iterator[None]:
+    """`records` produced inside a transaction that stays open (a hung producer) until the block ends, then
+    aborted: meanwhile the partition's last stable offset stays where the transaction began."""
+    producer = Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            **_PRODUCER_CONFIG,
+            "enable.idempotence": True,
+            "transactional.id": f"testkit-open-txn-{uuid.uuid4().hex}",
+        }
+    )
+    try:
+        producer.init_transactions(timeout)
+        producer.begin_transaction()
+        errors: list[str] = []
+        _send_all(producer, topic, partition, records, errors)
+        _flush(producer, timeout, errors)
+        yield
+        producer.abort_transaction(timeout)
+    except KafkaException as exc:
+        raise KafkaDataError(f"open transaction on {topic}[{partition}] failed: {exc}") from None
+    finally:
+        producer.close()
 
 
 def _stable_end(bootstrap: str, topic: str, partition: int) -> bool:
