@@ -117,6 +117,7 @@ def parse_config(text: str, source: str = "<config>", env: Mapping[str, str] | N
     except msgspec.ValidationError as exc:
         raise ConfigError(_describe_validation_error(str(exc), prepared, lines)) from None
     _check_cross_fields(config, lines)
+    check_spark_master(config.spark.master, lines)
     return config
 
 
@@ -350,6 +351,26 @@ def _check_cluster_names(data: dict[Any, Any], lines: dict[FieldPath, int]) -> N
                 f"{format_path(path)}: invalid cluster name {name!r}: use letters, digits, '.', '_' and '-', "
                 f"starting with a letter or digit{_line_suffix(lines, path)}"
             )
+
+
+_LOCAL_MASTER = re.compile(r"^local(\[(\*|[1-9][0-9]*)(,[1-9][0-9]*)?\])?$")
+_STANDALONE_MASTER = re.compile(r"^spark://[^\s/,:]+:[0-9]{1,5}(,[^\s/,:]+:[0-9]{1,5})*$")
+
+
+def check_spark_master(master: str, lines: dict[FieldPath, int]) -> None:
+    """spark.master names a master this process can drive (run's and restore's configs alike)."""
+    path = ("spark", "master")
+    if master.startswith("sc://"):
+        raise ConfigError(
+            f"{format_path(path)}: Spark Connect ({master}) is not supported: mirror-v3 runs its Spark driver in "
+            "its own process (the tasks return metadata to it, and it commits). Use local[*], or a standalone "
+            f"cluster's spark://host:port{_line_suffix(lines, path)}"
+        )
+    if not (_LOCAL_MASTER.match(master) or _STANDALONE_MASTER.match(master) or master.startswith("k8s://")):
+        raise ConfigError(
+            f"{format_path(path)}: {master!r} is not a Spark master this process can use: local, local[N], "
+            f"local[*], spark://host:port[,host:port...] or k8s://...{_line_suffix(lines, path)}"
+        )
 
 
 # ------------------------------------------------------------------------------ error messages

@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import msgspec
 
 from config.errors import ConfigError, FieldPath, format_path
-from config.loader import line_suffix, parse_document, read_config_text, security_problem
+from config.loader import check_spark_master, line_suffix, parse_document, read_config_text, security_problem
 from config.model import (
     FilesystemDestination,
     KafkaDestination,
@@ -120,6 +120,7 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
     def error(path: FieldPath, message: str) -> ConfigError:
         return ConfigError(f"{format_path(path)}: {message}{line_suffix(lines, path)}")
 
+    check_spark_master(config.spark.master, lines)
     archive = config.archive
     if isinstance(archive, S3Destination) and (archive.access_key_id_env is None) != (
         archive.secret_access_key_env is None

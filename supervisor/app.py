@@ -146,6 +146,7 @@ class Supervisor:
                 failed=self._failed,
                 lag_of=self._lag_of,
                 held_since_of=self._held_since_of,
+                spark_ready=False,
                 max_lag=Readiness.max_lag_from_env(),
             ),
         )
@@ -341,6 +342,8 @@ class Supervisor:
         except Exception as exc:
             self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
             scope.cancel()
+            return
+        self.http.readiness.spark_ready = True
 
     def _fail(
         self,

@@ -46,13 +46,15 @@ class ProcessState(msgspec.Struct):
 
 @dataclass
 class Readiness:
-    """What /readyz reports: every mirror started, not draining, lag under the optional bound."""
+    """What /readyz reports: the Spark session up, every mirror started, not draining, lag under the optional
+    bound."""
 
     mirrors: list[str]
     started: set[str] = field(default_factory=set)
     failed: dict[str, str] = field(default_factory=dict)  # mirror → why (restarting, or stopped for good)
     restart_at: dict[str, float] = field(default_factory=dict)  # failed mirror → Unix time its restart is due
     draining: bool = False
+    spark_ready: bool = True  # run starts Spark beside its mirrors: not ready before the session is up
     lag_of: Callable[[str], float | None] = lambda _: None
     held_since_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
@@ -83,7 +85,8 @@ class Readiness:
     def problems(self) -> list[str]:
         if self.draining:
             return ["draining"]
-        waiting = [
+        waiting = [] if self.spark_ready else ["spark: session starting"]
+        waiting += [
             f"{name}: failed: {self.failed[name]}" if name in self.failed else f"{name}: not started"
             for name in self.mirrors
             if name not in self.started or name in self.failed

@@ -10,14 +10,26 @@ import anyio.to_thread
 
 from config.model import SparkConfig
 from supervisor.logs import log_event
+from workers.jvm_logs import JvmEvent
 from workers.spark_session import get_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
+jvm_log = logging.getLogger("mirror_v3.spark")
+
+
+def log_jvm_event(event: JvmEvent) -> None:
+    """One line of the process's log per JVM event (its Java logger's class name, its stack trace as a field)."""
+    fields: dict[str, object] = {"jvm_logger": event.logger.rsplit(".", 1)[-1]}
+    if event.exception:
+        fields["exception"] = event.exception
+    if event.during_shutdown:
+        fields["during_shutdown"] = True
+    log_event(jvm_log, event.level, event.message, **fields)
 
 
 async def start_spark(config: SparkConfig) -> None:
     """In a worker thread (it takes seconds); SparkStartError when it cannot start."""
     began = time.monotonic()
-    await anyio.to_thread.run_sync(get_spark, config)
+    await anyio.to_thread.run_sync(get_spark, config, log_jvm_event)
     elapsed_ms = round((time.monotonic() - began) * 1000)
     log_event(log, logging.INFO, "spark session ready", master=config.master, elapsed_ms=elapsed_ms)

@@ -566,3 +566,24 @@ def test_configuration_reference_lists_every_schema_key() -> None:
             # Top-level keys start a path; every other key follows a dot and ends a path or continues it.
             pattern = rf"`{key}[.\[`]" if name == "Config" else rf"\.{re.escape(key)}[`.]"
             assert re.search(pattern, text), f"{name}.{key} missing from the configuration reference"
+
+
+@pytest.mark.parametrize("master", ["local", "local[2]", "local[*]", "local[4,3]", "spark://a:7077,b:7077", "k8s://h"])
+def test_spark_masters_this_process_can_drive_are_accepted(master: str) -> None:
+    assert parse_config(config_text(set_in("spark", value={"master": master})), env={}).spark.master == master
+
+
+@pytest.mark.parametrize(
+    ("master", "says"),
+    [
+        ("sc://connect:15002", "Spark Connect (sc://connect:15002) is not supported"),
+        ("spark://host", "is not a Spark master this process can use"),
+        ("yarn", "is not a Spark master this process can use"),
+        ("local[0]", "is not a Spark master this process can use"),
+    ],
+)
+def test_unusable_spark_masters_are_refused_naming_the_field(master: str, says: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_config(config_text(set_in("spark", value={"master": master})), env={})
+    message = str(caught.value)
+    assert message.startswith("spark.master: ") and says in message and message.endswith(")"), message

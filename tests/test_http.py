@@ -37,9 +37,13 @@ async def test_endpoints(port: int) -> None:
         assert status == 200 and "mirror_v3_test_gauge 7.0" in body
         assert await get(port, "/healthz") == (200, "ok\n")
 
+        readiness.spark_ready = False
         status, body = await get(port, "/readyz")
         assert status == 503 and "a: not started" in body and "b: not started" in body
         readiness.started.update({"a", "b"})
+        status, body = await get(port, "/readyz")
+        assert status == 503 and body == "not ready: spark: session starting; b: lag 500 > 100\n"
+        readiness.spark_ready = True
         status, body = await get(port, "/readyz")
         assert status == 503 and "b: lag 500 > 100" in body
         lags["b"] = 3.0

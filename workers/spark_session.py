@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.model import SparkConfig
 from config.secrets import SECRET_KEY_PATTERN, remember
+from workers.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+LOG4J_EVENT_TEMPLATE = Path(__file__).with_name("log4j2-event.json")
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 _lock = threading.Lock()
 _session: SparkSession | None = None
+_relay: JvmLogRelay | None = None  # the JVM's output, for as long as the JVM lives
+_start_failure: SparkStartError | None = None  # why the session could not start: every caller gets the one answer
 
 
 def session_conf(config: SparkConfig) -> dict[str, str]:
@@ -38,7 +44,8 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         # and C2's compiler threads competed with the tasks for the cores. Measured on 2 cores: session
         # start 6.9-7.6 s against 8.8-10.8 s, a small job 0.32-0.36 s against 0.63-0.66 s.
         "spark.driver.extraJavaOptions": (
-            f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1"
+            f"-Dlog4j2.configurationFile={LOG4J_CONFIG} -Dmirror_v3.log4j2.template={LOG4J_EVENT_TEMPLATE} "
+            "-XX:+ExitOnOutOfMemoryError -XX:TieredStopAtLevel=1"
         ),
         "spark.sql.shuffle.partitions": "4",
     }
@@ -53,12 +60,16 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
     return conf
 
 
-def get_spark(config: SparkConfig) -> SparkSession:
-    """Create the session once per process (thread-safe); later calls return the same one."""
-    global _session
+def get_spark(config: SparkConfig, on_jvm_event: Callable[[JvmEvent], None] = log_plainly) -> SparkSession:
+    """Create the session once per process (thread-safe); later calls return the same one, or raise the same
+    SparkStartError (a start that failed is not tried again until stop_spark). The JVM's output goes to
+    `on_jvm_event` (see workers.jvm_logs), as the first call says."""
+    global _session, _start_failure
     with _lock:
         if _session is not None:
             return _session
+        if _start_failure is not None:
+            raise _start_failure
         # Python workers must run the same interpreter (and so see the same packages) as the driver.
         os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -66,16 +77,71 @@ def get_spark(config: SparkConfig) -> SparkSession:
             os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         from pyspark.sql import SparkSession
 
+        try:
+            check_master_reachable(config.master)
+        except SparkStartError as exc:
+            _start_failure = exc
+            raise
+        conf = session_conf(config)
         builder = SparkSession.builder
-        for key, value in session_conf(config).items():
+        for key, value in conf.items():
             builder = builder.config(key, value)
         try:
+            _launch_jvm(conf, on_jvm_event)
             session = builder.getOrCreate()
         except Exception as exc:
-            raise SparkStartError(_first_line(exc)) from exc
+            reason = _first_line(exc)
+            if config.master.startswith("spark://"):
+                # Spark's own words are about its calls; the operator needs to know which master would not take us.
+                reason = f"spark.master {config.master}: the master did not accept the application ({reason})"
+            _start_failure = SparkStartError(reason)
+            raise _start_failure from exc
         session.sparkContext.setLogLevel(config.log_level)
         _session = session
         return session
+
+
+def _launch_jvm(conf: dict[str, str], on_jvm_event: Callable[[JvmEvent], None]) -> None:
+    """Start the driver JVM with its stdout and stderr piped to a JvmLogRelay (pyspark would let it inherit
+    ours), once per process: a stopped session leaves the JVM running for the next one. The pipe is read
+    from before the launch, so a JVM that fails to start is heard too."""
+    global _relay
+    from pyspark import SparkConf, SparkContext
+    from pyspark.java_gateway import launch_gateway
+
+    if SparkContext._gateway is not None:  # type: ignore[attr-defined]
+        return
+    relay = JvmLogRelay(on_jvm_event)
+    read_end, write_end = os.pipe()
+    relay.attach(os.fdopen(read_end, "rb", buffering=0), "output")
+    spark_conf = SparkConf(loadDefaults=False).setAll(list(conf.items()))
+    try:
+        gateway = launch_gateway(spark_conf, popen_kwargs={"stdout": write_end, "stderr": write_end})  # type: ignore[no-untyped-call]
+    finally:
+        os.close(write_end)  # the JVM holds its own copy: the relay sees the end when the JVM exits
+    SparkContext._ensure_initialized(gateway=gateway, conf=spark_conf)
+    _relay = relay
+
+
+MASTER_CONNECT_TIMEOUT_S = 5.0
+
+
+def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOUT_S) -> None:
+    """A standalone master (spark://host:port[,host:port...]) that no address of accepts a connection fails
+    now, naming it: Spark itself would retry registering for a minute and then fail with its own internals."""
+    if not master.startswith("spark://"):
+        return
+    problems = []
+    for address in master.removeprefix("spark://").split(","):
+        host, _, port = address.rpartition(":")
+        try:
+            socket.create_connection((host, int(port)), timeout=timeout_s).close()
+            return
+        except OSError as exc:
+            problems.append(
+                f"{address}: {exc.strerror or exc}" if not isinstance(exc, TimeoutError) else f"{address}: timed out"
+            )
+    raise SparkStartError(f"spark.master {master}: no master accepts connections ({'; '.join(problems)})")
 
 
 class SparkStartError(RuntimeError):
@@ -93,8 +159,11 @@ def current_spark() -> SparkSession | None:
 
 
 def stop_spark() -> None:
-    global _session
+    global _session, _start_failure
     with _lock:
+        _start_failure = None
+        if _relay is not None:
+            _relay.stopping = True  # what the JVM says from here on is about its own shutdown
         if _session is not None:
             # The JVM may already be gone (killed, out of memory): stopping must not raise then.
             with contextlib.suppress(Exception):

@@ -1,0 +1,109 @@
+"""What an operator's tooling reads from a running process: JSON logs end to end (the JVM's lines included,
+through a failing Spark start too), and a /readyz that waits for Spark and names an unusable master."""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from e2e.harness import assert_exactly_once, backlog, mirror_config, one_mirror, start
+from testkit.kafka_broker import KafkaBroker
+from testkit.mirror_run import MirrorRun
+from testkit.ports import free_port
+from testkit.targets import FilesystemTarget
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """Every line of a log, each of which must be one JSON object."""
+    lines = path.read_text().splitlines()
+    assert lines, "empty log"
+    parsed = []
+    for number, line in enumerate(lines, 1):
+        try:
+            parsed.append(json.loads(line))
+        except ValueError:
+            raise AssertionError(f"line {number} of {path} is not JSON: {line[:300]}") from None
+    return parsed
+
+
+def ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            return int(response.status) == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError):
+        return False
+
+
+def test_json_logs_end_to_end_and_readiness_waits_for_the_spark_session(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    backlog(kafka.bootstrap, topic_name, [2_000])
+    # Spark at INFO: plenty of the JVM's own lines go through the relay.
+    config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, spark={"log-level": "INFO"})
+    log = tmp_path / "run.log"
+    port = free_port()
+    with MirrorRun(config, log, metrics_port=port, env={**fs.env(), "LOG_FORMAT": "json"}) as run:
+        ready_before_spark = False
+        while not ready(port):
+            assert run.running, run.tail()
+            time.sleep(0.05)
+        # The session's line is logged before readiness turns: it must be there by now.
+        ready_before_spark = "spark session ready" not in run.log_text()
+        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 2_000})
+        run.drain()
+    assert not ready_before_spark
+    events = json_lines(log)
+    jvm = [e for e in events if "jvm_logger" in e]
+    assert len(jvm) > 5 and all(e["level"] in ("DEBUG", "INFO", "WARNING") for e in jvm), jvm[:5]
+    assert not [e for e in events if e["level"] in ("ERROR", "CRITICAL")]  # a clean run and a clean shutdown
+    assert_exactly_once(kafka.bootstrap, fs, topic_name)
+
+
+def test_a_failing_spark_start_logs_json_with_the_jvms_stack_trace_in_one_event(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    backlog(kafka.bootstrap, topic_name, [10])
+    # A Java that cannot start the launcher: its multi-line stack trace is the JVM's output here.
+    java_home = tmp_path / "broken-java"
+    (java_home / "bin").mkdir(parents=True)
+    java = java_home / "bin" / "java"
+    java.write_text(
+        "#!/bin/sh\n"
+        "echo 'Exception in thread \"main\" java.lang.UnsupportedClassVersionError: launcher/Main' >&2\n"
+        "printf '\\tat java.base/java.lang.ClassLoader.defineClass1(Native Method)\\n' >&2\n"
+        "printf '\\tat java.base/java.lang.ClassLoader.defineClass(ClassLoader.java:1027)\\n' >&2\n"
+        "exit 1\n"
+    )
+    java.chmod(0o755)
+    config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name)
+    log = tmp_path / "run.log"
+    with start(config, log, fs, LOG_FORMAT="json", JAVA_HOME=str(java_home)) as run:
+        line = run.expect_failure(code=3)
+    assert json.loads(line)["msg"] == "cannot start Spark"
+    events = json_lines(log)
+    (trace,) = [e for e in events if "UnsupportedClassVersionError" in e["msg"]]
+    assert trace["msg"].count("\tat java.base/") == 2 and trace["jvm_logger"] == "jvm", trace
+
+
+def test_an_unreachable_spark_master_fails_at_once_naming_it_and_the_process_is_never_ready(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    backlog(kafka.bootstrap, topic_name, [10])
+    master = f"spark://127.0.0.1:{free_port()}"
+    config = mirror_config(
+        tmp_path / "mirror.yaml", kafka.bootstrap, fs, [{"topic": topic_name, "partition": 0}], spark={"master": master}
+    )
+    port = free_port()
+    began = time.monotonic()
+    with MirrorRun(config, tmp_path / "run.log", metrics_port=port, env=fs.env()) as run:
+        while run.running:
+            assert not ready(port), "ready without a Spark session"
+            time.sleep(0.1)
+        line = run.expect_failure(code=3)
+    elapsed = time.monotonic() - began
+    assert 'msg="cannot start Spark"' in line and f"spark.master {master}: no master accepts connections" in line
+    assert elapsed < 30, f"took {elapsed:.0f}s"  # Spark's own registration retries would take over a minute
