@@ -499,6 +499,11 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         missing = "secret-access-key-env" if destination.secret_access_key_env is None else "access-key-id-env"
         raise error(("destination", missing), "set both access-key-id-env and secret-access-key-env, or neither")
 
+    if isinstance(destination, S3Destination):
+        s3_problem = s3_write_options_problem(destination)
+        if s3_problem is not None:
+            raise error(("destination", s3_problem[0]), s3_problem[1])
+
     if isinstance(destination, KafkaDestination):
         if destination.flush.daily:
             raise error(("destination", "flush", "daily"), "only files and objects are cut by day; remove it")
@@ -549,6 +554,23 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         raise error(exc.path, exc.problem) from None
     except DestinationCollisionError as exc:
         raise ConfigError(f"{exc}{_line_suffix(lines, exc.path)}") from None
+
+
+# Storage classes whose objects must be restored before a GET: verify and restore could not read the chain.
+_ARCHIVE_STORAGE_CLASSES = ("GLACIER", "DEEP_ARCHIVE")
+
+
+def s3_write_options_problem(destination: S3Destination) -> tuple[str, str] | None:
+    """The first inconsistency of the encryption and storage-class keys (key, problem), if any."""
+    if destination.sse_kms_key_id is not None and destination.server_side_encryption != "aws:kms":
+        return "sse-kms-key-id", "needs server-side-encryption: aws:kms"
+    if destination.storage_class in _ARCHIVE_STORAGE_CLASSES:
+        return (
+            "storage-class",
+            f"{destination.storage_class} objects cannot be read back (verify, restore) without a restore request; "
+            "use GLACIER_IR, or move old blobs with a lifecycle rule",
+        )
+    return None
 
 
 def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:

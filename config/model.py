@@ -240,6 +240,34 @@ class S3Destination(_BlobDestination, tag_field="type", tag="s3", frozen=True, k
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Upper bound of one S3 request, upload included.")
     ] = 60_000
+    server_side_encryption: Annotated[
+        Literal["AES256", "aws:kms"] | None,
+        msgspec.Meta(
+            description="Server-side encryption of every object written (blobs and claims): AES256 (SSE-S3) or "
+            "aws:kms (SSE-KMS). The bucket's default encryption when omitted."
+        ),
+    ] = None
+    sse_kms_key_id: Annotated[
+        NonEmptyStr | None,
+        msgspec.Meta(
+            description="With server-side-encryption aws:kms: the KMS key (id, ARN or alias) that encrypts the "
+            "objects; the account's aws/s3 key when omitted. The writer needs kms:GenerateDataKey on it, every "
+            "reader (verify, restore) kms:Decrypt."
+        ),
+    ] = None
+    storage_class: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=r"^[A-Z][A-Z0-9_]*$",
+                description="Storage class of every object written, e.g. STANDARD_IA, INTELLIGENT_TIERING, GLACIER_IR. "
+                "GLACIER and DEEP_ARCHIVE are refused: their objects cannot be read back (verify, restore) without a "
+                "restore request; move old blobs there with a lifecycle rule instead. The bucket's default when "
+                "omitted.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 # What `create-topics` copies by default: what a topic's data and its consumers depend on, never placement

@@ -153,6 +153,9 @@ def s3_settings(destination: S3Destination) -> S3Settings:
         session_token=secret("session-token-env", destination.session_token_env),
         part_size=destination.part_size_bytes,
         request_timeout_s=destination.request_timeout_ms / 1000,
+        server_side_encryption=destination.server_side_encryption,
+        sse_kms_key_id=destination.sse_kms_key_id,
+        storage_class=destination.storage_class,
     )
 
 
