@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from config.client_properties import ClientPropertyValue, as_librdkafka
 from config.model import KafkaSecurity, TlsConfig
 from config.secrets import remember
 
@@ -57,10 +59,14 @@ def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
     return context
 
 
-def librdkafka_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
+def librdkafka_properties(
+    security: KafkaSecurity, field: str, client_properties: Mapping[str, ClientPropertyValue] | None = None
+) -> dict[str, str]:
     """librdkafka (confluent-kafka) properties for the consumers inside Spark tasks. PEM material is
-    inline, so executors on other hosts need no copy of the files."""
-    properties: dict[str, str] = {"security.protocol": security.protocol.lower()}
+    inline, so executors on other hosts need no copy of the files. `client_properties` (the cluster's
+    pass-through map, checked at load against the keys mirror-v3 owns) come first; security settings win."""
+    properties = as_librdkafka(client_properties or {})
+    properties["security.protocol"] = security.protocol.lower()
     sasl = security.sasl
     if sasl is not None:
         properties["sasl.mechanism"] = sasl.mechanism

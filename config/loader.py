@@ -27,9 +27,10 @@ import msgspec
 import msgspec.inspect as mi
 import yaml
 
+from config.client_properties import client_properties_problem
 from config.errors import ConfigError, DestinationCollisionError, FieldError, FieldPath, PathPart, format_path
 from config.estate import check_offline, compile_entries
-from config.model import Config, KafkaDestination, KafkaSecurity, S3Destination
+from config.model import Config, KafkaDestination, KafkaSecurity, S3Destination, SourceConfig
 
 T = TypeVar("T")
 
@@ -515,6 +516,9 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         problem = security_problem(destination.security)
         if problem is not None:
             raise error(("destination", "security", *problem[0]), problem[1])
+        refused = client_properties_problem(destination.client_properties, "producer")
+        if refused is not None:
+            raise error(("destination", "client-properties", refused[0]), refused[1])
         if destination.sync_groups is not None:
             for key, patterns in (
                 ("groups", destination.sync_groups.groups),
@@ -527,15 +531,15 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
                         path = ("destination", "sync-groups", key, index)
                         raise error(path, f"not a regular expression: {exc}") from None
 
-    for name, cluster in config.clusters.items():
-        problem = security_problem(cluster.security)
+    sources: list[tuple[FieldPath, SourceConfig]] = [(("clusters", name), c) for name, c in config.clusters.items()]
+    sources += [(("mirrors", i, "source"), m.source) for i, m in enumerate(config.mirrors) if m.source is not None]
+    for at, source in sources:
+        problem = security_problem(source.security)
         if problem is not None:
-            raise error(("clusters", name, "security", *problem[0]), problem[1])
-    for index, mirror in enumerate(config.mirrors):
-        if mirror.source is not None:
-            problem = security_problem(mirror.source.security)
-            if problem is not None:
-                raise error(("mirrors", index, "source", "security", *problem[0]), problem[1])
+            raise error((*at, "security", *problem[0]), problem[1])
+        refused = client_properties_problem(source.client_properties, "consumer")
+        if refused is not None:
+            raise error((*at, "client-properties", refused[0]), refused[1])
     if isinstance(destination, KafkaDestination) and destination.offsets == "preserve":
         # preserve keeps destination offset = source offset: an empty partition takes offset 0 first.
         if config.defaults.start_at not in (None, "earliest"):

@@ -41,6 +41,16 @@ DestinationName = Annotated[
     ),
 ]
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+ClientProperties = Annotated[
+    dict[str, str | int | bool],
+    msgspec.Meta(
+        description="librdkafka properties passed as they are to this cluster's librdkafka clients (the Spark "
+        "tasks' consumers and producers, the admin client), e.g. fetch.max.bytes, client.dns.lookup, "
+        "socket.keepalive.enable; not to the driver's aiokafka clients. Keys mirror-v3 owns (offsets, isolation, "
+        "group handling, the producer's guarantees, security, bootstrap) are refused, as are names and values "
+        "librdkafka refuses."
+    ),
+]
 
 
 class _Strict(msgspec.Struct, rename="kebab", forbid_unknown_fields=True, frozen=True):
@@ -341,6 +351,7 @@ class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_o
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Timeout of one request to the destination cluster.")
     ] = 30_000
+    client_properties: ClientProperties = msgspec.field(default_factory=dict)
     retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
     create_topics: Annotated[
         bool,
@@ -425,6 +436,7 @@ class SourceConfig(_Strict, frozen=True):
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Timeout for offset queries against the source.")
     ] = 30_000
+    client_properties: ClientProperties = msgspec.field(default_factory=dict)
 
 
 class SparkConfig(_Strict, frozen=True):

@@ -184,7 +184,7 @@ def _type_name(kind: mi.Type) -> str:
     if isinstance(kind, mi.BoolType):
         return "boolean"
     if isinstance(kind, mi.DictType):
-        return "map of string to string"
+        return f"map of {_type_name(kind.key_type)} to {_type_name(kind.value_type)}"
     return type(kind).__name__.removesuffix("Type").lower()
 
 

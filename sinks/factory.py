@@ -169,5 +169,7 @@ def kafka_settings(destination: KafkaDestination) -> KafkaSinkSettings:
         request_timeout_ms=destination.request_timeout_ms,
         transaction_id_prefix=destination.transaction_id_prefix,
         retry=retry_policy(destination.retry),
-        client_properties=librdkafka_properties(destination.security, "destination.security"),
+        client_properties=librdkafka_properties(
+            destination.security, "destination.security", destination.client_properties
+        ),
     )
