@@ -30,7 +30,16 @@ import yaml
 from config.client_properties import client_properties_problem
 from config.errors import ConfigError, DestinationCollisionError, FieldError, FieldPath, PathPart, format_path
 from config.estate import check_offline, compile_entries
-from config.model import Config, KafkaDestination, KafkaSecurity, S3Destination, SourceConfig
+from config.model import (
+    Config,
+    KafkaDestination,
+    KafkaSecurity,
+    OAuthAwsMskIam,
+    OAuthClientCredentials,
+    S3Destination,
+    SaslConfig,
+    SourceConfig,
+)
 
 T = TypeVar("T")
 
@@ -587,6 +596,10 @@ def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
         return ("sasl",), f"protocol {security.protocol} does not use SASL; set protocol SASL_PLAINTEXT or SASL_SSL"
     if not uses_tls and security.tls is not None:
         return ("tls",), f"protocol {security.protocol} does not use TLS; set protocol SSL or SASL_SSL"
+    if security.sasl is not None:
+        problem = _sasl_problem(security.sasl, security.protocol)
+        if problem is not None:
+            return (("sasl", *problem[0]), problem[1])
     tls = security.tls
     if tls is not None:
         if (tls.cert_file is None) != (tls.key_file is None):
@@ -594,4 +607,41 @@ def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
             return ("tls", missing), "mutual TLS needs both cert-file and key-file"
         if tls.key_password_env is not None and tls.key_file is None:
             return ("tls", "key-password-env"), "key-password-env without key-file"
+    return None
+
+
+_EXTENSION_KEY = re.compile(r"^[A-Za-z]+$")  # RFC 7628 §3.1
+_EXTENSION_VALUE = re.compile(r"^[\x21-\x2b\x2d-\x7e]+$")  # printable ASCII; librdkafka separates them by ','
+
+
+def _sasl_problem(sasl: SaslConfig, protocol: str) -> tuple[FieldPath, str] | None:
+    """The first inconsistency between the mechanism and the keys it takes, if any."""
+    if sasl.mechanism != "OAUTHBEARER":
+        if sasl.oauthbearer is not None:
+            return ("oauthbearer",), f"mechanism {sasl.mechanism} does not use tokens; set mechanism OAUTHBEARER"
+        for key, value in (("username", sasl.username), ("password-env", sasl.password_env)):
+            if value is None:
+                return (key,), f"required field is missing (mechanism {sasl.mechanism})"
+        return None
+    for key, value in (("username", sasl.username), ("password-env", sasl.password_env)):
+        if value is not None:
+            return (key,), "mechanism OAUTHBEARER takes no user name or password; its oauthbearer block says how"
+    oauth = sasl.oauthbearer
+    if oauth is None:
+        return ("oauthbearer",), "mechanism OAUTHBEARER needs an oauthbearer block (method: client-credentials, " + (
+            "unsecured-jwt or aws-msk-iam)"
+        )
+    if isinstance(oauth, OAuthAwsMskIam):
+        if protocol != "SASL_SSL":
+            return ("oauthbearer", "method"), f"aws-msk-iam needs protocol SASL_SSL (MSK's IAM port), not {protocol}"
+        if oauth.role_session_name is not None and oauth.role_arn is None:
+            return ("oauthbearer", "role-session-name"), "role-session-name without role-arn"
+        if oauth.profile is not None and oauth.role_arn is not None:
+            return ("oauthbearer", "profile"), "set only one of profile and role-arn"
+    if isinstance(oauth, OAuthClientCredentials):
+        for key, value in oauth.extensions.items():
+            if not _EXTENSION_KEY.match(key) or key == "auth":
+                return ("oauthbearer", "extensions", key), "an extension name is letters only, and not auth"
+            if not _EXTENSION_VALUE.match(value):
+                return ("oauthbearer", "extensions", key), "an extension value is printable ASCII without spaces or ','"
     return None

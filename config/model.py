@@ -112,19 +112,93 @@ class RetryConfig(_Strict, frozen=True):
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class SaslConfig(_Strict, frozen=True):
-    """SASL authentication; the password is read from the environment variable named here."""
+class OAuthClientCredentials(_Strict, tag_field="method", tag="client-credentials", frozen=True, kw_only=True):
+    """OAuth 2 client-credentials grant: every client fetches its token from the identity provider's token endpoint
+    (HTTP basic authentication with the client id and secret) and fetches a new one before it expires."""
 
-    mechanism: Annotated[
-        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], msgspec.Meta(description="SASL mechanism.")
+    token_endpoint_url: Annotated[
+        str, msgspec.Meta(pattern=r"^https?://", description="The identity provider's token endpoint.")
     ]
-    username: Annotated[NonEmptyStr, msgspec.Meta(description="SASL user name.")]
-    password_env: Annotated[
+    client_id: Annotated[NonEmptyStr, msgspec.Meta(description="OAuth client id.")]
+    client_secret_env: Annotated[
         str,
         msgspec.Meta(
-            pattern=_ENV_NAME, description="Environment variable holding the password (never logged or printed)."
+            pattern=_ENV_NAME,
+            description="Environment variable holding the client secret (never logged or printed).",
         ),
     ]
+    scope: Annotated[
+        NonEmptyStr | None, msgspec.Meta(description="Scope requested with the token (space-separated).")
+    ] = None
+    extensions: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="SASL extensions sent with the token (RFC 7628), e.g. Confluent Cloud's logicalCluster and "
+            "identityPoolId; keys are letters only."
+        ),
+    ] = msgspec.field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        # A security block is a cache key of the driver's clients; the extensions dict alone is not hashable.
+        return hash(msgspec.json.encode(self))
+
+
+class OAuthUnsecuredJwt(_Strict, tag_field="method", tag="unsecured-jwt", frozen=True, kw_only=True):
+    """An unsigned JWT (alg none) naming a principal, for brokers running Kafka's unsecured validator: development
+    and test clusters only, never production."""
+
+    principal: Annotated[NonEmptyStr, msgspec.Meta(description="The token's sub claim: who the broker sees.")]
+    scope: Annotated[NonEmptyStr | None, msgspec.Meta(description="The token's scope claim (space-separated).")] = None
+    lifetime_ms: Annotated[
+        int, msgspec.Meta(ge=10_000, description="How long each token is valid; clients make a new one before.")
+    ] = 3_600_000
+
+
+class OAuthAwsMskIam(_Strict, tag_field="method", tag="aws-msk-iam", frozen=True, kw_only=True):
+    """Amazon MSK IAM access control (SASL_SSL, port 9098): tokens signed by AWS's aws-msk-iam-sasl-signer library
+    with the standard AWS credential chain (environment, IRSA web identity, instance profile), a profile, or a role
+    assumed for the purpose."""
+
+    region: Annotated[NonEmptyStr, msgspec.Meta(description="AWS region of the MSK cluster, e.g. eu-west-1.")]
+    role_arn: Annotated[
+        str | None, msgspec.Meta(description="IAM role to assume for the tokens (STS AssumeRole); else the chain's.")
+    ] = None
+    role_session_name: Annotated[
+        NonEmptyStr | None, msgspec.Meta(description="Session name of the assumed role (with role-arn).")
+    ] = None
+    profile: Annotated[
+        NonEmptyStr | None, msgspec.Meta(description="Named profile of the AWS config files (not with role-arn).")
+    ] = None
+
+
+OAuthBearerConfig = OAuthClientCredentials | OAuthUnsecuredJwt | OAuthAwsMskIam
+
+
+class SaslConfig(_Strict, frozen=True):
+    """SASL authentication: PLAIN and SCRAM with a user name and a password read from the environment variable
+    named here; OAUTHBEARER with tokens from the `oauthbearer` block."""
+
+    mechanism: Annotated[
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"], msgspec.Meta(description="SASL mechanism.")
+    ]
+    username: Annotated[NonEmptyStr | None, msgspec.Meta(description="PLAIN and SCRAM: the SASL user name.")] = None
+    password_env: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=_ENV_NAME,
+                description="PLAIN and SCRAM: environment variable holding the password (never logged or printed).",
+            ),
+        ]
+        | None
+    ) = None
+    oauthbearer: Annotated[
+        OAuthBearerConfig | None,
+        msgspec.Meta(
+            description="OAUTHBEARER: where tokens come from (`method`: client-credentials, unsecured-jwt, "
+            "aws-msk-iam)."
+        ),
+    ] = None
 
 
 class TlsConfig(_Strict, frozen=True):

@@ -21,6 +21,7 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from config.kafka_clients import aiokafka_settings, diagnose_bootstrap, librdkafka_properties
 from config.model import KafkaDestination, SourceConfig
+from config.oauth_tokens import librdkafka_config
 from sinks.base import DestinationError
 from sinks.factory import retry_policy
 from sinks.retry import TransientDestinationError, retry_transient
@@ -41,7 +42,7 @@ class ClusterAdmin:
     def __init__(self, bootstrap_servers: str, properties: dict[str, str], timeout_s: float) -> None:
         self._where = bootstrap_servers
         self._timeout_s = timeout_s
-        self._client = AdminClient({"bootstrap.servers": bootstrap_servers, **properties})
+        self._client = AdminClient({"bootstrap.servers": bootstrap_servers, **librdkafka_config(properties)})
 
     async def _wait(self, subject: str, action: str, call: Callable[[], Future[T]]) -> T:
         def run() -> T:
