@@ -56,7 +56,10 @@ class TokenServer(StartStop):
         server = ThreadingHTTPServer((HOST, 0), _handler(self))
         server.daemon_threads = True
         self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, name="token-server", daemon=True)
+        # A short poll interval: stop() waits for the loop to notice, and tests stop one per case.
+        self._thread = threading.Thread(
+            target=lambda: server.serve_forever(poll_interval=0.05), name="token-server", daemon=True
+        )
         self._thread.start()
         return self
 

@@ -399,3 +399,27 @@ def test_a_token_provider_is_shared_per_oauth_block(monkeypatch: pytest.MonkeyPa
     assert token_provider(oauth, "f") is token_provider(same, "f")
     other = OAuthClientCredentials(token_endpoint_url="http://i/t", client_id="d", client_secret_env="S")
     assert token_provider(other, "f") is not token_provider(oauth, "f")
+
+
+def test_an_assumed_roles_credentials_sign_the_msk_token(
+    aws_credentials: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from moto.server import ThreadedMotoServer
+    from moto.sts.models import sts_backends
+
+    port = free_port()
+    sts = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    sts.start()
+    try:
+        monkeypatch.setenv("AWS_ENDPOINT_URL_STS", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+        role = "arn:aws:iam::123456789012:role/mirror-v3"
+        token = msk_iam_token("eu-west-1", role, "mirror-v3-session")
+    finally:
+        sts.stop()
+    _, query = presigned(token.value)
+    # Signed with the role's temporary credentials, not the ones in the environment.
+    assumed = [r for b in sts_backends.values() for r in b["global"].assumed_roles if r.role_arn == role]
+    assert [r.session_name for r in assumed][-1] == "mirror-v3-session"
+    assert query["X-Amz-Credential"].split("/")[0] == assumed[-1].access_key_id
+    assert query["X-Amz-Security-Token"] == assumed[-1].session_token
