@@ -12,11 +12,17 @@ from __future__ import annotations
 import asyncio
 import os
 import ssl
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from config.model import KafkaSecurity, TlsConfig
+from aiokafka.abc import AbstractTokenProvider
+
+from config.client_properties import ClientPropertyValue, as_librdkafka
+from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, TlsConfig
+from config.oauth_tokens import Token, TokenError, fetch_client_credentials, token_properties, token_source
 from config.secrets import remember
 
 
@@ -30,11 +36,18 @@ def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
     `field` is the config path of the security block (e.g. `destination.security`), for errors.
     """
     settings: dict[str, Any] = {"security_protocol": security.protocol}
-    if security.sasl is not None:
+    sasl = security.sasl
+    if sasl is not None and sasl.oauthbearer is not None:
         settings.update(
-            sasl_mechanism=security.sasl.mechanism,
-            sasl_plain_username=security.sasl.username,
-            sasl_plain_password=_secret(security.sasl.password_env, f"{field}.sasl.password-env"),
+            sasl_mechanism="OAUTHBEARER",
+            sasl_oauth_token_provider=token_provider(sasl.oauthbearer, f"{field}.sasl.oauthbearer"),
+        )
+    elif sasl is not None:
+        assert sasl.password_env is not None  # the loader checked (config.loader.security_problem)
+        settings.update(
+            sasl_mechanism=sasl.mechanism,
+            sasl_plain_username=sasl.username,
+            sasl_plain_password=_secret(sasl.password_env, f"{field}.sasl.password-env"),
         )
     if security.protocol in ("SSL", "SASL_SSL"):
         settings["ssl_context"] = ssl_context(security.tls or TlsConfig(), f"{field}.tls")
@@ -57,12 +70,20 @@ def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
     return context
 
 
-def librdkafka_properties(security: KafkaSecurity, field: str) -> dict[str, str]:
+def librdkafka_properties(
+    security: KafkaSecurity, field: str, client_properties: Mapping[str, ClientPropertyValue] | None = None
+) -> dict[str, str]:
     """librdkafka (confluent-kafka) properties for the consumers inside Spark tasks. PEM material is
-    inline, so executors on other hosts need no copy of the files."""
-    properties: dict[str, str] = {"security.protocol": security.protocol.lower()}
+    inline, so executors on other hosts need no copy of the files. `client_properties` (the cluster's
+    pass-through map, checked at load against the keys mirror-v3 owns) come first; security settings win."""
+    properties = as_librdkafka(client_properties or {})
+    properties["security.protocol"] = security.protocol.lower()
     sasl = security.sasl
-    if sasl is not None:
+    if sasl is not None and sasl.oauthbearer is not None:
+        properties["sasl.mechanism"] = "OAUTHBEARER"
+        properties.update(_librdkafka_oauthbearer(sasl.oauthbearer, f"{field}.sasl.oauthbearer"))
+    elif sasl is not None:
+        assert sasl.username is not None and sasl.password_env is not None  # the loader checked
         properties["sasl.mechanism"] = sasl.mechanism
         properties["sasl.username"] = sasl.username
         properties["sasl.password"] = _secret(sasl.password_env, f"{field}.sasl.password-env")
@@ -80,6 +101,81 @@ def librdkafka_properties(security: KafkaSecurity, field: str) -> dict[str, str]
                 properties["ssl.key.password"] = _secret(tls.key_password_env, f"{field}.tls.key-password-env")
         properties["ssl.endpoint.identification.algorithm"] = "https" if tls.check_hostname else "none"
     return properties
+
+
+def _librdkafka_oauthbearer(oauth: OAuthBearerConfig, field: str) -> dict[str, str]:
+    if isinstance(oauth, OAuthClientCredentials):
+        # librdkafka's own client-credentials support fetches and refreshes the token.
+        properties = {
+            "sasl.oauthbearer.method": "oidc",
+            "sasl.oauthbearer.token.endpoint.url": oauth.token_endpoint_url,
+            "sasl.oauthbearer.client.id": oauth.client_id,
+            "sasl.oauthbearer.client.secret": _secret(oauth.client_secret_env, f"{field}.client-secret-env"),
+        }
+        if oauth.scope is not None:
+            properties["sasl.oauthbearer.scope"] = oauth.scope
+        if oauth.extensions:
+            properties["sasl.oauthbearer.extensions"] = ",".join(f"{k}={v}" for k, v in oauth.extensions.items())
+        return properties
+    return token_properties(oauth)  # an oauth_cb, made where the client is (oauth_tokens.librdkafka_config)
+
+
+# One provider per token source: every aiokafka client of a cluster shares its token (aiokafka asks at every
+# connection), so a token endpoint sees one request per token lifetime, not one per connection.
+_providers: dict[OAuthBearerConfig, OAuthTokenProvider] = {}
+
+
+def token_provider(oauth: OAuthBearerConfig, field: str) -> OAuthTokenProvider:
+    """The aiokafka token provider of an oauthbearer block (ClientSettingsError if its secret is not set)."""
+    provider = _providers.get(oauth)
+    if provider is None:
+        extensions: dict[str, str] = {}
+        make: Callable[[], Token]
+        if isinstance(oauth, OAuthClientCredentials):
+            url, client_id, scope = oauth.token_endpoint_url, oauth.client_id, oauth.scope
+            secret = _secret(oauth.client_secret_env, f"{field}.client-secret-env")
+            extensions = dict(oauth.extensions)
+
+            def make() -> Token:
+                return fetch_client_credentials(url, client_id, secret, scope, _TOKEN_REQUEST_TIMEOUT_S)
+
+        else:
+            source = token_source(token_properties(oauth))
+            assert source is not None
+            make = source
+        provider = _providers[oauth] = OAuthTokenProvider(make, extensions)
+    return provider
+
+
+_TOKEN_REQUEST_TIMEOUT_S = 30.0
+
+
+class OAuthTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokafka has no type hints
+    """aiokafka's token provider: the cached token until 80 % of its lifetime has passed (librdkafka's refresh
+    point too), then a new one, made in a worker thread (the signer and the HTTP request block)."""
+
+    REFRESH_AT = 0.8
+
+    def __init__(self, make: Callable[[], Token], extensions: Mapping[str, str] | None = None) -> None:
+        self._make = make
+        self._extensions = dict(extensions or {})
+        self._token: Token | None = None
+        self._refresh_at = 0.0
+        self._lock: asyncio.Lock | None = None
+
+    async def token(self) -> str:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:  # one request for the connections opening at once
+            now = time.time()
+            if self._token is None or now >= self._refresh_at:
+                token = await asyncio.to_thread(self._make)
+                self._token = token
+                self._refresh_at = now + max(0.0, token.expires_at - now) * self.REFRESH_AT
+            return self._token.value
+
+    def extensions(self) -> dict[str, str]:
+        return dict(self._extensions)
 
 
 def _secret(variable: str, field: str) -> str:
@@ -135,14 +231,18 @@ async def diagnose_bootstrap(bootstrap_servers: str, settings: dict[str, Any], t
         except Exception as exc:  # any failure is the answer we are looking for
             conn.close()
             reasons.append(f"{address}: {_connection_problem(exc)}")
-            permanent = permanent or isinstance(
-                exc,
-                (
-                    AuthenticationFailedError,
-                    SaslAuthenticationFailed,
-                    UnsupportedSaslMechanismError,
-                    ssl.SSLCertVerificationError,
-                ),
+            permanent = (
+                permanent
+                or (isinstance(exc, TokenError) and exc.permanent)
+                or isinstance(
+                    exc,
+                    (
+                        AuthenticationFailedError,
+                        SaslAuthenticationFailed,
+                        UnsupportedSaslMechanismError,
+                        ssl.SSLCertVerificationError,
+                    ),
+                )
             )
             continue
         conn.close()

@@ -27,9 +27,19 @@ import msgspec
 import msgspec.inspect as mi
 import yaml
 
+from config.client_properties import client_properties_problem
 from config.errors import ConfigError, DestinationCollisionError, FieldError, FieldPath, PathPart, format_path
 from config.estate import check_offline, compile_entries
-from config.model import Config, KafkaDestination, KafkaSecurity, S3Destination
+from config.model import (
+    Config,
+    KafkaDestination,
+    KafkaSecurity,
+    OAuthAwsMskIam,
+    OAuthClientCredentials,
+    S3Destination,
+    SaslConfig,
+    SourceConfig,
+)
 
 T = TypeVar("T")
 
@@ -520,6 +530,11 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         missing = "secret-access-key-env" if destination.secret_access_key_env is None else "access-key-id-env"
         raise error(("destination", missing), "set both access-key-id-env and secret-access-key-env, or neither")
 
+    if isinstance(destination, S3Destination):
+        s3_problem = s3_write_options_problem(destination)
+        if s3_problem is not None:
+            raise error(("destination", s3_problem[0]), s3_problem[1])
+
     if isinstance(destination, KafkaDestination):
         if destination.flush.daily:
             raise error(("destination", "flush", "daily"), "only files and objects are cut by day; remove it")
@@ -531,6 +546,9 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         problem = security_problem(destination.security)
         if problem is not None:
             raise error(("destination", "security", *problem[0]), problem[1])
+        refused = client_properties_problem(destination.client_properties, "producer")
+        if refused is not None:
+            raise error(("destination", "client-properties", refused[0]), refused[1])
         if destination.sync_groups is not None:
             for key, patterns in (
                 ("groups", destination.sync_groups.groups),
@@ -543,15 +561,15 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
                         path = ("destination", "sync-groups", key, index)
                         raise error(path, f"not a regular expression: {exc}") from None
 
-    for name, cluster in config.clusters.items():
-        problem = security_problem(cluster.security)
+    sources: list[tuple[FieldPath, SourceConfig]] = [(("clusters", name), c) for name, c in config.clusters.items()]
+    sources += [(("mirrors", i, "source"), m.source) for i, m in enumerate(config.mirrors) if m.source is not None]
+    for at, source in sources:
+        problem = security_problem(source.security)
         if problem is not None:
-            raise error(("clusters", name, "security", *problem[0]), problem[1])
-    for index, mirror in enumerate(config.mirrors):
-        if mirror.source is not None:
-            problem = security_problem(mirror.source.security)
-            if problem is not None:
-                raise error(("mirrors", index, "source", "security", *problem[0]), problem[1])
+            raise error((*at, "security", *problem[0]), problem[1])
+        refused = client_properties_problem(source.client_properties, "consumer")
+        if refused is not None:
+            raise error((*at, "client-properties", refused[0]), refused[1])
     if isinstance(destination, KafkaDestination) and destination.offsets == "preserve":
         # preserve keeps destination offset = source offset: an empty partition takes offset 0 first.
         if config.defaults.start_at not in (None, "earliest"):
@@ -572,6 +590,23 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         raise ConfigError(f"{exc}{_line_suffix(lines, exc.path)}") from None
 
 
+# Storage classes whose objects must be restored before a GET: verify and restore could not read the chain.
+_ARCHIVE_STORAGE_CLASSES = ("GLACIER", "DEEP_ARCHIVE")
+
+
+def s3_write_options_problem(destination: S3Destination) -> tuple[str, str] | None:
+    """The first inconsistency of the encryption and storage-class keys (key, problem), if any."""
+    if destination.sse_kms_key_id is not None and destination.server_side_encryption != "aws:kms":
+        return "sse-kms-key-id", "needs server-side-encryption: aws:kms"
+    if destination.storage_class in _ARCHIVE_STORAGE_CLASSES:
+        return (
+            "storage-class",
+            f"{destination.storage_class} objects cannot be read back (verify, restore) without a restore request; "
+            "use GLACIER_IR, or move old blobs with a lifecycle rule",
+        )
+    return None
+
+
 def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
     """The first inconsistency between the protocol and the sasl / tls blocks, if any."""
     uses_sasl = security.protocol.startswith("SASL_")
@@ -582,6 +617,10 @@ def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
         return ("sasl",), f"protocol {security.protocol} does not use SASL; set protocol SASL_PLAINTEXT or SASL_SSL"
     if not uses_tls and security.tls is not None:
         return ("tls",), f"protocol {security.protocol} does not use TLS; set protocol SSL or SASL_SSL"
+    if security.sasl is not None:
+        problem = _sasl_problem(security.sasl, security.protocol)
+        if problem is not None:
+            return (("sasl", *problem[0]), problem[1])
     tls = security.tls
     if tls is not None:
         if (tls.cert_file is None) != (tls.key_file is None):
@@ -589,4 +628,41 @@ def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:
             return ("tls", missing), "mutual TLS needs both cert-file and key-file"
         if tls.key_password_env is not None and tls.key_file is None:
             return ("tls", "key-password-env"), "key-password-env without key-file"
+    return None
+
+
+_EXTENSION_KEY = re.compile(r"^[A-Za-z]+$")  # RFC 7628 §3.1
+_EXTENSION_VALUE = re.compile(r"^[\x21-\x2b\x2d-\x7e]+$")  # printable ASCII; librdkafka separates them by ','
+
+
+def _sasl_problem(sasl: SaslConfig, protocol: str) -> tuple[FieldPath, str] | None:
+    """The first inconsistency between the mechanism and the keys it takes, if any."""
+    if sasl.mechanism != "OAUTHBEARER":
+        if sasl.oauthbearer is not None:
+            return ("oauthbearer",), f"mechanism {sasl.mechanism} does not use tokens; set mechanism OAUTHBEARER"
+        for key, value in (("username", sasl.username), ("password-env", sasl.password_env)):
+            if value is None:
+                return (key,), f"required field is missing (mechanism {sasl.mechanism})"
+        return None
+    for key, value in (("username", sasl.username), ("password-env", sasl.password_env)):
+        if value is not None:
+            return (key,), "mechanism OAUTHBEARER takes no user name or password; its oauthbearer block says how"
+    oauth = sasl.oauthbearer
+    if oauth is None:
+        return ("oauthbearer",), "mechanism OAUTHBEARER needs an oauthbearer block (method: client-credentials, " + (
+            "unsecured-jwt or aws-msk-iam)"
+        )
+    if isinstance(oauth, OAuthAwsMskIam):
+        if protocol != "SASL_SSL":
+            return ("oauthbearer", "method"), f"aws-msk-iam needs protocol SASL_SSL (MSK's IAM port), not {protocol}"
+        if oauth.role_session_name is not None and oauth.role_arn is None:
+            return ("oauthbearer", "role-session-name"), "role-session-name without role-arn"
+        if oauth.profile is not None and oauth.role_arn is not None:
+            return ("oauthbearer", "profile"), "set only one of profile and role-arn"
+    if isinstance(oauth, OAuthClientCredentials):
+        for key, value in oauth.extensions.items():
+            if not _EXTENSION_KEY.match(key) or key == "auth":
+                return ("oauthbearer", "extensions", key), "an extension name is letters only, and not auth"
+            if not _EXTENSION_VALUE.match(value):
+                return ("oauthbearer", "extensions", key), "an extension value is printable ASCII without spaces or ','"
     return None

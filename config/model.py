@@ -41,6 +41,16 @@ DestinationName = Annotated[
     ),
 ]
 NonEmptyStr = Annotated[str, msgspec.Meta(min_length=1)]
+ClientProperties = Annotated[
+    dict[str, str | int | bool],
+    msgspec.Meta(
+        description="librdkafka properties passed as they are to this cluster's librdkafka clients (the Spark "
+        "tasks' consumers and producers, the admin client), e.g. fetch.max.bytes, client.dns.lookup, "
+        "socket.keepalive.enable; not to the driver's aiokafka clients. Keys mirror-v3 owns (offsets, isolation, "
+        "group handling, the producer's guarantees, security, bootstrap) are refused, as are names and values "
+        "librdkafka refuses."
+    ),
+]
 
 
 class _Strict(msgspec.Struct, rename="kebab", forbid_unknown_fields=True, frozen=True):
@@ -102,19 +112,93 @@ class RetryConfig(_Strict, frozen=True):
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
-class SaslConfig(_Strict, frozen=True):
-    """SASL authentication; the password is read from the environment variable named here."""
+class OAuthClientCredentials(_Strict, tag_field="method", tag="client-credentials", frozen=True, kw_only=True):
+    """OAuth 2 client-credentials grant: every client fetches its token from the identity provider's token endpoint
+    (HTTP basic authentication with the client id and secret) and fetches a new one before it expires."""
 
-    mechanism: Annotated[
-        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"], msgspec.Meta(description="SASL mechanism.")
+    token_endpoint_url: Annotated[
+        str, msgspec.Meta(pattern=r"^https?://", description="The identity provider's token endpoint.")
     ]
-    username: Annotated[NonEmptyStr, msgspec.Meta(description="SASL user name.")]
-    password_env: Annotated[
+    client_id: Annotated[NonEmptyStr, msgspec.Meta(description="OAuth client id.")]
+    client_secret_env: Annotated[
         str,
         msgspec.Meta(
-            pattern=_ENV_NAME, description="Environment variable holding the password (never logged or printed)."
+            pattern=_ENV_NAME,
+            description="Environment variable holding the client secret (never logged or printed).",
         ),
     ]
+    scope: Annotated[
+        NonEmptyStr | None, msgspec.Meta(description="Scope requested with the token (space-separated).")
+    ] = None
+    extensions: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="SASL extensions sent with the token (RFC 7628), e.g. Confluent Cloud's logicalCluster and "
+            "identityPoolId; keys are letters only."
+        ),
+    ] = msgspec.field(default_factory=dict)
+
+    def __hash__(self) -> int:
+        # A security block is a cache key of the driver's clients; the extensions dict alone is not hashable.
+        return hash(msgspec.json.encode(self))
+
+
+class OAuthUnsecuredJwt(_Strict, tag_field="method", tag="unsecured-jwt", frozen=True, kw_only=True):
+    """An unsigned JWT (alg none) naming a principal, for brokers running Kafka's unsecured validator: development
+    and test clusters only, never production."""
+
+    principal: Annotated[NonEmptyStr, msgspec.Meta(description="The token's sub claim: who the broker sees.")]
+    scope: Annotated[NonEmptyStr | None, msgspec.Meta(description="The token's scope claim (space-separated).")] = None
+    lifetime_ms: Annotated[
+        int, msgspec.Meta(ge=10_000, description="How long each token is valid; clients make a new one before.")
+    ] = 3_600_000
+
+
+class OAuthAwsMskIam(_Strict, tag_field="method", tag="aws-msk-iam", frozen=True, kw_only=True):
+    """Amazon MSK IAM access control (SASL_SSL, port 9098): tokens signed by AWS's aws-msk-iam-sasl-signer library
+    with the standard AWS credential chain (environment, IRSA web identity, instance profile), a profile, or a role
+    assumed for the purpose."""
+
+    region: Annotated[NonEmptyStr, msgspec.Meta(description="AWS region of the MSK cluster, e.g. eu-west-1.")]
+    role_arn: Annotated[
+        str | None, msgspec.Meta(description="IAM role to assume for the tokens (STS AssumeRole); else the chain's.")
+    ] = None
+    role_session_name: Annotated[
+        NonEmptyStr | None, msgspec.Meta(description="Session name of the assumed role (with role-arn).")
+    ] = None
+    profile: Annotated[
+        NonEmptyStr | None, msgspec.Meta(description="Named profile of the AWS config files (not with role-arn).")
+    ] = None
+
+
+OAuthBearerConfig = OAuthClientCredentials | OAuthUnsecuredJwt | OAuthAwsMskIam
+
+
+class SaslConfig(_Strict, frozen=True):
+    """SASL authentication: PLAIN and SCRAM with a user name and a password read from the environment variable
+    named here; OAUTHBEARER with tokens from the `oauthbearer` block."""
+
+    mechanism: Annotated[
+        Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"], msgspec.Meta(description="SASL mechanism.")
+    ]
+    username: Annotated[NonEmptyStr | None, msgspec.Meta(description="PLAIN and SCRAM: the SASL user name.")] = None
+    password_env: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=_ENV_NAME,
+                description="PLAIN and SCRAM: environment variable holding the password (never logged or printed).",
+            ),
+        ]
+        | None
+    ) = None
+    oauthbearer: Annotated[
+        OAuthBearerConfig | None,
+        msgspec.Meta(
+            description="OAUTHBEARER: where tokens come from (`method`: client-credentials, unsecured-jwt, "
+            "aws-msk-iam)."
+        ),
+    ] = None
 
 
 class TlsConfig(_Strict, frozen=True):
@@ -240,6 +324,34 @@ class S3Destination(_BlobDestination, tag_field="type", tag="s3", frozen=True, k
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Upper bound of one S3 request, upload included.")
     ] = 60_000
+    server_side_encryption: Annotated[
+        Literal["AES256", "aws:kms"] | None,
+        msgspec.Meta(
+            description="Server-side encryption of every object written (blobs and claims): AES256 (SSE-S3) or "
+            "aws:kms (SSE-KMS). The bucket's default encryption when omitted."
+        ),
+    ] = None
+    sse_kms_key_id: Annotated[
+        NonEmptyStr | None,
+        msgspec.Meta(
+            description="With server-side-encryption aws:kms: the KMS key (id, ARN or alias) that encrypts the "
+            "objects; the account's aws/s3 key when omitted. The writer needs kms:GenerateDataKey on it, every "
+            "reader (verify, restore) kms:Decrypt."
+        ),
+    ] = None
+    storage_class: (
+        Annotated[
+            str,
+            msgspec.Meta(
+                pattern=r"^[A-Z][A-Z0-9_]*$",
+                description="Storage class of every object written, e.g. STANDARD_IA, INTELLIGENT_TIERING, GLACIER_IR. "
+                "GLACIER and DEEP_ARCHIVE are refused: their objects cannot be read back (verify, restore) without a "
+                "restore request; move old blobs there with a lifecycle rule instead. The bucket's default when "
+                "omitted.",
+            ),
+        ]
+        | None
+    ) = None
 
 
 # What `create-topics` copies by default: what a topic's data and its consumers depend on, never placement
@@ -313,6 +425,7 @@ class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_o
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Timeout of one request to the destination cluster.")
     ] = 30_000
+    client_properties: ClientProperties = msgspec.field(default_factory=dict)
     retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
     create_topics: Annotated[
         bool,
@@ -415,6 +528,7 @@ class SourceConfig(_Strict, frozen=True):
             "ends its transaction otherwise looks like a caught-up mirror.",
         ),
     ] = 300_000
+    client_properties: ClientProperties = msgspec.field(default_factory=dict)
 
 
 class SparkConfig(_Strict, frozen=True):

@@ -87,6 +87,16 @@ def _rows(struct: type[msgspec.Struct], prefix: str, defaults: Any = _UNSET) -> 
         key = f"{prefix}.{field.encode_name}"
         kind, description = _unwrap(field.type)
         default = _default(field, defaults)
+        variants = _tagged_structs(kind)
+        if variants:  # one block, several shapes told apart by a tag (sasl.oauthbearer's method)
+            tags = ", ".join(f"`{v.tag}`" for v in variants)
+            rows.append((key, f"block, by `{variants[0].tag_field}`: {tags}", "unset", _escape(description or "")))
+            for variant in variants:
+                doc = " ".join((variant.cls.__doc__ or "").split())
+                method, *keys = _rows(variant.cls, key)
+                rows.append((*method[:3], _escape(f"{method[3]}: {doc}")))
+                rows += [(k, t, d, f"{variant.tag}: {meaning}") for k, t, d, meaning in keys]
+            continue
         block = _struct_of(kind)
         if block is not None:
             sub_defaults = default if default is not _UNSET and default is not None else _UNSET
@@ -142,6 +152,16 @@ def _struct_of(kind: mi.Type) -> type[msgspec.Struct] | None:
     return None
 
 
+def _tagged_structs(kind: mi.Type) -> list[mi.StructType]:
+    """The members of a union of several tagged structs (with or without None), else nothing."""
+    if not isinstance(kind, mi.UnionType):
+        return []
+    members = [t for t in kind.types if not isinstance(t, mi.NoneType)]
+    if len(members) > 1 and all(isinstance(t, mi.StructType) and t.tag_field is not None for t in members):
+        return [t for t in members if isinstance(t, mi.StructType)]
+    return []
+
+
 def _default(field: mi.Field, defaults: Any) -> Any:
     if defaults is not _UNSET:
         return getattr(defaults, field.name)
@@ -184,7 +204,7 @@ def _type_name(kind: mi.Type) -> str:
     if isinstance(kind, mi.BoolType):
         return "boolean"
     if isinstance(kind, mi.DictType):
-        return "map of string to string"
+        return f"map of {_type_name(kind.key_type)} to {_type_name(kind.value_type)}"
     return type(kind).__name__.removesuffix("Type").lower()
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from config.client_properties import client_properties_problem
 from config.errors import ConfigError, FieldPath, format_path
 from config.loader import check_spark_master, line_suffix, parse_document, read_config_text, security_problem
 from config.model import (
@@ -137,6 +138,9 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
     problem = security_problem(config.destination.security)
     if problem is not None:
         raise error(("destination", "security", *problem[0]), problem[1])
+    refused = client_properties_problem(config.destination.client_properties, "producer")
+    if refused is not None:
+        raise error(("destination", "client-properties", refused[0]), refused[1])
     for index, entry in enumerate(config.restore):
         path: FieldPath = ("restore", index)
         chosen = [

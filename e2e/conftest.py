@@ -55,11 +55,14 @@ def destination_tls(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
 def kafka_destination_broker(destination_tls: TlsFiles) -> Iterator[KafkaBroker]:
     """A second, independent cluster: the destination of Kafka -> Kafka mirrors.
 
-    Besides its direct `bootstrap` it has a SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER), an SSL
-    listener requiring client certificates (`destination_tls`), and an EXTERNAL listener advertised behind a TCP
-    proxy (`kafka_destination_proxy`, bootstrap `advertised_bootstrap`) for outage tests.
+    Besides its direct `bootstrap` it has a SASL_PLAINTEXT listener (mechanism PLAIN, user SASL_USER), one for
+    OAUTHBEARER with unsigned JWTs (`oauth_bootstrap`), an SSL listener requiring client certificates
+    (`destination_tls`), and an EXTERNAL listener advertised behind a TCP proxy (`kafka_destination_proxy`,
+    bootstrap `advertised_bootstrap`) for outage tests.
     """
-    broker = KafkaBroker(sasl_users={SASL_USER: SASL_PASSWORD}, tls=destination_tls, advertised_port=free_port())
+    broker = KafkaBroker(
+        sasl_users={SASL_USER: SASL_PASSWORD}, oauthbearer=True, tls=destination_tls, advertised_port=free_port()
+    )
     with broker:
         yield broker
 

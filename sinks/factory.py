@@ -153,6 +153,9 @@ def s3_settings(destination: S3Destination) -> S3Settings:
         session_token=secret("session-token-env", destination.session_token_env),
         part_size=destination.part_size_bytes,
         request_timeout_s=destination.request_timeout_ms / 1000,
+        server_side_encryption=destination.server_side_encryption,
+        sse_kms_key_id=destination.sse_kms_key_id,
+        storage_class=destination.storage_class,
     )
 
 
@@ -166,5 +169,7 @@ def kafka_settings(destination: KafkaDestination) -> KafkaSinkSettings:
         request_timeout_ms=destination.request_timeout_ms,
         transaction_id_prefix=destination.transaction_id_prefix,
         retry=retry_policy(destination.retry),
-        client_properties=librdkafka_properties(destination.security, "destination.security"),
+        client_properties=librdkafka_properties(
+            destination.security, "destination.security", destination.client_properties
+        ),
     )

@@ -233,6 +233,7 @@ class S3Store:
                     Body=name.encode(),
                     IfNoneMatch="*",
                     Metadata={WRITER_METADATA: self._connection.writer_id},
+                    **self._connection.settings.object_options(),
                 ),
             )
             return

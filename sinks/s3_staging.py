@@ -38,6 +38,20 @@ class S3Settings:
     session_token: str | None = field(repr=False)
     part_size: int
     request_timeout_s: float
+    server_side_encryption: str | None = None  # AES256 | aws:kms
+    sse_kms_key_id: str | None = None
+    storage_class: str | None = None
+
+    def object_options(self) -> dict[str, str]:
+        """What every PutObject and CreateMultipartUpload carries (the parts and the completion inherit it)."""
+        options: dict[str, str] = {}
+        if self.server_side_encryption is not None:
+            options["ServerSideEncryption"] = self.server_side_encryption
+        if self.sse_kms_key_id is not None:
+            options["SSEKMSKeyId"] = self.sse_kms_key_id
+        if self.storage_class is not None:
+            options["StorageClass"] = self.storage_class
+        return options
 
 
 @dataclass(frozen=True)
@@ -73,6 +87,7 @@ class S3BlobOutput:
                 Key=key,
                 Metadata={SHA256_METADATA: digest, WRITER_METADATA: staging.writer_id},
                 ContentType=CONTENT_TYPE,
+                **settings.object_options(),
             )
 
         where = f"s3://{settings.bucket}/{key}"

@@ -20,7 +20,8 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from config.kafka_clients import aiokafka_settings, diagnose_bootstrap, librdkafka_properties
-from config.model import KafkaDestination, KafkaSecurity, SourceConfig
+from config.model import KafkaDestination, SourceConfig
+from config.oauth_tokens import librdkafka_config
 from sinks.base import DestinationError
 from sinks.factory import retry_policy
 from sinks.retry import TransientDestinationError, retry_transient
@@ -41,7 +42,7 @@ class ClusterAdmin:
     def __init__(self, bootstrap_servers: str, properties: dict[str, str], timeout_s: float) -> None:
         self._where = bootstrap_servers
         self._timeout_s = timeout_s
-        self._client = AdminClient({"bootstrap.servers": bootstrap_servers, **properties})
+        self._client = AdminClient({"bootstrap.servers": bootstrap_servers, **librdkafka_config(properties)})
 
     async def _wait(self, subject: str, action: str, call: Callable[[], Future[T]]) -> T:
         def run() -> T:
@@ -156,7 +157,7 @@ class ClusterAdmin:
 
 
 def destination_admin(destination: KafkaDestination) -> ClusterAdmin:
-    properties = librdkafka_properties(destination.security, "destination.security")
+    properties = librdkafka_properties(destination.security, "destination.security", destination.client_properties)
     return ClusterAdmin(destination.bootstrap_servers, properties, destination.request_timeout_ms / 1000)
 
 
@@ -170,7 +171,7 @@ class SourceAdmins:
     def get(self, source: SourceConfig, field: str) -> ClusterAdmin:
         key = (source.bootstrap_servers, field)
         if key not in self.admins:
-            properties = librdkafka_properties(source.security, f"{field}.security")
+            properties = librdkafka_properties(source.security, f"{field}.security", source.client_properties)
             self.admins[key] = ClusterAdmin(source.bootstrap_servers, properties, self._timeout_s)
         return self.admins[key]
 
@@ -191,8 +192,10 @@ async def loop_ids(
     timeout_ms = destination.request_timeout_ms
     policy = retry_policy(destination.retry)
 
-    async def cluster_id(bootstrap: str, security: KafkaSecurity, field: str) -> str:
-        admin = ClusterAdmin(bootstrap, librdkafka_properties(security, field), timeout_ms / 1000)
+    async def cluster_id(cluster: SourceConfig | KafkaDestination, field: str) -> str:
+        bootstrap, security = cluster.bootstrap_servers, cluster.security
+        properties = librdkafka_properties(security, field, cluster.client_properties)
+        admin = ClusterAdmin(bootstrap, properties, timeout_ms / 1000)
 
         async def attempt() -> str:
             try:
@@ -206,8 +209,8 @@ async def loop_ids(
 
         return await retry_transient(attempt, policy, f"read the cluster id of {bootstrap}")
 
-    destination_id = await cluster_id(destination.bootstrap_servers, destination.security, "destination.security")
+    destination_id = await cluster_id(destination, "destination.security")
     found = {}
     for name, (source, field) in sorted(sources.items()):
-        found[name] = (await cluster_id(source.bootstrap_servers, source.security, f"{field}.security"), destination_id)
+        found[name] = (await cluster_id(source, f"{field}.security"), destination_id)
     return found

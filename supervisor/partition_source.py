@@ -63,7 +63,9 @@ def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourceP
         isolation_level=mirror.source.isolation_level,
         group_id=group_id or mirror.source.group_id or f"mirror-v3.{mirror.name}",
         stall_timeout_s=mirror.source.request_timeout_ms / 1000,
-        client_properties=librdkafka_properties(mirror.source.security, f"{mirror.source_field}.security"),
+        client_properties=librdkafka_properties(
+            mirror.source.security, f"{mirror.source_field}.security", mirror.source.client_properties
+        ),
     )
 
 

@@ -14,6 +14,7 @@ a group some application consumes with is refused (and named in the WARN).
 from __future__ import annotations
 
 import logging
+import dataclasses
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,12 +32,13 @@ RETRY_SECONDS = 30.0  # after a failed commit: a group that has members stays re
 
 @dataclass(frozen=True)
 class CommitGroup:
-    """A group on one source cluster: `cluster` is its name in the config, `source` and `field` reach it."""
+    """A group on one source cluster: `cluster` is its name in the config (with `group`, the identity), `source`
+    and `field` reach it."""
 
     cluster: str
     group: str
-    source: SourceConfig
-    field: str
+    source: SourceConfig = dataclasses.field(compare=False)
+    field: str = dataclasses.field(compare=False)
 
 
 class GroupCommits(Protocol):

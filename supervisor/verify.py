@@ -271,7 +271,9 @@ def _destination_partition(destination: KafkaDestination, mirror: MirrorSpec) ->
         isolation_level="read_committed",
         group_id=f"mirror-v3.verify.{mirror.name}",
         stall_timeout_s=destination.request_timeout_ms / 1000,
-        client_properties=librdkafka_properties(destination.security, "destination.security"),
+        client_properties=librdkafka_properties(
+            destination.security, "destination.security", destination.client_properties
+        ),
     )
 
 

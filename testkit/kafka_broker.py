@@ -141,6 +141,23 @@ def sasl_listener_properties(props: Mapping[str, str], port: int, users: Mapping
     }
 
 
+def oauthbearer_listener_properties(props: Mapping[str, str], port: int) -> dict[str, str]:
+    """An extra SASL_PLAINTEXT listener named OAUTH (mechanism OAUTHBEARER) with Kafka's unsecured JWT validator:
+    any token whose JWS is unsigned (`alg: none`) and has `sub`, `iat` and `exp` is accepted; its `sub` is the
+    principal. Fine for tests, never for production."""
+    return {
+        "listeners": f"{props['listeners']},OAUTH://{HOST}:{port}",
+        "advertised.listeners": f"{props['advertised.listeners']},OAUTH://{HOST}:{port}",
+        "listener.security.protocol.map": f"{props['listener.security.protocol.map']},OAUTH:SASL_PLAINTEXT",
+        "listener.name.oauth.sasl.enabled.mechanisms": "OAUTHBEARER",
+        # The broker's side of the login; without a server callback handler the unsecured validator is used.
+        "listener.name.oauth.oauthbearer.sasl.jaas.config": (
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required "
+            'unsecuredLoginStringClaim_sub="broker";'
+        ),
+    }
+
+
 def ssl_listener_properties(props: Mapping[str, str], port: int, tls: TlsFiles) -> dict[str, str]:
     """An extra SSL listener with PEM key material that requires client certificates of the same CA."""
     return {
@@ -186,6 +203,7 @@ class KafkaBroker(StartStop):
         extra_properties: Mapping[str, PropertyValue] | None = None,
         advertised_port: int | None = None,
         sasl_users: Mapping[str, str] | None = None,
+        oauthbearer: bool = False,
         tls: TlsFiles | None = None,
         jar_dir: Path | None = None,
         jvm_opts: Sequence[str] = DEFAULT_JVM_OPTS,
@@ -198,6 +216,7 @@ class KafkaBroker(StartStop):
         advertised_port: also open an EXTERNAL listener (port `external_port`)
             that advertises 127.0.0.1:<advertised_port>, e.g. a proxy in front
             of it that forwards to `external_port`. `bootstrap` stays direct.
+        oauthbearer: also open a SASL_PLAINTEXT listener for OAUTHBEARER with unsecured JWTs (`oauth_bootstrap`).
         """
         self._jar_dir = jar_dir
         self._jvm_opts = tuple(jvm_opts)
@@ -208,11 +227,12 @@ class KafkaBroker(StartStop):
         self.advertised_port = advertised_port
         self.sasl_users = dict(sasl_users or {})
         self.tls = tls
-        ports = free_ports(5)
+        ports = free_ports(6)
         self.port, self.controller_port = ports[0], ports[1]
         self.external_port: int | None = ports[2] if advertised_port is not None else None
         self.sasl_port: int | None = ports[3] if self.sasl_users else None
         self.ssl_port: int | None = ports[4] if tls is not None else None
+        self.oauth_port: int | None = ports[5] if oauthbearer else None
         self.cluster_id = random_cluster_id()
         self._child: ChildProcess | None = None
         self._paused = False
@@ -229,6 +249,11 @@ class KafkaBroker(StartStop):
     def sasl_bootstrap(self) -> str | None:
         """The SASL_PLAINTEXT (mechanism PLAIN) listener, when the broker was given sasl_users."""
         return None if self.sasl_port is None else f"{HOST}:{self.sasl_port}"
+
+    @property
+    def oauth_bootstrap(self) -> str | None:
+        """The SASL_PLAINTEXT listener for OAUTHBEARER with unsecured JWTs, when the broker was given oauthbearer."""
+        return None if self.oauth_port is None else f"{HOST}:{self.oauth_port}"
 
     @property
     def ssl_bootstrap(self) -> str | None:
@@ -355,6 +380,8 @@ class KafkaBroker(StartStop):
         )
         if self.sasl_port is not None:
             props.update(sasl_listener_properties(props, self.sasl_port, self.sasl_users))
+        if self.oauth_port is not None:
+            props.update(oauthbearer_listener_properties(props, self.oauth_port))
         if self.ssl_port is not None and self.tls is not None:
             props.update(ssl_listener_properties(props, self.ssl_port, self.tls))
         props.update({k: _prop_str(v) for k, v in self._extra.items()})

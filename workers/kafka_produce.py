@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from config.oauth_tokens import librdkafka_config
 from sinks.kafka_records import copied_from, source_cluster_header, source_offset_header
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.record_times import RecordTimes
@@ -123,7 +124,7 @@ class LibrdkafkaClients:
             # A delivery may wait this long for an unreachable destination (librdkafka retries meanwhile).
             "message.timeout.ms": deadline_ms,
             "queue.buffering.max.messages": 1_000_000,
-            **target.client_properties,
+            **librdkafka_config(target.client_properties),
         }
         if on_error is not None:
             settings["error_cb"] = on_error
@@ -142,7 +143,7 @@ class LibrdkafkaClients:
                 "group.id": group_id,
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
-                **target.client_properties,
+                **librdkafka_config(target.client_properties),
             }
         )
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from config.oauth_tokens import librdkafka_config
 from sinks.records import HEADER_TYPE, KAFKA_SCHEMA
 
 # A task reads one partition from one position to the end of its range. librdkafka keeps its queue full
@@ -112,7 +113,7 @@ def _new_consumer(source: SourcePartition) -> Any:
             "bootstrap.servers": source.bootstrap_servers,
             "group.id": source.group_id,
             "isolation.level": source.isolation_level,
-            **source.client_properties,
+            **librdkafka_config(source.client_properties),
         }
     )
 
