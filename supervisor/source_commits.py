@@ -13,8 +13,8 @@ a group some application consumes with is refused (and named in the WARN).
 
 from __future__ import annotations
 
-import logging
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Protocol
 
