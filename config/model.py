@@ -510,6 +510,15 @@ class SourceConfig(_Strict, frozen=True):
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Timeout for offset queries against the source.")
     ] = 30_000
+    outage_deadline_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="How long a mirror rides out a source that does not answer (a broker restart): offset and "
+            "metadata queries are asked again with backoff, and a read waits, until the source has been "
+            "unreachable this long; then the mirror fails. 0 fails at the first unanswered query.",
+        ),
+    ] = 60_000
     commit_source_offsets: Annotated[
         bool,
         msgspec.Meta(

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import base64
 import json
+import logging
 import time
 import urllib.error
 import urllib.parse
@@ -32,6 +33,10 @@ from config.model import OAuthAwsMskIam, OAuthUnsecuredJwt
 
 # How a task's librdkafka client makes its token: these keys are mirror-v3's, never librdkafka's.
 TOKEN_PREFIX = "mirror-v3.oauthbearer."
+CLIENT_LOG = logging.getLogger("librdkafka")
+# A handler of its own: where logging is not set up (a Spark task), Python would otherwise print WARNING and
+# above to stderr through its last-resort handler. Where it is, records still propagate to the root's.
+CLIENT_LOG.addHandler(logging.NullHandler())
 _METHOD = TOKEN_PREFIX + "method"
 
 
@@ -224,6 +229,10 @@ def librdkafka_config(properties: Mapping[str, str]) -> dict[str, Any]:
     keys, plus an `oauth_cb` when they say how to make a token. librdkafka calls it before the first connection
     and again at 80 % of each token's lifetime."""
     config: dict[str, Any] = {key: value for key, value in properties.items() if not key.startswith(TOKEN_PREFIX)}
+    # librdkafka's own log lines (a refused connection every backoff, ...) go to Python's logging, not to raw
+    # stderr: the process's LOG_LEVEL and format apply, and in Spark tasks they go nowhere (the errors that
+    # matter reach the task as error events).
+    config["logger"] = CLIENT_LOG
     make = token_source(properties)
     if make is not None:
 

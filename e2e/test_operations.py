@@ -12,6 +12,7 @@ from typing import Any
 
 from e2e.harness import assert_exactly_once, backlog, mirror_config, one_mirror, start
 from testkit.kafka_broker import KafkaBroker
+from testkit.kafka_data import generate_records, produce
 from testkit.mirror_run import MirrorRun
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget
@@ -107,3 +108,32 @@ def test_an_unreachable_spark_master_fails_at_once_naming_it_and_the_process_is_
     elapsed = time.monotonic() - began
     assert 'msg="cannot start Spark"' in line and f"spark.master {master}: no master accepts connections" in line
     assert elapsed < 30, f"took {elapsed:.0f}s"  # Spark's own registration retries would take over a minute
+
+
+def test_a_source_broker_down_for_20_seconds_mid_stream_is_ridden_out_by_the_same_process(
+    fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    with KafkaBroker() as broker:  # its own: this one is stopped
+        backlog(broker.bootstrap, topic_name, [30_000])
+        config = mirror_config(
+            tmp_path / "mirror.yaml",
+            broker.bootstrap,
+            fs,
+            [{"topic": topic_name, "partition": 0, "source": {"request-timeout-ms": 3000}}],
+            flush={"max-offsets": 2_000, "max-time-ms": 500},
+            spark={"max-offsets-per-job": 2_000},
+        )
+        with start(config, tmp_path / "run.log", fs) as run:
+            run.wait_until(lambda: (fs.next_offset(topic_name, 0) or 0) >= 4_000, 120, "the first flushes")
+            assert (fs.next_offset(topic_name, 0) or 0) < 30_000, "the backlog was done before the outage"
+            broker.kill()
+            time.sleep(20)  # a read in flight waits; offset queries in between are asked again
+            assert run.running, run.tail()
+            broker.start()
+            produce(broker.bootstrap, topic_name, 0, generate_records(1_000, seed=8))
+            run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 31_000}, timeout=180)
+            run.drain()
+        # Riding it out is no error; librdkafka's refused connections stay out of the log (only the mirror's WARNs).
+        assert run.errors() == [], run.errors()
+        assert "%3|" not in run.log_text()
+        assert_exactly_once(broker.bootstrap, fs, topic_name)

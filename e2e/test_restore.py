@@ -66,24 +66,17 @@ def test_an_archive_round_trips_into_fresh_topics_in_both_modes(
     target: Target = request.getfixturevalue("fs" if where == "filesystem" else "s3")
     counts = [70_000, 70_000, 65_000]
     archive(kafka, target, topic_name, counts, tmp_path, flush={"max-time-ms": 1_000, "max-offsets": 20_000})
+    source = {partition: source_records(kafka.bootstrap, topic_name, partition) for partition in range(3)}
     for offsets in ("preserve", "renumber"):
         restored = f"{topic_name}-{offsets}"
         create_topic(kafka.bootstrap, restored, partitions=3)
         entries = [{"topic": topic_name, "rename": restored}]
         config = restore_config(tmp_path / f"{offsets}.yaml", kafka, target, entries, offsets)
-
-        dry = run_cli("restore", "--config", str(config), "--dry-run", env=target.env(), timeout=300)
-        assert dry.returncode == 0, dry.stderr
-        assert f"3 partitions, {sum(counts)} records to restore with offsets: {offsets}" in dry.stdout, dry.stdout
-        assert watermarks(kafka.bootstrap, restored, 0)[1] == 0, "a dry run writes nothing"
-
         done = run_cli("restore", "--config", str(config), env=target.env(), timeout=600)
         assert done.returncode == 0, done.stderr
         assert f"restored {sum(counts)} records" in done.stdout, done.stdout
-        assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, offsets), topic_name, 3, name=restored)
-
-    again = run_cli("restore", "--config", str(config), env=target.env(), timeout=300)
-    assert again.returncode == 0 and "restored 0 records" in again.stdout, again.stdout + again.stderr
+        for partition, expected in source.items():
+            assert_same_records(KafkaTarget(kafka.bootstrap, offsets).records(restored, partition), expected)
 
     # A time window: from the first record stamped at or after `since` up to the first stamped at or after
     # `until`, which is what the broker's offsets-for-times answers for the source.
@@ -106,7 +99,7 @@ def test_an_archive_round_trips_into_fresh_topics_in_both_modes(
         first = offset_for_time(kafka.bootstrap, topic_name, partition, since)
         end = offset_for_time(kafka.bootstrap, topic_name, partition, until)
         assert first is not None and end is not None and 0 < first < end < counts[partition]
-        expected = [r for r in source_records(kafka.bootstrap, topic_name, partition) if first <= r.offset < end]
+        expected = [r for r in source[partition] if first <= r.offset < end]
         assert_same_records(KafkaTarget(kafka.bootstrap, "renumber").records(window, partition), expected)
     assert watermarks(kafka.bootstrap, window, 1)[1] == 0, "partition 1 was not selected"
 
@@ -144,11 +137,19 @@ def test_from_s3_preserve_refuses_an_archive_with_holes_and_renumber_restores_it
         assert watermarks(kafka.bootstrap, f"{topic}-back", 0)[1] == 0, "preserve wrote before refusing"
 
     renumber = restore_config(tmp_path / "renumber.yaml", kafka, s3, entries, "renumber")
+    records = sum(len(s3.records(topic, 0)) for topic in (compacted, transactional))  # what the archive holds
+    dry = run_cli("restore", "--config", str(renumber), "--dry-run", env=s3.env(), timeout=300)
+    assert dry.returncode == 0, dry.stderr
+    assert f"2 partitions, {records} records to restore with offsets: renumber" in dry.stdout, dry.stdout
+    assert all(watermarks(kafka.bootstrap, f"{t}-back", 0)[1] == 0 for t in (compacted, transactional)), "dry run wrote"
+
     done = run_cli("restore", "--config", str(renumber), env=s3.env(), timeout=300)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 0 and f"restored {records} records" in done.stdout, done.stdout + done.stderr
     for topic in (compacted, transactional):
         # Every record at the right header, none twice, none missing: compared with what the source holds now.
         assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, "renumber"), topic, name=f"{topic}-back")
+    again = run_cli("restore", "--config", str(renumber), env=s3.env(), timeout=300)
+    assert again.returncode == 0 and "restored 0 records" in again.stdout, again.stdout + again.stderr
 
 
 @pytest.mark.parametrize("offsets", ["preserve", "renumber"])

@@ -27,6 +27,7 @@ from supervisor.logs import log_event
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
 from supervisor.source import SourceOffsets
+from supervisor.source_outages import OutageRider
 from supervisor.transaction_hold import TransactionHold
 from workers.range_job import RangeJobError
 from workers.range_task import BlobLimits
@@ -92,6 +93,7 @@ class MirrorActor:
         self._last_flush_at: float | None = None
         self._source_end = 0
         self._parallelism = 1
+        self._outages = OutageRider(mirror.source.outage_deadline_ms / 1000, metrics.source_retries, self._ids)
         self._hold = TransactionHold()
         self._hold_warned = False
         # The timestamp of the last record committed while more was already readable: the oldest record
@@ -129,9 +131,9 @@ class MirrorActor:
 
     async def _start(self) -> None:
         """Check the source, find the position in the destination, announce the mirror."""
-        await self._source.check()
+        await self._outages.ride_out(self._source.check, "metadata query")
         destination_next = await self._sink.open()
-        offsets = await self._source.offsets()
+        offsets = await self._outages.ride_out(self._source.offsets, "offset query")
         self._observe(offsets)
         self._next = self._start_position(destination_next, offsets)
         if destination_next is None:
@@ -301,7 +303,7 @@ class MirrorActor:
 
     async def _query_offsets(self) -> SourceOffsets:
         asked_at = time.monotonic()
-        offsets = await self._source.offsets()
+        offsets = await self._outages.ride_out(self._source.offsets, "offset query")
         self._readable.observe(asked_at, offsets.end)
         self._observe(offsets)
         if offsets.high_watermark < self._next:
@@ -336,7 +338,7 @@ class MirrorActor:
             if exc.kind == "OffsetsDeletedError":
                 # Deleted while the job read: the next offset query sees the new log start and applies
                 # source.on-data-loss (fail, or skip them) before anything is committed past them.
-                self._handle_data_loss(await self._source.offsets())
+                self._handle_data_loss(await self._outages.ride_out(self._source.offsets, "offset query"))
                 if self._read_from > self._next:
                     return
             raise MirrorError(f"{self._topic_partition}: {exc}") from None

@@ -17,5 +17,9 @@ class SourceError(MirrorError):
     """The source cluster is unreachable or does not have the topic/partition."""
 
 
+class SourceUnavailableError(SourceError):
+    """The source cluster did not answer (refused, timed out, no leader): may pass, as a broker restart does."""
+
+
 class DataLossError(MirrorError):
     """Records the destination still needs are gone from the source."""

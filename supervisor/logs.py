@@ -68,7 +68,7 @@ def setup_logging() -> None:
     root.setLevel(level)
     # Third-party clients log their own view of failures (often at ERROR, often repeatedly); ours
     # reach the operator as one line naming the mirror. Their logs come back with LOG_LEVEL=DEBUG.
-    for noisy in ("aiokafka", "kafka", "botocore", "aiobotocore", "urllib3"):
+    for noisy in ("aiokafka", "kafka", "botocore", "aiobotocore", "urllib3", "librdkafka"):
         logging.getLogger(noisy).setLevel(logging.DEBUG if level <= logging.DEBUG else logging.CRITICAL)
     # py4j's DEBUG lines are every command sent to the JVM, Kafka options (SASL JAAS config) included:
     # never below WARNING, whatever LOG_LEVEL says.

@@ -184,7 +184,12 @@ class MetricFamilies:
         self.staged_bytes = gauge(
             "mirror_v3_staged_bytes", "Record bytes written by the Spark job and not yet committed (durable)."
         )
+        self.source_retries = counter(
+            "mirror_v3_source_retries",
+            "Source offset and metadata queries asked again because the source did not answer (outage ridden out).",
+        )
         self.families = [
+            self.source_retries,
             self.high_watermark_lag,
             self.transaction_held,
             self.transaction_hold_alert,
@@ -350,6 +355,7 @@ class MirrorMetrics:
     source_end: Gauge
     source_lag: Gauge
     high_watermark_lag: Gauge
+    source_retries: Counter
     transaction_held: Gauge
     transaction_hold_alert: Gauge
     pending_age: Gauge
@@ -392,6 +398,7 @@ class MirrorMetrics:
             source_end=families.source_end.labels(**labels),
             source_lag=families.source_lag.labels(**labels),
             high_watermark_lag=families.high_watermark_lag.labels(**labels),
+            source_retries=families.source_retries.labels(**labels),
             transaction_held=families.transaction_held.labels(**labels),
             transaction_hold_alert=families.transaction_hold_alert.labels(**labels),
             pending_age=families.pending_age.labels(**labels),

@@ -62,7 +62,8 @@ def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourceP
         partition=mirror.partition,
         isolation_level=mirror.source.isolation_level,
         group_id=group_id or mirror.source.group_id or f"mirror-v3.{mirror.name}",
-        stall_timeout_s=mirror.source.request_timeout_ms / 1000,
+        # A read that makes no progress waits out an outage as long as the offset queries do.
+        stall_timeout_s=max(mirror.source.request_timeout_ms, mirror.source.outage_deadline_ms) / 1000,
         client_properties=librdkafka_properties(
             mirror.source.security, f"{mirror.source_field}.security", mirror.source.client_properties
         ),

@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from config.kafka_clients import aiokafka_settings, diagnose_bootstrap
 from config.model import SourceConfig
-from supervisor.errors import SourceError
+from supervisor.errors import SourceError, SourceUnavailableError
 
 # How long a shared offset request may take before its partitions are asked one by one. aiokafka retries a
 # partition it has no leader for (a deleted topic, say) until the request timeout: in a shared request, that
@@ -80,13 +80,15 @@ class SourceCluster:
                 await asyncio.wait_for(self._uncommitted.start(), self._timeout_s)
             except (TimeoutError, KafkaError, OSError) as exc:
                 await self.close()
-                reason = _describe(exc)
+                reason, permanent = _describe(exc), False
                 if isinstance(exc, KafkaConnectionError):
                     diagnosis = await diagnose_bootstrap(
                         self.bootstrap_servers, self._client_settings, self._timeout_ms
                     )
-                    reason = diagnosis.reason
-                raise SourceError(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
+                    reason, permanent = diagnosis.reason, diagnosis.permanent
+                # A credential or certificate problem stays; anything else may be a broker restarting.
+                kind = SourceError if permanent else SourceUnavailableError
+                raise kind(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
             self._started = True
 
     async def check_partition(self, topic: str, partition: int) -> None:
@@ -94,7 +96,7 @@ class SourceCluster:
         try:
             metadata = await self._cluster_metadata()
         except (TimeoutError, KafkaError, OSError) as exc:
-            raise SourceError(
+            raise SourceUnavailableError(
                 f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
             ) from None
         if topic not in metadata.topics():
@@ -112,7 +114,7 @@ class SourceCluster:
         try:
             metadata = await self._cluster_metadata()
         except (TimeoutError, KafkaError, OSError) as exc:
-            raise SourceError(
+            raise SourceUnavailableError(
                 f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
             ) from None
         return {
@@ -232,7 +234,7 @@ class SourceCluster:
             start, stable, high = await asyncio.wait_for(requests, self._timeout_s)
         except (TimeoutError, KafkaError, OSError) as exc:
             where = f"{tps[0].topic}-{tps[0].partition}" if len(tps) == 1 else f"{len(tps)} partitions"
-            raise SourceError(
+            raise SourceUnavailableError(
                 f"source {where} on {self.bootstrap_servers}: offset query failed: {_describe(exc)}"
             ) from None
         return {tp: (start[tp], stable[tp], high[tp]) for tp in tps}
