@@ -92,6 +92,15 @@ def test_a_shard_out_of_range_is_a_user_error_before_anything_starts(tmp_path: P
     assert_user_error(result, "invalid config: MIRROR_V3_SHARD: expected I/N with N >= 1")
 
 
+def test_a_bad_runtime_setting_in_the_environment_is_a_user_error_naming_the_variable(tmp_path: Path) -> None:
+    path = tmp_path / "mirror.yaml"
+    path.write_text(GOOD, encoding="utf-8")
+    result = run_cli("validate", "--config", str(path), env={"MIRROR_V3_METRICS_PORT": "http"})
+    assert_user_error(
+        result, "invalid config: MIRROR_V3_METRICS_PORT: 'http' is not a port number (0-65535; 0 disables)\n"
+    )
+
+
 def test_plan_of_a_bad_selection_names_the_field(tmp_path: Path) -> None:
     path = tmp_path / "mirror.yaml"
     selection = GOOD.replace("    topic: orders\n    partition: 1\n", "    topic-regex: 'orders['\n")

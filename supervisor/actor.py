@@ -9,7 +9,6 @@ by the actor between flushes. Its starting position always comes from `sink.open
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,22 +43,6 @@ class ActorSettings:
     limits: FlushLimits
     heartbeat_secs: float
     drain_timeout_secs: float = 25.0
-
-    @staticmethod
-    def heartbeat_from_env() -> float:
-        return _seconds_from_env("MIRROR_V3_HEARTBEAT_SECS", 30.0)
-
-    @staticmethod
-    def drain_timeout_from_env() -> float:
-        return _seconds_from_env("MIRROR_V3_DRAIN_TIMEOUT_SECS", 25.0)
-
-
-def _seconds_from_env(name: str, default: float) -> float:
-    raw = os.environ.get(name, str(default))
-    try:
-        return max(0.0, float(raw))
-    except ValueError:
-        return default
 
 
 class MirrorActor:

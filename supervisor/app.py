@@ -17,6 +17,7 @@ from config.errors import ConfigError
 from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.kafka_clients import ClientSettingsError
 from config.model import Config, KafkaDestination
+from config.runtime import RuntimeSettings
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
@@ -49,8 +50,10 @@ class Supervisor:
         families: MetricFamilies,
         early_signals: list[int] | None = None,
         shard: Shard | None = None,
+        runtime: RuntimeSettings | None = None,
     ) -> None:
         self._config = config
+        self._runtime = runtime or RuntimeSettings()
         self._early_signals = early_signals if early_signals is not None else []
         self._families = families
         self._shard = shard
@@ -84,8 +87,8 @@ class Supervisor:
                 job_offsets=spark.max_offsets_per_job,
                 job_bytes=spark.max_bytes_per_job,
             ),
-            heartbeat_secs=ActorSettings.heartbeat_from_env(),
-            drain_timeout_secs=ActorSettings.drain_timeout_from_env(),
+            heartbeat_secs=self._runtime.heartbeat_secs,
+            drain_timeout_secs=self._runtime.drain_timeout_secs,
         )
         if self._sinks is None:
             self._sinks = SinkFactory(self._config.destination)
@@ -147,8 +150,9 @@ class Supervisor:
                 lag_of=self._lag_of,
                 held_since_of=self._held_since_of,
                 spark_ready=False,
-                max_lag=Readiness.max_lag_from_env(),
+                max_lag=self._runtime.readiness_lag,
             ),
+            self._runtime.metrics_port,
         )
         await self.http.start()
         try:

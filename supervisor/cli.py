@@ -19,6 +19,7 @@ import anyio
 from config import ConfigError, load_config
 from config.estate import Shard
 from config.model import Config
+from config.runtime import RuntimeSettings, parse_runtime
 from sinks.base import DestinationError
 from supervisor import early_signals
 from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, SourceError
@@ -112,11 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _shard(flag: str | None) -> Shard | None:
+def _shard(flag: str | None, from_env: str | None) -> Shard | None:
     """--shard, else $MIRROR_V3_SHARD (a StatefulSet passes its pod's ordinal this way), else none."""
     if flag is not None:
         return Shard.parse(flag, "--shard")
-    from_env = os.environ.get(SHARD_ENV)
     return Shard.parse(from_env, SHARD_ENV) if from_env else None
 
 
@@ -124,12 +124,17 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command != "run":
         early_signals.release()  # only `run` drains; the other commands stop as any program does
-    setup_logging()
+    try:
+        runtime = parse_runtime(os.environ)
+    except ConfigError as exc:
+        print(f"invalid config: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    setup_logging(runtime.log_level, runtime.log_format)
     if args.command == "restore":  # a config of its own
-        return _restore(args)
+        return _restore(args, runtime)
     try:
         config = load_config(args.config)
-        shard = _shard(getattr(args, "shard", None))
+        shard = _shard(getattr(args, "shard", None), runtime.shard)
     except ConfigError as exc:
         print(f"invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -149,11 +154,18 @@ def main(argv: list[str] | None = None) -> int:
         return _plan(config, args.format, args.timeout, shard)
     if args.command == "status":
         if args.watch is not None:
-            return _watch_status(config, args, shard)
-        return _status(config, args.format, args.timeout, args.deep, shard, args.process)
+            return _watch_status(config, args, shard, runtime)
+        return _status(config, args.format, args.timeout, args.deep, shard, _process_url(args.process, runtime))
     if args.command == "verify":
         return _verify(config, args, shard)
-    return _run(config, shard)
+    return _run(config, shard, runtime)
+
+
+def _process_url(process: str, runtime: RuntimeSettings) -> str | None:
+    """status --process: 'local' is this host's process on MIRROR_V3_METRICS_PORT, 'none' none, else a URL."""
+    from supervisor.status import default_process
+
+    return {"local": default_process(runtime.metrics_port), "none": None}.get(process, process)
 
 
 def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
@@ -196,7 +208,7 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
-def _restore(args: argparse.Namespace) -> int:
+def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
     from config.restore import load_restore_config
     from supervisor.metrics import MetricFamilies
     from supervisor.restore import RestoreFailedError, RestoreRefusedError, run_restore
@@ -206,7 +218,10 @@ def _restore(args: argparse.Namespace) -> int:
     try:
         config = load_restore_config(args.config)
         families = None if args.dry_run else MetricFamilies()
-        print(anyio.run(partial(run_restore, config, dry_run=args.dry_run, families=families)))
+        restore = partial(
+            run_restore, config, dry_run=args.dry_run, families=families, metrics_port=runtime.metrics_port
+        )
+        print(anyio.run(restore))
     except ConfigError as exc:
         print(f"invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -239,10 +254,9 @@ def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:
     return EXIT_OK
 
 
-def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard | None, process: str) -> int:
-    from supervisor.status import collect_status, default_process, render_json, render_table
+def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard | None, url: str | None) -> int:
+    from supervisor.status import collect_status, render_json, render_table
 
-    url = {"local": default_process(), "none": None}.get(process, process)
     try:
         report = anyio.run(collect_status, config, timeout, deep, shard, url)
     except ConfigError as exc:
@@ -255,13 +269,13 @@ def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard |
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
-def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
-    from supervisor.status import StatusReport, default_process, render_json, render_table, watch_status
+def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None, runtime: RuntimeSettings) -> int:
+    from supervisor.status import StatusReport, render_json, render_table, watch_status
 
     if args.watch <= 0:
         print("invalid config: --watch: the refresh interval must be above 0 seconds", file=sys.stderr)
         return EXIT_CONFIG
-    url = {"local": default_process(), "none": None}.get(args.process, args.process)
+    url = _process_url(args.process, runtime)
     clear = sys.stdout.isatty() and args.format == "table"
 
     def emit(report: StatusReport) -> None:
@@ -300,7 +314,7 @@ def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None)
     return EXIT_OK
 
 
-def _run(config: Config, shard: Shard | None) -> int:
+def _run(config: Config, shard: Shard | None, runtime: RuntimeSettings) -> int:
     # A SIGTERM that arrives while the process is still starting must drain like any other: remembered
     # (from `__main__` on, or from here when called directly) until the supervisor's handling takes over.
     early_signals.install()
@@ -308,7 +322,7 @@ def _run(config: Config, shard: Shard | None) -> int:
     from supervisor.metrics import MetricFamilies
 
     families = MetricFamilies()
-    supervisor = Supervisor(config, families, early_signals=early_signals.received, shard=shard)
+    supervisor = Supervisor(config, families, early_signals=early_signals.received, shard=shard, runtime=runtime)
     try:
         return anyio.run(supervisor.run)
     except KeyboardInterrupt:

@@ -11,7 +11,6 @@ turns; a watchdog task also measures how late the loop wakes up and reports unhe
 from __future__ import annotations
 
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +21,6 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from supervisor.logs import log_event
-from supervisor.metrics import metrics_port
 
 log = logging.getLogger("mirror_v3.http")
 WATCHDOG_INTERVAL_S = 0.5
@@ -59,17 +57,6 @@ class Readiness:
     held_since_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
 
-    @staticmethod
-    def max_lag_from_env() -> float | None:
-        raw = os.environ.get("MIRROR_V3_READINESS_LAG")
-        if not raw:
-            return None
-        try:
-            return float(raw)
-        except ValueError:
-            log_event(log, logging.WARNING, "ignoring invalid MIRROR_V3_READINESS_LAG", value=raw)
-            return None
-
     def state(self) -> ProcessState:
         mirrors = []
         for name in self.mirrors:
@@ -100,9 +87,11 @@ class Readiness:
 
 
 class HttpEndpoint:
-    def __init__(self, registry: CollectorRegistry, readiness: Readiness) -> None:
+    def __init__(self, registry: CollectorRegistry, readiness: Readiness, port: int) -> None:
+        """`port`: config.runtime's MIRROR_V3_METRICS_PORT (0: no endpoint)."""
         self._registry = registry
         self.readiness = readiness
+        self._port = port
         self.loop_lag_s = 0.0
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
@@ -134,8 +123,8 @@ class HttpEndpoint:
         return web.Response(body=msgspec.json.encode(self.readiness.state()), content_type="application/json")
 
     async def start(self) -> int | None:
-        """Listen on MIRROR_V3_METRICS_PORT (default 9090; 0 disables). A bind failure is a WARN."""
-        port = metrics_port()
+        """Listen on the port (0: disabled). A bind failure is a WARN."""
+        port = self._port
         if port == 0:
             log_event(log, logging.INFO, "http endpoint disabled", env="MIRROR_V3_METRICS_PORT=0")
             return None

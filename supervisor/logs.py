@@ -54,14 +54,12 @@ class JsonFormatter(logging.Formatter):
         return redact(json.dumps(entry))
 
 
-def setup_logging() -> None:
-    """Configure the root logger from LOG_LEVEL (default INFO) and LOG_FORMAT (kv|json)."""
-    level_name = os.environ.get("LOG_LEVEL", "INFO").upper()
+def setup_logging(level_name: str = "INFO", fmt: str = "kv") -> None:
+    """Configure the root logger (config.runtime: LOG_LEVEL and LOG_FORMAT, checked already)."""
     level = logging.getLevelName(level_name)
     if not isinstance(level, int):
         level = logging.INFO
     handler = logging.StreamHandler(sys.stderr)
-    fmt = os.environ.get("LOG_FORMAT", "kv").lower()
     handler.setFormatter(JsonFormatter() if fmt == "json" else KeyValueFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

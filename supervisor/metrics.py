@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import logging
-import os
 import platform
 import threading
 from collections.abc import Iterable, Iterator
@@ -19,7 +17,6 @@ from prometheus_client.core import REGISTRY, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from sinks.record_times import RecordTimes
-from supervisor.logs import log_event
 
 # Counters would each carry a `_created` series as well: twice the series for no use on a dashboard.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -82,10 +79,6 @@ class CountedHistogram(Collector):
                     buckets.append(("+Inf" if bound == float("inf") else repr(float(bound)), cumulative))
                 family.add_metric(list(labels), buckets, total[0])
         yield family
-
-
-DEFAULT_METRICS_PORT = 9090
-log = logging.getLogger("mirror_v3.metrics")
 
 
 class MetricFamilies:
@@ -410,15 +403,3 @@ class MirrorMetrics:
             flush_seconds=families.flush_seconds.labels(cluster=cluster, topic=topic),
             latency_family=families.latency,
         )
-
-
-def metrics_port() -> int:
-    raw = os.environ.get("MIRROR_V3_METRICS_PORT", str(DEFAULT_METRICS_PORT))
-    try:
-        port = int(raw)
-    except ValueError:
-        log_event(
-            log, logging.WARNING, "invalid MIRROR_V3_METRICS_PORT, using default", value=raw, port=DEFAULT_METRICS_PORT
-        )
-        return DEFAULT_METRICS_PORT
-    return port

@@ -485,7 +485,9 @@ async def log_append_time_topics(parts: list[RestorePartition]) -> list[str]:
     return found
 
 
-async def run_restore(config: RestoreConfig, *, dry_run: bool = False, families: MetricFamilies | None = None) -> str:
+async def run_restore(
+    config: RestoreConfig, *, dry_run: bool = False, families: MetricFamilies | None = None, metrics_port: int = 0
+) -> str:
     """The whole command; returns what it prints on stdout. With `families`, the restore's series are served on
     the metrics port (/metrics, /healthz, /readyz: ready once every destination partition is open)."""
     try:
@@ -506,7 +508,7 @@ async def run_restore(config: RestoreConfig, *, dry_run: bool = False, families:
         refuse_holes_for_preserve(parts)
     metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
     readiness = Readiness(mirrors=[part.name for part in parts])
-    endpoint = None if families is None else HttpEndpoint(families.registry, readiness)
+    endpoint = None if families is None else HttpEndpoint(families.registry, readiness, metrics_port)
     if endpoint is not None:
         await endpoint.start()
     try:

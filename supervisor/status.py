@@ -31,7 +31,6 @@ from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.errors import SourceError
 from supervisor.http import ProcessState
-from supervisor.metrics import metrics_port
 from supervisor.output import about, document_schema, table_lines
 from supervisor.source import SourceClusters
 
@@ -112,9 +111,8 @@ class StatusReport:
         return all(row.error is None and row.state not in FAILED_STATES for row in self.rows)
 
 
-def default_process() -> str | None:
-    """This host's mirror-v3 process, where MIRROR_V3_METRICS_PORT says it listens (None: disabled)."""
-    port = metrics_port()
+def default_process(port: int) -> str | None:
+    """This host's mirror-v3 process, where MIRROR_V3_METRICS_PORT (`port`) says it listens (None: disabled)."""
     return None if port == 0 else f"http://127.0.0.1:{port}"
 
 

@@ -13,10 +13,8 @@ from testkit.ports import free_port
 
 
 @pytest.fixture
-def port(monkeypatch: pytest.MonkeyPatch) -> int:
-    chosen = free_port()
-    monkeypatch.setenv("MIRROR_V3_METRICS_PORT", str(chosen))
-    return chosen
+def port() -> int:
+    return free_port()
 
 
 async def get(port: int, path: str) -> tuple[int, str]:
@@ -30,7 +28,7 @@ async def test_endpoints(port: int) -> None:
     lags = {"a": 0.0, "b": 500.0}
     held = {"b": 1_700_000_000.0}
     readiness = Readiness(mirrors=["a", "b"], lag_of=lags.get, max_lag=100, held_since_of=held.get)
-    endpoint = HttpEndpoint(registry, readiness)
+    endpoint = HttpEndpoint(registry, readiness, port)
     assert await endpoint.start() == port
     try:
         status, body = await get(port, "/metrics")
@@ -75,26 +73,16 @@ async def test_endpoints(port: int) -> None:
         await endpoint.stop()
 
 
-async def test_port_zero_disables(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MIRROR_V3_METRICS_PORT", "0")
-    assert await HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[])).start() is None
+async def test_port_zero_disables() -> None:
+    assert await HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]), 0).start() is None
 
 
 async def test_port_in_use_is_a_warning_not_fatal(port: int, caplog: pytest.LogCaptureFixture) -> None:
-    first = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]))
+    first = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]), port)
     assert await first.start() == port
     try:
-        second = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]))
+        second = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]), port)
         assert await second.start() is None
         assert any(r.levelname == "WARNING" and "not started" in r.getMessage() for r in caplog.records)
     finally:
         await first.stop()
-
-
-def test_readiness_lag_from_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("MIRROR_V3_READINESS_LAG", "1000")
-    assert Readiness.max_lag_from_env() == 1000
-    monkeypatch.setenv("MIRROR_V3_READINESS_LAG", "lots")
-    assert Readiness.max_lag_from_env() is None
-    monkeypatch.delenv("MIRROR_V3_READINESS_LAG")
-    assert Readiness.max_lag_from_env() is None
