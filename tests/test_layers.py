@@ -1,0 +1,37 @@
+"""Imports run downwards (docs/architecture.md): a module may import its own package and the packages below it,
+never one above, and product code never imports the test tooling."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LAYERS = ("config", "sinks", "workers", "supervisor")  # bottom first
+TOOLING = ("testkit", "bench", "tests", "e2e")
+
+
+def imported_packages(path: Path) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+def test_no_layer_imports_one_above_it_or_the_test_tooling() -> None:
+    wrong = []
+    for rank, layer in enumerate(LAYERS):
+        above = set(LAYERS[rank + 1 :]) | set(TOOLING)
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            for package in sorted(imported_packages(path) & above):
+                wrong.append(f"{path.relative_to(ROOT)} imports {package}")
+    assert not wrong, "imports that run upwards:\n" + "\n".join(wrong)
+
+
+def test_the_rule_is_checked_against_real_imports() -> None:
+    # The check itself must see imports, including those under `if TYPE_CHECKING:`.
+    assert {"config", "sinks", "workers"} <= imported_packages(ROOT / "supervisor" / "actor.py")
+    assert "config" in imported_packages(ROOT / "sinks" / "factory.py")
