@@ -97,6 +97,8 @@ def get_spark(config: SparkConfig, on_jvm_event: Callable[[JvmEvent], None] = lo
             _start_failure = SparkStartError(reason)
             raise _start_failure from exc
         session.sparkContext.setLogLevel(config.log_level)
+        if _relay is not None:
+            _relay.stopping = False  # a new session on the JVM a stopped one left running
         _session = session
         return session
 
