@@ -12,7 +12,7 @@ TOOLING = ("testkit", "bench", "tests", "e2e")
 
 
 def imported_packages(path: Path) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             found.update(alias.name.split(".")[0] for alias in node.names)
