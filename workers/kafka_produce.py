@@ -362,10 +362,7 @@ class _RenumberAttempts:
                 self._owner = self._clients.group_consumer(target.owner_group)
             owner = self._committed(self._owner, timeout)
             if owner != target.writer:
-                raise ProducerFencedError(
-                    f"{target.name}: fenced by a newer producer: process {owner} took this partition over (group "
-                    f"{target.owner_group}): another process runs this mirror"
-                )
+                raise self._fenced_by(owner)
             position = self._committed(self._group, timeout)
             if position == task.end:  # only this process writes now, and it commits only whole ranges
                 return self._landed_before()
@@ -399,7 +396,10 @@ class _RenumberAttempts:
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() == _FATAL:
-                error = self._fatal_cause() or error
+                cause = self._fatal_cause()
+                if cause is None:
+                    self._raise_if_taken_over(timeout)
+                error = cause or error
             classified = _classified(target, error)
             if isinstance(classified, TransientDestinationError):
                 self._abandon_transaction()
@@ -410,6 +410,27 @@ class _RenumberAttempts:
                 self._producer = None
                 raise TransientDestinationError(f"{target.name}: producer restarted after {error.str()}") from None
             raise classified from None
+
+    def _fenced_by(self, owner: int | None) -> ProducerFencedError:
+        target = self._target
+        return ProducerFencedError(
+            f"{target.name}: fenced by a newer producer: process {owner} took this partition over (group "
+            f"{target.owner_group}): another process runs this mirror"
+        )
+
+    def _raise_if_taken_over(self, timeout: float) -> None:
+        """A fatal error whose cause librdkafka has not reported (yet): the owner group says whether another
+        process took the partition over, which is what a fenced producer's fatal error means."""
+        from confluent_kafka import KafkaException
+
+        if self._owner is None:
+            return
+        try:
+            owner = self._committed(self._owner, timeout)
+        except KafkaException:
+            return  # cannot tell: the fatal error stands as it is
+        if owner != self._target.writer:
+            raise self._fenced_by(owner) from None
 
     def _on_error(self, error: Any) -> None:
         if error.fatal() or error.code() in _FENCED:
