@@ -255,7 +255,8 @@ def open_transaction(
     bootstrap: str, topic: str, partition: int, records: Sequence[Record], *, timeout: float = 60.0
 ) -> Iterator[None]:
     """`records` produced inside a transaction that stays open (a hung producer) until the block ends, then
-    aborted: meanwhile the partition's last stable offset stays where the transaction began."""
+    aborted (returning once the abort marker has landed): meanwhile the partition's last stable offset stays
+    where the transaction began."""
     producer = Producer(
         {
             "bootstrap.servers": bootstrap,
@@ -276,6 +277,12 @@ def open_transaction(
         raise KafkaDataError(f"open transaction on {topic}[{partition}] failed: {exc}") from None
     finally:
         producer.close()
+    # The abort marker lands after EndTxn has returned: until then the high watermark still moves.
+    _wait_until(
+        lambda: _stable_end(bootstrap, topic, partition),
+        timeout,
+        f"the abort marker of {topic}[{partition}] did not land",
+    )
 
 
 def _stable_end(bootstrap: str, topic: str, partition: int) -> bool:
