@@ -24,20 +24,12 @@ from sinks.base import DestinationError
 from supervisor import early_signals
 from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, SourceError
 from supervisor.logs import setup_logging
+from supervisor.version import installed_version
 
 log = logging.getLogger("mirror_v3.cli")
 
 
 SHARD_ENV = "MIRROR_V3_SHARD"
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mirror-v3")
-    except PackageNotFoundError:  # run from a checkout that was never installed
-        return "unknown (not installed)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -46,7 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="mirror-v3" if called == "mirror-v3" else "python -m supervisor",
         description="Exactly-once Kafka partition mirror.",
     )
-    parser.add_argument("--version", action="version", version=f"mirror-v3 {_version()}")
+    version = installed_version("mirror-v3") or "unknown (not installed)"  # a checkout run as is
+    parser.add_argument("--version", action="version", version=f"mirror-v3 {version}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     shard_help = (
         f"I/N: this process mirrors only the partitions of shard I of N (0-based; default: ${SHARD_ENV}, else all)"

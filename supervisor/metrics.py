@@ -17,6 +17,7 @@ from prometheus_client.core import REGISTRY, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from sinks.record_times import RecordTimes
+from supervisor.version import installed_version
 
 # Counters would each carry a `_created` series as well: twice the series for no use on a dashboard.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -318,15 +319,11 @@ class MetricFamilies:
 
 
 def build_labels() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    def of(package: str) -> str:
-        try:
-            return version(package)
-        except PackageNotFoundError:
-            return "unknown"
-
-    return {"version": of("mirror-v3"), "python": platform.python_version(), "pyspark": of("pyspark")}
+    return {
+        "version": installed_version("mirror-v3") or "unknown",
+        "python": platform.python_version(),
+        "pyspark": installed_version("pyspark") or "unknown",
+    }
 
 
 @dataclass

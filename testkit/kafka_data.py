@@ -217,15 +217,7 @@ def produce_transactional(
     Aborted batches are flushed first, so their records really land in the log
     (followed by an abort marker) instead of being purged client-side.
     """
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            **_PRODUCER_CONFIG,
-            "enable.idempotence": True,  # required by transactions
-            "max.in.flight.requests.per.connection": 5,
-            "transactional.id": transactional_id or f"testkit-txn-{uuid.uuid4().hex}",
-        }
-    )
+    producer = _transactional_producer(bootstrap, transactional_id or f"testkit-txn-{uuid.uuid4().hex}")
     try:
         producer.init_transactions(timeout)
         for records, commit in batches:
@@ -257,14 +249,7 @@ def open_transaction(
     """`records` produced inside a transaction that stays open (a hung producer) until the block ends, then
     aborted (returning once the abort marker has landed): meanwhile the partition's last stable offset stays
     where the transaction began."""
-    producer = Producer(
-        {
-            "bootstrap.servers": bootstrap,
-            **_PRODUCER_CONFIG,
-            "enable.idempotence": True,
-            "transactional.id": f"testkit-open-txn-{uuid.uuid4().hex}",
-        }
-    )
+    producer = _transactional_producer(bootstrap, f"testkit-open-txn-{uuid.uuid4().hex}")
     try:
         producer.init_transactions(timeout)
         producer.begin_transaction()
@@ -282,6 +267,18 @@ def open_transaction(
         lambda: _stable_end(bootstrap, topic, partition),
         timeout,
         f"the abort marker of {topic}[{partition}] did not land",
+    )
+
+
+def _transactional_producer(bootstrap: str, transactional_id: str) -> Producer:
+    return Producer(
+        {
+            "bootstrap.servers": bootstrap,
+            **_PRODUCER_CONFIG,
+            "enable.idempotence": True,  # required by transactions
+            "max.in.flight.requests.per.connection": 5,
+            "transactional.id": transactional_id,
+        }
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import errno
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -40,7 +40,6 @@ from sinks.s3 import S3Connection, S3Store
 from sinks.s3_staging import S3Settings
 from sinks.staging import BlobFormat, BlobStaging, StagedBlob
 from testkit.http_fault_proxy import FaultProxy, RequestInfo
-from testkit.ports import HOST, free_port
 from tests.fakes import InMemoryStore, MemoryStaging
 
 KINDS = ["memory", "filesystem", "s3"]
@@ -64,19 +63,6 @@ class StoreUnderTest:
     # Make a staged blob's publish fail for good after the commit's first step (S3: its upload aborted out
     # of band, as by a second process cleaning the prefix); None where a commit is one step.
     interrupt: Callable[[StagedBlob], None] | None = None
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://{HOST}:{port}"
-    finally:
-        server.stop()
 
 
 def _memory() -> StoreUnderTest:

@@ -3,7 +3,6 @@ multipart upload at creation, the claim's PutObject) and on no other request, as
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import anyio.to_thread
@@ -16,23 +15,9 @@ from sinks.retry import RetryPolicy
 from sinks.s3 import S3Connection, S3Store, claims_prefix
 from sinks.s3_staging import S3Settings, S3Staging
 from testkit.http_fault_proxy import FaultProxy
-from testkit.ports import HOST, free_port
 
 PREFIX = "archive/t/0/"
 KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/0f6c2d6e-1111-2222-3333-444455556666"
-
-
-@pytest.fixture(scope="module")
-def moto_endpoint() -> Iterator[str]:
-    from moto.server import ThreadedMotoServer
-
-    port = free_port()
-    server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
-    server.start()
-    try:
-        yield f"http://{HOST}:{port}"
-    finally:
-        server.stop()
 
 
 def _client(endpoint: str) -> Any:

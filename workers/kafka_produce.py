@@ -196,8 +196,20 @@ class _Written:
     errors: list[str] = field(default_factory=list)
     timestamps: array[int] = field(default_factory=lambda: array("q"))  # of the records produced, for RecordTimes
 
-    def times(self) -> RecordTimes:
-        return RecordTimes.measure(np.frombuffer(self.timestamps, dtype=np.int64), round(time.time() * 1000))
+    def produced(self, task: TaskRange, retries: int = 0) -> ProducedRange:
+        """What this pass wrote, as the task reports it (record timestamps measured now)."""
+        times = RecordTimes.measure(np.frombuffer(self.timestamps, dtype=np.int64), round(time.time() * 1000))
+        return ProducedRange(
+            task.first,
+            task.end - 1,
+            self.records,
+            self.record_bytes,
+            self.first_delivered,
+            self.last_delivered,
+            retries=retries,
+            skipped=self.skipped,
+            times=times,
+        )
 
     def delivered(self, error: Any, message: Any, check_offsets: bool) -> None:
         source_offset = self.next_delivered
@@ -316,15 +328,7 @@ def _preserve(
     except KafkaException as exc:
         # librdkafka has retried on its own until the deadline: what reaches here is final.
         raise DestinationTaskError(f"{target.name}: {exc.args[0].str()}") from None
-    return ProducedRange(
-        task.first,
-        task.end - 1,
-        written.records,
-        written.record_bytes,
-        written.first_delivered,
-        written.last_delivered,
-        times=written.times(),
-    )
+    return written.produced(task)
 
 
 class _RenumberAttempts:
@@ -382,17 +386,7 @@ class _RenumberAttempts:
             self._commit(producer)
             if written.errors:  # a failed delivery fails the commit; this only guards that promise
                 raise DestinationTaskError(f"{target.name}: {written.errors[0]}")
-            return ProducedRange(
-                task.first,
-                task.end - 1,
-                written.records,
-                written.record_bytes,
-                written.first_delivered,
-                written.last_delivered,
-                retries=self._attempts - 1,
-                skipped=written.skipped,
-                times=written.times(),
-            )
+            return written.produced(task, retries=self._attempts - 1)
         except KafkaException as exc:
             error = exc.args[0]
             if error.code() == _FATAL:
