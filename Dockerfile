@@ -11,6 +11,7 @@ ENV MIRROR_V3_VENV=/opt/mirror-v3/venv \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY core ./core
 COPY config ./config
 COPY sinks ./sinks
 COPY supervisor ./supervisor

@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
-from sinks.records import parquet_writer
+from core.records import parquet_writer
 from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError, watermarks
 from workers.kafka_range import RecordColumns, message_bytes
 from workers.range_task import ROW_GROUP_BYTES, ROW_GROUP_ROWS

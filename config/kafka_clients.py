@@ -23,7 +23,7 @@ from aiokafka.abc import AbstractTokenProvider
 from config.client_properties import ClientPropertyValue, as_librdkafka
 from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, TlsConfig
 from config.oauth_tokens import Token, TokenError, fetch_client_credentials, token_properties, token_source
-from config.secrets import remember
+from core.secrets import remember
 
 
 class ClientSettingsError(Exception):

@@ -18,7 +18,7 @@ from config.model import (
     RetryConfig,
     S3Destination,
 )
-from config.secrets import remember
+from core.secrets import remember
 from sinks.base import DestinationError, Sink
 from sinks.blob_chain import BlobStore
 from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader

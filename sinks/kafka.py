@@ -38,8 +38,8 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from config.kafka_clients import diagnose_bootstrap
+from core.kafka_records import parse_source_offset
 from sinks.base import Committed, DestinationError, Inspection
-from sinks.kafka_records import parse_source_offset
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryPolicy, TransientDestinationError
 from sinks.staging import StagedBlob
@@ -398,7 +398,7 @@ class KafkaSink:
         committed = await self._clients.committed_offset(self.group_id, self._tp)
         from_header = await self._last_header_position(search_all=committed is None)
         if committed is None and from_header is not None:
-            # Same structured fields as every other line (supervisor.logs formats them).
+            # Same structured fields as every other line (core.logs formats them).
             fields = {"destination": self.description, "group": self.group_id, "last_source_offset": from_header - 1}
             log.warning(
                 "no committed position in consumer group (expired after offsets.retention.minutes?); "

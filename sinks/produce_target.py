@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from sinks.record_times import RecordTimes
+from core.record_times import RecordTimes
 
 if TYPE_CHECKING:  # sinks.retry's sink wrapper names the types of this module
     from sinks.retry import RetryPolicy

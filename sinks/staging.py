@@ -18,7 +18,7 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from sinks.record_times import RecordTimes
+from core.record_times import RecordTimes
 
 
 @dataclass(frozen=True)

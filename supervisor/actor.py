@@ -17,12 +17,12 @@ import anyio
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig
+from core.errors import DataLossError, MirrorError
+from core.logs import log_event
 from sinks.base import Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import StagedBlob
-from supervisor.errors import DataLossError, MirrorError
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
-from supervisor.logs import log_event
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
 from supervisor.source import SourceOffsets

@@ -18,18 +18,18 @@ from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.kafka_clients import ClientSettingsError
 from config.model import Config, KafkaDestination
 from config.runtime import RuntimeSettings
+from core.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL, SourceError
+from core.logs import log_event, quiet_aiokafka_leaks
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
 from supervisor.discovery import ClusterRead, plan_estate, read_clusters
-from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL, SourceError
 from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.kafka_admin import AdminRequestError, SourceAdmins, loop_ids
-from supervisor.logs import log_event, quiet_aiokafka_leaks
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source import SourceClusters

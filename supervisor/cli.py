@@ -20,10 +20,10 @@ from config import ConfigError, load_config
 from config.estate import Shard
 from config.model import Config
 from config.runtime import RuntimeSettings, parse_runtime
+from core.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, SourceError
+from core.logs import setup_logging
 from sinks.base import DestinationError
 from supervisor import early_signals
-from supervisor.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, SourceError
-from supervisor.logs import setup_logging
 from supervisor.version import installed_version
 
 log = logging.getLogger("mirror_v3.cli")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from config.kafka_clients import ClientSettingsError
+from core.errors import MirrorError
 from sinks.base import DestinationError
-from supervisor.errors import MirrorError
 
 
 def describe_error(exc: BaseException) -> str:

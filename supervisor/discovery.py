@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from config.estate import Entry, EstatePlan, Shard, expand
-from supervisor.errors import SourceError
+from core.errors import SourceError
 from supervisor.source import SourceClusters
 
 

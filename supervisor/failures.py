@@ -12,9 +12,9 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from core.errors import DataLossError
 from sinks.blob_chain import BlobExistsError, CorruptChainError
 from sinks.s3_errors import PreconditionFailed
-from supervisor.errors import DataLossError
 from workers.range_job import RangeJobError
 
 # Task errors (RangeJobError.kind) that are facts about the data or the destination's owner.

@@ -29,10 +29,10 @@ from aiokafka import TopicPartition
 
 from config.kafka_clients import aiokafka_settings
 from config.model import KafkaDestination, SourceConfig
+from core.logs import log_event
 from sinks.kafka import KafkaClients, destination_offset_for
 from supervisor.describe import describe_error
 from supervisor.kafka_admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
-from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.groups")

@@ -20,7 +20,7 @@ import msgspec
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from supervisor.logs import log_event
+from core.logs import log_event
 
 log = logging.getLogger("mirror_v3.http")
 WATCHDOG_INTERVAL_S = 0.5

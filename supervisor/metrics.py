@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 from prometheus_client.core import REGISTRY, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
-from sinks.record_times import RecordTimes
+from core.record_times import RecordTimes
 from supervisor.version import installed_version
 
 # Counters would each carry a `_created` series as well: twice the series for no use on a dashboard.

@@ -11,9 +11,9 @@ import msgspec
 
 from config.estate import Shard, compile_entries
 from config.model import Config
+from core.errors import SourceError
 from sinks.factory import location
 from supervisor.discovery import plan_estate
-from supervisor.errors import SourceError
 from supervisor.output import about, table_lines
 from supervisor.source import SourceClusters
 

@@ -16,7 +16,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from config.kafka_clients import aiokafka_settings, diagnose_bootstrap
 from config.model import SourceConfig
-from supervisor.errors import SourceError, SourceUnavailableError
+from core.errors import SourceError, SourceUnavailableError
 
 # How long a shared offset request may take before its partitions are asked one by one. aiokafka retries a
 # partition it has no leader for (a deleted topic, say) until the request timeout: in a shared request, that

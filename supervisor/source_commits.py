@@ -21,8 +21,8 @@ from typing import Protocol
 import anyio
 
 from config.model import SourceConfig
+from core.logs import log_event
 from supervisor.kafka_admin import AdminRequestError
-from supervisor.logs import log_event
 from supervisor.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.source_commits")

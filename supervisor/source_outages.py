@@ -21,9 +21,9 @@ from typing import Protocol, TypeVar
 
 import anyio
 
+from core.errors import SourceUnavailableError
+from core.logs import log_event
 from sinks.retry import RetryPolicy
-from supervisor.errors import SourceUnavailableError
-from supervisor.logs import log_event
 
 T = TypeVar("T")
 log = logging.getLogger("mirror_v3.source")

@@ -9,7 +9,7 @@ import time
 import anyio.to_thread
 
 from config.model import SparkConfig
-from supervisor.logs import log_event
+from core.logs import log_event
 from workers.jvm_logs import JvmEvent
 from workers.spark_session import get_spark
 

@@ -25,11 +25,11 @@ from config.estate import MirrorSpec, Shard, compile_entries
 from config.kafka_clients import ClientSettingsError
 from config.model import Config
 from config.schema import SCHEMA_PATH, write_or_check
+from core.errors import SourceError
 from sinks.base import DestinationError, Sink
 from sinks.factory import SinkFactory
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
-from supervisor.errors import SourceError
 from supervisor.http import ProcessState
 from supervisor.output import about, document_schema, table_lines
 from supervisor.source import SourceClusters

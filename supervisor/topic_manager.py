@@ -19,9 +19,9 @@ import anyio
 
 from config.estate import MirrorSpec
 from config.model import KafkaDestination
+from core.logs import log_event
 from supervisor.describe import describe_error
 from supervisor.kafka_admin import AdminRequestError, SourceAdmins, destination_admin
-from supervisor.logs import log_event
 from supervisor.topic_plan import TopicActions, plan_topic
 
 log = logging.getLogger("mirror_v3.topics")

@@ -31,13 +31,13 @@ from config.estate import MirrorSpec, Shard, compile_entries
 from config.kafka_clients import ClientSettingsError, librdkafka_properties
 from config.model import Config, KafkaDestination
 from config.schema import SCHEMA_PATH, write_or_check
+from core.errors import SourceError
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
 from sinks.factory import SinkFactory
 from sinks.kafka import KafkaSink
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
-from supervisor.errors import SourceError
 from supervisor.kafka_admin import destination_admin
 from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition

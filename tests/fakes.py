@@ -13,10 +13,10 @@ import anyio
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
+from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.records import KAFKA_SCHEMA
 from sinks.retry import TransientDestinationError
 from sinks.staging import BlobFormat, BlobStaging, StagedBlob
 from supervisor.flush_planner import PlannedTask

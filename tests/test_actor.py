@@ -14,10 +14,10 @@ import pytest
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
+from core.errors import DataLossError, MirrorError
 from sinks.blob_chain import blob_name, parse_blob_name
 from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
-from supervisor.errors import DataLossError, MirrorError
 from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
 from tests.fakes import FakePartitionSource, InMemoryStore, MemoryStaging, fresh_metrics, sample

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from core.records import KAFKA_SCHEMA
 from sinks.blob_reading import FilesystemBlobReader
-from sinks.records import KAFKA_SCHEMA
 from tests.fakes import FakePartitionSource
 from tests.test_verify_task import archive
 from workers.archive_records import ArchiveReadError, first_stamped_at_or_after, read_archived, survey_archived

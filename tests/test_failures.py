@@ -6,11 +6,11 @@ import random
 
 import pytest
 
+from core.errors import DataLossError, SourceError
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, CorruptChainError
 from sinks.retry import RetriesExhaustedError
 from sinks.s3_errors import PreconditionFailed
-from supervisor.errors import DataLossError, SourceError
 from supervisor.failures import RestartPolicy, is_permanent
 from workers.range_job import RangeJobError
 

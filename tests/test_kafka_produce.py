@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from sinks.kafka_records import parse_source_offset, source_cluster_header, source_offset_header
+from core.kafka_records import parse_source_offset, source_cluster_header, source_offset_header
 from sinks.produce_target import KafkaProduceTarget
 from sinks.retry import RetryPolicy, TransientDestinationError
 from tests.fakes import FakeConsumer, FakePartitionSource

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sinks.kafka_records import (
+from core.kafka_records import (
     SOURCE_OFFSET_HEADER,
     copied_from,
     parse_source_offset,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sinks.kafka_records import copied_from, parse_source_offset, source_cluster_header, source_offset_header
+from core.kafka_records import copied_from, parse_source_offset, source_cluster_header, source_offset_header
 from supervisor.verify import source_bounds
 from tests.fakes import FakeConsumer, FakePartitionSource, FakeRecord
 from workers.kafka_verify_task import KafkaSlice, check_kafka_slice

@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from config.secrets import REDACTED, remember
-from supervisor.logs import JsonFormatter, KeyValueFormatter, log_event, quiet_aiokafka_leaks
+from core.logs import JsonFormatter, KeyValueFormatter, log_event, quiet_aiokafka_leaks
+from core.secrets import REDACTED, remember
 
 
 def record(message: str, **fields: object) -> logging.LogRecord:

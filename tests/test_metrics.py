@@ -8,7 +8,7 @@ import numpy as np
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from sinks.record_times import RecordTimes
+from core.record_times import RecordTimes
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from testkit.tools import promtool
 

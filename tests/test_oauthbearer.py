@@ -29,7 +29,7 @@ from config.oauth_tokens import (
     token_properties,
     unsecured_jwt,
 )
-from supervisor.logs import JsonFormatter, KeyValueFormatter, log_event
+from core.logs import JsonFormatter, KeyValueFormatter, log_event
 from testkit.ports import free_port
 from testkit.token_server import TokenServer
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from aiokafka import TopicPartition
 
+from core.kafka_records import source_offset_header
 from sinks.kafka import KafkaClients, KafkaRecord, destination_offset_for
-from sinks.kafka_records import source_offset_header
 
 TP = TopicPartition("orders", 0)
 

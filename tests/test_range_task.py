@@ -9,7 +9,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from sinks.records import KAFKA_SCHEMA
+from core.records import KAFKA_SCHEMA
 from sinks.staging import StagedBlob
 from tests.fakes import FakeConsumer, FakeMessage, FakePartitionSource, FakeRecord, InMemoryStore, MemoryStaging
 from workers.kafka_range import OffsetsDeletedError, SourceRangeError, consume_range

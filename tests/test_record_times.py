@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sinks.record_times import RecordTimes
+from core.record_times import RecordTimes
 
 
 def test_latencies_are_within_a_bucket_of_the_truth_and_include_the_wait_until_commit() -> None:

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiokafka import TopicPartition
 
-from supervisor.errors import SourceError
+from core.errors import SourceError
 from supervisor.source import SourceCluster
 
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from supervisor.errors import SourceError, SourceUnavailableError
+from core.errors import SourceError, SourceUnavailableError
 from supervisor.source_outages import OutageRider, SourceOutageError
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from core.records import KAFKA_SCHEMA
 from sinks.blob_chain import BlobRange, blob_name
 from sinks.blob_reading import FilesystemBlobReader
 from sinks.filesystem import FilesystemStaging
-from sinks.records import KAFKA_SCHEMA
 from tests.fakes import FakeConsumer, FakePartitionSource
 from workers.range_task import BlobLimits, TaskRange, stage_blobs
 from workers.verify_task import SliceCheck, check_slice

@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from core.records import KAFKA_SCHEMA
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
-from sinks.records import KAFKA_SCHEMA
 from workers.record_comparison import Record
 
 

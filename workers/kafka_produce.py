@@ -34,9 +34,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from config.oauth_tokens import librdkafka_config
-from sinks.kafka_records import copied_from, source_cluster_header, source_offset_header
+from core.kafka_records import copied_from, source_cluster_header, source_offset_header
+from core.record_times import RecordTimes
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.record_times import RecordTimes
 from sinks.retry import TransientDestinationError, retry_transient_sync
 from workers.kafka_range import SourcePartition, consume_range, message_bytes
 from workers.range_task import TaskRange

@@ -22,7 +22,7 @@ import numpy as np
 import pyarrow as pa
 
 from config.oauth_tokens import librdkafka_config
-from sinks.records import HEADER_TYPE, KAFKA_SCHEMA
+from core.records import HEADER_TYPE, KAFKA_SCHEMA
 
 # A task reads one partition from one position to the end of its range. librdkafka keeps its queue full
 # ahead of the consumer, so whatever the queue holds when the range ends was fetched and parsed for

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from py4j.protocol import Py4JNetworkError
 
+from core.record_times import RecordTimes
 from sinks.base import DestinationError
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.record_times import RecordTimes
 from sinks.staging import BlobStaging, StagedBlob
 from workers.kafka_produce import (
     DestinationMovedError,

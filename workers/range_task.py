@@ -20,8 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from sinks.record_times import RecordTimes
-from sinks.records import parquet_writer
+from core.record_times import RecordTimes
+from core.records import parquet_writer
 from sinks.staging import BlobOutput, BlobStaging, StagedBlob
 from workers.kafka_range import RecordColumns, SourcePartition, consume_range, message_bytes
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.model import SparkConfig
-from config.secrets import SECRET_KEY_PATTERN, remember
+from core.secrets import SECRET_KEY_PATTERN, remember
 from workers.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")

@@ -15,8 +15,8 @@ import pyarrow as pa
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from core.records import KAFKA_SCHEMA, conform, encode_parquet
 from sinks.blob_chain import BlobRange, blob_name, find_tail
-from sinks.records import KAFKA_SCHEMA, conform, encode_parquet
 from sinks.staging import StagedBlob
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner
 from workers.kafka_range import RecordColumns, message_bytes

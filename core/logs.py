@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any
 
-from config.secrets import redact
+from core.secrets import redact
 
 _FIELDS = "mirror_v3_fields"
 
