@@ -13,6 +13,8 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY core ./core
 COPY config ./config
+COPY kafka_clients ./kafka_clients
+COPY source ./source
 COPY sinks ./sinks
 COPY supervisor ./supervisor
 COPY workers ./workers

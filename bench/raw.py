@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
 from core.records import parquet_writer
+from source.range_reader import RecordColumns, message_bytes
 from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError, watermarks
-from workers.kafka_range import RecordColumns, message_bytes
 from workers.range_task import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
 KEY_BYTES = 8  # b"%08x" % (i mod 2**32)

@@ -10,7 +10,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from config.estate import MirrorSpec
-from config.kafka_clients import aiokafka_settings, librdkafka_properties
 from config.model import (
     Destination,
     FilesystemDestination,
@@ -19,12 +18,13 @@ from config.model import (
     S3Destination,
 )
 from core.secrets import remember
+from kafka_clients.settings import aiokafka_settings, librdkafka_properties
 from sinks.base import DestinationError, Sink
 from sinks.blob_chain import BlobStore
 from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader
 from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
-from sinks.kafka import KafkaClients, KafkaSink, KafkaSinkSettings, KafkaSourceLookup
+from sinks.kafka import KafkaSink, KafkaSinkSettings, SourceLookup
 from sinks.retry import RetryingSink, RetryPolicy
 from sinks.s3 import S3Connection, S3Store
 from sinks.s3_staging import S3Settings
@@ -44,15 +44,22 @@ def _s3_key_prefix(destination: S3Destination, destination_name: str, partition:
     return "/".join(p for p in (destination.prefix, destination_name, str(partition)) if p)
 
 
+# Read access to a mirror's source partition (the Kafka sink checks preserve-mode alignment with it); the caller
+# makes it, as the destination layer builds no source client.
+SourceLookups = Callable[[MirrorSpec], SourceLookup]
+
+
 class SinkFactory:
-    def __init__(self, destination: Destination) -> None:
+    def __init__(self, destination: Destination, source_lookups: SourceLookups | None = None) -> None:
+        """`source_lookups` is required for a Kafka destination."""
         self._destination = destination
+        self._source_lookups = source_lookups
         self._s3: S3Connection | None = None
         self._kafka: KafkaSinkSettings | None = None
         if isinstance(destination, S3Destination):
             self._s3 = S3Connection(s3_settings(destination))
         elif isinstance(destination, KafkaDestination):
-            # Raises config.kafka_clients.ClientSettingsError when TLS files cannot be loaded.
+            # Raises kafka_clients.settings.ClientSettingsError when TLS files cannot be loaded.
             self._kafka = kafka_settings(destination)
 
     def blob_reader(self, mirror: MirrorSpec) -> BlobReader | None:
@@ -100,17 +107,12 @@ class SinkFactory:
             sink = BlobSink(store, description=f"s3://{destination.bucket}/{key_prefix}/", staging=staging)
         elif isinstance(destination, KafkaDestination):
             assert self._kafka is not None
-            source = mirror.source
-            source_clients = KafkaClients(
-                source.bootstrap_servers,
-                aiokafka_settings(source.security, f"{mirror.source_field}.security"),
-                source.request_timeout_ms,
-            )
+            assert self._source_lookups is not None, "a Kafka destination needs source lookups"
             sink = KafkaSink(
                 self._kafka,
                 mirror.destination_name,
                 mirror.partition,
-                source=KafkaSourceLookup(source_clients, mirror.topic, mirror.partition, source.isolation_level),
+                source=self._source_lookups(mirror),
                 source_name=f"{mirror.topic}-{mirror.partition}",
                 cluster_ids=cluster_ids,
             )

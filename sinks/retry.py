@@ -17,14 +17,14 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TypeVar
 
-import anyio
-
+from core.retry import Retry, RetryPolicy, retry_async, retry_blocking
 from sinks.base import Committed, DestinationError, Inspection, Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import BlobStaging, StagedBlob
+
+__all__ = ["RetriesExhaustedError", "RetryPolicy", "RetryingSink", "TransientDestinationError"]
 
 T = TypeVar("T")
 log = logging.getLogger("mirror_v3.retry")
@@ -37,18 +37,13 @@ class TransientDestinationError(DestinationError):
 class RetriesExhaustedError(DestinationError):
     """A transient failure that lasted past the retry deadline."""
 
+    def __init__(self, what: str, attempts: int, deadline_s: float, cause: TransientDestinationError) -> None:
+        self.what, self.attempts, self.deadline_s = what, attempts, deadline_s
+        super().__init__(f"{what}: still failing after {attempts} attempts over {deadline_s:g}s: {cause}")
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    initial_backoff_s: float = 0.2
-    max_backoff_s: float = 10.0
-    deadline_s: float = 300.0
-    multiplier: float = 2.0
 
-    def backoff(self, retry: int, rng: random.Random) -> float:
-        """Delay before retry number `retry` (1-based): capped exponential, jittered to 50-100%."""
-        ceiling = min(self.max_backoff_s, self.initial_backoff_s * self.multiplier ** (retry - 1))
-        return ceiling * rng.uniform(0.5, 1.0)
+def _exhausted(what: str, policy: RetryPolicy) -> Callable[[TransientDestinationError, int], RetriesExhaustedError]:
+    return lambda exc, attempts: RetriesExhaustedError(what, attempts, policy.deadline_s, exc)
 
 
 async def retry_transient(
@@ -60,31 +55,23 @@ async def retry_transient(
     log_fields: dict[str, object] | None = None,
 ) -> T:
     """Run `operation`, retrying TransientDestinationError until `policy.deadline_s` has passed."""
-    rng = rng or random.Random()
-    deadline = time.monotonic() + policy.deadline_s
-    retry = 0
+
+    def retrying(exc: TransientDestinationError, retry: Retry) -> None:
+        on_retry(retry.number)
+        fields = {
+            **(log_fields or {}),
+            "operation": what,
+            "retry": retry.number,
+            "backoff_ms": round(retry.delay_s * 1000),
+            "error": str(exc),
+        }
+        # `mirror_v3_fields` is what the process's log formatter renders as key=value pairs.
+        log.warning("destination operation failed, retrying", extra={"mirror_v3_fields": fields})
+
     try:
-        while True:
-            try:
-                return await operation()
-            except TransientDestinationError as exc:
-                retry += 1
-                delay = policy.backoff(retry, rng)
-                if time.monotonic() + delay > deadline:
-                    raise RetriesExhaustedError(
-                        f"{what}: still failing after {retry} attempts over {policy.deadline_s:g}s: {exc}"
-                    ) from exc
-                on_retry(retry)
-                fields = {
-                    **(log_fields or {}),
-                    "operation": what,
-                    "retry": retry,
-                    "backoff_ms": round(delay * 1000),
-                    "error": str(exc),
-                }
-                # `mirror_v3_fields` is what the process's log formatter renders as key=value pairs.
-                log.warning("destination operation failed, retrying", extra={"mirror_v3_fields": fields})
-                await anyio.sleep(delay)
+        return await retry_async(
+            operation, TransientDestinationError, policy, _exhausted(what, policy), retrying, rng=rng
+        )
     finally:
         on_retry(0)
 
@@ -99,22 +86,14 @@ def retry_transient_sync(
 ) -> T:
     """The blocking twin of `retry_transient`, for work inside Spark tasks (no event loop, no metrics:
     the task's log on the executor shows its retries)."""
-    rng = rng or random.Random()
-    deadline = time.monotonic() + policy.deadline_s
-    retry = 0
-    while True:
-        try:
-            return operation()
-        except TransientDestinationError as exc:
-            retry += 1
-            delay = policy.backoff(retry, rng)
-            if time.monotonic() + delay > deadline:
-                raise RetriesExhaustedError(
-                    f"{what}: still failing after {retry} attempts over {policy.deadline_s:g}s: {exc}"
-                ) from exc
-            log.warning("%s failed, retry %d in %.1fs: %s", what, retry, delay, exc)
-            on_retry(retry)
-            sleep(delay)
+
+    def retrying(exc: TransientDestinationError, retry: Retry) -> None:
+        log.warning("%s failed, retry %d in %.1fs: %s", what, retry.number, retry.delay_s, exc)
+        on_retry(retry.number)
+
+    return retry_blocking(
+        operation, TransientDestinationError, policy, _exhausted(what, policy), retrying, sleep=sleep, rng=rng
+    )
 
 
 class RetryingSink:

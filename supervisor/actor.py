@@ -22,11 +22,11 @@ from core.logs import log_event
 from sinks.base import Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import StagedBlob
+from source.offsets import SourceOffsets
+from source.outages import OutageRider
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
-from supervisor.source import SourceOffsets
-from supervisor.source_outages import OutageRider
 from supervisor.transaction_hold import TransactionHold
 from workers.range_job import RangeJobError
 from workers.range_task import BlobLimits

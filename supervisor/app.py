@@ -15,13 +15,16 @@ from anyio.abc import TaskGroup
 
 from config.errors import ConfigError
 from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
-from config.kafka_clients import ClientSettingsError
 from config.model import Config, KafkaDestination
 from config.runtime import RuntimeSettings
 from core.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL, SourceError
 from core.logs import log_event, quiet_aiokafka_leaks
+from kafka_clients.settings import ClientSettingsError
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
+from source.lookup import source_lookup
+from source.offsets import SourceClusters
+from source.spark_session import SparkStartError, stop_spark
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.describe import describe_error
 from supervisor.discovery import ClusterRead, plan_estate, read_clusters
@@ -32,11 +35,9 @@ from supervisor.http import HttpEndpoint, Readiness
 from supervisor.kafka_admin import AdminRequestError, SourceAdmins, loop_ids
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
-from supervisor.source import SourceClusters
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
 from supervisor.topic_manager import TopicManager
-from workers.spark_session import SparkStartError, stop_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 MirrorKey = tuple[str, str, int]  # (cluster, topic, partition)
@@ -91,7 +92,7 @@ class Supervisor:
             drain_timeout_secs=self._runtime.drain_timeout_secs,
         )
         if self._sinks is None:
-            self._sinks = SinkFactory(self._config.destination)
+            self._sinks = SinkFactory(self._config.destination, source_lookup)
         metrics = MirrorMetrics.for_mirror(
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )

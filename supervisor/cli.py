@@ -162,9 +162,9 @@ def _process_url(process: str, runtime: RuntimeSettings) -> str | None:
 
 
 def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
+    from source.spark_session import SparkStartError, stop_spark
     from supervisor.verify import collect_verification, render_json, render_table
     from workers.range_job import SparkGoneError
-    from workers.spark_session import SparkStartError, stop_spark
 
     try:
         select = re.compile(args.mirrors) if args.mirrors else None
@@ -203,10 +203,10 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
 
 def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
     from config.restore import load_restore_config
+    from source.spark_session import SparkStartError, stop_spark
     from supervisor.metrics import MetricFamilies
     from supervisor.restore import RestoreFailedError, RestoreRefusedError, run_restore
     from workers.range_job import SparkGoneError
-    from workers.spark_session import SparkStartError, stop_spark
 
     try:
         config = load_restore_config(args.config)

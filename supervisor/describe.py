@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from config.kafka_clients import ClientSettingsError
 from core.errors import MirrorError
+from kafka_clients.settings import ClientSettingsError
 from sinks.base import DestinationError
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from config.estate import Entry, EstatePlan, Shard, expand
 from core.errors import SourceError
-from supervisor.source import SourceClusters
+from source.offsets import SourceClusters
 
 
 @dataclass(frozen=True)

@@ -27,10 +27,11 @@ from dataclasses import dataclass, field
 import anyio
 from aiokafka import TopicPartition
 
-from config.kafka_clients import aiokafka_settings
 from config.model import KafkaDestination, SourceConfig
 from core.logs import log_event
-from sinks.kafka import KafkaClients, destination_offset_for
+from kafka_clients.clients import KafkaClients
+from kafka_clients.settings import aiokafka_settings
+from sinks.kafka import destination_offset_for
 from supervisor.describe import describe_error
 from supervisor.kafka_admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from supervisor.metrics import MetricFamilies

@@ -19,9 +19,10 @@ from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, Config
 from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
-from config.kafka_clients import aiokafka_settings, diagnose_bootstrap, librdkafka_properties
 from config.model import KafkaDestination, SourceConfig
-from config.oauth_tokens import librdkafka_config
+from kafka_clients.diagnosis import diagnose_bootstrap
+from kafka_clients.oauth_tokens import librdkafka_config
+from kafka_clients.settings import aiokafka_settings, librdkafka_properties
 from sinks.base import DestinationError
 from sinks.factory import retry_policy
 from sinks.retry import TransientDestinationError, retry_transient

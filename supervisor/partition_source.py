@@ -10,16 +10,16 @@ from typing import Protocol
 import anyio.to_thread
 
 from config.estate import MirrorSpec
-from config.kafka_clients import librdkafka_properties
 from config.model import SparkConfig
+from kafka_clients.settings import librdkafka_properties
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import BlobStaging, StagedBlob
+from source.offsets import SourceCluster, SourceOffsets
+from source.range_reader import SourcePartition
+from source.spark_session import current_spark, get_spark
 from supervisor.flush_planner import PlannedTask
-from supervisor.source import SourceCluster, SourceOffsets
-from workers.kafka_range import SourcePartition
 from workers.range_job import RangeJob, cancel_job, run_produce_job, run_staging_job
 from workers.range_task import BlobLimits, TaskRange
-from workers.spark_session import current_spark, get_spark
 
 
 class JobCancelled(RuntimeError):

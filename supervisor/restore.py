@@ -32,16 +32,18 @@ import anyio.to_thread
 from prometheus_client import CollectorRegistry
 
 from config.errors import ConfigError
-from config.kafka_clients import ClientSettingsError
 from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
+from kafka_clients.clients import KafkaRecord
+from kafka_clients.settings import ClientSettingsError
 from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
-from sinks.kafka import KafkaRecord, KafkaSink
+from sinks.kafka import KafkaSink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryingSink
+from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.metrics import MetricFamilies
@@ -58,7 +60,6 @@ from workers.restore_job import (
     run_survey_job,
     run_time_search_job,
 )
-from workers.spark_session import get_spark
 
 log = logging.getLogger("mirror_v3.restore")
 

@@ -10,8 +10,8 @@ import anyio.to_thread
 
 from config.model import SparkConfig
 from core.logs import log_event
-from workers.jvm_logs import JvmEvent
-from workers.spark_session import get_spark
+from source.jvm_logs import JvmEvent
+from source.spark_session import get_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 jvm_log = logging.getLogger("mirror_v3.spark")

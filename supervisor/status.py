@@ -22,17 +22,18 @@ import anyio
 import msgspec
 
 from config.estate import MirrorSpec, Shard, compile_entries
-from config.kafka_clients import ClientSettingsError
 from config.model import Config
 from config.schema import SCHEMA_PATH, write_or_check
 from core.errors import SourceError
+from kafka_clients.settings import ClientSettingsError
 from sinks.base import DestinationError, Sink
 from sinks.factory import SinkFactory
+from source.lookup import source_lookup
+from source.offsets import SourceClusters
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.http import ProcessState
 from supervisor.output import about, document_schema, table_lines
-from supervisor.source import SourceClusters
 
 
 class MirrorStatus(msgspec.Struct, rename="kebab"):
@@ -177,7 +178,7 @@ async def collect_status(
         raise
     rows: list[MirrorStatus] = [MirrorStatus("", "", 0, "", "")] * len(plan.mirrors)
     try:
-        sinks: SinkFactory | DestinationError = SinkFactory(config.destination)
+        sinks: SinkFactory | DestinationError = SinkFactory(config.destination, source_lookup)
     except DestinationError as exc:
         sinks = exc
     except ClientSettingsError as exc:

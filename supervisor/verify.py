@@ -28,25 +28,26 @@ import msgspec
 
 from config.errors import ConfigError
 from config.estate import MirrorSpec, Shard, compile_entries
-from config.kafka_clients import ClientSettingsError, librdkafka_properties
 from config.model import Config, KafkaDestination
 from config.schema import SCHEMA_PATH, write_or_check
 from core.errors import SourceError
+from kafka_clients.settings import ClientSettingsError, librdkafka_properties
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
 from sinks.factory import SinkFactory
 from sinks.kafka import KafkaSink
+from source.lookup import source_lookup
+from source.offsets import SourceClusters, SourceOffsets
+from source.range_reader import SourcePartition
+from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.kafka_admin import destination_admin
 from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
-from supervisor.source import SourceClusters, SourceOffsets
 from supervisor.spark_start import start_spark
-from workers.kafka_range import SourcePartition
 from workers.kafka_verify_task import KafkaSlice
 from workers.range_job import RangeJobError
-from workers.spark_session import get_spark
 from workers.verify_job import BlobSlice, VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
 
@@ -154,7 +155,7 @@ async def collect_verification(
             plan = await plan_estate(clusters, compile_entries(config), shard)
         mirrors = [m for m in plan.mirrors if select is None or select.fullmatch(m.name)]
         try:
-            sinks = SinkFactory(config.destination)
+            sinks = SinkFactory(config.destination, source_lookup)
         except ClientSettingsError as exc:
             raise ConfigError(str(exc)) from None
         prepared: list[_Prepared | None] = [None] * len(mirrors)

@@ -19,10 +19,10 @@ from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import TransientDestinationError
 from sinks.staging import BlobFormat, BlobStaging, StagedBlob
+from source.offsets import SourceOffsets
+from source.range_reader import OffsetsDeletedError, SourcePartition
 from supervisor.flush_planner import PlannedTask
 from supervisor.metrics import MetricFamilies, MirrorMetrics
-from supervisor.source import SourceOffsets
-from workers.kafka_range import OffsetsDeletedError, SourcePartition
 from workers.range_job import RangeJobError
 from workers.range_task import BlobLimits, TaskRange, stage_blobs
 

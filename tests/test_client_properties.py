@@ -10,13 +10,13 @@ import pytest
 from config import ConfigError, parse_config
 from config.errors import format_path
 from config.estate import MirrorSpec
-from config.kafka_clients import librdkafka_properties
 from config.model import FlushConfig, KafkaDestination, KafkaSecurity, SaslConfig
 from config.restore import parse_restore_config
+from kafka_clients.settings import librdkafka_properties
 from sinks.factory import kafka_settings
+from source import range_reader
 from supervisor.kafka_admin import destination_admin
 from supervisor.partition_source import source_partition
-from workers import kafka_range
 
 CONFIG = """
 destination:
@@ -53,7 +53,7 @@ def test_a_source_clusters_properties_reach_the_task_consumer(monkeypatch: pytes
     }
     made: list[dict[str, Any]] = []
     monkeypatch.setattr("confluent_kafka.Consumer", lambda settings: made.append(settings))
-    kafka_range._new_consumer(partition)
+    range_reader._new_consumer(partition)
     assert made[0]["fetch.max.bytes"] == "1048576"  # the user's value over the reader's own default
     assert made[0]["isolation.level"] == "read_committed"
 

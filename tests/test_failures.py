@@ -9,7 +9,7 @@ import pytest
 from core.errors import DataLossError, SourceError
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, CorruptChainError
-from sinks.retry import RetriesExhaustedError
+from sinks.retry import RetriesExhaustedError, TransientDestinationError
 from sinks.s3_errors import PreconditionFailed
 from supervisor.failures import RestartPolicy, is_permanent
 from workers.range_job import RangeJobError
@@ -37,7 +37,7 @@ def test_facts_about_data_or_ownership_are_not_retried(exc: Exception) -> None:
     "exc",
     [
         SourceError("source cluster k:9092 unreachable"),
-        RetriesExhaustedError("gave up after 300 s"),
+        RetriesExhaustedError("commit 0-9", 12, 300, TransientDestinationError("HTTP 503")),
         RangeJobError("SourceRangeError", "no progress for 30s"),
         RangeJobError("OSError", "No space left on device"),
         OSError("Not a directory"),

@@ -7,7 +7,7 @@ import logging
 import os
 import threading
 
-from workers.jvm_logs import JvmEvent, JvmLogRelay, parse_event, relevel
+from source.jvm_logs import JvmEvent, JvmLogRelay, parse_event, relevel
 
 
 def event_json(level: str, logger: str, msg: str, exception: str | None = None) -> str:

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from config import ConfigError, parse_config
-from config.kafka_clients import ClientSettingsError, aiokafka_settings, librdkafka_properties
 from config.model import KafkaSecurity, SaslConfig, TlsConfig
+from kafka_clients.settings import ClientSettingsError, aiokafka_settings, librdkafka_properties
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
+from kafka_clients.clients import KafkaClients, KafkaRecord
 from sinks.base import DestinationError
-from sinks.kafka import KafkaClients, KafkaRecord, KafkaSink, KafkaSinkSettings
+from sinks.kafka import KafkaSink, KafkaSinkSettings
 
 
 def record(offset: int, value: bytes, timestamp_ms: int = 1_700_000_000_000) -> KafkaRecord:

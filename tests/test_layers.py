@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("core", "config", "sinks", "workers", "supervisor")  # bottom first
+LAYERS = ("core", "config", "kafka_clients", "source", "sinks", "workers", "supervisor")  # bottom first
 TOOLING = ("testkit", "bench", "tests", "e2e")
 
 

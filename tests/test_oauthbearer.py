@@ -16,11 +16,11 @@ from urllib.parse import parse_qs, urlparse
 import pytest
 from aiokafka.conn import OAuthAuthenticator
 
-import config.kafka_clients as kafka_clients
+import kafka_clients.settings as kafka_clients
 from config import ConfigError, parse_config
-from config.kafka_clients import OAuthTokenProvider, aiokafka_settings, librdkafka_properties, token_provider
 from config.model import KafkaSecurity, OAuthAwsMskIam, OAuthClientCredentials, OAuthUnsecuredJwt, SaslConfig
-from config.oauth_tokens import (
+from core.logs import JsonFormatter, KeyValueFormatter, log_event
+from kafka_clients.oauth_tokens import (
     Token,
     TokenError,
     fetch_client_credentials,
@@ -29,7 +29,7 @@ from config.oauth_tokens import (
     token_properties,
     unsecured_jwt,
 )
-from core.logs import JsonFormatter, KeyValueFormatter, log_event
+from kafka_clients.settings import OAuthTokenProvider, aiokafka_settings, librdkafka_properties, token_provider
 from testkit.ports import free_port
 from testkit.token_server import TokenServer
 
@@ -221,7 +221,7 @@ async def test_aiokafka_gets_one_token_per_lifetime_from_the_endpoint(
 
     # At 80 % of the token's 600 s, a new one is fetched.
     later = time.time() + 0.81 * 600
-    monkeypatch.setattr("config.kafka_clients.time.time", lambda: later)
+    monkeypatch.setattr("kafka_clients.settings.time.time", lambda: later)
     await provider.token()
     assert len(token_server.granted()) == 2
 
@@ -356,7 +356,7 @@ async def test_both_clients_sign_msk_iam_tokens_where_they_run(monkeypatch: pyte
         signed.append(real(*args))
         return signed[-1]
 
-    monkeypatch.setattr("config.oauth_tokens.msk_iam_token", spy)
+    monkeypatch.setattr("kafka_clients.oauth_tokens.msk_iam_token", spy)
     from confluent_kafka import Producer
 
     # A librdkafka client asks its oauth_cb for the token as it is made (no broker needed for that).

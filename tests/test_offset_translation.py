@@ -6,7 +6,8 @@ from __future__ import annotations
 from aiokafka import TopicPartition
 
 from core.kafka_records import source_offset_header
-from sinks.kafka import KafkaClients, KafkaRecord, destination_offset_for
+from kafka_clients.clients import KafkaClients, KafkaRecord
+from sinks.kafka import destination_offset_for
 
 TP = TopicPartition("orders", 0)
 

@@ -11,8 +11,8 @@ import pytest
 
 from core.records import KAFKA_SCHEMA
 from sinks.staging import StagedBlob
+from source.range_reader import OffsetsDeletedError, SourceRangeError, consume_range
 from tests.fakes import FakeConsumer, FakeMessage, FakePartitionSource, FakeRecord, InMemoryStore, MemoryStaging
-from workers.kafka_range import OffsetsDeletedError, SourceRangeError, consume_range
 from workers.range_job import RangeJobError, raise_task_error, task_failure
 from workers.range_task import BlobLimits, TaskRange, stage_blobs
 
@@ -155,7 +155,7 @@ def test_a_task_failure_is_found_in_sparks_error_text() -> None:
         "An exception was thrown from the Python worker.\n"
         "Traceback (most recent call last):\n"
         '  File "/x/kafka_range.py", line 1, in _consume\n'
-        "workers.kafka_range.OffsetsDeletedError: t-0: offset 5 was deleted before it was read\n"
+        "source.range_reader.OffsetsDeletedError: t-0: offset 5 was deleted before it was read\n"
         "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
     )
     assert task_failure(text) == ("OffsetsDeletedError", "t-0: offset 5 was deleted before it was read")

@@ -9,7 +9,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from core.errors import SourceError
-from supervisor.source import SourceCluster
+from source.offsets import SourceCluster
 
 
 class CountingCluster(SourceCluster):
@@ -121,7 +121,7 @@ async def test_mirrors_starting_together_share_one_metadata_fetch(make: Make, mo
 async def test_a_partition_that_hangs_holds_back_only_its_own_mirror(
     make: Make, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("supervisor.source.BATCH_PATIENCE_SECONDS", 0.05)
+    monkeypatch.setattr("source.offsets.BATCH_PATIENCE_SECONDS", 0.05)
     cluster = make(hanging={TopicPartition("gone", 0)})
     gone = asyncio.ensure_future(cluster.offsets("gone", 0, "read_committed"))
     others = [asyncio.ensure_future(cluster.offsets("t", p, "read_committed")) for p in range(3)]

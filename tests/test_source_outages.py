@@ -7,7 +7,7 @@ import random
 import pytest
 
 from core.errors import SourceError, SourceUnavailableError
-from supervisor.source_outages import OutageRider, SourceOutageError
+from source.outages import OutageRider, SourceOutageError
 
 
 class Counter:

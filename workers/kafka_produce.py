@@ -1,6 +1,6 @@
 """Copy an exact offset range of one source partition into the Kafka destination, inside a Spark task.
 
-The task reads the range with `workers.kafka_range` and produces each record with librdkafka, so no
+The task reads the range with `source.range_reader` and produces each record with librdkafka, so no
 record passes through the driver or Spark's JVM. What keeps it exactly once (`sinks.produce_target`):
 
 preserve: before writing, the destination partition must end exactly where the range begins; every
@@ -33,12 +33,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from config.oauth_tokens import librdkafka_config
 from core.kafka_records import copied_from, source_cluster_header, source_offset_header
 from core.record_times import RecordTimes
+from kafka_clients.oauth_tokens import librdkafka_config
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import TransientDestinationError, retry_transient_sync
-from workers.kafka_range import SourcePartition, consume_range, message_bytes
+from source.range_reader import SourcePartition, consume_range, message_bytes
 from workers.range_task import TaskRange
 
 # librdkafka error codes (confluent_kafka.KafkaError) that mean another producer took the partition over.

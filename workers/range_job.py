@@ -27,6 +27,7 @@ from core.record_times import RecordTimes
 from sinks.base import DestinationError
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import BlobStaging, StagedBlob
+from source.range_reader import SourcePartition, SourceRangeError
 from workers.kafka_produce import (
     DestinationMovedError,
     DestinationTaskError,
@@ -34,7 +35,6 @@ from workers.kafka_produce import (
     ProducerFencedError,
     produce_range,
 )
-from workers.kafka_range import SourcePartition, SourceRangeError
 from workers.python_worker import keep_zip_directories
 from workers.range_task import BlobLimits, TaskRange, stage_blobs
 

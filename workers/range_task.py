@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 from core.record_times import RecordTimes
 from core.records import parquet_writer
 from sinks.staging import BlobOutput, BlobStaging, StagedBlob
-from workers.kafka_range import RecordColumns, SourcePartition, consume_range, message_bytes
+from source.range_reader import RecordColumns, SourcePartition, consume_range, message_bytes
 
 # A row group is written when either is reached: bounds a task's memory and keeps groups large
 # enough for compression and for readers' column chunks.

@@ -21,6 +21,7 @@ import pyarrow as pa
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from source.range_reader import SourcePartition
 from workers.archive_records import (
     ArchiveReadError,
     ArchiveSurvey,
@@ -29,7 +30,6 @@ from workers.archive_records import (
     survey_archived,
 )
 from workers.kafka_produce import produce_range
-from workers.kafka_range import SourcePartition
 from workers.python_worker import keep_zip_directories
 from workers.range_job import (
     PRODUCED_DDL,

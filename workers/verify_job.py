@@ -15,7 +15,7 @@ import pyarrow as pa
 
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
-from workers.kafka_range import SourcePartition
+from source.range_reader import SourcePartition
 from workers.kafka_verify_task import KafkaSlice
 from workers.python_worker import keep_zip_directories
 from workers.range_job import TASK_ERRORS, RangeJobError, error_batch, raise_task_error, run_tasks

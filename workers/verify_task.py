@@ -20,8 +20,8 @@ import pyarrow.parquet as pq
 from core.records import KAFKA_SCHEMA
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
+from source.range_reader import SourcePartition, consume_range
 from workers.archive_records import records_of_batch
-from workers.kafka_range import SourcePartition, consume_range
 from workers.record_comparison import Comparison, Record, compare_range
 
 

@@ -18,8 +18,8 @@ from pytest_benchmark.fixture import BenchmarkFixture
 from core.records import KAFKA_SCHEMA, conform, encode_parquet
 from sinks.blob_chain import BlobRange, blob_name, find_tail
 from sinks.staging import StagedBlob
+from source.range_reader import RecordColumns, message_bytes
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner
-from workers.kafka_range import RecordColumns, message_bytes
 
 T = TypeVar("T")
 ROWS = 20_000

@@ -23,7 +23,7 @@ import anyio
 
 from core.errors import SourceUnavailableError
 from core.logs import log_event
-from sinks.retry import RetryPolicy
+from core.retry import Retry, RetryPolicy, retry_async
 
 T = TypeVar("T")
 log = logging.getLogger("mirror_v3.source")
@@ -57,36 +57,32 @@ class OutageRider:
         self._deadline_s = deadline_s
         self._retries = retries
         self._fields = log_fields
-        self._policy = policy
+        self._policy = RetryPolicy(policy.initial_backoff_s, policy.max_backoff_s, deadline_s, policy.multiplier)
         self._rng = rng or random.Random()
         self._clock = clock
         self._sleep = sleep
 
     async def ride_out(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
         """`operation()`, asked again while the source is unavailable, up to the outage deadline."""
-        failing_since: float | None = None
-        attempt = 0
-        while True:
-            try:
-                return await operation()
-            except SourceUnavailableError as exc:
-                now = self._clock()
-                failing_since = now if failing_since is None else failing_since
-                attempt += 1
-                delay = self._policy.backoff(attempt, self._rng)
-                if now + delay - failing_since > self._deadline_s:
-                    raise SourceOutageError(exc, self._deadline_s, attempt) from None
-                self._retries.inc()
-                log_event(
-                    log,
-                    logging.WARNING,
-                    "source unavailable, retrying",
-                    **self._fields,
-                    operation=what,
-                    attempt=attempt,
-                    retry_in_ms=round(delay * 1000),
-                    failing_for_s=round(now - failing_since, 1),
-                    deadline_s=self._deadline_s,
-                    error=str(exc),
-                )
-                await self._sleep(delay)
+
+        def exhausted(exc: SourceUnavailableError, attempts: int) -> SourceOutageError:
+            return SourceOutageError(exc, self._deadline_s, attempts)
+
+        def retrying(exc: SourceUnavailableError, retry: Retry) -> None:
+            self._retries.inc()
+            log_event(
+                log,
+                logging.WARNING,
+                "source unavailable, retrying",
+                **self._fields,
+                operation=what,
+                attempt=retry.number,
+                retry_in_ms=round(retry.delay_s * 1000),
+                failing_for_s=round(retry.failing_for_s, 1),
+                deadline_s=self._deadline_s,
+                error=str(exc),
+            )
+
+        return await retry_async(
+            operation, SourceUnavailableError, self._policy, exhausted, retrying, self._clock, self._sleep, self._rng
+        )

@@ -14,9 +14,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
-from config.kafka_clients import aiokafka_settings, diagnose_bootstrap
 from config.model import SourceConfig
 from core.errors import SourceError, SourceUnavailableError
+from kafka_clients.diagnosis import diagnose_bootstrap
+from kafka_clients.settings import aiokafka_settings
 
 # How long a shared offset request may take before its partitions are asked one by one. aiokafka retries a
 # partition it has no leader for (a deleted topic, say) until the request timeout: in a shared request, that
@@ -268,7 +269,7 @@ class SourceClusters:
     def get(self, source: SourceConfig, field: str) -> SourceCluster:
         """The shared client of `source`'s cluster; `field` is its config path, for errors.
 
-        Raises config.kafka_clients.ClientSettingsError when its TLS files cannot be loaded.
+        Raises kafka_clients.settings.ClientSettingsError when its TLS files cannot be loaded.
         """
         key = (source.bootstrap_servers, source.request_timeout_ms, source.security)
         if key not in self._clusters:

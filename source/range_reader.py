@@ -21,8 +21,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from config.oauth_tokens import librdkafka_config
 from core.records import HEADER_TYPE, KAFKA_SCHEMA
+from kafka_clients.oauth_tokens import librdkafka_config
 
 # A task reads one partition from one position to the end of its range. librdkafka keeps its queue full
 # ahead of the consumer, so whatever the queue holds when the range ends was fetched and parsed for

@@ -1,6 +1,6 @@
 """Spark's JVM output, logged again through the process's own logging.
 
-The driver JVM writes one JSON object per log4j event to its stderr (workers/log4j2.properties); this module
+The driver JVM writes one JSON object per log4j event to its stderr (source/log4j2.properties); this module
 reads its stdout and stderr through pipes and logs each event through Python's logging, so every line the
 process prints has one format (key=value, or JSON with LOG_FORMAT=json), one redaction and one level
 setting. A Java stack trace is one field (`exception`) of its event. Lines that are not log4j events (the

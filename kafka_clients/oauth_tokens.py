@@ -2,7 +2,7 @@
 
 - `client-credentials`: an OAuth 2 client-credentials grant against the identity provider's token endpoint.
   librdkafka does this itself (`sasl.oauthbearer.method=oidc`); the driver's aiokafka clients use
-  `fetch_client_credentials` through a caching provider (config.kafka_clients).
+  `fetch_client_credentials` through a caching provider (kafka_clients.settings).
 - `unsecured-jwt`: an unsigned JWT (`alg: none`) naming a principal, for brokers running Kafka's unsecured
   validator (development and tests only).
 - `aws-msk-iam`: Amazon MSK's IAM token, a SigV4-presigned `kafka-cluster:Connect` URL made by AWS's signer

@@ -14,7 +14,6 @@ import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +21,8 @@ from aiokafka.abc import AbstractTokenProvider
 
 from config.client_properties import ClientPropertyValue, as_librdkafka
 from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, TlsConfig
-from config.oauth_tokens import Token, TokenError, fetch_client_credentials, token_properties, token_source
 from core.secrets import remember
+from kafka_clients.oauth_tokens import Token, fetch_client_credentials, token_properties, token_source
 
 
 class ClientSettingsError(Exception):
@@ -199,62 +198,3 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
-
-
-@dataclass(frozen=True)
-class BootstrapDiagnosis:
-    reason: str  # one line, per address
-    permanent: bool  # a credential or certificate problem: retrying will not help
-
-
-async def diagnose_bootstrap(bootstrap_servers: str, settings: dict[str, Any], timeout_ms: int) -> BootstrapDiagnosis:
-    """Why no bootstrap server answered, found by connecting to each once more.
-
-    aiokafka reports only "Unable to bootstrap" and logs the cause (refused, TLS, SASL) where an
-    operator never sees it; this probe runs only after that failure, to name the cause.
-    """
-    from aiokafka.conn import AIOKafkaConnection
-    from aiokafka.errors import AuthenticationFailedError, SaslAuthenticationFailed, UnsupportedSaslMechanismError
-
-    reasons: list[str] = []
-    permanent = False
-    for address in bootstrap_servers.split(","):
-        host, _, port = address.strip().rpartition(":")
-        # Not aiokafka's create_conn: it leaves the connection open when the handshake fails (TLS, SASL).
-        conn = AIOKafkaConnection(host, int(port), request_timeout_ms=timeout_ms, **settings)
-        try:
-            await asyncio.wait_for(conn.connect(), timeout_ms / 1000)
-        except TimeoutError:
-            conn.close()
-            reasons.append(f"{address}: timed out")
-            continue
-        except Exception as exc:  # any failure is the answer we are looking for
-            conn.close()
-            reasons.append(f"{address}: {_connection_problem(exc)}")
-            permanent = (
-                permanent
-                or (isinstance(exc, TokenError) and exc.permanent)
-                or isinstance(
-                    exc,
-                    (
-                        AuthenticationFailedError,
-                        SaslAuthenticationFailed,
-                        UnsupportedSaslMechanismError,
-                        ssl.SSLCertVerificationError,
-                    ),
-                )
-            )
-            continue
-        conn.close()
-        reasons.append(f"{address}: connects now")
-    return BootstrapDiagnosis("; ".join(reasons), permanent)
-
-
-def _connection_problem(exc: BaseException) -> str:
-    if isinstance(exc, ssl.SSLError):
-        return f"TLS handshake failed ({exc.reason or exc})"
-    if isinstance(exc, OSError) and exc.strerror:
-        return exc.strerror
-    text = str(exc).strip().splitlines()
-    name = type(exc).__name__
-    return f"{name}: {text[0]}" if text and text[0] and text[0] != name else name

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from config.model import SparkConfig
 from core.secrets import SECRET_KEY_PATTERN, remember
-from workers.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
+from source.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 LOG4J_EVENT_TEMPLATE = Path(__file__).with_name("log4j2-event.json")
@@ -63,7 +63,7 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
 def get_spark(config: SparkConfig, on_jvm_event: Callable[[JvmEvent], None] = log_plainly) -> SparkSession:
     """Create the session once per process (thread-safe); later calls return the same one, or raise the same
     SparkStartError (a start that failed is not tried again until stop_spark). The JVM's output goes to
-    `on_jvm_event` (see workers.jvm_logs), as the first call says."""
+    `on_jvm_event` (see source.jvm_logs), as the first call says."""
     global _session, _start_failure
     with _lock:
         if _session is not None:

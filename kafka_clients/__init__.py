@@ -1,0 +1,1 @@
+"""The Kafka clients: settings from a `security` block, tokens, bootstrap diagnosis and the short-lived clients."""

@@ -1,0 +1,164 @@
+"""Short-lived clients of one Kafka cluster (aiokafka): metadata, watermarks, a few records, group offsets."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+from aiokafka.errors import KafkaError, KafkaTimeoutError
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...]
+    timestamp_ms: int
+    create_time: bool  # False when the broker stamped LogAppendTime
+
+    def same_content(self, other: KafkaRecord) -> bool:
+        """Byte-for-byte equal; timestamps only compared when both are the producer's CreateTime."""
+        if (self.key, self.value, self.headers) != (other.key, other.value, other.headers):
+            return False
+        return not (self.create_time and other.create_time) or self.timestamp_ms == other.timestamp_ms
+
+
+class KafkaClients:
+    """Short-lived clients of one Kafka cluster: metadata, watermarks, reading a few records.
+
+    Used on open, after a failure and by `status`, never per record, so each call connects afresh
+    instead of sharing a consumer whose assignment concurrent callers would fight over.
+    """
+
+    def __init__(self, bootstrap_servers: str, client: dict[str, Any], request_timeout_ms: int) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        self._client = client
+        self._timeout_ms = request_timeout_ms
+
+    @contextlib.asynccontextmanager
+    async def consumer(self, isolation: str, group_id: str | None = None) -> AsyncIterator[AIOKafkaConsumer]:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.bootstrap_servers,
+            group_id=group_id,
+            enable_auto_commit=False,
+            isolation_level=isolation,
+            request_timeout_ms=self._timeout_ms,
+            client_id="mirror-v3-reader",
+            **self._client,
+        )
+        try:
+            await consumer.start()
+            yield consumer
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await consumer.stop()
+
+    @contextlib.asynccontextmanager
+    async def admin(self) -> AsyncIterator[AIOKafkaAdminClient]:
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=self.bootstrap_servers,
+            request_timeout_ms=self._timeout_ms,
+            client_id="mirror-v3-admin",
+            **self._client,
+        )
+        try:
+            await admin.start()
+            yield admin
+        finally:
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await admin.close()
+
+    async def partition_count(self, topic: str) -> int | None:
+        """Partitions of `topic`, or None if it does not exist."""
+        async with self.consumer("read_uncommitted") as consumer:
+            metadata = await consumer._client.fetch_all_metadata()
+        if topic not in metadata.topics():
+            return None
+        return len(metadata.partitions_for_topic(topic) or ())
+
+    async def topic_config(self, topic: str, name: str) -> str | None:
+        """The value of one config of `topic` (its own or the broker's default), or None if the broker sent none."""
+        async with self.admin() as admin:
+            responses = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, topic, {name: None})])
+        for response in responses:
+            for error_code, error_message, _, _, entries in response.resources:
+                if error_code:
+                    raise KafkaError(f"describe configs of {topic}: error {error_code} {error_message or ''}")
+                for entry in entries:
+                    if entry[0] == name:
+                        return None if entry[1] is None else str(entry[1])
+        return None
+
+    async def watermarks(self, tp: TopicPartition, isolation: str) -> tuple[int, int]:
+        """(log start offset, end offset): the end is the high watermark for read_uncommitted and the
+        last stable offset for read_committed."""
+        async with self.consumer(isolation) as consumer:
+            start = await consumer.beginning_offsets([tp])
+            end = await consumer.end_offsets([tp])
+        return start[tp], end[tp]
+
+    async def records(self, tp: TopicPartition, first: int, end: int, isolation: str) -> list[KafkaRecord]:
+        """Every record with offset in [first, end) visible at `isolation` (end <= the partition's end)."""
+        out: list[KafkaRecord] = []
+        if end <= first:
+            return out
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        async with self.consumer(isolation) as consumer:
+            consumer.assign([tp])
+            consumer.seek(tp, first)
+            while await consumer.position(tp) < end:
+                if time.monotonic() > deadline:
+                    raise KafkaTimeoutError(f"reading {tp.topic}-{tp.partition} offsets {first}..{end - 1}")
+                fetched = await consumer.getmany(tp, timeout_ms=500)
+                for message in fetched.get(tp, []):
+                    if message.offset >= end:
+                        return out
+                    out.append(
+                        KafkaRecord(
+                            offset=message.offset,
+                            key=message.key,
+                            value=message.value,
+                            headers=tuple(message.headers or ()),
+                            timestamp_ms=message.timestamp,
+                            create_time=message.timestamp_type == 0,
+                        )
+                    )
+        return out
+
+    async def record_at(self, tp: TopicPartition, offset: int, isolation: str) -> KafkaRecord | None:
+        found = await self.records(tp, offset, offset + 1, isolation)
+        return found[0] if found else None
+
+    async def commit_offset(self, group: str, tp: TopicPartition, offset: int) -> None:
+        """Commit `offset` for `tp` in `group`, as a consumer that never joins the group."""
+        # Shielded, and bounded instead: aiokafka shields its own commit task, so a commit cancelled from
+        # outside would go on against a consumer being stopped and die with an exception nobody retrieves
+        # (asyncio logs it as an ERROR line of its own).
+        with anyio.CancelScope(shield=True), anyio.fail_after(self._timeout_ms / 1000):
+            async with self.consumer("read_uncommitted", group_id=group) as consumer:
+                consumer.assign([tp])
+                await consumer.commit({tp: offset})
+
+    async def committed_offset(self, group: str, tp: TopicPartition) -> int | None:
+        deadline = time.monotonic() + self._timeout_ms / 1000
+        async with self.admin() as admin:
+            while True:
+                try:
+                    offsets = await admin.list_consumer_group_offsets(group, partitions=[tp])
+                    break
+                except KafkaError as exc:
+                    # A new cluster creates __consumer_offsets on the first group lookup, and a
+                    # coordinator may be loading or moving: these pass within moments.
+                    if not getattr(exc, "retriable", False) or time.monotonic() > deadline:
+                        raise
+                    await anyio.sleep(0.2)
+        found = offsets.get(tp)
+        return None if found is None or found.offset < 0 else int(found.offset)
