@@ -1,7 +1,7 @@
 """Configuration: msgspec structs, YAML loading with ${ENV} substitution, cross-field checks."""
 
 from config.errors import ConfigError
-from config.loader import load_config, parse_config
+from config.loader import parse_config
 from config.model import Config, FilesystemDestination, FlushConfig, MirrorConfig, SourceConfig, SparkConfig
 
 __all__ = [
@@ -12,6 +12,5 @@ __all__ = [
     "MirrorConfig",
     "SourceConfig",
     "SparkConfig",
-    "load_config",
     "parse_config",
 ]

@@ -20,14 +20,13 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 import msgspec.inspect as mi
 import yaml
 
-from config.client_properties import client_properties_problem
+from config.client_properties import LibraryCheck, client_properties_problem
 from config.errors import ConfigError, DestinationCollisionError, FieldError, FieldPath, PathPart, format_path
 from config.estate import check_offline, compile_entries
 from config.model import (
@@ -70,25 +69,6 @@ _COMPRESSION_LEVELS: dict[str, tuple[int, int] | None] = {
 }
 
 
-def load_config(path: str | os.PathLike[str]) -> Config:
-    return parse_config(read_config_text(path), source=str(Path(path)))
-
-
-def read_config_text(path: str | os.PathLike[str]) -> str:
-    """The file's text; ConfigError naming the file when it cannot be read."""
-    file = Path(path)
-    try:
-        return file.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{file}: config file not found") from None
-    except IsADirectoryError:
-        raise ConfigError(f"{file}: is a directory, not a config file") from None
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"{file}: not UTF-8 text (invalid byte at offset {exc.start})") from None
-    except OSError as exc:
-        raise ConfigError(f"{file}: cannot read config file: {exc.strerror or exc}") from None
-
-
 def parse_document(
     text: str, typ: type[T], top_keys: str, source: str = "<config>", env: Mapping[str, str] | None = None
 ) -> tuple[T, dict[FieldPath, int]]:
@@ -113,8 +93,11 @@ def line_suffix(lines: dict[FieldPath, int], path: FieldPath) -> str:
     return _line_suffix(lines, path)
 
 
-def parse_config(text: str, source: str = "<config>", env: Mapping[str, str] | None = None) -> Config:
-    """Parse YAML text into a checked `Config`; `env` defaults to `os.environ`."""
+def parse_config(
+    text: str, source: str = "<config>", env: Mapping[str, str] | None = None, library_check: LibraryCheck | None = None
+) -> Config:
+    """Parse YAML text into a checked `Config`; `env` defaults to `os.environ`. `library_check` also checks each
+    `client-properties` map with the client library (supervisor.config_files passes librdkafka's)."""
     raw, lines = _load_yaml(text, source)
     if raw is None:
         raise ConfigError(f"{source}: config file is empty")
@@ -126,7 +109,7 @@ def parse_config(text: str, source: str = "<config>", env: Mapping[str, str] | N
         config = msgspec.convert(prepared, Config)
     except msgspec.ValidationError as exc:
         raise ConfigError(_describe_validation_error(str(exc), prepared, lines)) from None
-    _check_cross_fields(config, lines)
+    _check_cross_fields(config, lines, library_check)
     check_spark_master(config.spark.master, lines)
     return config
 
@@ -505,7 +488,7 @@ def _yaml_scalar(value: Any) -> str:
 # --------------------------------------------------------------------------- cross-field checks
 
 
-def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
+def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_check: LibraryCheck | None) -> None:
     def error(path: FieldPath, message: str) -> ConfigError:
         return ConfigError(f"{format_path(path)}: {message}{_line_suffix(lines, path)}")
 
@@ -546,7 +529,7 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         problem = security_problem(destination.security)
         if problem is not None:
             raise error(("destination", "security", *problem[0]), problem[1])
-        refused = client_properties_problem(destination.client_properties, "producer")
+        refused = client_properties_problem(destination.client_properties, "producer", library_check)
         if refused is not None:
             raise error(("destination", "client-properties", refused[0]), refused[1])
         if destination.sync_groups is not None:
@@ -567,7 +550,7 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int]) -> None:
         problem = security_problem(source.security)
         if problem is not None:
             raise error((*at, "security", *problem[0]), problem[1])
-        refused = client_properties_problem(source.client_properties, "consumer")
+        refused = client_properties_problem(source.client_properties, "consumer", library_check)
         if refused is not None:
             raise error((*at, "client-properties", refused[0]), refused[1])
     if isinstance(destination, KafkaDestination) and destination.offsets == "preserve":

@@ -1,7 +1,7 @@
 """The configuration schema. Keys are kebab-case in YAML; unknown keys are rejected everywhere.
 
 The JSON Schema in `schemas/mirror-v3.config.schema.json` is generated from these structs
-(`python -m config.schema`), so every constraint written here is also what editors see.
+(`python -m tools.generated`), so every constraint written here is also what editors see.
 """
 
 from __future__ import annotations

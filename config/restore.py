@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from datetime import datetime
 from typing import Annotated, Any
 
 import msgspec
 
-from config.client_properties import client_properties_problem
+from config.client_properties import LibraryCheck, client_properties_problem
 from config.errors import ConfigError, FieldPath, format_path
-from config.loader import check_spark_master, line_suffix, parse_document, read_config_text, security_problem
+from config.loader import check_spark_master, line_suffix, parse_document, security_problem
 from config.model import (
     FilesystemDestination,
     KafkaDestination,
@@ -28,7 +27,6 @@ from config.model import (
     TopicName,
     _Strict,
 )
-from config.schema import SCHEMA_PATH, write_or_check
 
 _RENAMED = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]+$")
 
@@ -104,20 +102,18 @@ class RestoreConfig(_Strict, frozen=True):
     spark: SparkConfig = msgspec.field(default_factory=SparkConfig)
 
 
-def load_restore_config(path: str) -> RestoreConfig:
-    text = read_config_text(path)
-    config, lines = parse_document(text, RestoreConfig, "`archive`, `restore` and `destination`", source=path)
-    _check(config, lines)
+def parse_restore_config(
+    text: str, env: dict[str, str] | None = None, source: str = "<config>", library_check: LibraryCheck | None = None
+) -> RestoreConfig:
+    """Parse a restore config's YAML text; `library_check` as in config.loader.parse_config."""
+    config, lines = parse_document(
+        text, RestoreConfig, "`archive`, `restore` and `destination`", source=source, env=env
+    )
+    _check(config, lines, library_check)
     return config
 
 
-def parse_restore_config(text: str, env: dict[str, str] | None = None) -> RestoreConfig:
-    config, lines = parse_document(text, RestoreConfig, "`archive`, `restore` and `destination`", env=env)
-    _check(config, lines)
-    return config
-
-
-def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
+def _check(config: RestoreConfig, lines: dict[FieldPath, int], library_check: LibraryCheck | None) -> None:
     def error(path: FieldPath, message: str) -> ConfigError:
         return ConfigError(f"{format_path(path)}: {message}{line_suffix(lines, path)}")
 
@@ -138,7 +134,7 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
     problem = security_problem(config.destination.security)
     if problem is not None:
         raise error(("destination", "security", *problem[0]), problem[1])
-    refused = client_properties_problem(config.destination.client_properties, "producer")
+    refused = client_properties_problem(config.destination.client_properties, "producer", library_check)
     if refused is not None:
         raise error(("destination", "client-properties", refused[0]), refused[1])
     for index, entry in enumerate(config.restore):
@@ -171,9 +167,6 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int]) -> None:
             raise error((*path, "to-timestamp"), f"must be later than from-timestamp ({since} ms)")
 
 
-RESTORE_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.restore.schema.json"
-
-
 def restore_schema() -> str:
     schema: dict[str, Any] = msgspec.json.schema(RestoreConfig)
     schema["$defs"]["RestoreEntry"]["oneOf"] = [
@@ -184,11 +177,3 @@ def restore_schema() -> str:
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "mirror-v3 restore configuration"
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
-
-
-if __name__ == "__main__":  # python -m config.restore [--check]: (re)generate the restore config schema
-    raise SystemExit(
-        write_or_check(
-            RESTORE_SCHEMA_PATH, restore_schema(), check="--check" in sys.argv, command="python -m config.restore"
-        )
-    )

@@ -1,17 +1,13 @@
-"""Generate the JSON Schema of the config (`python -m config.schema [--check]`)."""
+"""The JSON Schema of the config, from its structs (written to schemas/ by `python -m tools.generated`)."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 import msgspec
 
 from config.model import Config
-
-SCHEMA_PATH = Path(__file__).resolve().parent.parent / "schemas" / "mirror-v3.config.schema.json"
 
 
 def config_schema() -> dict[str, Any]:
@@ -33,23 +29,3 @@ def config_schema() -> dict[str, Any]:
 
 def render() -> str:
     return json.dumps(config_schema(), indent=2, sort_keys=True) + "\n"
-
-
-def main(argv: list[str]) -> int:
-    return write_or_check(SCHEMA_PATH, render(), check="--check" in argv, command="python -m config.schema")
-
-
-def write_or_check(path: Path, text: str, *, check: bool, command: str) -> int:
-    """Write a generated schema, or (check) exit 1 when the committed file differs from it."""
-    if check:
-        if not path.exists() or path.read_text(encoding="utf-8") != text:
-            print(f"{path} is stale: run `{command}`", file=sys.stderr)
-            return 1
-        return 0
-    path.write_text(text, encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main(sys.argv[1:]))

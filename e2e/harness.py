@@ -10,14 +10,14 @@ from typing import Any
 
 import jsonschema
 
-from supervisor.status import STATUS_SCHEMA_PATH
 from testkit.kafka_data import create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, run_cli, write_config
 from testkit.targets import Target, assert_same_records, source_records
+from tools.generated import STATUS_SCHEMA
 
 # Offset queries every 200 ms instead of 500: the tests wait less for a mirror to notice new records.
 SOURCE_DEFAULTS = {"poll-interval-ms": 200}
-STATUS_SCHEMA = json.loads(STATUS_SCHEMA_PATH.read_text())
+STATUS_SCHEMA = json.loads(STATUS_SCHEMA.path.read_text())
 
 
 def backlog(bootstrap: str, topic: str, counts: Sequence[int], *, seed: int = 0, config: Any = None) -> None:

@@ -14,12 +14,6 @@ ruff check --no-cache .
 ruff format --check --no-cache .
 echo "== mypy"
 mypy .
-echo "== schema"
-python -m config.schema --check
-python -m supervisor.status --check
-python -m supervisor.verify --check
-python -m config.restore --check
-python -m config.reference --check
 echo "== pytest"
 # The slowest tests are listed so that a CI run that creeps towards its 20-minute budget shows where.
 # Two workers (pytest-xdist, each with its own brokers and moto): the end-to-end tests spend about half

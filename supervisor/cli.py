@@ -16,7 +16,7 @@ from functools import partial
 
 import anyio
 
-from config import ConfigError, load_config
+from config import ConfigError
 from config.estate import Shard
 from config.model import Config
 from config.runtime import RuntimeSettings, parse_runtime
@@ -24,6 +24,7 @@ from core.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, So
 from core.logs import setup_logging
 from sinks.base import DestinationError
 from supervisor import early_signals
+from supervisor.config_files import load_config
 from supervisor.version import installed_version
 
 log = logging.getLogger("mirror_v3.cli")
@@ -202,8 +203,8 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
 
 
 def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
-    from config.restore import load_restore_config
     from source.spark_session import SparkStartError, stop_spark
+    from supervisor.config_files import load_restore_config
     from supervisor.metrics import MetricFamilies
     from supervisor.restore import RestoreFailedError, RestoreRefusedError, run_restore
     from workers.range_job import SparkGoneError

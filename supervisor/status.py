@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -23,7 +22,6 @@ import msgspec
 
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
-from config.schema import SCHEMA_PATH, write_or_check
 from core.errors import SourceError
 from kafka_clients.settings import ClientSettingsError
 from sinks.base import DestinationError, Sink
@@ -346,17 +344,6 @@ def render_schema() -> str:
 
 def _iso_utc(timestamp: float) -> str:
     return dt.datetime.fromtimestamp(timestamp, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-STATUS_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.status.schema.json"
-
-
-if __name__ == "__main__":  # python -m supervisor.status [--check]: (re)generate the status output schema
-    raise SystemExit(
-        write_or_check(
-            STATUS_SCHEMA_PATH, render_schema(), check="--check" in sys.argv, command="python -m supervisor.status"
-        )
-    )
 
 
 def _position(row: MirrorStatus) -> int | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 import uuid
 from dataclasses import dataclass
 from typing import Annotated
@@ -29,7 +28,6 @@ import msgspec
 from config.errors import ConfigError
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config, KafkaDestination
-from config.schema import SCHEMA_PATH, write_or_check
 from core.errors import SourceError
 from kafka_clients.settings import ClientSettingsError, librdkafka_properties
 from sinks.blob_chain import BlobRange, verify_all
@@ -435,14 +433,3 @@ def render_json(report: VerifyReport) -> str:
 def render_schema() -> str:
     schema = document_schema(VerifyDocument, "mirror-v3 verify --format json")
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
-
-
-VERIFY_SCHEMA_PATH = SCHEMA_PATH.parent / "mirror-v3.verify.schema.json"
-
-
-if __name__ == "__main__":  # python -m supervisor.verify [--check]: (re)generate the verify output schema
-    raise SystemExit(
-        write_or_check(
-            VERIFY_SCHEMA_PATH, render_schema(), check="--check" in sys.argv, command="python -m supervisor.verify"
-        )
-    )

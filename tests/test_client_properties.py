@@ -12,6 +12,7 @@ from config.errors import format_path
 from config.estate import MirrorSpec
 from config.model import FlushConfig, KafkaDestination, KafkaSecurity, SaslConfig
 from config.restore import parse_restore_config
+from kafka_clients.property_check import librdkafka_refusal
 from kafka_clients.settings import librdkafka_properties
 from sinks.factory import kafka_settings
 from source import range_reader
@@ -37,7 +38,8 @@ mirrors:
 
 
 def _config(source: str = "{}", destination: str = "{}", single: str = "{}") -> Any:
-    return parse_config(CONFIG.format(source=source, destination=destination, single=single), env={})
+    text = CONFIG.format(source=source, destination=destination, single=single)
+    return parse_config(text, env={}, library_check=librdkafka_refusal)
 
 
 def test_a_source_clusters_properties_reach_the_task_consumer(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -146,4 +148,4 @@ destination:
   client-properties: {transactional.id: mine}
 """
     with pytest.raises(ConfigError, match=r'^destination\.client-properties\["transactional\.id"\]: set transac'):
-        parse_restore_config(text, env={})
+        parse_restore_config(text, env={}, library_check=librdkafka_refusal)

@@ -7,8 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LAYERS = ("core", "config", "kafka_clients", "source", "sinks", "workers", "supervisor")  # bottom first
-TOOLING = ("testkit", "bench", "tests", "e2e")
+LAYERS = ("core", "config", "kafka_clients", "sinks", "source", "workers", "supervisor")  # bottom first
+TOOLING = ("testkit", "bench", "tools", "tests", "e2e")
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -35,3 +35,31 @@ def test_the_rule_is_checked_against_real_imports() -> None:
     # The check itself must see imports, including those under `if TYPE_CHECKING:`.
     assert {"config", "sinks", "workers"} <= imported_packages(ROOT / "supervisor" / "actor.py")
     assert "config" in imported_packages(ROOT / "sinks" / "factory.py")
+    assert "pathlib" in imported_packages(ROOT / "supervisor" / "config_files.py")
+
+
+# What config/ may not import: it parses and validates text it is given, and reaches no file, socket or broker.
+IO_MODULES = {"pathlib", "io", "shutil", "socket", "ssl", "http", "urllib", "aiofiles", "aiokafka", "confluent_kafka"}
+IO_MODULES |= {"aiobotocore", "botocore", "boto3", "asyncio", "anyio", "pyspark"}
+
+
+def test_config_does_no_io() -> None:
+    wrong = []
+    for path in sorted((ROOT / "config").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for package in sorted(imported_packages(path) & IO_MODULES):
+            wrong.append(f"{path.relative_to(ROOT)} imports {package}")
+        calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)]
+        wrong.extend(f"{path.relative_to(ROOT)}:{n.lineno} calls open()" for n in calls if n.func.id == "open")  # type: ignore[attr-defined]
+    assert not wrong, "I/O in config/:\n" + "\n".join(wrong)
+
+
+def test_no_sink_reaches_the_source_cluster() -> None:
+    # The supervisor hands a sink what it needs of the source (sinks.kafka.SourceLookup); a sink that read the
+    # mirror's source block could build a client of it.
+    wrong = []
+    for path in sorted((ROOT / "sinks").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Attribute) and node.attr in ("source", "source_field", "sources"):
+                wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} reads .{node.attr}")
+    assert not wrong, "\n".join(wrong)

@@ -1,0 +1,46 @@
+"""The files generated from the code, and the command that writes them: `python -m tools.generated`.
+
+Each is rendered by the module that owns its facts (the config structs, the status and verify documents); this
+module only knows where each one is committed. `tests/test_generated.py` fails when a committed file differs from
+what its renderer gives, so a change to the code and its generated files land together.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from config import reference, restore, schema
+from supervisor import status, verify
+
+REPO = Path(__file__).resolve().parent.parent
+COMMAND = "python -m tools.generated"
+
+
+@dataclass(frozen=True)
+class Generated:
+    path: Path
+    render: Callable[[], str]
+
+
+CONFIG_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.config.schema.json", schema.render)
+RESTORE_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.restore.schema.json", restore.restore_schema)
+STATUS_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.status.schema.json", status.render_schema)
+VERIFY_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.verify.schema.json", verify.render_schema)
+CONFIG_REFERENCE = Generated(REPO / "docs" / "configuration.md", reference.render)
+GENERATED = (CONFIG_SCHEMA, RESTORE_SCHEMA, STATUS_SCHEMA, VERIFY_SCHEMA, CONFIG_REFERENCE)
+
+
+def main() -> int:
+    for generated in GENERATED:
+        text = generated.render()
+        if not generated.path.exists() or generated.path.read_text(encoding="utf-8") != text:
+            generated.path.write_text(text, encoding="utf-8")
+            print(f"wrote {generated.path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
