@@ -2,25 +2,53 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from dataclasses import dataclass
+
+from core.errors import EXIT_CONFIG, MirrorV3Error
 
 PathPart = str | int
 FieldPath = tuple[PathPart, ...]
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
-class ConfigError(Exception):
-    """A configuration problem; the message names the field path or the file."""
+class ConfigError(MirrorV3Error):
+    """A configuration problem. `where` is a field path of the config file (a tuple, see `path`), or the name of
+    what else was wrong: a file, an environment variable, a command-line option. `line` is the field's line in
+    the file, where known."""
+
+    exit_code = EXIT_CONFIG
+    headline = "invalid config"
+
+    def __init__(self, where: FieldPath | str, problem: str, line: int | None = None) -> None:
+        self.where, self.problem, self.line = where, problem, line
+        super().__init__(self._sentence())
+
+    @property
+    def path(self) -> FieldPath | None:
+        return self.where if isinstance(self.where, tuple) else None
+
+    def at_line(self, line: int | None) -> ConfigError:
+        """The same error, naming the line of its field (a check that ran without the file's lines)."""
+        if line is None or self.line is not None:
+            return self
+        located = copy.copy(self)
+        located.line = line
+        located.args = (located._sentence(),)
+        return located
+
+    def _sentence(self) -> str:
+        place = format_path(self.where) if isinstance(self.where, tuple) else self.where
+        return f"{place}: {self.problem}" + ("" if self.line is None else f" (line {self.line})")
 
 
 class FieldError(ConfigError):
-    """A problem with one field: `path` is where it is (the loader adds its line number)."""
+    """A problem with one field, found where the file's lines are not known (the loader adds the line)."""
 
     def __init__(self, path: FieldPath, problem: str) -> None:
-        self.path, self.problem = path, problem
-        super().__init__(f"{format_path(path)}: {problem}")
+        super().__init__(path, problem)
 
 
 def format_path(path: FieldPath) -> str:
@@ -59,7 +87,6 @@ class DestinationCollisionError(ConfigError):
     def __init__(self, first: SelectedPartition, second: SelectedPartition, destination: str, partition: int) -> None:
         self.first, self.second = first, second
         self.destination, self.partition = destination, partition
-        self.path: FieldPath = ("mirrors", second.index)
         if (first.cluster, first.topic, first.partition) == (second.cluster, second.topic, second.partition):
             problem = "selected twice"
             hint = "narrow one entry's selection (exclude-regex, partitions) or set enabled: false"
@@ -67,7 +94,7 @@ class DestinationCollisionError(ConfigError):
             problem = "would both write it"
             hint = "give one entry a destination-name rule (prefix, suffix or regex) that tells them apart"
         super().__init__(
-            f"{second.field}: destination {destination}/{partition}: {second} and {first} {problem}; {hint}"
+            ("mirrors", second.index), f"destination {destination}/{partition}: {second} and {first} {problem}; {hint}"
         )
 
 
@@ -77,9 +104,9 @@ class MirrorLoopError(ConfigError):
 
     def __init__(self, index: int, topic: str, destination: str, selected_by: int) -> None:
         self.index, self.topic, self.destination, self.selected_by = index, topic, destination, selected_by
-        self.path: FieldPath = ("mirrors", index)
         again = "itself" if destination == topic else f"{destination!r}, which mirrors[{selected_by}] reads again"
         super().__init__(
-            f"mirrors[{index}]: reads {topic!r} from the destination cluster and writes it into {again}: a loop; "
-            "mirror to another cluster, or give the copies a destination-name the selection excludes"
+            ("mirrors", index),
+            f"reads {topic!r} from the destination cluster and writes it into {again}: a loop; "
+            "mirror to another cluster, or give the copies a destination-name the selection excludes",
         )

@@ -71,17 +71,17 @@ class Shard:
 
     def __post_init__(self) -> None:
         if not 0 <= self.index < self.count:
-            raise ConfigError(f"shard {self.index}/{self.count}: the index must be 0..{self.count - 1}")
+            raise ConfigError(f"shard {self.index}/{self.count}", f"the index must be 0..{self.count - 1}")
 
     @classmethod
     def parse(cls, text: str, where: str) -> Shard:
         """`I/N`, as `--shard` and MIRROR_V3_SHARD take it; `where` names the flag or variable."""
         match = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
         if match is None or int(match.group(2)) < 1:
-            raise ConfigError(f"{where}: expected I/N with N >= 1 (this process's shard of N), got {text!r}")
+            raise ConfigError(where, f"expected I/N with N >= 1 (this process's shard of N), got {text!r}")
         index, count = int(match.group(1)), int(match.group(2))
         if index >= count:
-            raise ConfigError(f"{where}: shard index {index} is out of range for {count} shards (0..{count - 1})")
+            raise ConfigError(where, f"shard index {index} is out of range for {count} shards (0..{count - 1})")
         return cls(index, count)
 
     def owner(self, cluster: str, topic: str, partition: int) -> int:

@@ -27,7 +27,7 @@ import msgspec.inspect as mi
 import yaml
 
 from config.client_properties import LibraryCheck, client_properties_problem
-from config.errors import ConfigError, DestinationCollisionError, FieldError, FieldPath, PathPart, format_path
+from config.errors import ConfigError, FieldPath, PathPart
 from config.estate import check_offline, compile_entries
 from config.model import (
     Config,
@@ -77,20 +77,20 @@ def parse_document(
     document is not a mapping."""
     raw, lines = _load_yaml(text, source)
     if raw is None:
-        raise ConfigError(f"{source}: config file is empty")
+        raise ConfigError(source, "config file is empty")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: top level must be a mapping with {top_keys}, not {_kind(raw)}")
+        raise ConfigError(source, f"top level must be a mapping with {top_keys}, not {_kind(raw)}")
     root = mi.type_info(typ)
     prepared = _Preparer(os.environ if env is None else env, lines).prepare(raw, (), root)
     try:
         return msgspec.convert(prepared, typ), lines
     except msgspec.ValidationError as exc:
-        raise ConfigError(_describe_validation_error(str(exc), prepared, lines, root)) from None
+        raise _describe_validation_error(str(exc), prepared, lines, root) from None
 
 
-def line_suffix(lines: dict[FieldPath, int], path: FieldPath) -> str:
-    """` (line N)` for the field at `path` (or its nearest parent), for messages about it."""
-    return _line_suffix(lines, path)
+def line_of(lines: dict[FieldPath, int], path: FieldPath) -> int | None:
+    """The line of the field at `path` (or of its nearest parent), for errors about it."""
+    return _line_of(lines, path)
 
 
 def parse_config(
@@ -100,15 +100,15 @@ def parse_config(
     `client-properties` map with the client library (supervisor.config_files passes librdkafka's)."""
     raw, lines = _load_yaml(text, source)
     if raw is None:
-        raise ConfigError(f"{source}: config file is empty")
+        raise ConfigError(source, "config file is empty")
     if not isinstance(raw, dict):
-        raise ConfigError(f"{source}: top level must be a mapping with `destination` and `mirrors`, not {_kind(raw)}")
+        raise ConfigError(source, f"top level must be a mapping with `destination` and `mirrors`, not {_kind(raw)}")
     prepared = _Preparer(os.environ if env is None else env, lines).prepare(raw, (), _CONFIG_TYPE)
     _check_cluster_names(prepared, lines)
     try:
         config = msgspec.convert(prepared, Config)
     except msgspec.ValidationError as exc:
-        raise ConfigError(_describe_validation_error(str(exc), prepared, lines)) from None
+        raise _describe_validation_error(str(exc), prepared, lines) from None
     _check_cross_fields(config, lines, library_check)
     check_spark_master(config.spark.master, lines)
     return config
@@ -127,9 +127,9 @@ def _load_yaml(text: str, source: str) -> tuple[Any, dict[FieldPath, int]]:
             _index_nodes(node, (), lines, set(), [0])
         return (None if node is None else loader.construct_document(node)), lines
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}{_yaml_error_location(exc)}: invalid YAML: {_yaml_problem(exc)}") from None
+        raise ConfigError(f"{source}{_yaml_error_location(exc)}", f"invalid YAML: {_yaml_problem(exc)}") from None
     except RecursionError:
-        raise ConfigError(f"{source}: invalid YAML: nested too deeply") from None
+        raise ConfigError(source, "invalid YAML: nested too deeply") from None
     finally:
         loader.dispose()
 
@@ -158,9 +158,9 @@ def _index_nodes(
 ) -> None:
     count[0] += 1
     if count[0] > _MAX_YAML_NODES:
-        raise ConfigError(f"{format_path(path)}: document too large (more than {_MAX_YAML_NODES} values after aliases)")
+        raise ConfigError(path, f"document too large (more than {_MAX_YAML_NODES} values after aliases)")
     if id(node) in active:
-        raise ConfigError(f"{format_path(path)}: recursive YAML alias{_line_suffix(lines, path)}")
+        raise ConfigError(path, "recursive YAML alias", _line_of(lines, path))
     if isinstance(node, yaml.MappingNode):
         active.add(id(node))
         seen: dict[tuple[str, str], int] = {}
@@ -172,7 +172,7 @@ def _index_nodes(
             child = (*path, key_node.value)
             identity = (key_node.tag, key_node.value)
             if identity in seen:
-                raise ConfigError(f"{format_path(child)}: duplicate key (line {line}; first at line {seen[identity]})")
+                raise ConfigError(child, f"duplicate key (first at line {seen[identity]})", line)
             seen[identity] = line
             lines.setdefault(child, line)
             _index_nodes(value_node, child, lines, active, count)
@@ -236,7 +236,7 @@ class _Preparer:
         self._lines = lines
 
     def _error(self, path: FieldPath, message: str) -> ConfigError:
-        return ConfigError(f"{format_path(path)}: {message}{_line_suffix(self._lines, path)}")
+        return ConfigError(path, message, _line_of(self._lines, path))
 
     def prepare(self, node: Any, path: FieldPath, typ: mi.Type | None) -> Any:
         members = _members(typ)
@@ -255,8 +255,7 @@ class _Preparer:
             if not isinstance(key, str):
                 line = self._lines.get((*path, str(key))) or self._lines.get((*path, _yaml_scalar(key)))
                 raise ConfigError(
-                    f"{format_path(path)}: key {_yaml_scalar(key)} is {_kind(key)}, not a string; quote it in YAML"
-                    + (f" (line {line})" if line else "")
+                    path, f"key {_yaml_scalar(key)} is {_kind(key)}, not a string; quote it in YAML", line or None
                 )
         tagged = [m for m in members if isinstance(m, mi.StructType) and m.tag_field is not None]
         if tagged and tagged[0].tag_field not in node:
@@ -341,8 +340,10 @@ def _check_cluster_names(data: dict[Any, Any], lines: dict[FieldPath, int]) -> N
         if not _CLUSTER_NAME.match(name):
             path = ("clusters", name)
             raise ConfigError(
-                f"{format_path(path)}: invalid cluster name {name!r}: use letters, digits, '.', '_' and '-', "
-                f"starting with a letter or digit{_line_suffix(lines, path)}"
+                path,
+                f"invalid cluster name {name!r}: use letters, digits, '.', '_' and '-', "
+                "starting with a letter or digit",
+                _line_of(lines, path),
             )
 
 
@@ -355,26 +356,29 @@ def check_spark_master(master: str, lines: dict[FieldPath, int]) -> None:
     path = ("spark", "master")
     if master.startswith("sc://"):
         raise ConfigError(
-            f"{format_path(path)}: Spark Connect ({master}) is not supported: mirror-v3 runs its Spark driver in "
-            "its own process (the tasks return metadata to it, and it commits). Use local[*], or a standalone "
-            f"cluster's spark://host:port{_line_suffix(lines, path)}"
+            path,
+            f"Spark Connect ({master}) is not supported: mirror-v3 runs its Spark driver in its own process (the "
+            "tasks return metadata to it, and it commits). Use local[*], or a standalone cluster's spark://host:port",
+            _line_of(lines, path),
         )
     if not (_LOCAL_MASTER.match(master) or _STANDALONE_MASTER.match(master) or master.startswith("k8s://")):
         raise ConfigError(
-            f"{format_path(path)}: {master!r} is not a Spark master this process can use: local, local[N], "
-            f"local[*], spark://host:port[,host:port...] or k8s://...{_line_suffix(lines, path)}"
+            path,
+            f"{master!r} is not a Spark master this process can use: local, local[N], local[*], "
+            "spark://host:port[,host:port...] or k8s://...",
+            _line_of(lines, path),
         )
 
 
 # ------------------------------------------------------------------------------ error messages
 
 
-def _line_suffix(lines: dict[FieldPath, int], path: FieldPath) -> str:
+def _line_of(lines: dict[FieldPath, int], path: FieldPath) -> int | None:
     for end in range(len(path), 0, -1):
         line = lines.get(path[:end])
         if line is not None:
-            return f" (line {line})"
-    return ""
+            return line
+    return None
 
 
 def _parse_msgspec_path(text: str) -> FieldPath | None:
@@ -404,16 +408,16 @@ def _value_at(data: Any, path: FieldPath) -> Any:
 
 def _describe_validation_error(
     message: str, data: Any, lines: dict[FieldPath, int], root: mi.Type = _CONFIG_TYPE
-) -> str:
+) -> ConfigError:
     match = _MSGSPEC_ERROR.match(message)
     assert match is not None  # the pattern matches any string
     msg, raw_path = match.group("msg"), match.group("path") or ""
     path = _parse_msgspec_path(raw_path)
     if path is None:  # a shape we do not know: keep msgspec's own path
-        return f"{raw_path.lstrip('.') or '<root>'}: {msg.replace('`', '')}"
+        return ConfigError(raw_path.lstrip(".") or "<root>", msg.replace("`", ""))
     if missing := _MISSING_FIELD.match(msg):
         field_path = (*path, missing.group("field"))
-        return f"{format_path(field_path)}: required field is missing{_line_suffix(lines, path)}"
+        return ConfigError(field_path, "required field is missing", _line_of(lines, path))
     if unknown := _UNKNOWN_FIELD.match(msg):
         field_path = (*path, unknown.group("field"))
         known = _known_fields(path, data, root)
@@ -422,7 +426,7 @@ def _describe_validation_error(
             hint = f"; keys are kebab-case: did you mean {kebab}?"
         else:
             hint = f"; expected one of: {', '.join(known)}" if known else ""
-        return f"{format_path(field_path)}: unknown field{hint}{_line_suffix(lines, field_path)}"
+        return ConfigError(field_path, f"unknown field{hint}", _line_of(lines, field_path))
 
     msg = msg.replace("`", "")
     value = _value_at(data, path)
@@ -441,7 +445,7 @@ def _describe_validation_error(
     elif value is not _MISSING and value is not None and _is_scalar(value):
         # `Expected int, got str '3'`; for a failed constraint `Expected int >= 1, got 0`.
         msg = f"{msg} {_yaml_scalar(value)}" if ", got " in msg else f"{msg}, got {_yaml_scalar(value)}"
-    return f"{format_path(path)}: {msg}{_line_suffix(lines, path)}"
+    return ConfigError(path, msg, _line_of(lines, path))
 
 
 def _known_fields(path: FieldPath, data: Any, root: mi.Type = _CONFIG_TYPE) -> list[str]:
@@ -490,7 +494,7 @@ def _yaml_scalar(value: Any) -> str:
 
 def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_check: LibraryCheck | None) -> None:
     def error(path: FieldPath, message: str) -> ConfigError:
-        return ConfigError(f"{format_path(path)}: {message}{_line_suffix(lines, path)}")
+        return ConfigError(path, message, _line_of(lines, path))
 
     destination = config.destination
     if not isinstance(destination, KafkaDestination) and destination.compression_level is not None:
@@ -567,10 +571,8 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
                 )
     try:
         check_offline(compile_entries(config))
-    except FieldError as exc:
-        raise error(exc.path, exc.problem) from None
-    except DestinationCollisionError as exc:
-        raise ConfigError(f"{exc}{_line_suffix(lines, exc.path)}") from None
+    except ConfigError as exc:  # offline checks of the entries (FieldError, DestinationCollisionError)
+        raise exc.at_line(None if exc.path is None else _line_of(lines, exc.path)) from None
 
 
 # Storage classes whose objects must be restored before a GET: verify and restore could not read the chain.

@@ -16,8 +16,8 @@ from typing import Annotated, Any
 import msgspec
 
 from config.client_properties import LibraryCheck, client_properties_problem
-from config.errors import ConfigError, FieldPath, format_path
-from config.loader import check_spark_master, line_suffix, parse_document, security_problem
+from config.errors import ConfigError, FieldPath
+from config.loader import check_spark_master, line_of, parse_document, security_problem
 from config.model import (
     FilesystemDestination,
     KafkaDestination,
@@ -115,7 +115,7 @@ def parse_restore_config(
 
 def _check(config: RestoreConfig, lines: dict[FieldPath, int], library_check: LibraryCheck | None) -> None:
     def error(path: FieldPath, message: str) -> ConfigError:
-        return ConfigError(f"{format_path(path)}: {message}{line_suffix(lines, path)}")
+        return ConfigError(path, message, line_of(lines, path))
 
     check_spark_master(config.spark.master, lines)
     archive = config.archive

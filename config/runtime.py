@@ -53,10 +53,10 @@ def parse_runtime(env: Mapping[str, str]) -> RuntimeSettings:
     if level == "WARN":
         level = "WARNING"
     if level not in LOG_LEVELS:
-        raise ConfigError(f"LOG_LEVEL: {env['LOG_LEVEL']!r} is not a log level: use {', '.join(LOG_LEVELS)}")
+        raise ConfigError("LOG_LEVEL", f"{env['LOG_LEVEL']!r} is not a log level: use {', '.join(LOG_LEVELS)}")
     log_format = (given("LOG_FORMAT") or defaults.log_format).lower()
     if log_format not in ("kv", "json"):
-        raise ConfigError(f"LOG_FORMAT: {env['LOG_FORMAT']!r} is not a log format: use kv or json")
+        raise ConfigError("LOG_FORMAT", f"{env['LOG_FORMAT']!r} is not a log format: use kv or json")
     port_text = given("MIRROR_V3_METRICS_PORT")
     port = defaults.metrics_port if port_text is None else _port(port_text)
     lag_text = given("MIRROR_V3_READINESS_LAG")
@@ -73,7 +73,7 @@ def parse_runtime(env: Mapping[str, str]) -> RuntimeSettings:
 
 def _port(text: str) -> int:
     if not text.isdigit() or int(text) > 65535:
-        raise ConfigError(f"MIRROR_V3_METRICS_PORT: {text!r} is not a port number (0-65535; 0 disables)")
+        raise ConfigError("MIRROR_V3_METRICS_PORT", f"{text!r} is not a port number (0-65535; 0 disables)")
     return int(text)
 
 
@@ -88,5 +88,5 @@ def _seconds_or_count(name: str, text: str, unit: str) -> float:
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or value < 0:
-        raise ConfigError(f"{name}: {text!r} is not a number of {unit} (0 or more)")
+        raise ConfigError(name, f"{text!r} is not a number of {unit} (0 or more)")
     return value

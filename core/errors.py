@@ -1,6 +1,14 @@
-"""User-facing failures and the process exit codes (documented in the README)."""
+"""The one family of user-facing errors, and the process exit codes (documented in the README).
+
+Every error an operator sees derives from `MirrorV3Error`. It carries the exit code of a command that ends with
+it and the facts the sentence is built from (topic, partition, offsets, files, field paths) as attributes, so
+code and tests read the facts, never parse the message. `exit_code_for` is the one place a command's exit code
+is decided from an exception.
+"""
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 EXIT_OK = 0
 EXIT_FAILURE = 1  # a mirror failed (destination, source, data loss, ...); details on the ERROR line
@@ -9,7 +17,44 @@ EXIT_ENVIRONMENT = 3  # the runtime is incomplete (missing jars, Spark cannot st
 EXIT_SECOND_SIGNAL = 130  # a second SIGINT/SIGTERM during the graceful drain
 
 
-class MirrorError(Exception):
+class MirrorV3Error(Exception):
+    """A failure the operator reads: one line, no traceback.
+
+    `exit_code`: what a command that ends with it returns. `headline`: how the CLI introduces it on stderr
+    (`invalid config: ...`); None means `<command> failed: ...`.
+    """
+
+    exit_code: ClassVar[int] = EXIT_FAILURE
+    headline: ClassVar[str | None] = None
+
+    @property
+    def facts(self) -> dict[str, object]:
+        """The attributes the message was built from."""
+        return {key: value for key, value in vars(self).items() if not key.startswith("_")}
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # Subclasses take facts, not the message, in __init__: copies and pickles are rebuilt without calling it.
+        return (_rebuild, (type(self), self.args, dict(vars(self))))
+
+
+def _rebuild(cls: type[MirrorV3Error], args: tuple[object, ...], state: dict[str, object]) -> MirrorV3Error:
+    exc = cls.__new__(cls)
+    exc.args = args
+    vars(exc).update(state)
+    return exc
+
+
+def exit_code_for(exc: BaseException) -> int:
+    """The exit code of a command that ends with `exc`: its own for the family, EXIT_FAILURE for anything else."""
+    return exc.exit_code if isinstance(exc, MirrorV3Error) else EXIT_FAILURE
+
+
+def cli_line(exc: MirrorV3Error, command: str) -> str:
+    """The one stderr line a command ends with: `invalid config: mirrors[0].topic: ...`, `verify failed: ...`."""
+    return f"{exc.headline or command + ' failed'}: {exc}"
+
+
+class MirrorError(MirrorV3Error):
     """A mirror cannot continue; the message is one operator-readable line."""
 
 
@@ -21,5 +66,60 @@ class SourceUnavailableError(SourceError):
     """The source cluster did not answer (refused, timed out, no leader): may pass, as a broker restart does."""
 
 
+class MissingSourcePartitionError(SourceError):
+    """The source cluster answers but has no such topic, or no such partition of it."""
+
+    def __init__(self, topic: str, partition: int, bootstrap_servers: str, partitions: tuple[int, ...] | None) -> None:
+        self.topic, self.partition, self.bootstrap_servers = topic, partition, bootstrap_servers
+        self.partitions = partitions  # None: the topic does not exist
+        if partitions is None:
+            super().__init__(f"source topic {topic!r} does not exist on {bootstrap_servers}")
+        else:
+            listed = ", ".join(str(p) for p in partitions)
+            super().__init__(f"source topic {topic!r} has no partition {partition} (partitions: {listed})")
+
+
 class DataLossError(MirrorError):
-    """Records the destination still needs are gone from the source."""
+    """Records the destination still needs are gone from the source: offsets `lost_first`..`lost_last`."""
+
+    def __init__(self, topic: str, partition: int, log_start: int, next_offset: int) -> None:
+        self.topic, self.partition, self.log_start, self.next_offset = topic, partition, log_start, next_offset
+        super().__init__(
+            f"source {topic}-{partition} log start offset {log_start} is above the next offset to mirror "
+            f"{next_offset}: offsets {self.lost_first}..{self.lost_last} were deleted before they were mirrored "
+            "(set source.on-data-loss: skip to continue without them)"
+        )
+
+    @property
+    def lost_first(self) -> int:
+        return self.next_offset
+
+    @property
+    def lost_last(self) -> int:
+        return self.log_start - 1
+
+
+class SourceBehindDestinationError(MirrorError):
+    """The source partition ends below what the destination already holds: a recreated topic or the wrong
+    cluster. `source_end` is the source's offset named by `measure`; `destination_next` the destination's (or,
+    with `claimed`, the end of the blob an interrupted writer claimed as the next one)."""
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        measure: str,
+        source_end: int,
+        destination_next: int,
+        claimed: tuple[int, int] | None = None,
+    ) -> None:
+        self.topic, self.partition, self.measure = topic, partition, measure
+        self.source_end, self.destination_next, self.claimed = source_end, destination_next, claimed
+        where = f"source {topic}-{partition} {measure} {source_end}"
+        if claimed is None:
+            below = f"is below the destination's next offset {destination_next}"
+        else:
+            below = (
+                f"does not reach offsets {claimed[0]}-{claimed[1]}, claimed by an interrupted writer as the next blob"
+            )
+        super().__init__(f"{where} {below}: was the topic recreated, or is this the wrong cluster?")

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from config.model import OAuthAwsMskIam, OAuthUnsecuredJwt
+from core.errors import MirrorV3Error
 
 # How a task's librdkafka client makes its token: these keys are mirror-v3's, never librdkafka's.
 TOKEN_PREFIX = "mirror-v3.oauthbearer."
@@ -47,7 +48,7 @@ class Token:
     principal: str = ""
 
 
-class TokenError(Exception):
+class TokenError(MirrorV3Error):
     """No token could be had; `permanent` when retrying will not help (the provider refused the credentials)."""
 
     def __init__(self, message: str, *, permanent: bool) -> None:

@@ -20,13 +20,19 @@ from typing import Any
 from aiokafka.abc import AbstractTokenProvider
 
 from config.client_properties import ClientPropertyValue, as_librdkafka
+from config.errors import ConfigError
 from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, TlsConfig
 from core.secrets import remember
 from kafka_clients.oauth_tokens import Token, fetch_client_credentials, token_properties, token_source
 
 
-class ClientSettingsError(Exception):
-    """A file named by the security block cannot be used; the message names the config field."""
+class ClientSettingsError(ConfigError):
+    """A secret or file named by the security block cannot be used: `field` is the config path of the key that
+    names it."""
+
+    def __init__(self, field: str, problem: str) -> None:
+        self.field = field
+        super().__init__(field, problem)
 
 
 def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
@@ -64,7 +70,7 @@ def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
                 password = _secret(tls.key_password_env, f"{field}.key-password-env")
             context.load_cert_chain(tls.cert_file, tls.key_file, password=password)
     except (OSError, ssl.SSLError) as exc:
-        raise ClientSettingsError(f"{field}: cannot load the TLS files: {_reason(exc)}") from None
+        raise ClientSettingsError(field, f"cannot load the TLS files: {_reason(exc)}") from None
     context.check_hostname = tls.check_hostname
     return context
 
@@ -180,7 +186,7 @@ class OAuthTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokaf
 def _secret(variable: str, field: str) -> str:
     value = os.environ.get(variable)
     if not value:
-        raise ClientSettingsError(f"{field}: environment variable {variable} is not set")
+        raise ClientSettingsError(field, f"environment variable {variable} is not set")
     return remember(value)
 
 
@@ -188,9 +194,9 @@ def _read_pem(path: str, field: str) -> str:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ClientSettingsError(f"{field}: cannot read {path}: {_reason(exc)}") from None
+        raise ClientSettingsError(field, f"cannot read {path}: {_reason(exc)}") from None
     if "-----BEGIN " not in text:
-        raise ClientSettingsError(f"{field}: {path} is not a PEM file")
+        raise ClientSettingsError(field, f"{path} is not a PEM file")
     return text
 
 

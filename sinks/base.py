@@ -12,11 +12,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from core.errors import MirrorV3Error
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.staging import BlobStaging, StagedBlob
 
 
-class DestinationError(Exception):
+class DestinationError(MirrorV3Error):
     """The destination is unusable as found (corrupt chain, foreign writer, misaligned offsets)."""
 
 

@@ -262,8 +262,7 @@ class BlobChain:
         stores that ignore conditional creates, that is where a second writer shows up, within one
         flush of appearing.
         """
-        if not self._opened:
-            raise RuntimeError("BlobChain.append before open")
+        assert self._opened, "BlobChain.append before open"  # a caller's bug, never the operator's
         expected = self.next_offset
         if expected is not None and staged.first != expected:
             raise DestinationError(

@@ -15,7 +15,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from config.model import SourceConfig
-from core.errors import SourceError, SourceUnavailableError
+from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError
 from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.settings import aiokafka_settings
 
@@ -101,13 +101,10 @@ class SourceCluster:
                 f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
             ) from None
         if topic not in metadata.topics():
-            raise SourceError(f"source topic {topic!r} does not exist on {self.bootstrap_servers}")
+            raise MissingSourcePartitionError(topic, partition, self.bootstrap_servers, None)
         partitions = metadata.partitions_for_topic(topic) or set()
         if partition not in partitions:
-            raise SourceError(
-                f"source topic {topic!r} has no partition {partition} "
-                f"(partitions: {', '.join(str(p) for p in sorted(partitions))})"
-            )
+            raise MissingSourcePartitionError(topic, partition, self.bootstrap_servers, tuple(sorted(partitions)))
 
     async def topic_partitions(self) -> dict[str, int]:
         """Every topic of the cluster (internal ones included) and its partition count."""

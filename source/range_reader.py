@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from core.errors import MirrorV3Error
 from core.records import HEADER_TYPE, KAFKA_SCHEMA
 from kafka_clients.oauth_tokens import librdkafka_config
 
@@ -76,7 +77,7 @@ class SourcePartition:
         return f"{self.topic}-{self.partition}"
 
 
-class SourceRangeError(RuntimeError):
+class SourceRangeError(MirrorV3Error):
     """The range could not be read exactly; the message names the partition and offsets."""
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from config.model import SparkConfig
+from core.errors import EXIT_ENVIRONMENT, MirrorV3Error
 from core.secrets import SECRET_KEY_PATTERN, remember
 from source.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
 
@@ -146,8 +147,11 @@ def check_master_reachable(master: str, timeout_s: float = MASTER_CONNECT_TIMEOU
     raise SparkStartError(f"spark.master {master}: no master accepts connections ({'; '.join(problems)})")
 
 
-class SparkStartError(RuntimeError):
+class SparkStartError(MirrorV3Error):
     """The session could not be created (no usable Java, a bad spark.conf, an unreachable master)."""
+
+    exit_code = EXIT_ENVIRONMENT
+    headline = "cannot start Spark"
 
 
 def _first_line(exc: BaseException) -> str:

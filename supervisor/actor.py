@@ -17,7 +17,7 @@ import anyio
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig
-from core.errors import DataLossError, MirrorError
+from core.errors import DataLossError, MirrorError, SourceBehindDestinationError
 from core.logs import log_event
 from sinks.base import Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
@@ -152,9 +152,9 @@ class MirrorActor:
         assert self._claimed is not None
         first, last = self._claimed
         if offsets.end <= last:
-            raise MirrorError(
-                f"{self._sink.description}: an interrupted writer claimed offsets {first}-{last} as the next blob, "
-                f"but source {self._topic_partition} ends at {offsets.end}: was the topic recreated?"
+            # The claim's last offset must exist in the source: its end must be past it.
+            raise SourceBehindDestinationError(
+                self.mirror.topic, self.mirror.partition, "end", offsets.end, last + 1, claimed=(first, last)
             )
         log_event(
             log,
@@ -199,10 +199,8 @@ class MirrorActor:
             # An empty destination begins wherever the source begins.
             return offsets.log_start
         if offsets.high_watermark < destination_next:
-            raise MirrorError(
-                f"source {self._topic_partition} ends at offset {offsets.high_watermark} (high watermark), below "
-                f"the destination's next offset {destination_next}: was the topic recreated, or is this the wrong "
-                "cluster?"
+            raise SourceBehindDestinationError(
+                self.mirror.topic, self.mirror.partition, "high watermark", offsets.high_watermark, destination_next
             )
         return destination_next
 
@@ -290,9 +288,8 @@ class MirrorActor:
         self._readable.observe(asked_at, offsets.end)
         self._observe(offsets)
         if offsets.high_watermark < self._next:
-            raise MirrorError(
-                f"source {self._topic_partition} high watermark {offsets.high_watermark} fell below the next "
-                f"offset {self._next}: was the topic recreated?"
+            raise SourceBehindDestinationError(
+                self.mirror.topic, self.mirror.partition, "high watermark", offsets.high_watermark, self._next
             )
         self._handle_data_loss(offsets)
         return offsets
@@ -413,11 +410,7 @@ class MirrorActor:
             return
         lost_first, lost_last = read_from, offsets.log_start - 1
         if self.mirror.source.on_data_loss == "fail":
-            raise DataLossError(
-                f"source {self._topic_partition} log start offset {offsets.log_start} is above the next offset to "
-                f"mirror {read_from}: offsets {lost_first}..{lost_last} were deleted before they were mirrored "
-                "(set source.on-data-loss: skip to continue without them)"
-            )
+            raise DataLossError(self.mirror.topic, self.mirror.partition, offsets.log_start, read_from)
         count = lost_last - lost_first + 1
         log_event(
             log,

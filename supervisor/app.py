@@ -17,7 +17,7 @@ from config.errors import ConfigError
 from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.model import Config, KafkaDestination
 from config.runtime import RuntimeSettings
-from core.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, EXIT_SECOND_SIGNAL, SourceError
+from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, exit_code_for
 from core.logs import log_event, quiet_aiokafka_leaks
 from kafka_clients.settings import ClientSettingsError
 from sinks.base import DestinationError
@@ -32,7 +32,7 @@ from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
-from supervisor.kafka_admin import AdminRequestError, SourceAdmins, loop_ids
+from supervisor.kafka_admin import SourceAdmins, loop_ids
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
@@ -133,12 +133,8 @@ class Supervisor:
                 await self._topics.prepare(plan.mirrors)
             for spec in plan.mirrors:
                 self.actors[spec.key] = self._actor(spec)
-        except ConfigError as exc:  # two selected partitions would write one destination
-            self._fail(None, exc, "invalid config", exit_code=EXIT_CONFIG)
-        except ClientSettingsError as exc:
-            self._fail(None, exc, "cannot start", exit_code=EXIT_CONFIG)
-        except (DestinationError, SourceError, AdminRequestError) as exc:
-            self._fail(None, exc, "cannot start")
+        except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
+            self._fail(None, exc, exc.headline or "cannot start")
         if self._failure is not None:
             await self._clusters.close()
             return self._failure[0]
@@ -243,7 +239,7 @@ class Supervisor:
             try:
                 plan = expand(self._entries, read.topics, self._shard)
             except ConfigError as exc:  # a new topic would write a destination another already writes
-                self._fail(None, exc, "invalid config", exit_code=EXIT_CONFIG)
+                self._fail(None, exc, "invalid config")
                 assert self._group is not None
                 self._group.cancel_scope.cancel()
                 return
@@ -345,7 +341,8 @@ class Supervisor:
         try:
             await start_spark(self._config.spark)
         except Exception as exc:
-            self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
+            failure = exc if isinstance(exc, SparkStartError) else SparkStartError(describe_error(exc))
+            self._fail(None, failure, "cannot start Spark")
             scope.cancel()
             return
         self.http.readiness.spark_ready = True
@@ -355,12 +352,11 @@ class Supervisor:
         mirror: str | None,
         exc: BaseException,
         message: str = "mirror failed",
-        exit_code: int = EXIT_FAILURE,
         **fields: object,
     ) -> None:
         if self._failure is not None:
             return  # the first failure is the cause; the rest are its consequences
-        self._failure = (exit_code, exc)
+        self._failure = (exit_code_for(exc), exc)
         if mirror is not None:
             fields = {"mirror": mirror, **fields}
         log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))
@@ -376,7 +372,7 @@ class Supervisor:
                     await actor.run()
             except SparkStartError as exc:
                 # Every mirror waits for the session: whichever reports it first, it is the runtime's failure.
-                self._fail(None, exc, "cannot start Spark", exit_code=EXIT_ENVIRONMENT)
+                self._fail(None, exc, "cannot start Spark")
                 everyone.cancel()
                 return
             except Exception as exc:

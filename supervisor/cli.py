@@ -20,9 +20,8 @@ from config import ConfigError
 from config.estate import Shard
 from config.model import Config
 from config.runtime import RuntimeSettings, parse_runtime
-from core.errors import EXIT_CONFIG, EXIT_ENVIRONMENT, EXIT_FAILURE, EXIT_OK, SourceError
+from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
 from core.logs import setup_logging
-from sinks.base import DestinationError
 from supervisor import early_signals
 from supervisor.config_files import load_config
 from supervisor.version import installed_version
@@ -121,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime = parse_runtime(os.environ)
     except ConfigError as exc:
-        print(f"invalid config: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _report(exc, args.command)
     setup_logging(runtime.log_level, runtime.log_format)
     if args.command == "restore":  # a config of its own
         return _restore(args, runtime)
@@ -130,8 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         config = load_config(args.config)
         shard = _shard(getattr(args, "shard", None), runtime.shard)
     except ConfigError as exc:
-        print(f"invalid config: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _report(exc, args.command)
     if args.command == "validate":
         enabled = [m for m in config.mirrors if m.enabled]
         singles = sum(1 for m in enabled if not m.is_selection)
@@ -155,6 +152,12 @@ def main(argv: list[str] | None = None) -> int:
     return _run(config, shard, runtime)
 
 
+def _report(exc: MirrorV3Error, command: str) -> int:
+    """The command's last word: one stderr line, and the exit code the error carries."""
+    print(cli_line(exc, command), file=sys.stderr)
+    return exc.exit_code
+
+
 def _process_url(process: str, runtime: RuntimeSettings) -> str | None:
     """status --process: 'local' is this host's process on MIRROR_V3_METRICS_PORT, 'none' none, else a URL."""
     from supervisor.status import default_process
@@ -163,15 +166,13 @@ def _process_url(process: str, runtime: RuntimeSettings) -> str | None:
 
 
 def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
-    from source.spark_session import SparkStartError, stop_spark
+    from source.spark_session import stop_spark
     from supervisor.verify import collect_verification, render_json, render_table
-    from workers.range_job import SparkGoneError
 
     try:
         select = re.compile(args.mirrors) if args.mirrors else None
     except re.error as exc:
-        print(f"invalid config: --mirrors: not a regular expression: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return _report(ConfigError("--mirrors", f"not a regular expression: {exc}"), "verify")
     try:
         report = anyio.run(
             partial(
@@ -184,18 +185,8 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
                 ignore_unmapped=args.ignore_unmapped,
             )
         )
-    except ConfigError as exc:
-        print(f"invalid config: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except SourceError as exc:
-        print(f"verify failed: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except SparkStartError as exc:
-        print(f"cannot start Spark: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
-    except SparkGoneError as exc:
-        print(f"verify failed: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except MirrorV3Error as exc:
+        return _report(exc, "verify")
     finally:
         stop_spark()
     print(render_json(report) if args.format == "json" else render_table(report))
@@ -203,11 +194,10 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
 
 
 def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
-    from source.spark_session import SparkStartError, stop_spark
+    from source.spark_session import stop_spark
     from supervisor.config_files import load_restore_config
     from supervisor.metrics import MetricFamilies
-    from supervisor.restore import RestoreFailedError, RestoreRefusedError, run_restore
-    from workers.range_job import SparkGoneError
+    from supervisor.restore import run_restore
 
     try:
         config = load_restore_config(args.config)
@@ -216,18 +206,8 @@ def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
             run_restore, config, dry_run=args.dry_run, families=families, metrics_port=runtime.metrics_port
         )
         print(anyio.run(restore))
-    except ConfigError as exc:
-        print(f"invalid config: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except RestoreRefusedError as exc:
-        print(f"restore refused: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except (RestoreFailedError, SparkGoneError, DestinationError) as exc:
-        print(f"restore failed: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
-    except SparkStartError as exc:
-        print(f"cannot start Spark: {exc}", file=sys.stderr)
-        return EXIT_ENVIRONMENT
+    except MirrorV3Error as exc:
+        return _report(exc, "restore")
     finally:
         stop_spark()
     return EXIT_OK
@@ -238,12 +218,8 @@ def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:
 
     try:
         plan = anyio.run(collect_plan, config, timeout, shard)
-    except ConfigError as exc:
-        print(f"invalid config: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except SourceError as exc:
-        print(f"plan failed: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except MirrorV3Error as exc:
+        return _report(exc, "plan")
     print(render_json(plan) if fmt == "json" else render_table(plan))
     return EXIT_OK
 
@@ -253,12 +229,8 @@ def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard |
 
     try:
         report = anyio.run(collect_status, config, timeout, deep, shard, url)
-    except ConfigError as exc:
-        print(f"invalid config: {exc}", file=sys.stderr)
-        return EXIT_CONFIG
-    except SourceError as exc:
-        print(f"status failed: {exc}", file=sys.stderr)
-        return EXIT_FAILURE
+    except MirrorV3Error as exc:
+        return _report(exc, "status")
     print(render_json(report) if fmt == "json" else render_table(report))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
@@ -267,8 +239,7 @@ def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None,
     from supervisor.status import StatusReport, render_json, render_table, watch_status
 
     if args.watch <= 0:
-        print("invalid config: --watch: the refresh interval must be above 0 seconds", file=sys.stderr)
-        return EXIT_CONFIG
+        return _report(ConfigError("--watch", "the refresh interval must be above 0 seconds"), "status")
     url = _process_url(args.process, runtime)
     clear = sys.stdout.isatty() and args.format == "table"
 
@@ -281,7 +252,7 @@ def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None,
         print(("\x1b[H\x1b[2J" if clear else "\n") + f"{stamp}  every {args.watch:g}s, Ctrl-C to stop", flush=True)
         print(render_table(report), flush=True)
 
-    failures: list[ConfigError | SourceError] = []
+    failures: list[MirrorV3Error] = []
 
     async def until_signalled() -> None:
         async with anyio.create_task_group() as tasks:
@@ -289,7 +260,7 @@ def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None,
             async def watching() -> None:
                 try:
                     await watch_status(config, args.watch, emit, args.timeout, args.deep, shard, url)
-                except (ConfigError, SourceError) as exc:
+                except MirrorV3Error as exc:
                     failures.append(exc)
                 tasks.cancel_scope.cancel()
 
@@ -300,11 +271,7 @@ def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None,
 
     anyio.run(until_signalled)
     for failure in failures:
-        if isinstance(failure, ConfigError):
-            print(f"invalid config: {failure}", file=sys.stderr)
-            return EXIT_CONFIG
-        print(f"status failed: {failure}", file=sys.stderr)
-        return EXIT_FAILURE
+        return _report(failure, "status")
     return EXIT_OK
 
 

@@ -23,13 +23,13 @@ def read_config_text(path: str | os.PathLike[str]) -> str:
     try:
         return file.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ConfigError(f"{file}: config file not found") from None
+        raise ConfigError(str(file), "config file not found") from None
     except IsADirectoryError:
-        raise ConfigError(f"{file}: is a directory, not a config file") from None
+        raise ConfigError(str(file), "is a directory, not a config file") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{file}: not UTF-8 text (invalid byte at offset {exc.start})") from None
+        raise ConfigError(str(file), f"not UTF-8 text (invalid byte at offset {exc.start})") from None
     except OSError as exc:
-        raise ConfigError(f"{file}: cannot read config file: {exc.strerror or exc}") from None
+        raise ConfigError(str(file), f"cannot read config file: {exc.strerror or exc}") from None
 
 
 def load_restore_config(path: str | os.PathLike[str]) -> RestoreConfig:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from core.errors import MirrorError
-from kafka_clients.settings import ClientSettingsError
-from sinks.base import DestinationError
+from core.errors import MirrorV3Error
 
 
 def describe_error(exc: BaseException) -> str:
-    if isinstance(exc, (MirrorError, DestinationError, ClientSettingsError)):
+    if isinstance(exc, MirrorV3Error):
         return str(exc)
     java = getattr(exc, "java_exception", None)
     if java is not None:

@@ -20,6 +20,7 @@ from confluent_kafka.admin._resource import ResourceType
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from config.model import KafkaDestination, SourceConfig
+from core.errors import MirrorV3Error
 from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.oauth_tokens import librdkafka_config
 from kafka_clients.settings import aiokafka_settings, librdkafka_properties
@@ -31,7 +32,7 @@ from supervisor.topic_plan import CLEANUP_POLICY, TopicState
 T = TypeVar("T")
 
 
-class AdminRequestError(Exception):
+class AdminRequestError(MirrorV3Error):
     """An admin request failed; carries the cluster, what it was about (a topic or group), and the broker's words."""
 
     def __init__(self, where: str, subject: str, action: str, reason: str) -> None:

@@ -22,7 +22,7 @@ from workers.range_job import RangeJob, cancel_job, run_produce_job, run_staging
 from workers.range_task import BlobLimits, TaskRange
 
 
-class JobCancelled(RuntimeError):
+class JobCancelled(Exception):
     """The job was abandoned because the mirror's drain ran out of time."""
 
 

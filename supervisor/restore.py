@@ -34,8 +34,8 @@ from prometheus_client import CollectorRegistry
 from config.errors import ConfigError
 from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
+from core.errors import MirrorV3Error
 from kafka_clients.clients import KafkaRecord
-from kafka_clients.settings import ClientSettingsError
 from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_reading import BlobReader
@@ -64,15 +64,17 @@ from workers.restore_job import (
 log = logging.getLogger("mirror_v3.restore")
 
 
-class RestoreRefusedError(Exception):
+class RestoreRefusedError(MirrorV3Error):
     """The restore cannot be done as configured; nothing was written for it."""
+
+    headline = "restore refused"
 
     def __init__(self, chain: str, problem: str) -> None:
         self.chain, self.problem = chain, problem
         super().__init__(f"{chain}: {problem}")
 
 
-class RestoreFailedError(Exception):
+class RestoreFailedError(MirrorV3Error):
     """A restore job failed; what landed before stays, and a rerun continues after it."""
 
 
@@ -168,8 +170,9 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
                 absent = sorted(set(entry.partitions) - set(partitions))
                 if absent and entry.topic_regex is None:
                     raise ConfigError(
-                        f"restore[{index}].partitions: the archive holds no partition {absent[0]} of {name!r} "
-                        f"(it holds {', '.join(map(str, partitions))})"
+                        ("restore", index, "partitions"),
+                        f"the archive holds no partition {absent[0]} of {name!r} "
+                        f"(it holds {', '.join(map(str, partitions))})",
                     )
                 partitions = [p for p in partitions if p in entry.partitions]
             chosen += [(index, entry, name, p) for p in partitions]
@@ -227,7 +230,7 @@ def _names(index: int, entry: RestoreEntry, catalog: dict[str, list[int]], where
         if name not in catalog:
             held = ", ".join(sorted(catalog)[:10]) or "nothing"
             raise ConfigError(
-                f"restore[{index}].{key}: the archive at {where} holds no chain named {name!r} (it holds: {held})"
+                ("restore", index, key), f"the archive at {where} holds no chain named {name!r} (it holds: {held})"
             )
     return [name for name in wanted if name is not None]
 
@@ -238,15 +241,16 @@ def _check_unique(chosen: list[tuple[int, RestoreEntry, str, int]]) -> None:
     for index, entry, name, partition in chosen:
         if (name, partition) in sources:
             raise ConfigError(
-                f"restore[{index}]: {name}/{partition} is selected by restore[{sources[name, partition]}] already"
+                ("restore", index), f"{name}/{partition} is selected by restore[{sources[name, partition]}] already"
             )
         sources[name, partition] = index
         topic = entry.destination_topic(name)
         if (topic, partition) in targets:
             other_index, other = targets[topic, partition]
             raise ConfigError(
-                f"restore[{index}]: {name}/{partition} and {other}/{partition} (restore[{other_index}]) would both "
-                f"be restored into {topic} partition {partition}: rename one"
+                ("restore", index),
+                f"{name}/{partition} and {other}/{partition} (restore[{other_index}]) would both "
+                f"be restored into {topic} partition {partition}: rename one",
             )
         targets[topic, partition] = (index, name)
 
@@ -337,10 +341,7 @@ async def open_destinations(
     config: RestoreConfig, parts: list[RestorePartition], metrics: RestoreMetrics, readiness: Readiness
 ) -> None:
     """Open each destination partition and find where its restore continues."""
-    try:
-        settings = kafka_settings(config.destination)
-    except ClientSettingsError as exc:
-        raise ConfigError(str(exc)) from None
+    settings = kafka_settings(config.destination)
     policy = retry_policy(config.destination.retry)
 
     failures: list[Exception] = []
@@ -491,13 +492,10 @@ async def run_restore(
 ) -> str:
     """The whole command; returns what it prints on stdout. With `families`, the restore's series are served on
     the metrics port (/metrics, /healthz, /readyz: ready once every destination partition is open)."""
-    try:
-        factory = SinkFactory(config.archive)
-    except ClientSettingsError as exc:
-        raise ConfigError(str(exc)) from None
+    factory = SinkFactory(config.archive)
     parts = await select_partitions(config, factory)
     if not parts:
-        raise ConfigError("restore: the entries select no archived chain")
+        raise ConfigError(("restore",), "the entries select no archived chain")
     await start_spark(config.spark)  # before the clock of restore_all starts, in every mode
     await narrow_by_time(config, parts)
     mode = config.destination.offsets

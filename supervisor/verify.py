@@ -25,11 +25,10 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from config.errors import ConfigError
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config, KafkaDestination
 from core.errors import SourceError
-from kafka_clients.settings import ClientSettingsError, librdkafka_properties
+from kafka_clients.settings import librdkafka_properties
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
 from sinks.factory import SinkFactory
@@ -152,10 +151,7 @@ async def collect_verification(
         with anyio.fail_after(timeout_s):
             plan = await plan_estate(clusters, compile_entries(config), shard)
         mirrors = [m for m in plan.mirrors if select is None or select.fullmatch(m.name)]
-        try:
-            sinks = SinkFactory(config.destination, source_lookup)
-        except ClientSettingsError as exc:
-            raise ConfigError(str(exc)) from None
+        sinks = SinkFactory(config.destination, source_lookup)
         prepared: list[_Prepared | None] = [None] * len(mirrors)
         destination_id = await _destination_id(config) if mirrors else None
 

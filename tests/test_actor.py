@@ -14,7 +14,7 @@ import pytest
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
-from core.errors import DataLossError, MirrorError
+from core.errors import DataLossError, SourceBehindDestinationError
 from sinks.blob_chain import blob_name, parse_blob_name
 from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
@@ -154,8 +154,9 @@ async def test_data_loss_fails_naming_both_offsets() -> None:
     source.append(100)
     source.delete_before(150)
     actor, stop, _ = make_actor(source, store)
-    with pytest.raises(DataLossError, match=r"log start offset 150.*next offset to mirror 100"):
+    with pytest.raises(DataLossError) as lost:
         await actor.run()
+    assert (lost.value.topic, lost.value.partition, lost.value.lost_first, lost.value.lost_last) == ("t", 0, 100, 149)
     assert destination_next(store) == 100
 
 
@@ -182,8 +183,16 @@ async def test_source_end_below_destination_fails() -> None:
     recreated = FakePartitionSource()
     recreated.append(40)
     actor, stop, _ = make_actor(recreated, store)
-    with pytest.raises(MirrorError, match=r"high watermark\).*40.*next offset 100|40 \(high watermark\).*100"):
+    with pytest.raises(SourceBehindDestinationError) as behind:
         await actor.run()
+    assert behind.value.facts == {
+        "topic": "t",
+        "partition": 0,
+        "measure": "high watermark",
+        "source_end": 40,
+        "destination_next": 100,
+        "claimed": None,
+    }
 
 
 @pytest.mark.parametrize(
@@ -380,5 +389,6 @@ async def test_a_claim_beyond_the_source_end_fails_at_start() -> None:
     source.append(50)
     store.claims[None] = blob_name(0, 99)
     actor, _, _ = make_actor(source, store)
-    with pytest.raises(MirrorError, match=r"claimed offsets 0-99 .* ends at 50"):
+    with pytest.raises(SourceBehindDestinationError) as behind:
         await actor.run()
+    assert (behind.value.claimed, behind.value.source_end) == ((0, 99), 50)

@@ -21,7 +21,7 @@ from workers.range_job import RangeJobError
         CorruptChainError("chain broken", ["0-9.parquet"]),
         BlobExistsError("taken"),
         PreconditionFailed("412"),
-        DataLossError("gone"),
+        DataLossError("t", 0, log_start=150, next_offset=100),
         RangeJobError("OffsetsDeletedError", "deleted"),
         RangeJobError("PreserveHoleError", "hole"),
         RangeJobError("ProducerFencedError", "fenced"),

@@ -12,10 +12,11 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from core.kafka_records import parse_source_offset, source_cluster_header, source_offset_header
 from sinks.produce_target import KafkaProduceTarget
-from sinks.retry import RetryPolicy, TransientDestinationError
+from sinks.retry import RetryPolicy
 from tests.fakes import FakeConsumer, FakePartitionSource
 from workers.kafka_produce import (
     DestinationMovedError,
+    DestinationTaskError,
     PreserveHoleError,
     ProducerFencedError,
     produce_range,
@@ -200,8 +201,9 @@ def test_preserve_refuses_a_destination_that_does_not_end_where_the_range_begins
 def test_preserve_fails_when_another_producer_shifts_the_offsets() -> None:
     source, destination = FakePartitionSource(), FakeDestination(foreign_records_before_delivery=1)
     source.append(10)
-    with pytest.raises(RuntimeError, match="source offset 0 landed at destination offset 1: another producer"):
+    with pytest.raises(DestinationMovedError) as caught:
         run(source, destination, TaskRange(0, 0, 10), "preserve")
+    assert (caught.value.expected, caught.value.found) == (0, 1)
 
 
 def test_renumber_commits_records_and_position_in_one_transaction() -> None:
@@ -286,7 +288,7 @@ def test_preserve_checks_each_delivery_against_its_own_source_offset() -> None:
 
     clients = FakeClients(source, destination, transactional=False)
     clients.producer = lambda on_error=None: LosingFirst(destination, False)  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="source offset 0 was not delivered"):
+    with pytest.raises(DestinationTaskError, match="source offset 0 was not delivered"):
         produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("preserve"), clients)
 
 
@@ -359,6 +361,6 @@ def test_a_fatal_authorization_error_is_not_retried() -> None:
 
     clients = FakeClients(source, destination, transactional=True)
     clients.producer = lambda on_error=None: Unauthorised(destination, True)  # type: ignore[method-assign]
-    with pytest.raises(RuntimeError, match="not authorised") as caught:
+    with pytest.raises(DestinationTaskError) as caught:
         produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
-    assert not isinstance(caught.value, TransientDestinationError)
+    assert "not authorised" in caught.value.problem

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 from aiokafka import TopicPartition
 
-from core.errors import SourceError
+from core.errors import MissingSourcePartitionError, SourceError
 from source.offsets import SourceCluster
 
 
@@ -111,10 +111,12 @@ async def test_mirrors_starting_together_share_one_metadata_fetch(make: Make, mo
     monkeypatch.setattr(cluster._committed._client, "fetch_all_metadata", fetch_all_metadata)
     await asyncio.gather(*(cluster.check_partition("t", p) for p in range(1000)))
     assert fetches == 1
-    with pytest.raises(SourceError, match="has no partition 1000"):
+    with pytest.raises(MissingSourcePartitionError) as missing:
         await cluster.check_partition("t", 1000)
-    with pytest.raises(SourceError, match="'u' does not exist"):
+    assert (missing.value.topic, missing.value.partition) == ("t", 1000) and 999 in (missing.value.partitions or ())
+    with pytest.raises(MissingSourcePartitionError) as missing:
         await cluster.check_partition("u", 0)
+    assert missing.value.topic == "u" and missing.value.partitions is None
     assert fetches == 1  # within a second the answer is reused
 
 

@@ -21,13 +21,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from core.errors import MirrorV3Error
 from core.records import KAFKA_SCHEMA
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from workers.record_comparison import Record
 
 
-class ArchiveReadError(RuntimeError):
+class ArchiveReadError(MirrorV3Error):
     """A blob is not what its name promises (unreadable, another schema, offsets out of place)."""
 
     def __init__(self, location: str, problem: str) -> None:

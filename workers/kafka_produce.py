@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from core.errors import MirrorV3Error
 from core.kafka_records import copied_from, source_cluster_header, source_offset_header
 from core.record_times import RecordTimes
 from kafka_clients.oauth_tokens import librdkafka_config
@@ -55,7 +56,7 @@ _FATAL_CAUSE_WAIT_S = 1.0
 _TRANSACTION_TIMEOUT_MS = 120_000
 
 
-class DestinationMovedError(RuntimeError):
+class DestinationMovedError(MirrorV3Error):
     """The destination is not where the driver left it: another writer, or a partition changed by hand."""
 
     def __init__(self, destination: str, expected: object, found: object, what: str) -> None:
@@ -65,15 +66,19 @@ class DestinationMovedError(RuntimeError):
         )
 
 
-class ProducerFencedError(RuntimeError):
+class ProducerFencedError(MirrorV3Error):
     """A newer mirror-v3 process writes this destination partition."""
 
 
-class DestinationTaskError(RuntimeError):
+class DestinationTaskError(MirrorV3Error):
     """The destination refused the task's writes for good (authorization, a record too large, ...)."""
 
+    def __init__(self, destination: str, problem: str) -> None:
+        self.destination, self.problem = destination, problem
+        super().__init__(f"{destination}: {problem}")
 
-class PreserveHoleError(RuntimeError):
+
+class PreserveHoleError(MirrorV3Error):
     """A range with a hole cannot keep its offsets at the destination."""
 
     def __init__(self, source: str, first: int, last: int) -> None:
@@ -194,6 +199,7 @@ class _Written:
     # partition, failed ones included, and a preserve range has no holes: the k-th report is first + k.
     next_delivered: int = 0
     errors: list[str] = field(default_factory=list)
+    misplaced: tuple[int, int] | None = None  # preserve: (source offset, destination offset) of the first that moved
     timestamps: array[int] = field(default_factory=lambda: array("q"))  # of the records produced, for RecordTimes
 
     def produced(self, task: TaskRange, retries: int = 0) -> ProducedRange:
@@ -218,11 +224,8 @@ class _Written:
             self.errors.append(f"source offset {source_offset} was not delivered: {error.str()}")
             return
         offset = message.offset()
-        if check_offsets and offset != source_offset:
-            self.errors.append(
-                f"source offset {source_offset} landed at destination offset {offset}: another producer "
-                "writes to this partition"
-            )
+        if check_offsets and offset != source_offset and self.misplaced is None:
+            self.misplaced = (source_offset, offset)
         if self.first_delivered is None:
             self.first_delivered = offset
         self.last_delivered = offset
@@ -278,7 +281,9 @@ def _produce_all(
             written.record_bytes += size
             written.timestamps.append(timestamp)
         producer.poll(0)
-        if preserve and written.errors:  # nothing more after a failed or misplaced record: it would land shifted
+        if preserve and (
+            written.errors or written.misplaced
+        ):  # nothing more after a failed or misplaced record: it would land shifted
             _deliver(producer, target, written)  # (renumber: the failed delivery fails the commit, which aborts)
     if preserve and expected != task.end:
         _deliver(producer, target, written)
@@ -292,11 +297,14 @@ def _cluster_headers(target: KafkaProduceTarget) -> tuple[tuple[str, bytes | Non
 def _deliver(producer: Any, target: KafkaProduceTarget, written: _Written) -> None:
     """Wait for every delivery report; fail if any record did not land as it should."""
     remaining = producer.flush(target.retry.deadline_s)
-    if written.errors:
-        raise DestinationTaskError(f"{target.name}: {written.errors[0]}")
+    if written.errors:  # a failed delivery first: the records after it land shifted because of it
+        raise DestinationTaskError(target.name, written.errors[0])
+    if written.misplaced is not None:
+        source_offset, offset = written.misplaced
+        raise DestinationMovedError(target.name, source_offset, offset, f"the offset of source offset {source_offset}")
     if remaining:
         raise DestinationTaskError(
-            f"{target.name}: {remaining} records not delivered within {target.retry.deadline_s:g}s"
+            target.name, f"{remaining} records not delivered within {target.retry.deadline_s:g}s"
         )
 
 
@@ -327,7 +335,7 @@ def _preserve(
         _deliver(producer, target, written)
     except KafkaException as exc:
         # librdkafka has retried on its own until the deadline: what reaches here is final.
-        raise DestinationTaskError(f"{target.name}: {exc.args[0].str()}") from None
+        raise DestinationTaskError(target.name, exc.args[0].str()) from None
     return written.produced(task)
 
 
@@ -385,7 +393,7 @@ class _RenumberAttempts:
             )
             self._commit(producer)
             if written.errors:  # a failed delivery fails the commit; this only guards that promise
-                raise DestinationTaskError(f"{target.name}: {written.errors[0]}")
+                raise DestinationTaskError(target.name, written.errors[0])
             return written.produced(task, retries=self._attempts - 1)
         except KafkaException as exc:
             error = exc.args[0]
@@ -515,4 +523,4 @@ def _classified(target: KafkaProduceTarget, error: Any) -> Exception:
         )
     if not error.fatal() and (error.retriable() or error.txn_requires_abort() or error.code() in _TRANSIENT):
         return TransientDestinationError(f"{target.name}: {error.str()}")
-    return DestinationTaskError(f"{target.name}: {error.str()}")
+    return DestinationTaskError(target.name, error.str())

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 from py4j.protocol import Py4JNetworkError
 
+from core.errors import MirrorV3Error
 from core.record_times import RecordTimes
 from sinks.base import DestinationError
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
@@ -106,7 +107,7 @@ class RangeJob:
     pool: str  # FAIR scheduler pool: one per mirror, so one backlog cannot starve the others
 
 
-class RangeJobError(RuntimeError):
+class RangeJobError(MirrorV3Error):
     """A task failed; `kind` is the task's exception type (e.g. OffsetsDeletedError), the message its own."""
 
     def __init__(self, kind: str, message: str) -> None:
@@ -114,7 +115,7 @@ class RangeJobError(RuntimeError):
         super().__init__(message)
 
 
-class SparkGoneError(RuntimeError):
+class SparkGoneError(MirrorV3Error):
     """The Spark driver JVM died under us."""
 
 
