@@ -9,7 +9,6 @@ by the actor between flushes. Its starting position always comes from `sink.open
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -17,6 +16,7 @@ import anyio
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig
+from core.clock import SYSTEM_CLOCK, Clock, wait_for
 from core.errors import DataLossError, MirrorError, SourceBehindDestinationError
 from core.logs import log_event
 from sinks.base import Sink
@@ -55,6 +55,7 @@ class MirrorActor:
         settings: ActorSettings,
         stop_requested: anyio.Event,
         on_durable: Callable[[int], None] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.mirror = mirror
         self._ids = {"mirror": mirror.name, "cluster": mirror.cluster}  # every log line of this mirror carries them
@@ -65,6 +66,7 @@ class MirrorActor:
         self._settings = settings
         self._stop = stop_requested
         self._on_durable = on_durable  # told the new position after each commit
+        self._clock = clock
         self._planner = FlushPlanner(settings.limits)
         self._readable = ReadableSince()
         flush = settings.flush
@@ -84,7 +86,7 @@ class MirrorActor:
         self._backlog_timestamp_ms: int | None = None
         self.started = anyio.Event()
         # Ages are computed when scraped, so they grow while a long job runs or a flush waits.
-        metrics.transaction_held.set_function(lambda: self._hold.seconds(time.time()))
+        metrics.transaction_held.set_function(lambda: self._hold.seconds(self._clock.wall()))
         metrics.pending_age.set_function(self.pending_age)
 
     @property
@@ -188,11 +190,11 @@ class MirrorActor:
         """
         if self._source_end <= self._next:
             return 0.0
-        now = time.time()
+        now = self._clock.wall()
         if self._backlog_timestamp_ms is not None:
             return max(0.0, now - self._backlog_timestamp_ms / 1000)
         since = self._readable.since(self._next)
-        return 0.0 if since is None else max(0.0, time.monotonic() - since)
+        return 0.0 if since is None else max(0.0, self._clock.monotonic() - since)
 
     def _start_position(self, destination_next: int | None, offsets: SourceOffsets) -> int:
         if destination_next is None:
@@ -240,9 +242,8 @@ class MirrorActor:
                 await self._flush(plan)
                 continue
             due_at = self._planner.due_at(self._backlog(offsets.end, draining=False))
-            wait = poll if due_at is None else max(0.0, min(poll, due_at - time.monotonic()))
-            with anyio.move_on_after(wait):
-                await self._stop.wait()
+            wait = poll if due_at is None else max(0.0, min(poll, due_at - self._clock.monotonic()))
+            await wait_for(self._clock, self._stop, wait)
         await self._drain()
 
     async def _drain(self) -> None:
@@ -263,7 +264,7 @@ class MirrorActor:
     async def _drain_deadline(self, work: anyio.CancelScope) -> None:
         """From the stop on, the job in flight and the drain get `drain_timeout_secs` in all."""
         await self._stop.wait()
-        await anyio.sleep(self._settings.drain_timeout_secs)
+        await self._clock.sleep(self._settings.drain_timeout_secs)
         work.cancel()
 
     def cancel_jobs(self) -> None:
@@ -283,7 +284,7 @@ class MirrorActor:
         )
 
     async def _query_offsets(self) -> SourceOffsets:
-        asked_at = time.monotonic()
+        asked_at = self._clock.monotonic()
         offsets = await self._outages.ride_out(self._source.offsets, "offset query")
         self._readable.observe(asked_at, offsets.end)
         self._observe(offsets)
@@ -301,14 +302,14 @@ class MirrorActor:
             end=end,
             waiting_since=self._readable.since(self._next),
             readable_at=self._readable.points(),
-            now=time.monotonic(),
+            now=self._clock.monotonic(),
             draining=draining,
             parallelism=self._parallelism,
         )
 
     async def _flush(self, plan: FlushPlan) -> None:
         """One Spark job over the plan's tasks, then its staged writes committed in offset order."""
-        began = time.monotonic()
+        began = self._clock.monotonic()
         self._metrics.read_next.set(plan.end)
         self._metrics.reading.set(plan.end - plan.first)
         try:
@@ -322,7 +323,7 @@ class MirrorActor:
                 if self._read_from > self._next:
                     return
             raise MirrorError(f"{self._topic_partition}: {exc}") from None
-        staged_at = time.monotonic()
+        staged_at = self._clock.monotonic()
         self._metrics.read_seconds.observe(staged_at - began)
         self._metrics.reading.set(0)
         self._metrics.staged_records.set(sum(item.records for item in items))
@@ -348,7 +349,7 @@ class MirrorActor:
                     for rest in items[index + 1 :]:
                         await self._sink.discard(rest)
                 raise
-            began = staged_at = time.monotonic()
+            began = staged_at = self._clock.monotonic()
         if plan.trigger == "claimed":
             self._claimed = None
         self._readable.forget_below(self._next)
@@ -358,7 +359,7 @@ class MirrorActor:
     async def _commit(self, item: StagedBlob | ProducedRange, trigger: str, began: float, staged_at: float) -> None:
         first, last, records, payload = item.first, item.last, item.records, item.record_bytes
         committed = await self._sink.commit(item)
-        finished = time.monotonic()
+        finished = self._clock.monotonic()
         interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
         self._last_flush_at = finished
         self._planner.observe(last - first + 1, payload, records)
@@ -375,7 +376,7 @@ class MirrorActor:
         self._metrics.records.inc(records)
         self._metrics.bytes.inc(committed.bytes_written)
         self._metrics.flushes.inc()
-        committed_at = time.time()
+        committed_at = self._clock.wall()
         self._metrics.last_flush.set(committed_at)
         self._metrics.source_lag.set(self.lag)
         if self._on_durable is not None:
@@ -437,11 +438,11 @@ class MirrorActor:
         self._metrics.high_watermark_lag.set(max(0, offsets.high_watermark - self._next))
         if self._source_end <= self._next:
             self._backlog_timestamp_ms = None
-        self._hold.observe(offsets.end, offsets.high_watermark, self._next, time.time())
+        self._hold.observe(offsets.end, offsets.high_watermark, self._next, self._clock.wall())
         self._warn_of_hold(offsets)
 
     def _warn_of_hold(self, offsets: SourceOffsets) -> None:
-        held_s = self._hold.seconds(time.time())
+        held_s = self._hold.seconds(self._clock.wall())
         if held_s * 1000 < self.mirror.source.transaction_hold_alert_ms:
             self._hold_warned = False
             return
@@ -463,7 +464,7 @@ class MirrorActor:
         if interval <= 0:
             return
         while True:
-            await anyio.sleep(interval)
+            await self._clock.sleep(interval)
             log_event(
                 log,
                 logging.DEBUG,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -129,6 +130,67 @@ class FakeConsumer:
         self.closed = True
 
 
+class FakeClock:
+    """A clock that moves only when the test says (core.clock.Clock): sleepers wake once their time has come.
+
+    `run_until` advances it in small steps, letting every task run between two steps, so timers fire in the
+    order and at the moments they would in real time, without the test waiting for them."""
+
+    EPOCH = 1_700_000_000.0  # the wall clock's reading at monotonic 0
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._sleepers: list[tuple[float, anyio.Event]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def wall(self) -> float:
+        return self.EPOCH + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        woken = anyio.Event()
+        self._sleepers.append((self.now + max(0.0, seconds), woken))
+        self._wake()
+        await woken.wait()
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+        self._wake()
+
+    def _wake(self) -> None:
+        due = [(at, event) for at, event in self._sleepers if at <= self.now + 1e-9]
+        self._sleepers = [sleeper for sleeper in self._sleepers if sleeper not in due]
+        for _, event in due:
+            event.set()
+
+    async def run_until(self, condition: Callable[[], bool], step_s: float = 0.005, limit_s: float = 60.0) -> None:
+        """Advance by `step_s` at a time, once every task waits again, until `condition()` holds."""
+        began = self.now
+        await _settle()
+        while not condition():
+            assert self.now - began < limit_s, f"still waiting after {limit_s}s of fake time"
+            self.advance(step_s)
+            await _settle()
+
+    async def run_for(self, seconds: float, step_s: float = 0.005) -> None:
+        end = self.now + seconds
+        await self.run_until(lambda: self.now >= end - 1e-9, step_s, limit_s=seconds + step_s)
+
+
+async def _settle() -> None:
+    """Let every other task run until each waits for something: anyio.wait_all_tasks_blocked, without the
+    0.1 s of real time it sleeps whenever a task is still running (a fake clock steps thousands of times)."""
+    this = asyncio.current_task()
+    for _ in range(100_000):
+        await asyncio.sleep(0)
+        tasks = [task for task in asyncio.all_tasks() if task is not this]
+        # What asyncio itself records about a waiting task (anyio's own check reads the same).
+        if all(task._fut_waiter is not None and not task._fut_waiter.done() for task in tasks):  # type: ignore[attr-defined]
+            return
+    raise AssertionError("the tasks never settled: one of them never waits")
+
+
 class FakePartitionSource:
     """A partition as a dict offset -> record; missing offsets inside [log_start, end) are holes.
 
@@ -144,6 +206,7 @@ class FakePartitionSource:
         self.high_watermark: int | None = None
         self.jobs: list[list[tuple[int, int, int]]] = []  # per job: (first, read_from, end) per task
         self.job_delay = 0.0
+        self.clock: FakeClock | None = None  # job_delay passes on it when set
         self.cores = 2
         self.fail_check: Exception | None = None
         self.cancelled = False
@@ -185,7 +248,7 @@ class FakePartitionSource:
         assert all(t.end <= self.end for t in tasks), "job past the end"
         self.jobs.append([(t.first, t.read_from, t.end) for t in tasks])
         if self.job_delay:
-            await anyio.sleep(self.job_delay)
+            await (self.clock.sleep(self.job_delay) if self.clock is not None else anyio.sleep(self.job_delay))
         items: list[StagedBlob | ProducedRange] = []
         spec = self.partition_spec()
         for task in tasks:

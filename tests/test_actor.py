@@ -14,13 +14,14 @@ import pytest
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
+from core.clock import SYSTEM_CLOCK
 from core.errors import DataLossError, SourceBehindDestinationError
 from sinks.blob_chain import blob_name, parse_blob_name
 from sinks.blob_sink import BlobSink
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
-from tests.fakes import FakePartitionSource, InMemoryStore, MemoryStaging, fresh_metrics, sample
+from tests.fakes import FakeClock, FakePartitionSource, InMemoryStore, MemoryStaging, fresh_metrics, sample
 
 MIRROR = MirrorSpec(
     name="m",
@@ -43,6 +44,7 @@ def make_actor(
     max_per_job: int = 1000,
     mirror: MirrorSpec = MIRROR,
     drain_timeout: float = 25.0,
+    clock: FakeClock | None = None,
 ) -> tuple[MirrorActor, anyio.Event, MetricFamilies]:
     families, metrics = fresh_metrics()
     stop = anyio.Event()
@@ -67,7 +69,10 @@ def make_actor(
             drain_timeout_secs=drain_timeout,
         ),
         stop_requested=stop,
+        clock=clock or SYSTEM_CLOCK,
     )
+    if clock is not None:
+        source.clock = clock
     return actor, stop, families
 
 
@@ -204,9 +209,9 @@ async def test_source_end_below_destination_fails() -> None:
     ],
 )
 async def test_each_flush_trigger_fires(flush: FlushConfig, trigger: str, caplog: pytest.LogCaptureFixture) -> None:
-    source, store = FakePartitionSource(), InMemoryStore()
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
     source.append(1000)
-    actor, stop, _ = make_actor(source, store, flush=flush, max_per_job=600)
+    actor, stop, _ = make_actor(source, store, flush=flush, max_per_job=600, clock=clock)
     caplog.set_level(logging.INFO, logger="mirror_v3.actor")
 
     def triggers() -> list[str | None]:
@@ -216,13 +221,10 @@ async def test_each_flush_trigger_fires(flush: FlushConfig, trigger: str, caplog
 
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)
-        with anyio.fail_after(10):
-            while not store.blobs:
-                await anyio.sleep(0.01)
-            assert triggers()[0] == "start"  # the first flush learns the record size
-            source.append(1000)
-            while trigger not in triggers():
-                await anyio.sleep(0.01)
+        await clock.run_until(lambda: bool(store.blobs))
+        assert triggers()[0] == "start"  # the first flush learns the record size
+        source.append(1000)
+        await clock.run_until(lambda: trigger in triggers())
         stop.set()
     if trigger == "max-offsets":
         assert all(parse_blob_name(n).last - parse_blob_name(n).first + 1 <= 300 for n in store.blobs)  # type: ignore[union-attr]
@@ -230,33 +232,35 @@ async def test_each_flush_trigger_fires(flush: FlushConfig, trigger: str, caplog
 
 
 async def test_records_wait_in_the_source_until_the_drain_writes_them() -> None:
-    source, store = FakePartitionSource(), InMemoryStore()
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
     source.append(321)
-    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=3_600_000))
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=3_600_000), clock=clock)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)
-        with anyio.fail_after(5):
-            while destination_next(store) != START_PROBE_OFFSETS:  # the start flush learns the record size
-                await anyio.sleep(0.01)
+        # The start flush learns the record size.
+        await clock.run_until(lambda: destination_next(store) == START_PROBE_OFFSETS)
         source.append(100)
-        await anyio.sleep(0.1)
-        assert len(source.jobs) == 1  # nothing due: the timer is an hour
+        appended = clock.now
+        await clock.run_for(3_590, step_s=10.0)
+        assert len(source.jobs) == 1  # nothing due before the hour is up
+        await clock.run_until(lambda: len(source.jobs) == 2, step_s=0.5)
+        assert clock.now - appended <= 3_600 + 1  # then due: the hour, from when the records became readable
         stop.set()
     assert read_back(store) == expected_rows(source)
 
 
 async def test_a_drain_that_runs_out_of_time_abandons_the_job_and_exits() -> None:
-    source, store = FakePartitionSource(), InMemoryStore()
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
     source.append(100)
     source.job_delay = 5.0
-    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=3_600_000), drain_timeout=0.2)
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=3_600_000), drain_timeout=0.2, clock=clock)
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)
         await actor.started.wait()
         stop.set()
-        with anyio.fail_after(2):
-            while not source.cancelled:
-                await anyio.sleep(0.01)
+        stopped_at = clock.now
+        await clock.run_until(lambda: source.cancelled)
+        assert clock.now - stopped_at == pytest.approx(0.2, abs=0.006)  # the drain's time, not the job's 5 s
     assert not store.blobs  # never half-committed
 
 
@@ -274,32 +278,30 @@ async def test_hole_only_range_still_advances_the_chain() -> None:
 async def test_max_time_counts_from_when_records_became_readable() -> None:
     """The flush starts max-time after the records became readable (as far as the offset queries tell),
     not max-time after the mirror first saw them."""
-    source, store = FakePartitionSource(), InMemoryStore()
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
     source.append(10)
     source.job_delay = 0.2
     poll = MIRROR.source.poll_interval_ms / 1000
-    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=300))
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=300), clock=clock)
     started: list[float] = []
     run = source.run
 
     async def timed_run(*args: Any) -> Any:
-        started.append(anyio.current_time())
+        started.append(clock.now)
         return await run(*args)
 
     source.run = timed_run  # type: ignore[method-assign,assignment]
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)
-        with anyio.fail_after(5):
-            while destination_next(store) != 10:  # the start flush
-                await anyio.sleep(0.005)
-        await anyio.sleep(0.05)  # idle: the actor has seen the end
-        appended = anyio.current_time()
+        await clock.run_until(lambda: destination_next(store) == 10)  # the start flush
+        await clock.run_for(0.05)  # idle: the actor has seen the end
+        appended = clock.now
         source.append(10)
-        with anyio.fail_after(5):
-            while destination_next(store) != 20:
-                await anyio.sleep(0.005)
+        await clock.run_until(lambda: destination_next(store) == 20)
         stop.set()
-    assert 0.3 - poll - 0.02 <= started[1] - appended <= 0.3 + 0.05, started[1] - appended
+    # Readable from the first offset query after the append (within a poll), due 300 ms later; the 200 ms
+    # the previous job took do not count.
+    assert 0.3 <= started[1] - appended <= 0.3 + poll + 0.005, started[1] - appended
     assert read_back(store) == expected_rows(source)
 
 
