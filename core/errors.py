@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+import anyio
+
 EXIT_OK = 0
 EXIT_FAILURE = 1  # a mirror failed (destination, source, data loss, ...); details on the ERROR line
 EXIT_CONFIG = 2  # the config file is invalid, or the command line is
@@ -52,6 +54,17 @@ def exit_code_for(exc: BaseException) -> int:
 def cli_line(exc: MirrorV3Error, command: str) -> str:
     """The one stderr line a command ends with: `invalid config: mirrors[0].topic: ...`, `verify failed: ...`."""
     return f"{exc.headline or command + ' failed'}: {exc}"
+
+
+def first_error(exc: BaseException) -> BaseException:
+    """The failure itself, out of the task groups that wrapped it (a cancellation only when nothing else failed)."""
+    if not isinstance(exc, BaseExceptionGroup):
+        return exc
+    for inner in exc.exceptions:
+        found = first_error(inner)
+        if not isinstance(found, BaseExceptionGroup) and not isinstance(found, anyio.get_cancelled_exc_class()):
+            return found
+    return exc
 
 
 class MirrorError(MirrorV3Error):

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
 import ssl
 from dataclasses import dataclass
 from typing import Any
+
+import anyio
 
 from kafka_clients.oauth_tokens import TokenError
 
@@ -32,7 +33,8 @@ async def diagnose_bootstrap(bootstrap_servers: str, settings: dict[str, Any], t
         # Not aiokafka's create_conn: it leaves the connection open when the handshake fails (TLS, SASL).
         conn = AIOKafkaConnection(host, int(port), request_timeout_ms=timeout_ms, **settings)
         try:
-            await asyncio.wait_for(conn.connect(), timeout_ms / 1000)
+            with anyio.fail_after(timeout_ms / 1000):
+                await conn.connect()
         except TimeoutError:
             conn.close()
             reasons.append(f"{address}: timed out")

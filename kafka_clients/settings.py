@@ -9,7 +9,6 @@ files.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import ssl
 import time
@@ -17,6 +16,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 from aiokafka.abc import AbstractTokenProvider
 
 from config.client_properties import ClientPropertyValue, as_librdkafka
@@ -166,15 +167,13 @@ class OAuthTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokaf
         self._extensions = dict(extensions or {})
         self._token: Token | None = None
         self._refresh_at = 0.0
-        self._lock: asyncio.Lock | None = None
+        self._lock = anyio.Lock()
 
     async def token(self) -> str:
-        if self._lock is None:
-            self._lock = asyncio.Lock()
         async with self._lock:  # one request for the connections opening at once
             now = time.time()
             if self._token is None or now >= self._refresh_at:
-                token = await asyncio.to_thread(self._make)
+                token = await anyio.to_thread.run_sync(self._make)
                 self._token = token
                 self._refresh_at = now + max(0.0, token.expires_at - now) * self.REFRESH_AT
             return self._token.value

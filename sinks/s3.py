@@ -22,13 +22,13 @@ one LIST per open. Errors are classified for the retry layer (`sinks.s3_errors`)
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import aiohttp
+import anyio
 from aiobotocore.config import AioConfig
 from aiobotocore.session import AioSession
 from botocore.exceptions import (
@@ -96,7 +96,7 @@ class S3Connection:
         self._client: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._users = 0
-        self._lock = asyncio.Lock()
+        self._lock = anyio.Lock()
 
     async def acquire(self) -> Any:
         async with self._lock:
@@ -283,14 +283,11 @@ class S3Store:
     async def discard_staged(self, staged: StagedBlob, key: str | None = None) -> None:
         """Abort a staged upload (best effort: unfinished uploads are also aborted on start)."""
         s3 = await self._s3()
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(
-                s3.abort_multipart_upload(
-                    Bucket=self._bucket,
-                    Key=key or self._prefix + blob_name(staged.first, staged.last),
-                    UploadId=staged.ref,
-                ),
-                self._connection.settings.request_timeout_s,
+        with contextlib.suppress(Exception), anyio.fail_after(self._connection.settings.request_timeout_s):
+            await s3.abort_multipart_upload(
+                Bucket=self._bucket,
+                Key=key or self._prefix + blob_name(staged.first, staged.last),
+                UploadId=staged.ref,
             )
 
     def staging(self, retry: RetryPolicy, blob_format: BlobFormat) -> S3Staging:
@@ -338,7 +335,8 @@ class S3Store:
     async def _call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
         """One S3 request, bounded in time, its failure classified for the retry layer."""
         try:
-            return await asyncio.wait_for(operation(), self._connection.settings.request_timeout_s)
+            with anyio.fail_after(self._connection.settings.request_timeout_s):
+                return await operation()
         except ClientError as exc:
             raise classify_client_error(exc, what, self._bucket) from None
         except (NoCredentialsError, PartialCredentialsError) as exc:

@@ -6,16 +6,17 @@ last stable offset, where is its high watermark" so the actor can plan exact ran
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import anyio
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from config.model import SourceConfig
-from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError
+from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError, first_error
 from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.settings import aiokafka_settings
 
@@ -29,6 +30,30 @@ BATCH_PATIENCE_SECONDS = 3.0
 COALESCE_SECONDS = 0.002
 
 _PartitionOffsets = tuple[int, int, int]  # log start, last stable offset, high watermark
+_Answers = dict[TopicPartition, int]
+
+
+class _Query:
+    """One mirror's offset query while it waits for a shared request: answered (`outcome`), or told to ask on
+    its own (`alone`: the shared request failed or took too long), or woken to lead the next request."""
+
+    def __init__(self, tp: TopicPartition) -> None:
+        self.tp = tp
+        self.outcome: _PartitionOffsets | BaseException | None = None
+        self.alone = False
+        self.woken = anyio.Event()
+
+    def wake(self) -> None:
+        self.woken.set()
+
+
+class _Fetch:
+    """A metadata fetch other mirrors wait for: its answer, its failure, or neither (its leader was cancelled)."""
+
+    def __init__(self) -> None:
+        self.done = anyio.Event()
+        self.answer: Any = None
+        self.failure: BaseException | None = None
 
 
 @dataclass(frozen=True)
@@ -64,23 +89,33 @@ class SourceCluster:
         self._committed = AIOKafkaConsumer(isolation_level="read_committed", **common)
         self._uncommitted = AIOKafkaConsumer(isolation_level="read_uncommitted", **common)
         self._started = False
-        self._start_lock = asyncio.Lock()
-        # Offset queries waiting for the next batch, and the batches under way.
-        self._pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]] = {}
-        self._batches: set[asyncio.Future[None]] = set()
+        self._start_lock = anyio.Lock()
+        # Offset queries waiting for the next shared request, and whether one of them leads it. The leader is a
+        # querying mirror itself (no task of the cluster's own): it waits COALESCE_SECONDS, sends one request for
+        # every query then waiting, and answers them all.
+        self._pending: dict[_Query, None] = {}  # in arrival order
+        self._leading = False
+        self._closed = False
         # The metadata fetch shared by mirrors that check their partition at about the same time.
-        self._metadata_fetch: asyncio.Future[Any] | None = None
-        self._metadata_at = 0.0
+        self._metadata: Any = None
+        self._metadata_at = -1e9
+        self._metadata_fetch: _Fetch | None = None
 
     async def start(self) -> None:
+        if self._started:  # without the lock: anyio's yields even when free, and every query starts here
+            return
         async with self._start_lock:
+            if self._closed:
+                raise SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
             if self._started:
                 return
             try:
-                await asyncio.wait_for(self._committed.start(), self._timeout_s)
-                await asyncio.wait_for(self._uncommitted.start(), self._timeout_s)
+                with anyio.fail_after(self._timeout_s):
+                    await self._committed.start()
+                with anyio.fail_after(self._timeout_s):
+                    await self._uncommitted.start()
             except (TimeoutError, KafkaError, OSError) as exc:
-                await self.close()
+                await self._stop_consumers()  # half-started: the next start begins afresh
                 reason, permanent = _describe(exc), False
                 if isinstance(exc, KafkaConnectionError):
                     diagnosis = await diagnose_bootstrap(
@@ -123,44 +158,101 @@ class SourceCluster:
     async def _cluster_metadata(self) -> Any:
         """The cluster's topics and partitions. Mirrors starting together share one fetch: each full
         metadata response describes every partition of the cluster, so 1 000 mirrors fetching their
-        own would decode it 1 000 times on the event loop and delay every start."""
-        now = asyncio.get_running_loop().time()
-        fetch = self._metadata_fetch
-        stale = fetch is None or (
-            fetch.done() and (fetch.cancelled() or fetch.exception() is not None or now - self._metadata_at > 1.0)
-        )
-        if stale:
-            self._metadata_at = now
-            # consumer.topics() discards the partition lists it fetched; ask the client directly.
-            fetch = asyncio.ensure_future(
-                asyncio.wait_for(self._committed._client.fetch_all_metadata(), self._timeout_s)
-            )
-            self._metadata_fetch = fetch
-        assert fetch is not None
-        # Shielded: one mirror giving up must not cancel the fetch the others wait for.
-        return await asyncio.shield(fetch)
+        own would decode it 1 000 times on the event loop and delay every start. An answer is reused for a
+        second; a failure reaches the mirrors that waited for that fetch, and the next caller asks again."""
+        while True:
+            if anyio.current_time() - self._metadata_at <= 1.0:
+                return self._metadata
+            fetch = self._metadata_fetch
+            if fetch is not None:  # under way: share it
+                await fetch.done.wait()
+                if fetch.failure is not None:
+                    raise fetch.failure
+                continue  # answered (now fresh), or its leader was cancelled: then this one leads
+            fetch = self._metadata_fetch = _Fetch()
+            try:
+                with anyio.fail_after(self._timeout_s):
+                    # consumer.topics() discards the partition lists it fetched; ask the client directly.
+                    fetch.answer = await self._committed._client.fetch_all_metadata()
+                self._metadata, self._metadata_at = fetch.answer, anyio.current_time()
+                return fetch.answer
+            except Exception as exc:
+                fetch.failure = exc
+                raise
+            finally:
+                self._metadata_fetch = None
+                fetch.done.set()
 
     async def offsets(self, topic: str, partition: int, isolation_level: str) -> SourceOffsets:
         """Where the partition starts and ends. Queries that arrive within COALESCE_SECONDS of each other
         (the mirrors of one process poll in step) travel together: one request per kind for all of them."""
         await self.start()
-        tp = TopicPartition(topic, partition)
-        answer: asyncio.Future[_PartitionOffsets] = asyncio.get_running_loop().create_future()
-        if not self._pending:  # the first query of a new batch starts it
-            batch = asyncio.ensure_future(self._answer_pending())
-            self._batches.add(batch)
-            batch.add_done_callback(self._batches.discard)
-        self._pending.setdefault(tp, []).append(answer)
-        start, stable, high = await answer
+        query = _Query(TopicPartition(topic, partition))
+        try:
+            outcome = await self._answer(query)
+        finally:
+            self._pending.pop(query, None)  # a query that gave up leaves the queue
+        if isinstance(outcome, BaseException):
+            raise outcome
+        start, stable, high = outcome
         end = stable if isolation_level == "read_committed" else high
         return SourceOffsets(log_start=start, end=end, high_watermark=high)
+
+    async def _answer(self, query: _Query) -> _PartitionOffsets | BaseException:
+        while query.outcome is None:
+            if self._closed:
+                return SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
+            if query.alone:  # the shared request failed or hung: ask for this partition on its own
+                try:
+                    return (await self._list_offsets([query.tp]))[query.tp]
+                except SourceError as exc:
+                    return exc
+            self._pending.setdefault(query)
+            if self._leading:
+                query.woken = anyio.Event()
+                await query.woken.wait()
+            else:
+                await self._lead()
+        return query.outcome
+
+    async def _lead(self) -> None:
+        """Send one request for every query waiting, and answer them; if this mirror is cancelled meanwhile, the
+        others wake and one of them leads instead."""
+        self._leading = True
+        batch: list[_Query] = []
+        try:
+            await anyio.sleep(COALESCE_SECONDS)
+            batch, self._pending = list(self._pending), {}
+            tps = list(dict.fromkeys(query.tp for query in batch))
+            if len(tps) == 1:  # nothing to share: no patience limit, as a query on its own
+                try:
+                    answers: dict[TopicPartition, _PartitionOffsets | BaseException] = dict(
+                        await self._list_offsets(tps)
+                    )
+                except SourceError as exc:
+                    answers = dict.fromkeys(tps, exc)
+            else:
+                answers = {}
+                with anyio.move_on_after(BATCH_PATIENCE_SECONDS):
+                    with contextlib.suppress(SourceError):
+                        answers = dict(await self._list_offsets(tps))
+            for query in batch:
+                if query.tp in answers:
+                    query.outcome = answers[query.tp]
+                else:  # so an error names its partition and a partition that hangs holds back only its mirror
+                    query.alone = True
+        finally:
+            self._leading = False
+            for query in (*batch, *self._pending):
+                query.wake()
 
     async def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is at or after `timestamp_ms` (ListOffsets by time)."""
         await self.start()
         tp = TopicPartition(topic, partition)
         try:
-            found = await asyncio.wait_for(self._committed.offsets_for_times({tp: timestamp_ms}), self._timeout_s)
+            with anyio.fail_after(self._timeout_s):
+                found = await self._committed.offsets_for_times({tp: timestamp_ms})
         except (TimeoutError, KafkaError, OSError) as exc:
             raise SourceError(
                 f"source {topic}-{partition} on {self.bootstrap_servers}: offset query by time failed: {_describe(exc)}"
@@ -168,88 +260,41 @@ class SourceCluster:
         answer = found.get(tp)
         return None if answer is None else int(answer.offset)
 
-    async def _answer_pending(self) -> None:
-        pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]] | None = None
-        try:
-            await asyncio.sleep(COALESCE_SECONDS)
-            pending, self._pending = self._pending, {}
-            await self._answer(pending)
-        except BaseException as exc:  # cancelled by close(), or a bug: no mirror may wait forever
-            if pending is None:
-                pending, self._pending = self._pending, {}
-            failure = SourceError(f"source {self.bootstrap_servers}: offset query failed: {exc!r}")
-            self._settle(pending, dict.fromkeys(pending, failure))
-            if not isinstance(exc, Exception):
-                raise
-
-    async def _answer(self, pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]]) -> None:
-        """One request for all; if it fails or takes too long, one per partition, each answered as it
-        arrives, so an error names its partition and a partition that hangs holds back only its mirror."""
-        if len(pending) == 1:
-            (tp,) = pending
-            await self._answer_one(tp, pending[tp])
-            return
-        try:
-            answers = await asyncio.wait_for(self._list_offsets(list(pending)), BATCH_PATIENCE_SECONDS)
-        except (SourceError, TimeoutError):
-            await asyncio.gather(*(self._answer_one(tp, waiters) for tp, waiters in pending.items()))
-            return
-        self._settle(pending, dict(answers))
-
-    async def _answer_one(self, tp: TopicPartition, waiters: list[asyncio.Future[_PartitionOffsets]]) -> None:
-        outcome: _PartitionOffsets | BaseException
-        try:
-            outcome = (await self._list_offsets([tp]))[tp]
-        except SourceError as exc:
-            outcome = exc
-        self._settle({tp: waiters}, {tp: outcome})
-
-    @staticmethod
-    def _settle(
-        pending: dict[TopicPartition, list[asyncio.Future[_PartitionOffsets]]],
-        answers: dict[TopicPartition, _PartitionOffsets | BaseException],
-    ) -> None:
-        for tp, waiters in pending.items():
-            outcome = answers[tp]
-            for waiter in waiters:
-                if waiter.done():  # its mirror stopped waiting (drain)
-                    continue
-                if isinstance(outcome, BaseException):
-                    waiter.set_exception(outcome)
-                else:
-                    waiter.set_result(outcome)
-
     async def _list_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, _PartitionOffsets]:
-        requests = asyncio.gather(
-            self._committed.beginning_offsets(tps),
-            self._committed.end_offsets(tps),
-            self._uncommitted.end_offsets(tps),
-        )
-        # A gather cancelled by the timeout (or by close) ends with a CancelledError that wait_for never reads;
-        # read it here, or asyncio logs "exception was never retrieved" as an ERROR line.
-        requests.add_done_callback(_retrieve)
+        found: dict[str, dict[TopicPartition, int]] = {}
+
+        async def ask(
+            kind: str, request: Callable[[list[TopicPartition]], Awaitable[dict[TopicPartition, int]]]
+        ) -> None:
+            found[kind] = await request(tps)
+
         try:
-            start, stable, high = await asyncio.wait_for(requests, self._timeout_s)
-        except (TimeoutError, KafkaError, OSError) as exc:
+            with anyio.fail_after(self._timeout_s):
+                async with anyio.create_task_group() as requests:
+                    requests.start_soon(ask, "start", self._committed.beginning_offsets)
+                    requests.start_soon(ask, "stable", self._committed.end_offsets)
+                    requests.start_soon(ask, "high", self._uncommitted.end_offsets)
+        except Exception as exc:
+            failure = first_error(exc)  # a request's own error, out of the task group's
+            if not isinstance(failure, (TimeoutError, KafkaError, OSError)):
+                raise failure from None
             where = f"{tps[0].topic}-{tps[0].partition}" if len(tps) == 1 else f"{len(tps)} partitions"
             raise SourceUnavailableError(
-                f"source {where} on {self.bootstrap_servers}: offset query failed: {_describe(exc)}"
+                f"source {where} on {self.bootstrap_servers}: offset query failed: {_describe(failure)}"
             ) from None
-        return {tp: (start[tp], stable[tp], high[tp]) for tp in tps}
+        return {tp: (found["start"][tp], found["stable"][tp], found["high"][tp]) for tp in tps}
 
     async def close(self) -> None:
-        batches = list(self._batches)
-        for batch in batches:
-            batch.cancel()
-        # Wait for them before the consumers stop: a request cut off by the stop would end its gather with
-        # an exception no one retrieves (asyncio logs that as an ERROR of its own).
-        await asyncio.gather(*batches, return_exceptions=True)
-        if self._metadata_fetch is not None and not self._metadata_fetch.done():
-            self._metadata_fetch.cancel()
-        # A batch cancelled before it ran never answers its queries: fail them here.
-        pending, self._pending = self._pending, {}
+        # Queries waiting for a request fail; a request under way fails when its consumers stop.
+        self._closed = True
+        pending, self._pending = list(self._pending), {}
         failure = SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
-        self._settle(pending, dict.fromkeys(pending, failure))
+        for query in pending:
+            query.outcome = failure
+            query.wake()
+        await self._stop_consumers()
+
+    async def _stop_consumers(self) -> None:
         for consumer in (self._committed, self._uncommitted):
             # Closing a half-started client must not mask the real error.
             with contextlib.suppress(Exception):
@@ -283,13 +328,8 @@ class SourceClusters:
         self._clusters.clear()
 
 
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, asyncio.TimeoutError):
+    if isinstance(exc, TimeoutError):
         return "timed out"
     if isinstance(exc, KafkaConnectionError):
         return "no bootstrap server answered"

@@ -17,7 +17,7 @@ import anyio
 from config.estate import MirrorSpec
 from config.model import FlushConfig
 from core.clock import SYSTEM_CLOCK, Clock, wait_for
-from core.errors import DataLossError, MirrorError, SourceBehindDestinationError
+from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
 from core.logs import log_event
 from sinks.base import Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
@@ -475,13 +475,3 @@ class MirrorActor:
                 progressed=self._records_since_beat,
             )
             self._records_since_beat = 0
-
-
-def first_error(group: BaseExceptionGroup[BaseException]) -> BaseException:
-    """The task group wraps a task's failure; callers want the failure itself."""
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            return first_error(exc)
-        if not isinstance(exc, anyio.get_cancelled_exc_class()):
-            return exc
-    return group

@@ -63,3 +63,16 @@ def test_no_sink_reaches_the_source_cluster() -> None:
             if isinstance(node, ast.Attribute) and node.attr in ("source", "source_field", "sources"):
                 wrong.append(f"{path.relative_to(ROOT)}:{node.lineno} reads .{node.attr}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_product_code_waits_with_anyio_only() -> None:
+    # Locks, timeouts, shared requests and task groups are anyio's. The one use of asyncio left is the event
+    # loop's exception handler (core/logs.py quiets aiokafka's leaked-connection reports), which anyio has no
+    # counterpart for.
+    users = sorted(
+        str(path.relative_to(ROOT))
+        for layer in LAYERS
+        for path in (ROOT / layer).rglob("*.py")
+        if "asyncio" in imported_packages(path)
+    )
+    assert users == ["core/logs.py"]
