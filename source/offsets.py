@@ -128,13 +128,7 @@ class SourceCluster:
             self._started = True
 
     async def check_partition(self, topic: str, partition: int) -> None:
-        await self.start()
-        try:
-            metadata = await self._cluster_metadata()
-        except (TimeoutError, KafkaError, OSError) as exc:
-            raise SourceUnavailableError(
-                f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
-            ) from None
+        metadata = await self._checked_metadata()
         if topic not in metadata.topics():
             raise MissingSourcePartitionError(topic, partition, self.bootstrap_servers, None)
         partitions = metadata.partitions_for_topic(topic) or set()
@@ -143,17 +137,20 @@ class SourceCluster:
 
     async def topic_partitions(self) -> dict[str, int]:
         """Every topic of the cluster (internal ones included) and its partition count."""
-        await self.start()
-        try:
-            metadata = await self._cluster_metadata()
-        except (TimeoutError, KafkaError, OSError) as exc:
-            raise SourceUnavailableError(
-                f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
-            ) from None
+        metadata = await self._checked_metadata()
         return {
             topic: len(metadata.partitions_for_topic(topic) or ())
             for topic in metadata.topics(exclude_internal_topics=False)
         }
+
+    async def _checked_metadata(self) -> Any:
+        await self.start()
+        try:
+            return await self._cluster_metadata()
+        except (TimeoutError, KafkaError, OSError) as exc:
+            raise SourceUnavailableError(
+                f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
+            ) from None
 
     async def _cluster_metadata(self) -> Any:
         """The cluster's topics and partitions. Mirrors starting together share one fetch: each full

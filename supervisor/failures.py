@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 
 from core.errors import DataLossError
+from core.retry import RetryPolicy
 from sinks.blob_chain import BlobExistsError, CorruptChainError
 from sinks.s3_errors import PreconditionFailed
 from workers.range_job import RangeJobError
@@ -45,5 +46,4 @@ class RestartPolicy:
 
     def delay(self, restart: int, rng: random.Random) -> float:
         """Delay before restart number `restart` (1-based)."""
-        ceiling = min(self.max_s, self.initial_s * self.multiplier ** (restart - 1))
-        return ceiling * rng.uniform(0.5, 1.0)
+        return RetryPolicy(self.initial_s, self.max_s, multiplier=self.multiplier).backoff(restart, rng)
