@@ -42,48 +42,37 @@ from workers.range_task import BlobLimits, TaskRange, stage_blobs
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-STAGED_SCHEMA = pa.schema(
-    [
-        pa.field("task", pa.int32()),
-        pa.field("first", pa.int64()),
-        pa.field("last", pa.int64()),
-        pa.field("records", pa.int64()),
-        pa.field("record_bytes", pa.int64()),
-        pa.field("size", pa.int64()),
-        pa.field("ref", pa.string()),
-        pa.field("sha256", pa.string()),
-        pa.field("parts", pa.string()),
-        pa.field("retries", pa.int32()),
-        pa.field("cut", pa.string()),
-        pa.field("times", pa.string()),
-        pa.field("error_kind", pa.string()),
-        pa.field("error", pa.string()),
-    ]
+
+def result_schema(*own: tuple[str, pa.DataType]) -> pa.Schema:
+    """The row a flush task returns: its number and range, the columns of its kind, the latency summary and the
+    error it reports instead of failing."""
+    head = [("task", pa.int32()), ("first", pa.int64()), ("last", pa.int64()), ("records", pa.int64())]
+    tail = [("times", pa.string()), ("error_kind", pa.string()), ("error", pa.string())]
+    return pa.schema([pa.field(name, kind) for name, kind in (*head, ("record_bytes", pa.int64()), *own, *tail)])
+
+
+def spark_ddl(schema: pa.Schema) -> str:
+    """The schema as the DDL string mapInArrow takes."""
+    names = {pa.int32(): "int", pa.int64(): "long", pa.string(): "string"}
+    return ", ".join(f"{field.name} {names[field.type]}" for field in schema)
+
+
+STAGED_SCHEMA = result_schema(
+    ("size", pa.int64()),
+    ("ref", pa.string()),
+    ("sha256", pa.string()),
+    ("parts", pa.string()),
+    ("retries", pa.int32()),
+    ("cut", pa.string()),
 )
-STAGED_DDL = (
-    "task int, first long, last long, records long, record_bytes long, size long, ref string, sha256 string, "
-    "parts string, retries int, cut string, times string, error_kind string, error string"
+STAGED_DDL = spark_ddl(STAGED_SCHEMA)
+PRODUCED_SCHEMA = result_schema(
+    ("destination_first", pa.int64()),
+    ("destination_last", pa.int64()),
+    ("retries", pa.int32()),
+    ("skipped", pa.int64()),
 )
-PRODUCED_SCHEMA = pa.schema(
-    [
-        pa.field("task", pa.int32()),
-        pa.field("first", pa.int64()),
-        pa.field("last", pa.int64()),
-        pa.field("records", pa.int64()),
-        pa.field("record_bytes", pa.int64()),
-        pa.field("destination_first", pa.int64()),
-        pa.field("destination_last", pa.int64()),
-        pa.field("retries", pa.int32()),
-        pa.field("skipped", pa.int64()),
-        pa.field("times", pa.string()),
-        pa.field("error_kind", pa.string()),
-        pa.field("error", pa.string()),
-    ]
-)
-PRODUCED_DDL = (
-    "task int, first long, last long, records long, record_bytes long, destination_first long, "
-    "destination_last long, retries int, skipped long, times string, error_kind string, error string"
-)
+PRODUCED_DDL = spark_ddl(PRODUCED_SCHEMA)
 PRODUCED_FIELDS = PRODUCED_SCHEMA.names[1:-3]  # ProducedRange's plain fields: between the task number and the times
 # What a task reports as a row instead of failing: the user's errors, which need no Spark task failure
 # (and its ERROR lines and stack traces in the log) to reach the driver.

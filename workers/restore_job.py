@@ -110,18 +110,20 @@ def archive_partition(work: ArchivedRange) -> SourcePartition:
     return SourcePartition("", work.topic, work.partition, "read_committed", "", 0.0)
 
 
-def run_survey_job(spark: SparkSession, ranges: tuple[ArchivedRange, ...], job_group: str) -> list[ArchiveSurvey]:
-    rows = run_tasks(
-        spark,
-        job_group,
-        "mirror-v3.restore",
-        f"survey {len(ranges)} archived ranges",
-        len(ranges),
-        _survey_function(ranges),
-        SURVEY_DDL,
-        lambda frame: frame.toArrow(),
-    ).to_pylist()
+def _restore_rows(
+    spark: SparkSession, job_group: str, what: str, count: int, function: Any, ddl: str
+) -> list[dict[str, Any]]:
+    """The rows of one restore job of `count` tasks; RangeJobError for the first task that reported an error."""
+    frame = run_tasks(spark, job_group, "mirror-v3.restore", what, count, function, ddl, lambda f: f.toArrow())
+    rows: list[dict[str, Any]] = frame.to_pylist()
     raise_task_error(rows)
+    return rows
+
+
+def run_survey_job(spark: SparkSession, ranges: tuple[ArchivedRange, ...], job_group: str) -> list[ArchiveSurvey]:
+    rows = _restore_rows(
+        spark, job_group, f"survey {len(ranges)} archived ranges", len(ranges), _survey_function(ranges), SURVEY_DDL
+    )
     found: dict[int, ArchiveSurvey] = {}
     for row in rows:
         work = ranges[row["task"]]
@@ -135,17 +137,8 @@ def run_time_search_job(
     spark: SparkSession, searches: tuple[TimeSearch, ...], job_group: str
 ) -> list[tuple[int | None, int | None]]:
     """Each search's (since, until) offsets: the first of its range stamped at or after each time, or None."""
-    rows = run_tasks(
-        spark,
-        job_group,
-        "mirror-v3.restore",
-        f"find timestamps in {len(searches)} archived ranges",
-        len(searches),
-        _time_search_function(searches),
-        TIMES_DDL,
-        lambda frame: frame.toArrow(),
-    ).to_pylist()
-    raise_task_error(rows)
+    what = f"find timestamps in {len(searches)} archived ranges"
+    rows = _restore_rows(spark, job_group, what, len(searches), _time_search_function(searches), TIMES_DDL)
     found = {row["task"]: (row["since"], row["until"]) for row in rows}
     if len(found) != len(searches):
         raise RangeJobError("ArchiveReadError", "a timestamp search task returned no result")
@@ -155,17 +148,9 @@ def run_time_search_job(
 def run_restore_job(spark: SparkSession, tasks: tuple[RestoreTask, ...], job_group: str) -> list[ProducedRange]:
     """Produce every task's range; what landed, in the tasks' order. The first failed task (by order) fails the
     job with RangeJobError; the others' ranges landed all the same, and the destination says so on the next run."""
-    rows = run_tasks(
-        spark,
-        job_group,
-        "mirror-v3.restore",
-        f"restore {len(tasks)} ranges",
-        len(tasks),
-        _produce_function(tasks),
-        PRODUCED_DDL,
-        lambda frame: frame.toArrow(),
-    ).to_pylist()
-    raise_task_error(rows)
+    rows = _restore_rows(
+        spark, job_group, f"restore {len(tasks)} ranges", len(tasks), _produce_function(tasks), PRODUCED_DDL
+    )
     produced: dict[int, ProducedRange] = {}
     for row in rows:
         produced[row["task"]] = ProducedRange(**{f: row[f] for f in PRODUCED_FIELDS})
