@@ -117,25 +117,29 @@ def test_a_key_the_product_owns_is_refused_on_a_source(key: str, reason: str) ->
     ],
 )
 def test_a_key_the_product_owns_is_refused_on_the_destination(key: str, reason: str) -> None:
-    with pytest.raises(ConfigError, match=rf"^destination\.client-properties(\[\"{key}\"\]|\.{key}): .*{reason}"):
+    with pytest.raises(ConfigError) as caught:
         _config(destination=f"{{{key}: x}}")
+    assert caught.value.path == ("destination", "client-properties", key) and reason in caught.value.problem
 
 
 def test_a_single_entrys_source_is_checked_too() -> None:
-    with pytest.raises(ConfigError, match=r'^mirrors\[1\]\.source\.client-properties\["auto\.offset\.reset"\]: '):
+    with pytest.raises(ConfigError) as caught:
         _config(single="{auto.offset.reset: earliest}")
+    assert caught.value.path == ("mirrors", 1, "source", "client-properties", "auto.offset.reset")
 
 
 @pytest.mark.parametrize(
-    ("properties", "message"),
+    ("properties", "key", "problem"),
     [
-        ("{fetch.max.bites: 3}", r'\["fetch\.max\.bites"\]: librdkafka refuses it: No such configuration property'),
-        ("{fetch.max.bytes: lots}", r'\["fetch\.max\.bytes"\]: librdkafka refuses it: Invalid value'),
+        ("{fetch.max.bites: 3}", "fetch.max.bites", "librdkafka refuses it: No such configuration property"),
+        ("{fetch.max.bytes: lots}", "fetch.max.bytes", "librdkafka refuses it: Invalid value"),
     ],
 )
-def test_names_and_values_librdkafka_refuses_are_config_errors(properties: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=r"^clusters\.prod\.client-properties" + message):
+def test_names_and_values_librdkafka_refuses_are_config_errors(properties: str, key: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
         _config(source=properties)
+    assert caught.value.path == ("clusters", "prod", "client-properties", key)
+    assert caught.value.problem.startswith(problem)
 
 
 def test_a_restore_destination_is_checked_too() -> None:
@@ -147,5 +151,6 @@ destination:
   bootstrap-servers: dest:9092
   client-properties: {transactional.id: mine}
 """
-    with pytest.raises(ConfigError, match=r'^destination\.client-properties\["transactional\.id"\]: set transac'):
+    with pytest.raises(ConfigError) as caught:
         parse_restore_config(text, env={}, library_check=librdkafka_refusal)
+    assert caught.value.path == ("destination", "client-properties", "transactional.id")

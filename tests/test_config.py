@@ -442,8 +442,9 @@ mirrors:
 
 
 def test_recursive_alias_is_an_error() -> None:
-    with pytest.raises(ConfigError, match=r"^x\[0\]: recursive YAML alias"):
+    with pytest.raises(ConfigError) as caught:
         parse_config(config_text() + "x: &a [*a]\n", env={})
+    assert (caught.value.path, caught.value.problem) == (("x", 0), "recursive YAML alias")
 
 
 def test_null_optional_fields_are_accepted() -> None:

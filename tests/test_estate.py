@@ -283,12 +283,15 @@ def test_start_at_forms() -> None:
 
 
 def test_start_at_errors() -> None:
-    with pytest.raises(ConfigError, match=r"^mirrors\[0\]\.start-at: expected earliest, latest or an ISO 8601 time"):
+    with pytest.raises(ConfigError) as caught:
         config({**ORDERS, "start-at": "2026-11-01T00:00:00"})  # no zone: whose midnight?
+    assert caught.value.path == ("mirrors", 0, "start-at")
+    assert caught.value.problem.startswith("expected earliest, latest or an ISO 8601 time")
     kafka = {"type": "kafka", "bootstrap-servers": "k:9092"}
     document = {"destination": kafka, "clusters": {"prod": PROD}, "mirrors": [{**ORDERS, "start-at": "latest"}]}
-    with pytest.raises(ConfigError, match=r"^mirrors\[0\]\.start-at: a Kafka destination with offsets: preserve"):
+    with pytest.raises(ConfigError) as caught:
         parse_config(yaml.safe_dump(document), env={})
+    assert caught.value.path == ("mirrors", 0, "start-at") and "offsets: preserve" in caught.value.problem
 
 
 def on_destination_cluster(*entries: dict[str, Any]) -> Any:

@@ -161,10 +161,16 @@ def test_a_secret_written_inline_is_refused() -> None:
 
 def test_msk_role_settings_must_be_consistent() -> None:
     base = "{protocol: SASL_SSL, sasl: {mechanism: OAUTHBEARER, oauthbearer: {method: aws-msk-iam, region: r, %s}}}"
-    with pytest.raises(ConfigError, match=r"oauthbearer\.role-session-name: role-session-name without role-arn"):
+    where = ("clusters", "prod", "security", "sasl", "oauthbearer")
+    with pytest.raises(ConfigError) as caught:
         parse_config(CONFIG.format(security=base % "role-session-name: s"), env={})
-    with pytest.raises(ConfigError, match=r"oauthbearer\.profile: set only one of profile and role-arn"):
+    assert (caught.value.path, caught.value.problem) == (
+        (*where, "role-session-name"),
+        "role-session-name without role-arn",
+    )
+    with pytest.raises(ConfigError) as caught:
         parse_config(CONFIG.format(security=base % "profile: p, role-arn: 'arn:aws:iam::1:role/r'"), env={})
+    assert (caught.value.path, caught.value.problem) == ((*where, "profile"), "set only one of profile and role-arn")
 
 
 # ------------------------------------------------------------------------------------ client credentials
