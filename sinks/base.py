@@ -21,6 +21,17 @@ class DestinationError(MirrorV3Error):
     """The destination is unusable as found (corrupt chain, foreign writer, misaligned offsets)."""
 
 
+class FencedError(DestinationError):
+    """A newer producer took this destination partition over: another process runs this mirror."""
+
+    def __init__(self, destination: str, transactional_id: str) -> None:
+        self.destination, self.transactional_id = destination, transactional_id
+        super().__init__(
+            f"{destination}: fenced by a newer producer with transactional.id {transactional_id}: another process "
+            "runs this mirror"
+        )
+
+
 @dataclass(frozen=True)
 class Inspection:
     """What a read-only look at the destination found (for `status`)."""

@@ -37,7 +37,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError,
 from core.kafka_records import parse_source_offset
 from kafka_clients.clients import KafkaClients, KafkaRecord
 from kafka_clients.diagnosis import diagnose_bootstrap
-from sinks.base import Committed, DestinationError, Inspection
+from sinks.base import Committed, DestinationError, FencedError, Inspection
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryPolicy, TransientDestinationError
 from sinks.staging import StagedBlob
@@ -390,10 +390,7 @@ class KafkaSink:
             raise
         except ProducerFenced:
             await self._stop_producer()
-            raise DestinationError(
-                f"{self._name}: fenced by a newer producer with transactional.id {self.transactional_id}: another "
-                "process runs this mirror"
-            ) from None
+            raise FencedError(self._name, self.transactional_id) from None
         except (KafkaError, OSError, TimeoutError) as exc:
             await self._stop_producer()
             detail, transient = _describe(exc), _is_transient(exc)

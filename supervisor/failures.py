@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from core.errors import DataLossError
 from core.retry import RetryPolicy
+from sinks.base import FencedError
 from sinks.blob_chain import BlobExistsError, CorruptChainError
 from sinks.s3_errors import PreconditionFailed
 from workers.range_job import RangeJobError
@@ -22,16 +23,13 @@ from workers.range_job import RangeJobError
 PERMANENT_TASK_ERRORS = frozenset(
     {"OffsetsDeletedError", "PreserveHoleError", "ProducerFencedError", "DestinationMovedError"}
 )
-_FENCED = "fenced by a newer producer"
 
 
 def is_permanent(exc: BaseException) -> bool:
     """Whether another attempt would meet the same facts: corrupt chain, lost records, a second writer."""
-    if isinstance(exc, (CorruptChainError, BlobExistsError, PreconditionFailed, DataLossError)):
+    if isinstance(exc, (CorruptChainError, BlobExistsError, PreconditionFailed, DataLossError, FencedError)):
         return True
-    if isinstance(exc, RangeJobError):
-        return exc.kind in PERMANENT_TASK_ERRORS
-    return _FENCED in str(exc)  # the Kafka sink's fencing on open is a plain DestinationError
+    return isinstance(exc, RangeJobError) and exc.kind in PERMANENT_TASK_ERRORS
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from core.errors import DataLossError, SourceError
-from sinks.base import DestinationError
+from sinks.base import FencedError
 from sinks.blob_chain import BlobExistsError, CorruptChainError
 from sinks.retry import RetriesExhaustedError, TransientDestinationError
 from sinks.s3_errors import PreconditionFailed
@@ -26,7 +26,7 @@ from workers.range_job import RangeJobError
         RangeJobError("PreserveHoleError", "hole"),
         RangeJobError("ProducerFencedError", "fenced"),
         RangeJobError("DestinationMovedError", "moved"),
-        DestinationError("destination t-0: fenced by a newer producer with transactional.id x: another process"),
+        FencedError("destination t-0", "mirror-v3.t-0"),
     ],
 )
 def test_facts_about_data_or_ownership_are_not_retried(exc: Exception) -> None:
