@@ -17,7 +17,7 @@ import anyio
 from config.estate import MirrorSpec
 from config.model import FlushConfig
 from core.clock import SYSTEM_CLOCK, Clock, wait_for
-from core.errors import DataLossError, SourceBehindDestinationError, first_error
+from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
 from core.logs import log_event
 from sinks.base import Sink
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
@@ -322,7 +322,10 @@ class MirrorActor:
                 self._handle_data_loss(await self._outages.ride_out(self._source.offsets, "offset query"))
                 if self._read_from > self._next:
                     return
-            # The same failure, naming the partition; its kind still says whether a restart may cure it.
+                # The offset query has not seen the deletion yet: a restart asks again.
+                raise MirrorError(f"{self._topic_partition}: {exc}") from None
+            # The same failure, naming the partition; its kind still says whether a restart may cure it (a hole
+            # in preserve mode, a moved or fenced destination: never).
             raise RangeJobError(exc.kind, f"{self._topic_partition}: {exc}") from None
         staged_at = self._clock.monotonic()
         self._metrics.read_seconds.observe(staged_at - began)
