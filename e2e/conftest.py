@@ -19,30 +19,21 @@ from testkit.tls import TlsFiles, make_tls_files
 _names = itertools.count()
 SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
 
-# The tests that take a minute or more (CI's --durations list), started first, and the fast tests of tests/ last:
-# with two workers stealing work from the end of each other's queue, a long test picked up last keeps one worker
-# busy while the other has nothing left (measured: the last two minutes of a CI run were one round trip running
-# alone), while a queue that ends in short tests is shared to its end.
+# The tests that take a minute or more (CI's --durations list), started first: with two workers stealing work,
+# a long test picked up last keeps one worker busy while the other has nothing left (measured: the last two
+# minutes of a CI run were one round trip running alone).
 LONGEST_FIRST = (
     "e2e/test_restore.py::test_an_archive_round_trips",
     "e2e/test_spark_cluster.py::",
     "e2e/test_restore.py::test_kill_9",
-    "e2e/test_kafka_destination.py::test_round_trip",
-    "e2e/test_kafka_destination.py::test_kill_9",
-    "e2e/test_s3.py::test_a_restart_on_a_long_chain",
-    "e2e/test_restore.py::test_from_s3",
     "e2e/test_filesystem.py::test_kill_9",
-    "e2e/test_filesystem.py::test_round_trip",
-    "e2e/test_estate.py::test_shards",
-    "e2e/test_verify.py::test_an_exact_archive",
-    "e2e/test_operations.py::test_a_source_broker_down",
+    "e2e/test_s3.py::test_a_restart_on_a_long_chain",
+    "e2e/test_kafka_destination.py::test_kill_9",
 )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     def rank(item: pytest.Item) -> int:
-        if item.nodeid.startswith("tests/"):
-            return len(LONGEST_FIRST) + 1
         return next((i for i, prefix in enumerate(LONGEST_FIRST) if item.nodeid.startswith(prefix)), len(LONGEST_FIRST))
 
     items.sort(key=rank)  # stable: the rest keep their order
