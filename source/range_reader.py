@@ -78,16 +78,20 @@ class SourcePartition:
 
 
 class SourceRangeError(MirrorV3Error):
-    """The range could not be read exactly; the message names the partition and offsets."""
+    """The range could not be read exactly: `source` (topic-partition) at `offset`, and what went wrong."""
+
+    def __init__(self, source: str, offset: int, problem: str) -> None:
+        self.source, self.offset, self.problem = source, offset, problem
+        super().__init__(f"{source}: {problem}")
 
 
 class OffsetsDeletedError(SourceRangeError):
     """Offsets the range needs are below the partition's log start offset."""
 
     def __init__(self, source: str, position: int, log_start: int | None) -> None:
-        self.source, self.position, self.log_start = source, position, log_start
+        self.position, self.log_start = position, log_start
         where = "" if log_start is None else f" (log start offset is now {log_start})"
-        super().__init__(f"{source}: offset {position} was deleted before it was read{where}")
+        super().__init__(source, position, f"offset {position} was deleted before it was read{where}")
 
 
 def consume_range(source: SourcePartition, read_from: int, end: int, consumer: Any = None) -> Iterator[list[Any]]:
@@ -140,7 +144,9 @@ def _consume(consumer: Any, source: SourcePartition, read_from: int, end: int) -
                 if code in (_AUTO_OFFSET_RESET, _OFFSET_OUT_OF_RANGE):
                     raise OffsetsDeletedError(source.name, max(last + 1, read_from), _log_start(consumer, source))
                 if error.fatal() or code in _PERMANENT_ERRORS:
-                    raise SourceRangeError(f"{source.name}: reading from offset {last + 1} failed: {error.str()}")
+                    raise SourceRangeError(
+                        source.name, last + 1, f"reading from offset {last + 1} failed: {error.str()}"
+                    )
                 # librdkafka retries transient broker errors itself; the stall timeout bounds them.
                 last_error = error.str()
                 continue
@@ -148,7 +154,7 @@ def _consume(consumer: Any, source: SourcePartition, read_from: int, end: int) -
             if offset >= end:
                 continue
             if offset <= last:
-                raise SourceRangeError(f"{source.name}: offset {offset} came after {last}: offsets must increase")
+                raise SourceRangeError(source.name, offset, f"offset {offset} came after {last}: offsets must increase")
             last = offset
             records.append(message)
         if records:
@@ -163,8 +169,10 @@ def _consume(consumer: Any, source: SourcePartition, read_from: int, end: int) -
             last = position - 1
         if time.monotonic() - progressed_at > source.stall_timeout_s:
             raise SourceRangeError(
-                f"{source.name}: no progress for {source.stall_timeout_s:g}s at offset {last + 1} "
-                f"while reading up to {end - 1}: {last_error or 'the broker sent nothing (did the partition shrink?)'}"
+                source.name,
+                last + 1,
+                f"no progress for {source.stall_timeout_s:g}s at offset {last + 1} while reading up to {end - 1}: "
+                f"{last_error or 'the broker sent nothing (did the partition shrink?)'}",
             )
 
 
