@@ -48,11 +48,11 @@ class _Query:
 
 
 class _Fetch:
-    """A metadata fetch other mirrors wait for: its answer, its failure, or neither (its leader was cancelled)."""
+    """A metadata fetch other mirrors wait for: when done, the answer is in the cluster's cache, or `failure` says
+    why not (neither: its leader was cancelled, and a waiting mirror leads the next)."""
 
     def __init__(self) -> None:
         self.done = anyio.Event()
-        self.answer: Any = None
         self.failure: BaseException | None = None
 
 
@@ -170,9 +170,9 @@ class SourceCluster:
             try:
                 with anyio.fail_after(self._timeout_s):
                     # consumer.topics() discards the partition lists it fetched; ask the client directly.
-                    fetch.answer = await self._committed._client.fetch_all_metadata()
-                self._metadata, self._metadata_at = fetch.answer, anyio.current_time()
-                return fetch.answer
+                    metadata = await self._committed._client.fetch_all_metadata()
+                self._metadata, self._metadata_at = metadata, anyio.current_time()
+                return metadata
             except Exception as exc:
                 fetch.failure = exc
                 raise

@@ -13,6 +13,7 @@ is written or committed from an answer that did not come.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -57,7 +58,7 @@ class OutageRider:
         self._deadline_s = deadline_s
         self._retries = retries
         self._fields = log_fields
-        self._policy = RetryPolicy(policy.initial_backoff_s, policy.max_backoff_s, deadline_s, policy.multiplier)
+        self._policy = dataclasses.replace(policy, deadline_s=deadline_s)
         self._rng = rng or random.Random()
         self._clock = clock
         self._sleep = sleep

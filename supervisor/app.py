@@ -69,7 +69,7 @@ class Supervisor:
         self._missing_logged: set[tuple[str, str]] = set()
         self._failed: dict[str, str] = {}  # mirror → why, while failed (on-mirror-failure: restart); /readyz shows it
         self._group: TaskGroup | None = None
-        self._failure: tuple[int, BaseException] | None = None  # (exit code, cause)
+        self._failure: BaseException | None = None  # the first failure: the cause, and so the exit code
         self._topics: TopicManager | None = None  # create-topics, once run() has built it
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
@@ -137,7 +137,7 @@ class Supervisor:
             self._fail(None, exc, exc.headline or "cannot start")
         if self._failure is not None:
             await self._clusters.close()
-            return self._failure[0]
+            return exit_code_for(self._failure)
         self._planned(plan)
         self.http = HttpEndpoint(
             self._families.registry,
@@ -183,7 +183,7 @@ class Supervisor:
                 await anyio.to_thread.run_sync(stop_spark)
                 await self.http.stop()
         if self._failure is not None:
-            return self._failure[0]
+            return exit_code_for(self._failure)
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
 
@@ -356,7 +356,7 @@ class Supervisor:
     ) -> None:
         if self._failure is not None:
             return  # the first failure is the cause; the rest are its consequences
-        self._failure = (exit_code_for(exc), exc)
+        self._failure = exc
         if mirror is not None:
             fields = {"mirror": mirror, **fields}
         log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))

@@ -46,9 +46,9 @@ if TYPE_CHECKING:
 def result_schema(*own: tuple[str, pa.DataType]) -> pa.Schema:
     """The row a flush task returns: its number and range, the columns of its kind, the latency summary and the
     error it reports instead of failing."""
-    head = [("task", pa.int32()), ("first", pa.int64()), ("last", pa.int64()), ("records", pa.int64())]
+    head = [("task", pa.int32()), *((name, pa.int64()) for name in ("first", "last", "records", "record_bytes"))]
     tail = [("times", pa.string()), ("error_kind", pa.string()), ("error", pa.string())]
-    return pa.schema([pa.field(name, kind) for name, kind in (*head, ("record_bytes", pa.int64()), *own, *tail)])
+    return pa.schema([pa.field(name, kind) for name, kind in (*head, *own, *tail)])
 
 
 def spark_ddl(schema: pa.Schema) -> str:

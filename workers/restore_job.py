@@ -41,6 +41,7 @@ from workers.range_job import (
     produced_batch,
     raise_task_error,
     run_tasks,
+    spark_ddl,
 )
 from workers.range_task import TaskRange
 
@@ -59,7 +60,7 @@ SURVEY_SCHEMA = pa.schema(
         pa.field("error", pa.string()),
     ]
 )
-SURVEY_DDL = "task int, records long, holes long, first_hole long, error_kind string, error string"
+SURVEY_DDL = spark_ddl(SURVEY_SCHEMA)
 
 TIMES_SCHEMA = pa.schema(
     [
@@ -70,7 +71,7 @@ TIMES_SCHEMA = pa.schema(
         pa.field("error", pa.string()),
     ]
 )
-TIMES_DDL = "task int, since long, until long, error_kind string, error string"
+TIMES_DDL = spark_ddl(TIMES_SCHEMA)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from sinks.blob_reading import BlobReader
 from source.range_reader import SourcePartition
 from workers.kafka_verify_task import KafkaSlice
 from workers.python_worker import keep_zip_directories
-from workers.range_job import TASK_ERRORS, RangeJobError, error_batch, raise_task_error, run_tasks
+from workers.range_job import TASK_ERRORS, RangeJobError, error_batch, raise_task_error, run_tasks, spark_ddl
 from workers.record_comparison import Comparison, Difference
 from workers.verify_task import SliceCheck, check_slice
 
@@ -41,10 +41,7 @@ CHECKED_SCHEMA = pa.schema(
         pa.field("error", pa.string()),
     ]
 )
-CHECKED_DDL = (
-    "task int, first long, end long, equal long, different long, missing long, extra long, holes long, "
-    "differences string, problems string, error_kind string, error string"
-)
+CHECKED_DDL = spark_ddl(CHECKED_SCHEMA)
 
 
 @dataclass(frozen=True)
