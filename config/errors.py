@@ -44,6 +44,15 @@ class ConfigError(MirrorV3Error):
         return f"{place}: {self.problem}" + ("" if self.line is None else f" (line {self.line})")
 
 
+class YamlSyntaxError(ConfigError):
+    """The file is not YAML: `file`, where the parser stopped (`at`: line and column, where known) and why."""
+
+    def __init__(self, file: str, reason: str, at: tuple[int, int] | None) -> None:
+        self.file, self.reason, self.at = file, reason, at
+        where = file if at is None else f"{file} line {at[0]} column {at[1]}"
+        super().__init__(where, f"invalid YAML: {reason}")
+
+
 class FieldError(ConfigError):
     """A problem with one field, found where the file's lines are not known (the loader adds the line)."""
 

@@ -27,7 +27,7 @@ import msgspec.inspect as mi
 import yaml
 
 from config.client_properties import LibraryCheck, client_properties_problem
-from config.errors import ConfigError, FieldPath, PathPart
+from config.errors import ConfigError, FieldPath, PathPart, YamlSyntaxError
 from config.estate import check_offline, compile_entries
 from config.model import (
     Config,
@@ -127,16 +127,13 @@ def _load_yaml(text: str, source: str) -> tuple[Any, dict[FieldPath, int]]:
             _index_nodes(node, (), lines, set(), [0])
         return (None if node is None else loader.construct_document(node)), lines
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{source}{_yaml_error_location(exc)}", f"invalid YAML: {_yaml_problem(exc)}") from None
+        mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+        at = None if mark is None else (mark.line + 1, mark.column + 1)
+        raise YamlSyntaxError(source, _yaml_problem(exc), at) from None
     except RecursionError:
         raise ConfigError(source, "invalid YAML: nested too deeply") from None
     finally:
         loader.dispose()
-
-
-def _yaml_error_location(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
-    return f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -51,9 +51,9 @@ class Token:
 class TokenError(MirrorV3Error):
     """No token could be had; `permanent` when retrying will not help (the provider refused the credentials)."""
 
-    def __init__(self, message: str, *, permanent: bool) -> None:
-        super().__init__(message)
-        self.permanent = permanent
+    def __init__(self, provider: str, problem: str, *, permanent: bool, status: int | None = None) -> None:
+        self.provider, self.problem, self.permanent, self.status = provider, problem, permanent, status
+        super().__init__(f"{provider} {problem}")
 
 
 # ------------------------------------------------------------------------------------------ unsecured JWT
@@ -103,19 +103,21 @@ def fetch_client_credentials(
             answer = response.read()
     except urllib.error.HTTPError as exc:
         raise TokenError(
-            f"token endpoint {url} answered HTTP {exc.code}{_oauth_error(exc)}",
+            f"token endpoint {url}",
+            f"answered HTTP {exc.code}{_oauth_error(exc)}",
             permanent=exc.code in (400, 401, 403),
+            status=exc.code,
         ) from None
     except (urllib.error.URLError, OSError) as exc:
         reason = getattr(exc, "reason", None) or exc
-        raise TokenError(f"token endpoint {url} unreachable: {reason}", permanent=False) from None
+        raise TokenError(f"token endpoint {url}", f"unreachable: {reason}", permanent=False) from None
     try:
         document = json.loads(answer)
         token = document["access_token"]
         if not isinstance(token, str) or not token:
             raise ValueError("empty access_token")
     except (ValueError, KeyError, TypeError):
-        raise TokenError(f"token endpoint {url} answered without an access_token", permanent=True) from None
+        raise TokenError(f"token endpoint {url}", "answered without an access_token", permanent=True) from None
     expires_in = document.get("expires_in")
     if isinstance(expires_in, (int, float)) and expires_in > 0:
         expires_at = started + float(expires_in)
@@ -171,7 +173,9 @@ def msk_iam_token(
         else:
             value, expiry_ms = MSKAuthTokenProvider.generate_auth_token(region)
     except Exception as exc:  # botocore raises many kinds; every one means "no IAM credentials"
-        raise TokenError(f"no AWS MSK IAM token for region {region}: {_first_line(exc)}", permanent=False) from None
+        raise TokenError(
+            f"AWS MSK IAM for region {region}", f"made no token: {_first_line(exc)}", permanent=False
+        ) from None
     return Token(str(value), expiry_ms / 1000)
 
 

@@ -22,14 +22,19 @@ class DestinationError(MirrorV3Error):
 
 
 class FencedError(DestinationError):
-    """A newer producer took this destination partition over: another process runs this mirror."""
+    """A newer producer took this destination partition over: another process runs this mirror. `owner` is that
+    process's id where the owner group (`owner_group`) named it; otherwise the broker fenced `transactional_id`."""
 
-    def __init__(self, destination: str, transactional_id: str) -> None:
+    def __init__(
+        self, destination: str, transactional_id: str, owner: int | None = None, owner_group: str | None = None
+    ) -> None:
         self.destination, self.transactional_id = destination, transactional_id
-        super().__init__(
-            f"{destination}: fenced by a newer producer with transactional.id {transactional_id}: another process "
-            "runs this mirror"
-        )
+        self.owner, self.owner_group = owner, owner_group
+        if owner is None:
+            by = f"a newer producer with transactional.id {transactional_id}"
+        else:
+            by = f"a newer producer: process {owner} took this partition over (group {owner_group})"
+        super().__init__(f"{destination}: fenced by {by}: another process runs this mirror")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ interface, so each store only has to list names and create a blob if it does not
 
 from __future__ import annotations
 
+import enum
 import itertools
 import re
 from dataclasses import dataclass
@@ -25,19 +26,6 @@ TEMP_PREFIX = "."
 TEMP_INFIX = ".tmp-"
 
 
-class CorruptChainError(DestinationError):
-    """The destination's files do not form a chain; `files` names the offending ones."""
-
-    def __init__(self, reason: str, files: list[str]) -> None:
-        self.reason = reason
-        self.files = files
-        super().__init__(f"corrupt chain: {reason}: {', '.join(files)}")
-
-
-class BlobExistsError(DestinationError):
-    """A blob with that name already exists: another writer owns this chain."""
-
-
 @dataclass(frozen=True, order=True)
 class BlobRange:
     first: int
@@ -46,6 +34,49 @@ class BlobRange:
     @property
     def name(self) -> str:
         return blob_name(self.first, self.last)
+
+
+class ChainProblem(enum.Enum):
+    """Why a destination's files are not a chain; the value is how the operator reads it."""
+
+    FOREIGN_ENTRIES = "unexpected entries (not <from>-<to>.parquet)"
+    OVERLAP = "overlapping offsets"
+    GAP = "missing offsets"
+    CLAIM_OFF_CHAIN = "the claimed next blob does not continue the chain"
+    STALE_CLAIM = (
+        "a claim beyond the chain's end (blobs were removed without their claims? remove both to start this chain "
+        "afresh)"
+    )
+    OTHER_WRITER = "another writer is appending to this chain"
+
+
+class CorruptChainError(DestinationError):
+    """The destination's files do not form a chain: `problem`, the `offsets` it concerns (the overlap, the gap,
+    the claimed blob) where there are any, and the offending `files`."""
+
+    def __init__(self, problem: ChainProblem, files: list[str], offsets: BlobRange | None = None) -> None:
+        self.problem, self.files, self.offsets = problem, files, offsets
+        self.reason = problem.value if offsets is None else f"{problem.value} {offsets.first}-{offsets.last}"
+        super().__init__(f"corrupt chain: {self.reason}: {', '.join(files)}")
+
+
+class BlobExistsError(DestinationError):
+    """A blob with that name already exists: another writer owns this chain."""
+
+
+class OutOfChainWriteError(DestinationError):
+    """A blob that does not continue the chain: it must start at `expected_first`, and be exactly `claimed`
+    when an interrupted commit claimed the next blob. A caller's bug or a second writer; nothing is written."""
+
+    def __init__(self, location: str, blob: BlobRange, expected_first: int, claimed: BlobRange | None = None) -> None:
+        self.location, self.blob, self.expected_first, self.claimed = location, blob, expected_first, claimed
+        refusal = f"refusing to write {blob.first}-{blob.last}"
+        if claimed is None:
+            super().__init__(f"{location}: chain continues at offset {expected_first}, {refusal}")
+        else:
+            super().__init__(
+                f"{location}: an interrupted commit claimed {claimed.first}-{claimed.last} as the next blob, {refusal}"
+            )
 
 
 def blob_name(first: int, last: int) -> str:
@@ -141,18 +172,20 @@ def validate_chain(names: list[str], location: BlobStore) -> list[BlobRange]:
     """Check that non-temporary names form a chain; return it sorted. Raise CorruptChainError."""
     foreign = sorted(n for n in names if not is_temp_name(n) and parse_blob_name(n) is None)
     if foreign:
-        raise CorruptChainError("unexpected entries (not <from>-<to>.parquet)", [location.location(n) for n in foreign])
+        raise CorruptChainError(ChainProblem.FOREIGN_ENTRIES, [location.location(n) for n in foreign])
     ranges = sorted(r for n in names if (r := parse_blob_name(n)) is not None)
     for previous, current in itertools.pairwise(ranges):
         if current.first <= previous.last:
             raise CorruptChainError(
-                f"overlapping offsets {current.first}-{previous.last}",
+                ChainProblem.OVERLAP,
                 [location.location(previous.name), location.location(current.name)],
+                BlobRange(current.first, previous.last),
             )
         if current.first != previous.last + 1:
             raise CorruptChainError(
-                f"missing offsets {previous.last + 1}-{current.first - 1}",
+                ChainProblem.GAP,
                 [location.location(previous.name), location.location(current.name)],
+                BlobRange(previous.last + 1, current.first - 1),
             )
     return ranges
 
@@ -181,8 +214,9 @@ async def find_tail(store: BlobStore) -> list[BlobRange]:
             tail = validate_chain(page, store)
             if tail[0].first > checked[-1].last + 1 and probe <= checked[-1].last + 1:
                 raise CorruptChainError(
-                    f"missing offsets {checked[-1].last + 1}-{tail[0].first - 1}",
+                    ChainProblem.GAP,
                     [store.location(checked[-1].name), store.location(tail[0].name)],
+                    BlobRange(checked[-1].last + 1, tail[0].first - 1),
                 )
             return tail
         if not page:
@@ -242,7 +276,7 @@ class BlobChain:
         continues = blob is not None and (self._tail is None or blob.first == self._tail.last + 1)
         if blob is None or not continues:
             files = [self._store.location(n) for n in (tail, claimed) if n is not None]
-            raise CorruptChainError(f"the claimed next blob {claimed} does not continue the chain", files)
+            raise CorruptChainError(ChainProblem.CLAIM_OFF_CHAIN, files, blob)
         return blob
 
     async def inspect(self, deep: bool = False) -> int | None:
@@ -264,16 +298,11 @@ class BlobChain:
         """
         assert self._opened, "BlobChain.append before open"  # a caller's bug, never the operator's
         expected = self.next_offset
-        if expected is not None and staged.first != expected:
-            raise DestinationError(
-                f"chain continues at offset {expected}, refusing to write {staged.first}-{staged.last}"
-            )
         blob = BlobRange(staged.first, staged.last)
+        if expected is not None and staged.first != expected:
+            raise OutOfChainWriteError(self._store.location(""), blob, expected)
         if self._claimed is not None and blob != self._claimed:
-            raise DestinationError(
-                f"an interrupted commit claimed {self._claimed.first}-{self._claimed.last} as the next blob, "
-                f"refusing to write {blob.first}-{blob.last}"
-            )
+            raise OutOfChainWriteError(self._store.location(""), blob, self._claimed.first, self._claimed)
         previous = self._tail
         size = await self._store.commit_staged(blob.name, staged, None if previous is None else previous.name)
         self._tail, self._claimed = blob, None
@@ -287,6 +316,6 @@ class BlobChain:
             return
         others = [name for name in page if name != written.name]
         raise CorruptChainError(
-            "another writer is appending to this chain",
+            ChainProblem.OTHER_WRITER,
             [self._store.location(written.name), *(self._store.location(n) for n in others)],
         )

@@ -38,7 +38,7 @@ class RetriesExhaustedError(DestinationError):
     """A transient failure that lasted past the retry deadline."""
 
     def __init__(self, what: str, attempts: int, deadline_s: float, cause: TransientDestinationError) -> None:
-        self.what, self.attempts, self.deadline_s = what, attempts, deadline_s
+        self.what, self.attempts, self.deadline_s, self.cause = what, attempts, deadline_s, cause
         super().__init__(f"{what}: still failing after {attempts} attempts over {deadline_s:g}s: {cause}")
 
 

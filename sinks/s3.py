@@ -44,7 +44,7 @@ from botocore.exceptions import (
 )
 
 from sinks.base import DestinationError
-from sinks.blob_chain import BlobExistsError, CorruptChainError, blob_name, parse_blob_name
+from sinks.blob_chain import BlobExistsError, ChainProblem, CorruptChainError, blob_name, parse_blob_name
 from sinks.retry import RetryPolicy, TransientDestinationError
 from sinks.s3_errors import (
     NoSuchUpload,
@@ -274,11 +274,7 @@ class S3Store:
         if found[0] == expected:
             return await self._read_claim(s3, self._claims + expected)
         files = [f"s3://{self._bucket}/{self._claims}{found[0]}"] + ([self.location(after)] if after else [])
-        raise CorruptChainError(
-            "a claim beyond the chain's end (blobs were removed without their claims? remove both to start "
-            "this chain afresh)",
-            files,
-        )
+        raise CorruptChainError(ChainProblem.STALE_CLAIM, files)
 
     async def discard_staged(self, staged: StagedBlob, key: str | None = None) -> None:
         """Abort a staged upload (best effort: unfinished uploads are also aborted on start)."""

@@ -63,6 +63,14 @@ class SourceOffsets:
     high_watermark: int
 
 
+class SourceClientClosedError(SourceError):
+    """An offset query on a source client that was closed (the process is stopping)."""
+
+    def __init__(self, bootstrap_servers: str) -> None:
+        self.bootstrap_servers = bootstrap_servers
+        super().__init__(f"source {bootstrap_servers}: offset query failed: the client was closed")
+
+
 class SourceCluster:
     """Two metadata-only consumers: one sees the last stable offset, the other the high watermark."""
 
@@ -106,7 +114,7 @@ class SourceCluster:
             return
         async with self._start_lock:
             if self._closed:
-                raise SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
+                raise SourceClientClosedError(self.bootstrap_servers)
             if self._started:
                 return
             try:
@@ -198,7 +206,7 @@ class SourceCluster:
     async def _answer(self, query: _Query) -> _PartitionOffsets | BaseException:
         while query.outcome is None:
             if self._closed:
-                return SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
+                return SourceClientClosedError(self.bootstrap_servers)
             if query.alone:  # the shared request failed or hung: ask for this partition on its own
                 try:
                     return (await self._list_offsets([query.tp]))[query.tp]
@@ -285,7 +293,7 @@ class SourceCluster:
         # Queries waiting for a request fail; a request under way fails when its consumers stop.
         self._closed = True
         pending, self._pending = list(self._pending), {}
-        failure = SourceError(f"source {self.bootstrap_servers}: offset query failed: the client was closed")
+        failure = SourceClientClosedError(self.bootstrap_servers)
         for query in pending:
             query.outcome = failure
             query.wake()

@@ -7,11 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from sinks.base import DestinationError
 from sinks.blob_chain import (
     BlobChain,
     BlobExistsError,
+    BlobRange,
+    ChainProblem,
     CorruptChainError,
+    OutOfChainWriteError,
     blob_name,
     is_temp_name,
     parse_blob_name,
@@ -46,22 +48,24 @@ def test_temp_names_are_recognised() -> None:
 
 
 @pytest.mark.parametrize(
-    ("names", "reason", "offending"),
+    ("names", "problem", "offsets", "offending"),
     [
-        ([blob_name(0, 9), blob_name(5, 19)], "overlapping", [blob_name(0, 9), blob_name(5, 19)]),
-        ([blob_name(0, 9), blob_name(0, 9).replace("9.", "8.")], "overlapping", None),
-        ([blob_name(0, 9), blob_name(11, 19)], "missing offsets 10-10", [blob_name(0, 9), blob_name(11, 19)]),
-        ([blob_name(0, 9), "README"], "unexpected", ["README"]),
-        ([blob_name(0, 9), "1-2.parquet", "x.csv"], "unexpected", ["1-2.parquet", "x.csv"]),
+        ([blob_name(0, 9), blob_name(5, 19)], ChainProblem.OVERLAP, (5, 9), [blob_name(0, 9), blob_name(5, 19)]),
+        ([blob_name(0, 9), blob_name(0, 8)], ChainProblem.OVERLAP, (0, 8), [blob_name(0, 8), blob_name(0, 9)]),
+        ([blob_name(0, 9), blob_name(11, 19)], ChainProblem.GAP, (10, 10), [blob_name(0, 9), blob_name(11, 19)]),
+        ([blob_name(0, 9), "README"], ChainProblem.FOREIGN_ENTRIES, None, ["README"]),
+        ([blob_name(0, 9), "1-2.parquet", "x.csv"], ChainProblem.FOREIGN_ENTRIES, None, ["1-2.parquet", "x.csv"]),
     ],
 )
-def test_corrupt_chains_name_the_files(names: list[str], reason: str, offending: list[str] | None) -> None:
+def test_corrupt_chains_name_the_files(
+    names: list[str], problem: ChainProblem, offsets: tuple[int, int] | None, offending: list[str]
+) -> None:
     store = InMemoryStore()
     with pytest.raises(CorruptChainError) as caught:
         validate_chain(names, store)
-    assert reason in str(caught.value)
-    for name in offending or []:
-        assert f"mem://{name}" in str(caught.value)
+    assert caught.value.problem is problem
+    assert caught.value.offsets == (None if offsets is None else BlobRange(*offsets))
+    assert caught.value.files == [f"mem://{name}" for name in offending]
 
 
 def test_chain_may_start_above_zero_and_temporaries_are_ignored() -> None:
@@ -76,8 +80,9 @@ async def test_chain_open_removes_temporaries_and_enforces_continuity() -> None:
     chain = BlobChain(store)
     assert await chain.open() == 10
     assert store.removed == [temp_name(blob_name(10, 19), "t")]
-    with pytest.raises(Exception, match="continues at offset 10"):
+    with pytest.raises(OutOfChainWriteError) as caught:
         await chain.append(stage_bytes(store, b"x", 11, 19))
+    assert (caught.value.expected_first, caught.value.blob, caught.value.claimed) == (10, BlobRange(11, 19), None)
     await chain.append(stage_bytes(store, b"x", 10, 19))
     assert chain.next_offset == 20
 
@@ -154,8 +159,11 @@ async def test_deep_inspection_finds_a_hole_the_tail_search_does_not_read() -> N
     store.blobs = _chain_of(5_000)
     del store.blobs[sorted(store.blobs)[2_500]]
     assert await BlobChain(store).inspect() is not None  # the tail alone looks fine
-    with pytest.raises(CorruptChainError, match="missing offsets"):
+    with pytest.raises(CorruptChainError) as caught:
         await BlobChain(store).inspect(deep=True)
+    removed = parse_blob_name(sorted(store.blobs)[2_500 - 1])  # the one before the hole now
+    assert caught.value.problem is ChainProblem.GAP and removed is not None
+    assert caught.value.offsets is not None and caught.value.offsets.first == removed.last + 1
 
 
 async def test_a_second_writer_is_detected_after_the_next_append() -> None:
@@ -165,9 +173,10 @@ async def test_a_second_writer_is_detected_after_the_next_append() -> None:
     start = await chain.open()
     assert start is not None
     store.blobs[blob_name(start, start + 4)] = b"foreign"  # a store that ignored If-None-Match
-    with pytest.raises(CorruptChainError, match="another writer") as caught:
+    with pytest.raises(CorruptChainError) as caught:
         await chain.append(stage_bytes(store, b"ours", start, start + 9))
-    assert blob_name(start, start + 4) in str(caught.value)
+    assert caught.value.problem is ChainProblem.OTHER_WRITER
+    assert caught.value.files == [f"mem://{blob_name(start, start + 9)}", f"mem://{blob_name(start, start + 4)}"]
 
 
 async def test_an_interrupted_commits_claim_decides_the_next_blob() -> None:
@@ -177,8 +186,9 @@ async def test_an_interrupted_commits_claim_decides_the_next_blob() -> None:
     chain = BlobChain(store)
     assert await chain.open() == 108
     assert chain.claimed == parse_blob_name(blob_name(108, 150))
-    with pytest.raises(DestinationError, match="claimed 108-150 as the next blob, refusing to write 108-120"):
+    with pytest.raises(OutOfChainWriteError) as caught:
         await chain.append(stage_bytes(store, b"x", 108, 120))
+    assert (caught.value.blob, caught.value.claimed) == (BlobRange(108, 120), BlobRange(108, 150))
     await chain.append(stage_bytes(store, b"x", 108, 150))
     assert chain.claimed is None and chain.next_offset == 151
 
@@ -187,6 +197,7 @@ async def test_a_claim_that_does_not_continue_the_chain_is_corruption() -> None:
     store = InMemoryStore()
     store.blobs = {blob_name(0, 9): b""}
     store.claims[blob_name(0, 9)] = blob_name(12, 20)
-    with pytest.raises(CorruptChainError, match="does not continue the chain") as caught:
+    with pytest.raises(CorruptChainError) as caught:
         await BlobChain(store).open()
+    assert caught.value.problem is ChainProblem.CLAIM_OFF_CHAIN and caught.value.offsets == BlobRange(12, 20)
     assert caught.value.files == [f"mem://{blob_name(0, 9)}", f"mem://{blob_name(12, 20)}"]

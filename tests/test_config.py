@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from config import Config, ConfigError, FlushConfig, SourceConfig, SparkConfig, parse_config
+from config.errors import YamlSyntaxError
 from config.estate import compile_entries
 from config.model import FilesystemDestination, KafkaDestination, MirrorConfig
 from supervisor.config_files import load_config
@@ -470,8 +471,10 @@ def test_load_config_reads_a_file(tmp_path: Path) -> None:
 def test_load_config_names_the_file_on_yaml_errors(tmp_path: Path) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text("destination: [\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match=r"^.*broken\.yaml line \d+ column \d+: invalid YAML: "):
+    with pytest.raises(YamlSyntaxError) as caught:
         load_config(path)
+    assert (caught.value.file, caught.value.at) == (str(path), (2, 1))
+    assert str(caught.value).startswith(f"{path} line 2 column 1: invalid YAML: ")
 
 
 @pytest.mark.parametrize(

@@ -21,7 +21,7 @@ from core.errors import (
     exit_code_for,
 )
 from kafka_clients.settings import ClientSettingsError
-from sinks.blob_chain import CorruptChainError
+from sinks.blob_chain import BlobRange, ChainProblem, CorruptChainError
 from source.spark_session import SparkStartError
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -68,7 +68,7 @@ def test_a_config_error_learns_its_line_and_keeps_its_type_and_facts() -> None:
 
 
 def test_family_errors_copy_and_pickle_with_their_facts() -> None:
-    chain = CorruptChainError("chain broken", ["0-9.parquet"])
+    chain = CorruptChainError(ChainProblem.GAP, ["0-9.parquet"], BlobRange(10, 19))
     lost = DataLossError("orders", 3, log_start=150, next_offset=100)
     for error in (chain, lost, FieldError(("a",), "b")):
         for again in (copy.copy(error), pickle.loads(pickle.dumps(error))):

@@ -165,8 +165,12 @@ def test_one_partition_selected_by_two_entries_is_a_collision() -> None:
             {"name": "b", "cluster": "prod", "topic": "orders", "partition": 2},
         )
     )
-    with pytest.raises(DestinationCollisionError, match="selected twice"):
+    with pytest.raises(DestinationCollisionError) as caught:
         expand(entries, METADATA)
+    first, second = caught.value.first, caught.value.second
+    assert (first.index, second.index) == (0, 1) and caught.value.path == ("mirrors", 1)
+    assert (first.cluster, first.topic, first.partition) == (second.cluster, second.topic, second.partition)
+    assert (caught.value.destination, caught.value.partition) == ("orders", 2)
 
 
 def test_shards_split_the_estate_exactly_and_agree_on_owners() -> None:

@@ -8,7 +8,7 @@ import pytest
 
 from core.errors import DataLossError, SourceError
 from sinks.base import FencedError
-from sinks.blob_chain import BlobExistsError, CorruptChainError
+from sinks.blob_chain import BlobExistsError, BlobRange, ChainProblem, CorruptChainError
 from sinks.retry import RetriesExhaustedError, TransientDestinationError
 from sinks.s3_errors import PreconditionFailed
 from supervisor.failures import RestartPolicy, is_permanent
@@ -18,7 +18,7 @@ from workers.range_job import RangeJobError
 @pytest.mark.parametrize(
     "exc",
     [
-        CorruptChainError("chain broken", ["0-9.parquet"]),
+        CorruptChainError(ChainProblem.GAP, ["0-9.parquet"], BlobRange(10, 19)),
         BlobExistsError("taken"),
         PreconditionFailed("412"),
         DataLossError("t", 0, log_start=150, next_offset=100),

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from config import ConfigError, parse_config
+from config.errors import format_path
 from config.model import KafkaSecurity, SaslConfig, TlsConfig
 from kafka_clients.settings import ClientSettingsError, aiokafka_settings, librdkafka_properties
 
@@ -119,29 +120,30 @@ mirrors:
 
 
 @pytest.mark.parametrize(
-    ("security", "message"),
+    ("security", "field", "problem"),
     [
-        ("{protocol: SASL_SSL}", r"destination\.security\.sasl: protocol SASL_SSL needs a sasl block"),
-        (
-            "{sasl: {mechanism: PLAIN, username: u, password-env: P}}",
-            r"destination\.security\.sasl: protocol PLAINTEXT does not use SASL",
-        ),
+        ("{protocol: SASL_SSL}", "sasl", "protocol SASL_SSL needs a sasl block"),
+        ("{sasl: {mechanism: PLAIN, username: u, password-env: P}}", "sasl", "protocol PLAINTEXT does not use SASL"),
         (
             "{protocol: SASL_PLAINTEXT, sasl: {mechanism: PLAIN, username: u, password-env: P}, tls: {}}",
-            r"does not use TLS",
+            "tls",
+            "protocol SASL_PLAINTEXT does not use TLS",
         ),
-        ("{protocol: SSL, tls: {cert-file: c.pem}}", r"destination\.security\.tls\.key-file: mutual TLS needs both"),
+        ("{protocol: SSL, tls: {cert-file: c.pem}}", "tls.key-file", "mutual TLS needs both cert-file and key-file"),
+        ("{protocol: SSL, tls: {key-password-env: X}}", "tls.key-password-env", "key-password-env without key-file"),
         (
-            "{protocol: SSL, tls: {key-password-env: X}}",
-            r"destination\.security\.tls\.key-password-env: key-password-env without",
+            "{protocol: SASL_SSL, sasl: {mechanism: GSSAPI, username: u, password-env: P}}",
+            "sasl.mechanism",
+            "Invalid enum value 'GSSAPI'",
         ),
-        ("{protocol: SASL_SSL, sasl: {mechanism: GSSAPI, username: u, password-env: P}}", r"mechanism"),
-        ("{protocol: SASL_SSL, sasl: {mechanism: PLAIN, username: u, password: p}}", r"password"),
+        ("{protocol: SASL_SSL, sasl: {mechanism: PLAIN, username: u, password: p}}", "sasl.password", "unknown field"),
     ],
 )
-def test_inconsistent_security_blocks_are_config_errors(security: str, message: str) -> None:
-    with pytest.raises(ConfigError, match=message):
+def test_inconsistent_security_blocks_are_config_errors(security: str, field: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
         parse_config(KAFKA_CONFIG.format(security=security), env={})
+    assert caught.value.path is not None and format_path(caught.value.path) == f"destination.security.{field}"
+    assert caught.value.problem.startswith(problem) and caught.value.line == 5
 
 
 def test_kafka_destination_defaults() -> None:
@@ -160,5 +162,7 @@ def test_source_security_errors_name_the_mirror() -> None:
     text = KAFKA_CONFIG.format(security="{}").replace(
         '{bootstrap-servers: "src:9092"}', '{bootstrap-servers: "src:9092", security: {protocol: SASL_SSL}}'
     )
-    with pytest.raises(ConfigError, match=r"^mirrors\[0\]\.source\.security\.sasl: protocol SASL_SSL needs"):
+    with pytest.raises(ConfigError) as caught:
         parse_config(text, env={})
+    assert caught.value.path == ("mirrors", 0, "source", "security", "sasl")
+    assert caught.value.problem.startswith("protocol SASL_SSL needs a sasl block")

@@ -18,6 +18,7 @@ from aiokafka.conn import OAuthAuthenticator
 
 import kafka_clients.settings as kafka_clients
 from config import ConfigError, parse_config
+from config.errors import format_path
 from config.model import KafkaSecurity, OAuthAwsMskIam, OAuthClientCredentials, OAuthUnsecuredJwt, SaslConfig
 from core.logs import JsonFormatter, KeyValueFormatter, log_event
 from kafka_clients.oauth_tokens import (
@@ -108,42 +109,45 @@ def test_each_method_parses() -> None:
 @pytest.mark.parametrize(
     ("sasl", "message"),
     [
-        ("{mechanism: OAUTHBEARER}", r"sasl\.oauthbearer: mechanism OAUTHBEARER needs an oauthbearer block"),
+        ("{mechanism: OAUTHBEARER}", "sasl.oauthbearer: mechanism OAUTHBEARER needs an oauthbearer block"),
         (
             "{mechanism: OAUTHBEARER, username: u, oauthbearer: {method: unsecured-jwt, principal: p}}",
-            r"sasl\.username: mechanism OAUTHBEARER takes no user name or password",
+            "sasl.username: mechanism OAUTHBEARER takes no user name or password",
         ),
-        ("{mechanism: PLAIN, username: u}", r"sasl\.password-env: required field is missing \(mechanism PLAIN\)"),
+        ("{mechanism: PLAIN, username: u}", "sasl.password-env: required field is missing (mechanism PLAIN)"),
         (
             "{mechanism: SCRAM-SHA-512, username: u, password-env: P, "
             "oauthbearer: {method: unsecured-jwt, principal: p}}",
-            r"sasl\.oauthbearer: mechanism SCRAM-SHA-512 does not use tokens",
+            "sasl.oauthbearer: mechanism SCRAM-SHA-512 does not use tokens",
         ),
         (
             "{mechanism: OAUTHBEARER, oauthbearer: {principal: p}}",
-            r"sasl\.oauthbearer\.method: required field is missing; expected one of: client-credentials, "
-            r"unsecured-jwt, aws-msk-iam",
+            "sasl.oauthbearer.method: required field is missing; expected one of: client-credentials, "
+            "unsecured-jwt, aws-msk-iam",
         ),
         (
             "{mechanism: OAUTHBEARER, oauthbearer: {method: aws-msk-iam, region: eu-west-1}}",
-            r"sasl\.oauthbearer\.method: aws-msk-iam needs protocol SASL_SSL \(MSK's IAM port\), not SASL_PLAINTEXT",
+            "sasl.oauthbearer.method: aws-msk-iam needs protocol SASL_SSL (MSK's IAM port), not SASL_PLAINTEXT",
         ),
         (
             "{mechanism: OAUTHBEARER, oauthbearer: {method: client-credentials, token-endpoint-url: 'http://i/t', "
             "client-id: c, client-secret-env: S, extensions: {auth: x}}}",
-            r"sasl\.oauthbearer\.extensions\.auth: an extension name is letters only, and not auth",
+            "sasl.oauthbearer.extensions.auth: an extension name is letters only, and not auth",
         ),
         (
             "{mechanism: OAUTHBEARER, oauthbearer: {method: client-credentials, token-endpoint-url: 'http://i/t', "
             "client-id: c, client-secret-env: S, extensions: {pool: 'a,b'}}}",
-            r"sasl\.oauthbearer\.extensions\.pool: an extension value is printable ASCII without spaces or ','",
+            "sasl.oauthbearer.extensions.pool: an extension value is printable ASCII without spaces or ','",
         ),
     ],
 )
 def test_inconsistent_sasl_blocks_are_config_errors(sasl: str, message: str) -> None:
     security = f"{{protocol: SASL_PLAINTEXT, sasl: {sasl}}}"
-    with pytest.raises(ConfigError, match=r"^clusters\.prod\.security\." + message):
+    with pytest.raises(ConfigError) as caught:
         parse_config(CONFIG.format(security=security), env={})
+    field, problem = message.split(": ", 1)
+    assert caught.value.path is not None and format_path(caught.value.path) == f"clusters.prod.security.{field}"
+    assert caught.value.problem.startswith(problem), caught.value.problem
 
 
 def test_a_secret_written_inline_is_refused() -> None:
@@ -238,14 +242,17 @@ def test_a_refused_secret_is_a_permanent_error_naming_the_endpoint(token_server:
     assert str(caught.value) == (
         f"token endpoint {token_server.url} answered HTTP 401: invalid_client (unknown client or wrong secret)"
     )
-    assert caught.value.permanent
+    assert caught.value.permanent and caught.value.status == 401
+    assert caught.value.provider == f"token endpoint {token_server.url}"
     assert "wrong" not in str(caught.value).replace("wrong secret", "")
 
 
 def test_an_unreachable_endpoint_is_a_transient_error() -> None:
     url = f"http://127.0.0.1:{free_port()}/token"
-    with pytest.raises(TokenError, match=rf"^token endpoint {url} unreachable: .*refused") as caught:
+    with pytest.raises(TokenError) as caught:
         fetch_client_credentials(url, "mirror", CLIENT_SECRET, None, 5)
+    assert caught.value.provider == f"token endpoint {url}" and caught.value.status is None
+    assert caught.value.problem.startswith("unreachable: ") and "refused" in caught.value.problem
     assert not caught.value.permanent
 
 
@@ -384,8 +391,10 @@ def test_without_aws_credentials_the_error_says_so(monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("AWS_CONFIG_FILE", "/dev/null")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(TokenError, match=r"^no AWS MSK IAM token for region eu-west-1: "):
+    with pytest.raises(TokenError) as caught:
         msk_iam_token("eu-west-1")
+    assert caught.value.provider == "AWS MSK IAM for region eu-west-1" and not caught.value.permanent
+    assert caught.value.problem.startswith("made no token: ")
 
 
 def test_msk_settings_travel_as_plain_strings() -> None:

@@ -6,7 +6,14 @@ import dataclasses
 
 import pytest
 
-from workers.record_comparison import Comparison, Difference, Record, compare_range
+from workers.record_comparison import (
+    Comparison,
+    Difference,
+    RangesApartError,
+    Record,
+    SourceOrderError,
+    compare_range,
+)
 
 
 def record(offset: int, value: bytes | None = b"v", **changes: object) -> Record:
@@ -64,10 +71,12 @@ def test_consecutive_ranges_join_into_one() -> None:
     joined = left.joined(right, max_differences=4)
     assert (joined.first, joined.end, joined.equal, joined.missing) == (0, 20, 15, 5)
     assert [d.offset for d in joined.differences] == [15, 16]
-    with pytest.raises(ValueError, match="do not meet"):
+    with pytest.raises(RangesApartError) as caught:
         left.joined(compare_range(source, source, 11, 20), 4)
+    assert (caught.value.end, caught.value.following_first) == (10, 11)
 
 
 def test_a_source_that_repeats_an_offset_is_an_error() -> None:
-    with pytest.raises(ValueError, match="source offsets must increase: 1 after 1"):
+    with pytest.raises(SourceOrderError) as caught:
         compare_range([record(0), record(1), record(1)], [], 0, 5)
+    assert (caught.value.offset, caught.value.previous) == (1, 1)

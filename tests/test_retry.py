@@ -22,6 +22,7 @@ class FlakyStore(InMemoryStore):
         super().__init__()
         self.script = script
         self.puts = 0
+        self.raised: list[Exception] = []
 
     async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
         self.puts += 1
@@ -33,7 +34,8 @@ class FlakyStore(InMemoryStore):
             self.unsure.add(name)
             raise TransientDestinationError("connection reset after the commit")
         if action == "403":
-            raise DestinationError("access denied")
+            self.raised.append(DestinationError("access denied"))
+            raise self.raised[-1]
         return await super().commit_staged(name, staged, after)
 
 
@@ -73,9 +75,9 @@ async def test_lost_answer_is_not_a_duplicate() -> None:
 async def test_permanent_failures_fail_at_once() -> None:
     store = FlakyStore(["403"])
     sink, gauge = await make_sink(store)
-    with pytest.raises(DestinationError, match="access denied"):
+    with pytest.raises(DestinationError) as caught:
         await sink.commit(staged(store, 0, 9))
-    assert store.puts == 1 and gauge == [0]
+    assert caught.value is store.raised[0] and store.puts == 1 and gauge == [0]
 
 
 async def test_another_writer_is_permanent() -> None:
@@ -90,8 +92,10 @@ async def test_deadline_ends_the_retries() -> None:
     store = FlakyStore(["503"] * 1000)
     policy = RetryPolicy(initial_backoff_s=0.01, max_backoff_s=0.02, deadline_s=0.1)
     sink, gauge = await make_sink(store, policy)
-    with pytest.raises(RetriesExhaustedError, match="still failing"):
+    with pytest.raises(RetriesExhaustedError) as caught:
         await sink.commit(staged(store, 0, 9))
+    assert caught.value.attempts == store.puts >= 2 and caught.value.deadline_s == 0.1
+    assert isinstance(caught.value.cause, TransientDestinationError)
     assert gauge[-1] == 0 and max(gauge) >= 2
     assert not [name for name in store.blobs if not is_temp_name(name)]
 

@@ -137,24 +137,29 @@ def test_the_config_takes_encryption_and_storage_class() -> None:
 
 
 @pytest.mark.parametrize(
-    ("keys", "error"),
+    ("keys", "field", "problem", "line"),
     [
-        (
-            {"sse-kms-key-id": "alias/a"},
-            r"^destination\.sse-kms-key-id: needs server-side-encryption: aws:kms \(line 4\)$",
-        ),
+        ({"sse-kms-key-id": "alias/a"}, "sse-kms-key-id", "needs server-side-encryption: aws:kms", 4),
         (
             {"server-side-encryption": "AES256", "sse-kms-key-id": "alias/a"},
-            r"^destination\.sse-kms-key-id: needs server-side-encryption: aws:kms",
+            "sse-kms-key-id",
+            "needs server-side-encryption: aws:kms",
+            5,
         ),
         (
             {"server-side-encryption": "SSE-C"},
-            r"^destination\.server-side-encryption: .*expected one of: AES256, aws:kms",
+            "server-side-encryption",
+            "Invalid enum value 'SSE-C'; expected one of: AES256, aws:kms",
+            4,
         ),
-        ({"storage-class": "DEEP_ARCHIVE"}, r"^destination\.storage-class: DEEP_ARCHIVE objects cannot be read back"),
-        ({"storage-class": "standard"}, r"^destination\.storage-class: invalid value 'standard'"),
+        ({"storage-class": "DEEP_ARCHIVE"}, "storage-class", "DEEP_ARCHIVE objects cannot be read back", 4),
+        ({"storage-class": "standard"}, "storage-class", "invalid value 'standard'", 4),
     ],
 )
-def test_inconsistent_encryption_or_storage_class_is_a_config_error(keys: dict[str, str], error: str) -> None:
-    with pytest.raises(ConfigError, match=error):
+def test_inconsistent_encryption_or_storage_class_is_a_config_error(
+    keys: dict[str, str], field: str, problem: str, line: int
+) -> None:
+    with pytest.raises(ConfigError) as caught:
         parse_config(_config(**keys))
+    assert (caught.value.path, caught.value.line) == (("destination", field), line)
+    assert caught.value.problem.startswith(problem), caught.value.problem

@@ -37,6 +37,7 @@ from core.errors import MirrorV3Error
 from core.kafka_records import copied_from, source_cluster_header, source_offset_header
 from core.record_times import RecordTimes
 from kafka_clients.oauth_tokens import librdkafka_config
+from sinks.base import FencedError
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import TransientDestinationError, retry_transient_sync
 from source.range_reader import SourcePartition, consume_range, message_bytes
@@ -66,8 +67,8 @@ class DestinationMovedError(MirrorV3Error):
         )
 
 
-class ProducerFencedError(MirrorV3Error):
-    """A newer mirror-v3 process writes this destination partition."""
+class ProducerFencedError(FencedError):
+    """A newer mirror-v3 process writes this destination partition (found by a Spark task)."""
 
 
 class DestinationTaskError(MirrorV3Error):
@@ -76,6 +77,14 @@ class DestinationTaskError(MirrorV3Error):
     def __init__(self, destination: str, problem: str) -> None:
         self.destination, self.problem = destination, problem
         super().__init__(f"{destination}: {problem}")
+
+
+class UndeliveredRecordError(DestinationTaskError):
+    """The destination did not take the record of `source_offset` (librdkafka's `reason`)."""
+
+    def __init__(self, destination: str, source_offset: int, reason: str) -> None:
+        super().__init__(destination, f"source offset {source_offset} was not delivered: {reason}")
+        self.source_offset, self.reason = source_offset, reason
 
 
 class PreserveHoleError(MirrorV3Error):
@@ -198,7 +207,7 @@ class _Written:
     # preserve: the source offset of the next delivery report. Reports come in produce order for one
     # partition, failed ones included, and a preserve range has no holes: the k-th report is first + k.
     next_delivered: int = 0
-    errors: list[str] = field(default_factory=list)
+    undelivered: list[tuple[int, str]] = field(default_factory=list)  # (source offset, librdkafka's reason)
     misplaced: tuple[int, int] | None = None  # preserve: (source offset, destination offset) of the first that moved
     timestamps: array[int] = field(default_factory=lambda: array("q"))  # of the records produced, for RecordTimes
 
@@ -221,7 +230,7 @@ class _Written:
         source_offset = self.next_delivered
         self.next_delivered += 1
         if error is not None:
-            self.errors.append(f"source offset {source_offset} was not delivered: {error.str()}")
+            self.undelivered.append((source_offset, error.str()))
             return
         offset = message.offset()
         if check_offsets and offset != source_offset and self.misplaced is None:
@@ -282,7 +291,7 @@ def _produce_all(
             written.timestamps.append(timestamp)
         producer.poll(0)
         if preserve and (
-            written.errors or written.misplaced
+            written.undelivered or written.misplaced
         ):  # nothing more after a failed or misplaced record: it would land shifted
             _deliver(producer, target, written)  # (renumber: the failed delivery fails the commit, which aborts)
     if preserve and expected != task.end:
@@ -297,8 +306,8 @@ def _cluster_headers(target: KafkaProduceTarget) -> tuple[tuple[str, bytes | Non
 def _deliver(producer: Any, target: KafkaProduceTarget, written: _Written) -> None:
     """Wait for every delivery report; fail if any record did not land as it should."""
     remaining = producer.flush(target.retry.deadline_s)
-    if written.errors:  # a failed delivery first: the records after it land shifted because of it
-        raise DestinationTaskError(target.name, written.errors[0])
+    if written.undelivered:  # a failed delivery first: the records after it land shifted because of it
+        raise UndeliveredRecordError(target.name, *written.undelivered[0])
     if written.misplaced is not None:
         source_offset, offset = written.misplaced
         raise DestinationMovedError(target.name, source_offset, offset, f"the offset of source offset {source_offset}")
@@ -392,8 +401,8 @@ class _RenumberAttempts:
                 timeout,
             )
             self._commit(producer)
-            if written.errors:  # a failed delivery fails the commit; this only guards that promise
-                raise DestinationTaskError(target.name, written.errors[0])
+            if written.undelivered:  # a failed delivery fails the commit; this only guards that promise
+                raise UndeliveredRecordError(target.name, *written.undelivered[0])
             return written.produced(task, retries=self._attempts - 1)
         except KafkaException as exc:
             error = exc.args[0]
@@ -415,10 +424,7 @@ class _RenumberAttempts:
 
     def _fenced_by(self, owner: int | None) -> ProducerFencedError:
         target = self._target
-        return ProducerFencedError(
-            f"{target.name}: fenced by a newer producer: process {owner} took this partition over (group "
-            f"{target.owner_group}): another process runs this mirror"
-        )
+        return ProducerFencedError(target.name, target.transactional_id, owner, target.owner_group)
 
     def _raise_if_taken_over(self, timeout: float) -> None:
         """A fatal error whose cause librdkafka has not reported (yet): the owner group says whether another
@@ -517,10 +523,7 @@ def _replaceable(error: Any, classified: Exception) -> bool:
 def _classified(target: KafkaProduceTarget, error: Any) -> Exception:
     """A librdkafka error as the error the task raises: transient ones are retried until the deadline."""
     if error.code() in _FENCED:
-        return ProducerFencedError(
-            f"{target.name}: fenced by a newer producer with transactional.id {target.transactional_id}: "
-            "another process runs this mirror"
-        )
+        return ProducerFencedError(target.name, target.transactional_id)
     if not error.fatal() and (error.retriable() or error.txn_requires_abort() or error.code() in _TRANSIENT):
         return TransientDestinationError(f"{target.name}: {error.str()}")
     return DestinationTaskError(target.name, error.str())

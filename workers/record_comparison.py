@@ -19,7 +19,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from core.errors import MirrorV3Error
+
 Headers = tuple[tuple[str, bytes | None], ...] | None
+
+
+class SourceOrderError(MirrorV3Error):
+    """The source side gave `offset` after `previous`: a consumer never repeats or reorders offsets, so the
+    reader is broken and no count would be true."""
+
+    def __init__(self, offset: int, previous: int) -> None:
+        self.offset, self.previous = offset, previous
+        super().__init__(f"source offsets must increase: {offset} after {previous}")
+
+
+class RangesApartError(MirrorV3Error):
+    """Two comparisons joined as consecutive that are not: [.., `end`) and [`following_first`, ..)."""
+
+    def __init__(self, end: int, following_first: int) -> None:
+        self.end, self.following_first = end, following_first
+        super().__init__(f"compared ranges do not meet: one ends before {end}, the next starts at {following_first}")
 
 
 @dataclass(frozen=True)
@@ -65,7 +84,7 @@ class Comparison:
     def joined(self, following: Comparison, max_differences: int) -> Comparison:
         """This range and the one right after it, as one (tasks compare consecutive ranges)."""
         if following.first != self.end:
-            raise ValueError(f"ranges do not meet: [{self.first}, {self.end}) and [{following.first}, {following.end})")
+            raise RangesApartError(self.end, following.first)
         return Comparison(
             self.first,
             following.end,
@@ -117,7 +136,7 @@ def _in_order(records: Iterable[Record], first: int, end: int, tally: _Tally, si
             continue
         if record.offset <= last:
             if side == "source":
-                raise ValueError(f"source offsets must increase: {record.offset} after {last}")
+                raise SourceOrderError(record.offset, last)
             tally.note("duplicate", record.offset)
             continue
         last = record.offset
