@@ -1,18 +1,91 @@
-"""Short-lived clients of one Kafka cluster (aiokafka): metadata, watermarks, a few records, group offsets."""
+"""The aiokafka clients of the process: how they are built, the one use of aiokafka's private API (full
+metadata), and short-lived clients of one cluster for metadata, watermarks, a few records and group offsets."""
 
 from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, KafkaTimeoutError
+
+C = TypeVar("C")
+
+
+def new_consumer(
+    bootstrap_servers: str,
+    settings: dict[str, Any],
+    request_timeout_ms: int,
+    isolation: str,
+    client_id: str,
+    group_id: str | None = None,
+    **options: Any,
+) -> AIOKafkaConsumer:
+    """A consumer that never commits on its own: mirror-v3 reads positions from the destination, and commits to a
+    group only where it says so. `settings` are the cluster's security settings (kafka_clients.settings)."""
+    return AIOKafkaConsumer(
+        bootstrap_servers=bootstrap_servers,
+        group_id=group_id,
+        enable_auto_commit=False,
+        isolation_level=isolation,
+        request_timeout_ms=request_timeout_ms,
+        client_id=client_id,
+        **options,
+        **settings,
+    )
+
+
+def new_producer(
+    bootstrap_servers: str,
+    settings: dict[str, Any],
+    request_timeout_ms: int,
+    client_id: str,
+    transactional_id: str | None,
+    compression: str | None,
+    max_batch_bytes: int,
+) -> AIOKafkaProducer:
+    """An idempotent producer that waits for every in-sync replica (transactional when `transactional_id` is
+    given), sending at once: mirror-v3 produces only small administrative records from the driver."""
+    return AIOKafkaProducer(
+        bootstrap_servers=bootstrap_servers,
+        client_id=client_id,
+        acks="all",
+        enable_idempotence=True,
+        transactional_id=transactional_id,
+        compression_type=compression,
+        max_batch_size=max_batch_bytes,
+        max_request_size=max_batch_bytes + 64 * 1024,
+        linger_ms=0,
+        request_timeout_ms=request_timeout_ms,
+        **settings,
+    )
+
+
+async def fetch_all_metadata(consumer: AIOKafkaConsumer) -> Any:
+    """Every topic of the cluster with its partitions (aiokafka's ClusterMetadata), in one request.
+
+    The one use of aiokafka's private API: `consumer.topics()` fetches the same response and keeps only the
+    topic names, and the admin client's answer would be decoded into a second form."""
+    return await consumer._client.fetch_all_metadata()
+
+
+@contextlib.asynccontextmanager
+async def _started(
+    client: C, start: Callable[[], Awaitable[Any]], stop: Callable[[], Awaitable[Any]]
+) -> AsyncIterator[C]:
+    try:
+        await start()
+        yield client
+    finally:
+        # Shielded: a client left half-stopped by a cancellation would hold its connections and tasks.
+        with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await stop()
 
 
 @dataclass(frozen=True)
@@ -38,48 +111,32 @@ class KafkaClients:
     instead of sharing a consumer whose assignment concurrent callers would fight over.
     """
 
-    def __init__(self, bootstrap_servers: str, client: dict[str, Any], request_timeout_ms: int) -> None:
+    def __init__(self, bootstrap_servers: str, settings: dict[str, Any], request_timeout_ms: int) -> None:
         self.bootstrap_servers = bootstrap_servers
-        self._client = client
+        self._settings = settings
         self._timeout_ms = request_timeout_ms
 
-    @contextlib.asynccontextmanager
-    async def consumer(self, isolation: str, group_id: str | None = None) -> AsyncIterator[AIOKafkaConsumer]:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=self.bootstrap_servers,
-            group_id=group_id,
-            enable_auto_commit=False,
-            isolation_level=isolation,
-            request_timeout_ms=self._timeout_ms,
-            client_id="mirror-v3-reader",
-            **self._client,
+    def consumer(
+        self, isolation: str, group_id: str | None = None
+    ) -> contextlib.AbstractAsyncContextManager[AIOKafkaConsumer]:
+        consumer = new_consumer(
+            self.bootstrap_servers, self._settings, self._timeout_ms, isolation, "mirror-v3-reader", group_id
         )
-        try:
-            await consumer.start()
-            yield consumer
-        finally:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await consumer.stop()
+        return _started(consumer, consumer.start, consumer.stop)
 
-    @contextlib.asynccontextmanager
-    async def admin(self) -> AsyncIterator[AIOKafkaAdminClient]:
+    def admin(self) -> contextlib.AbstractAsyncContextManager[AIOKafkaAdminClient]:
         admin = AIOKafkaAdminClient(
             bootstrap_servers=self.bootstrap_servers,
             request_timeout_ms=self._timeout_ms,
             client_id="mirror-v3-admin",
-            **self._client,
+            **self._settings,
         )
-        try:
-            await admin.start()
-            yield admin
-        finally:
-            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
-                await admin.close()
+        return _started(admin, admin.start, admin.close)
 
     async def partition_count(self, topic: str) -> int | None:
         """Partitions of `topic`, or None if it does not exist."""
         async with self.consumer("read_uncommitted") as consumer:
-            metadata = await consumer._client.fetch_all_metadata()
+            metadata = await fetch_all_metadata(consumer)
         if topic not in metadata.topics():
             return None
         return len(metadata.partitions_for_topic(topic) or ())

@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from core.kafka_records import parse_source_offset
-from kafka_clients.clients import KafkaClients, KafkaRecord
+from kafka_clients.clients import KafkaClients, KafkaRecord, new_producer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from sinks.base import Committed, DestinationError, FencedError, Inspection
 from sinks.produce_target import KafkaProduceTarget, ProducedRange
@@ -349,18 +349,14 @@ class KafkaSink:
         if self._producer is not None:
             return self._producer
         settings = self._settings
-        producer = AIOKafkaProducer(
-            bootstrap_servers=settings.bootstrap_servers,
-            client_id=f"mirror-v3.{self._tp.topic}.{self._tp.partition}",
-            acks="all",
-            enable_idempotence=True,
-            transactional_id=self.transactional_id if self._mode == "renumber" else None,
-            compression_type=settings.compression,
-            max_batch_size=settings.max_batch_bytes,
-            max_request_size=settings.max_batch_bytes + 64 * 1024,
-            linger_ms=0,
-            request_timeout_ms=settings.request_timeout_ms,
-            **settings.client,
+        producer = new_producer(
+            settings.bootstrap_servers,
+            settings.client,
+            settings.request_timeout_ms,
+            f"mirror-v3.{self._tp.topic}.{self._tp.partition}",
+            self.transactional_id if self._mode == "renumber" else None,
+            settings.compression,
+            settings.max_batch_bytes,
         )
         try:
             await producer.start()

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import anyio
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
 
 from config.model import SourceConfig
 from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError, first_error
+from kafka_clients.clients import fetch_all_metadata, new_consumer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.settings import aiokafka_settings
 
@@ -85,17 +86,17 @@ class SourceCluster:
         self._timeout_s = request_timeout_ms / 1000
         self._timeout_ms = request_timeout_ms
         self._client_settings = dict(client_settings or {})
-        common: dict[str, Any] = dict(
-            bootstrap_servers=bootstrap_servers,
-            client_id=client_id,
-            enable_auto_commit=False,
-            group_id=None,
-            request_timeout_ms=request_timeout_ms,
-            connections_max_idle_ms=540_000,
-            **(client_settings or {}),
+        self._committed, self._uncommitted = (
+            new_consumer(
+                bootstrap_servers,
+                self._client_settings,
+                request_timeout_ms,
+                isolation,
+                client_id,
+                connections_max_idle_ms=540_000,
+            )
+            for isolation in ("read_committed", "read_uncommitted")
         )
-        self._committed = AIOKafkaConsumer(isolation_level="read_committed", **common)
-        self._uncommitted = AIOKafkaConsumer(isolation_level="read_uncommitted", **common)
         self._started = False
         self._start_lock = anyio.Lock()
         # Offset queries waiting for the next shared request, and whether one of them leads it. The leader is a
@@ -177,8 +178,7 @@ class SourceCluster:
             fetch = self._metadata_fetch = _Fetch()
             try:
                 with anyio.fail_after(self._timeout_s):
-                    # consumer.topics() discards the partition lists it fetched; ask the client directly.
-                    metadata = await self._committed._client.fetch_all_metadata()
+                    metadata = await fetch_all_metadata(self._committed)
                 self._metadata, self._metadata_at = metadata, anyio.current_time()
                 return metadata
             except Exception as exc:

@@ -76,3 +76,21 @@ def test_product_code_waits_with_anyio_only() -> None:
         if "asyncio" in imported_packages(path)
     )
     assert users == ["core/logs.py"]
+
+
+def test_kafka_clients_own_the_aiokafka_clients() -> None:
+    # One package builds aiokafka's clients (settings, timeouts, idempotence decided once), and one module touches
+    # aiokafka's private API, so an aiokafka upgrade that changes it breaks in one place.
+    built, private = [], []
+    for layer in LAYERS:
+        for path in sorted((ROOT / layer).rglob("*.py")):
+            where = str(path.relative_to(ROOT))
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Call) and getattr(node.func, "id", "").startswith("AIOKafka"):
+                    built.append(f"{where}:{node.lineno}")
+                if isinstance(node, ast.Attribute) and node.attr == "_client":
+                    value = node.value
+                    if not (isinstance(value, ast.Name) and value.id == "self"):
+                        private.append(f"{where}:{node.lineno}")
+    assert built and all(place.startswith("kafka_clients/") for place in built), built
+    assert [place.split(":")[0] for place in private] == ["kafka_clients/clients.py"], private
