@@ -9,7 +9,6 @@ files.
 
 from __future__ import annotations
 
-import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
@@ -21,19 +20,9 @@ import anyio.to_thread
 from aiokafka.abc import AbstractTokenProvider
 
 from config.client_properties import ClientPropertyValue, as_librdkafka
-from config.errors import ConfigError
 from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, TlsConfig
-from core.secrets import remember
+from config.secrets import ConfigReferenceError, env_secret
 from kafka_clients.oauth_tokens import Token, fetch_client_credentials, token_properties, token_source
-
-
-class ClientSettingsError(ConfigError):
-    """A secret or file named by the security block cannot be used: `field` is the config path of the key that
-    names it."""
-
-    def __init__(self, field: str, problem: str) -> None:
-        self.field = field
-        super().__init__(field, problem)
 
 
 def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
@@ -53,7 +42,7 @@ def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
         settings.update(
             sasl_mechanism=sasl.mechanism,
             sasl_plain_username=sasl.username,
-            sasl_plain_password=_secret(sasl.password_env, f"{field}.sasl.password-env"),
+            sasl_plain_password=env_secret(sasl.password_env, f"{field}.sasl.password-env"),
         )
     if security.protocol in ("SSL", "SASL_SSL"):
         settings["ssl_context"] = ssl_context(security.tls or TlsConfig(), f"{field}.tls")
@@ -68,10 +57,10 @@ def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
         if tls.cert_file is not None and tls.key_file is not None:
             password = None
             if tls.key_password_env is not None:
-                password = _secret(tls.key_password_env, f"{field}.key-password-env")
+                password = env_secret(tls.key_password_env, f"{field}.key-password-env")
             context.load_cert_chain(tls.cert_file, tls.key_file, password=password)
     except (OSError, ssl.SSLError) as exc:
-        raise ClientSettingsError(field, f"cannot load the TLS files: {_reason(exc)}") from None
+        raise ConfigReferenceError(field, f"cannot load the TLS files: {_reason(exc)}") from None
     context.check_hostname = tls.check_hostname
     return context
 
@@ -92,7 +81,7 @@ def librdkafka_properties(
         assert sasl.username is not None and sasl.password_env is not None  # the loader checked
         properties["sasl.mechanism"] = sasl.mechanism
         properties["sasl.username"] = sasl.username
-        properties["sasl.password"] = _secret(sasl.password_env, f"{field}.sasl.password-env")
+        properties["sasl.password"] = env_secret(sasl.password_env, f"{field}.sasl.password-env")
     tls = security.tls if security.protocol in ("SSL", "SASL_SSL") else None
     if security.protocol in ("SSL", "SASL_SSL"):
         tls = tls or TlsConfig()
@@ -104,7 +93,7 @@ def librdkafka_properties(
             properties["ssl.certificate.pem"] = _read_pem(tls.cert_file, f"{field}.tls.cert-file")
             properties["ssl.key.pem"] = _read_pem(tls.key_file, f"{field}.tls.key-file")
             if tls.key_password_env is not None:
-                properties["ssl.key.password"] = _secret(tls.key_password_env, f"{field}.tls.key-password-env")
+                properties["ssl.key.password"] = env_secret(tls.key_password_env, f"{field}.tls.key-password-env")
         properties["ssl.endpoint.identification.algorithm"] = "https" if tls.check_hostname else "none"
     return properties
 
@@ -116,7 +105,7 @@ def _librdkafka_oauthbearer(oauth: OAuthBearerConfig, field: str) -> dict[str, s
             "sasl.oauthbearer.method": "oidc",
             "sasl.oauthbearer.token.endpoint.url": oauth.token_endpoint_url,
             "sasl.oauthbearer.client.id": oauth.client_id,
-            "sasl.oauthbearer.client.secret": _secret(oauth.client_secret_env, f"{field}.client-secret-env"),
+            "sasl.oauthbearer.client.secret": env_secret(oauth.client_secret_env, f"{field}.client-secret-env"),
         }
         if oauth.scope is not None:
             properties["sasl.oauthbearer.scope"] = oauth.scope
@@ -132,14 +121,14 @@ _providers: dict[OAuthBearerConfig, OAuthTokenProvider] = {}
 
 
 def token_provider(oauth: OAuthBearerConfig, field: str) -> OAuthTokenProvider:
-    """The aiokafka token provider of an oauthbearer block (ClientSettingsError if its secret is not set)."""
+    """The aiokafka token provider of an oauthbearer block (ConfigReferenceError if its secret is not set)."""
     provider = _providers.get(oauth)
     if provider is None:
         extensions: dict[str, str] = {}
         make: Callable[[], Token]
         if isinstance(oauth, OAuthClientCredentials):
             url, client_id, scope = oauth.token_endpoint_url, oauth.client_id, oauth.scope
-            secret = _secret(oauth.client_secret_env, f"{field}.client-secret-env")
+            secret = env_secret(oauth.client_secret_env, f"{field}.client-secret-env")
             extensions = dict(oauth.extensions)
 
             def make() -> Token:
@@ -182,20 +171,13 @@ class OAuthTokenProvider(AbstractTokenProvider):  # type: ignore[misc]  # aiokaf
         return dict(self._extensions)
 
 
-def _secret(variable: str, field: str) -> str:
-    value = os.environ.get(variable)
-    if not value:
-        raise ClientSettingsError(field, f"environment variable {variable} is not set")
-    return remember(value)
-
-
 def _read_pem(path: str, field: str) -> str:
     try:
         text = Path(path).read_text()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ClientSettingsError(field, f"cannot read {path}: {_reason(exc)}") from None
+        raise ConfigReferenceError(field, f"cannot read {path}: {_reason(exc)}") from None
     if "-----BEGIN " not in text:
-        raise ClientSettingsError(field, f"{path} is not a PEM file")
+        raise ConfigReferenceError(field, f"{path} is not a PEM file")
     return text
 
 

@@ -5,7 +5,6 @@ Every sink is wrapped in the retry layer; S3 sinks of one process share one clie
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,9 +16,9 @@ from config.model import (
     RetryConfig,
     S3Destination,
 )
-from core.secrets import remember
+from config.secrets import env_secret
 from kafka_clients.settings import aiokafka_settings, librdkafka_properties
-from sinks.base import DestinationError, Sink
+from sinks.base import Sink
 from sinks.blob_chain import BlobStore
 from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader
 from sinks.blob_sink import BlobSink
@@ -59,7 +58,7 @@ class SinkFactory:
         if isinstance(destination, S3Destination):
             self._s3 = S3Connection(s3_settings(destination))
         elif isinstance(destination, KafkaDestination):
-            # Raises kafka_clients.settings.ClientSettingsError when TLS files cannot be loaded.
+            # Raises config.secrets.ConfigReferenceError when TLS files cannot be loaded.
             self._kafka = kafka_settings(destination)
 
     def blob_reader(self, mirror: MirrorSpec) -> BlobReader | None:
@@ -138,12 +137,7 @@ def retry_policy(retry: RetryConfig) -> RetryPolicy:
 
 def s3_settings(destination: S3Destination) -> S3Settings:
     def secret(field: str, variable: str | None) -> str | None:
-        if variable is None:
-            return None
-        value = os.environ.get(variable)
-        if not value:
-            raise DestinationError(f"destination.{field}: environment variable {variable} is not set")
-        return remember(value)
+        return None if variable is None else env_secret(variable, f"destination.{field}")
 
     return S3Settings(
         bucket=destination.bucket,

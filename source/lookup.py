@@ -28,7 +28,7 @@ class KafkaSourceLookup:
 def source_lookup(mirror: MirrorSpec) -> KafkaSourceLookup:
     """The lookup of `mirror`'s source partition, with clients of its source cluster (made per call).
 
-    Raises kafka_clients.settings.ClientSettingsError when the security block's files cannot be loaded."""
+    Raises config.secrets.ConfigReferenceError when the security block's files cannot be loaded."""
     source = mirror.source
     clients = KafkaClients(
         source.bootstrap_servers,

@@ -316,7 +316,7 @@ class SourceClusters:
     def get(self, source: SourceConfig, field: str) -> SourceCluster:
         """The shared client of `source`'s cluster; `field` is its config path, for errors.
 
-        Raises kafka_clients.settings.ClientSettingsError when its TLS files cannot be loaded.
+        Raises config.secrets.ConfigReferenceError when its TLS files cannot be loaded.
         """
         key = (source.bootstrap_servers, source.request_timeout_ms, source.security)
         if key not in self._clusters:

@@ -17,9 +17,9 @@ from config.errors import ConfigError
 from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.model import Config, KafkaDestination
 from config.runtime import RuntimeSettings
+from config.secrets import ConfigReferenceError
 from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, exit_code_for
 from core.logs import log_event, quiet_aiokafka_leaks
-from kafka_clients.settings import ClientSettingsError
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
 from source.lookup import source_lookup
@@ -255,7 +255,7 @@ class Supervisor:
             if key not in self.actors:
                 try:
                     actor = self._actor(spec)
-                except (ClientSettingsError, DestinationError) as exc:
+                except (ConfigReferenceError, DestinationError) as exc:
                     log_event(log, logging.ERROR, "cannot start discovered mirror", mirror=spec.name, error=str(exc))
                     continue
                 self.actors[key] = actor
@@ -430,7 +430,7 @@ class Supervisor:
         self._families.restarts.labels(**labels).inc()
         try:
             replacement = self._actor(spec)
-        except (ClientSettingsError, DestinationError) as build_error:
+        except (ConfigReferenceError, DestinationError) as build_error:
             log_event(log, logging.ERROR, "mirror cannot restart", **ids, error=describe_error(build_error))
             return None
         self.actors[spec.key] = replacement

@@ -54,7 +54,7 @@ class PartitionSource(Protocol):
 
 
 def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourcePartition:
-    """What a Spark task needs to read the mirror's partition. Raises ClientSettingsError if the source's TLS
+    """What a Spark task needs to read the mirror's partition. Raises ConfigReferenceError if the source's TLS
     files are unusable."""
     return SourcePartition(
         bootstrap_servers=mirror.source.bootstrap_servers,
@@ -74,7 +74,7 @@ class SparkPartitionSource:
     """Offsets from aiokafka; records read (and blobs written) by Spark tasks, off the event loop."""
 
     def __init__(self, mirror: MirrorSpec, cluster: SourceCluster, spark: SparkConfig) -> None:
-        """Raises ClientSettingsError if the source's TLS files are unusable."""
+        """Raises ConfigReferenceError if the source's TLS files are unusable."""
         self._mirror = mirror
         self._partition = source_partition(mirror)
         self._cluster = cluster

@@ -22,8 +22,8 @@ import msgspec
 
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
+from config.secrets import ConfigReferenceError
 from core.errors import SourceError
-from kafka_clients.settings import ClientSettingsError
 from sinks.base import DestinationError, Sink
 from sinks.factory import SinkFactory
 from source.lookup import source_lookup
@@ -179,7 +179,7 @@ async def collect_status(
         sinks: SinkFactory | DestinationError = SinkFactory(config.destination, source_lookup)
     except DestinationError as exc:
         sinks = exc
-    except ClientSettingsError as exc:
+    except ConfigReferenceError as exc:
         sinks = DestinationError(str(exc))
 
     async def query(index: int, mirror: MirrorSpec) -> None:

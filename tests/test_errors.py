@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from config.errors import ConfigError, DestinationCollisionError, FieldError, SelectedPartition
+from config.secrets import ConfigReferenceError
 from core.errors import (
     EXIT_CONFIG,
     EXIT_ENVIRONMENT,
@@ -20,7 +21,6 @@ from core.errors import (
     cli_line,
     exit_code_for,
 )
-from kafka_clients.settings import ClientSettingsError
 from sinks.blob_chain import BlobRange, ChainProblem, CorruptChainError
 from source.spark_session import SparkStartError
 
@@ -48,7 +48,7 @@ def test_the_sentence_is_built_from_the_facts() -> None:
     assert lost.facts == {"topic": "orders", "partition": 3, "log_start": 150, "next_offset": 100}
     assert (lost.lost_first, lost.lost_last) == (100, 149)
     assert "offsets 100..149 were deleted" in str(lost)
-    settings = ClientSettingsError("clusters.prod.security.tls.ca-file", "cannot read /x.pem: No such file")
+    settings = ConfigReferenceError("clusters.prod.security.tls.ca-file", "cannot read /x.pem: No such file")
     assert isinstance(settings, ConfigError)
     assert (settings.field, settings.problem) == (
         "clusters.prod.security.tls.ca-file",

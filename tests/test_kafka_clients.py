@@ -11,7 +11,8 @@ import pytest
 from config import ConfigError, parse_config
 from config.errors import format_path
 from config.model import KafkaSecurity, SaslConfig, TlsConfig
-from kafka_clients.settings import ClientSettingsError, aiokafka_settings, librdkafka_properties
+from config.secrets import ConfigReferenceError, MissingSecretError
+from kafka_clients.settings import aiokafka_settings, librdkafka_properties
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -48,10 +49,9 @@ def test_sasl_password_must_be_in_the_environment(monkeypatch: pytest.MonkeyPatc
         protocol="SASL_SSL", sasl=SaslConfig(mechanism="PLAIN", username="svc", password_env="NOT_THERE")
     )
     for build in (aiokafka_settings, librdkafka_properties):
-        with pytest.raises(
-            ClientSettingsError, match=r"^destination\.security\.sasl\.password-env: environment variable NOT_THERE"
-        ):
+        with pytest.raises(MissingSecretError) as caught:
             build(security, "destination.security")
+        assert (caught.value.field, caught.value.variable) == ("destination.security.sasl.password-env", "NOT_THERE")
 
 
 def test_tls_material_is_passed_inline_to_the_task_consumers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,17 +90,17 @@ def test_tls_without_files_uses_the_system_trust_store() -> None:
 
 def test_unusable_tls_files_name_the_field(tmp_path: Path) -> None:
     missing = KafkaSecurity(protocol="SSL", tls=TlsConfig(ca_file=str(tmp_path / "nope.pem")))
-    with pytest.raises(ClientSettingsError) as caught:
+    with pytest.raises(ConfigReferenceError) as caught:
         librdkafka_properties(missing, "destination.security")
     assert caught.value.field == "destination.security.tls.ca-file"
     assert caught.value.problem.startswith(f"cannot read {tmp_path / 'nope.pem'}")
-    with pytest.raises(ClientSettingsError) as caught:
+    with pytest.raises(ConfigReferenceError) as caught:
         aiokafka_settings(missing, "destination.security")
     assert caught.value.field == "destination.security.tls"
     assert caught.value.problem.startswith("cannot load the TLS files")
     (tmp_path / "junk.pem").write_text("not a certificate")
     junk = KafkaSecurity(protocol="SSL", tls=TlsConfig(ca_file=str(tmp_path / "junk.pem")))
-    with pytest.raises(ClientSettingsError) as caught:
+    with pytest.raises(ConfigReferenceError) as caught:
         librdkafka_properties(junk, "mirrors[0].source.security")
     assert caught.value.field == "mirrors[0].source.security.tls.ca-file"
     assert caught.value.problem == f"{tmp_path / 'junk.pem'} is not a PEM file"

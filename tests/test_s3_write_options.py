@@ -10,7 +10,9 @@ import pytest
 
 from config.errors import ConfigError
 from config.loader import parse_config
+from config.secrets import MissingSecretError
 from sinks.blob_chain import blob_name
+from sinks.factory import s3_settings
 from sinks.retry import RetryPolicy
 from sinks.s3 import S3Connection, S3Store, claims_prefix
 from sinks.s3_staging import S3Settings, S3Staging
@@ -163,3 +165,13 @@ def test_inconsistent_encryption_or_storage_class_is_a_config_error(
         parse_config(_config(**keys))
     assert (caught.value.path, caught.value.line) == (("destination", field), line)
     assert caught.value.problem.startswith(problem), caught.value.problem
+
+
+def test_an_unset_key_variable_is_a_config_error_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("E2E_S3_KEY_ID", "id")
+    monkeypatch.delenv("E2E_S3_SECRET", raising=False)
+    keys = {"access-key-id-env": "E2E_S3_KEY_ID", "secret-access-key-env": "E2E_S3_SECRET"}
+    destination = parse_config(_config(**keys)).destination
+    with pytest.raises(MissingSecretError) as caught:
+        s3_settings(destination)  # type: ignore[arg-type]
+    assert (caught.value.field, caught.value.variable) == ("destination.secret-access-key-env", "E2E_S3_SECRET")
