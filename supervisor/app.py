@@ -20,19 +20,20 @@ from config.runtime import RuntimeSettings
 from config.secrets import ConfigReferenceError
 from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, exit_code_for
 from core.logs import log_event, quiet_aiokafka_leaks
+from kafka_clients.admin import SourceAdmins
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory
 from source.lookup import source_lookup
 from source.offsets import SourceClusters
 from source.spark_session import SparkStartError, stop_spark
 from supervisor.actor import ActorSettings, MirrorActor
+from supervisor.cluster_ids import loop_ids
 from supervisor.describe import describe_error
 from supervisor.discovery import ClusterRead, plan_estate, read_clusters
 from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
-from supervisor.kafka_admin import SourceAdmins, loop_ids
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.partition_source import SparkPartitionSource
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter

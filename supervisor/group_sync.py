@@ -29,11 +29,11 @@ from aiokafka import TopicPartition
 
 from config.model import KafkaDestination, SourceConfig
 from core.logs import log_event
+from kafka_clients.admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from kafka_clients.clients import KafkaClients
 from kafka_clients.settings import aiokafka_settings
 from sinks.kafka import destination_offset_for
 from supervisor.describe import describe_error
-from supervisor.kafka_admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from supervisor.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.groups")

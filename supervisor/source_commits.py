@@ -22,7 +22,7 @@ import anyio
 
 from config.model import SourceConfig
 from core.logs import log_event
-from supervisor.kafka_admin import AdminRequestError
+from kafka_clients.admin import AdminRequestError
 from supervisor.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.source_commits")
@@ -46,7 +46,7 @@ class GroupCommits(Protocol):
 
 
 class ClusterAdmins(Protocol):
-    """`supervisor.kafka_admin.SourceAdmins`: the admin client of a source cluster."""
+    """`kafka_clients.admin.SourceAdmins`: the admin client of a source cluster."""
 
     def get(self, source: SourceConfig, field: str) -> GroupCommits: ...
 

@@ -1,5 +1,5 @@
 """`create-topics` on a Kafka destination: the destination topics of the running mirrors made and kept like their
-sources (`supervisor.topic_plan` decides, `supervisor.kafka_admin` acts).
+sources (`supervisor.topic_plan` decides, `kafka_clients.admin` acts).
 
 `prepare` runs before mirrors start (at start, and for mirrors discovery adds), so a mirror never meets a
 missing topic or partition the source has; `sync_forever` repeats it every `sync-topic-configs-interval-ms`
@@ -20,8 +20,8 @@ import anyio
 from config.estate import MirrorSpec
 from config.model import KafkaDestination
 from core.logs import log_event
+from kafka_clients.admin import AdminRequestError, SourceAdmins, destination_admin
 from supervisor.describe import describe_error
-from supervisor.kafka_admin import AdminRequestError, SourceAdmins, destination_admin
 from supervisor.topic_plan import TopicActions, plan_topic
 
 log = logging.getLogger("mirror_v3.topics")

@@ -16,14 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-CLEANUP_POLICY = "cleanup.policy"
-
-
-@dataclass(frozen=True)
-class TopicState:
-    partitions: int
-    configs: dict[str, str] = field(default_factory=dict)  # set on the topic itself (not broker defaults)
-    cleanup_policy: str = "delete"  # in effect, wherever it comes from
+from kafka_clients.admin import CLEANUP_POLICY, TopicState
 
 
 @dataclass(frozen=True)

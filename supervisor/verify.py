@@ -28,6 +28,7 @@ import msgspec
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config, KafkaDestination
 from core.errors import SourceError
+from kafka_clients.admin import destination_admin
 from kafka_clients.settings import librdkafka_properties
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
@@ -39,7 +40,6 @@ from source.range_reader import SourcePartition
 from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
-from supervisor.kafka_admin import destination_admin
 from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.spark_start import start_spark

@@ -12,11 +12,11 @@ from config.errors import format_path
 from config.estate import MirrorSpec
 from config.model import FlushConfig, KafkaDestination, KafkaSecurity, SaslConfig
 from config.restore import parse_restore_config
+from kafka_clients.admin import destination_admin
 from kafka_clients.property_check import librdkafka_refusal
 from kafka_clients.settings import librdkafka_properties
 from sinks.factory import kafka_settings
 from source import range_reader
-from supervisor.kafka_admin import destination_admin
 from supervisor.partition_source import source_partition
 
 CONFIG = """
@@ -66,7 +66,7 @@ def test_the_destinations_properties_reach_its_producer_and_admin_client(monkeyp
     properties = kafka_settings(destination).client_properties  # what the tasks' producers are made with
     assert (properties["linger.ms"], properties["client.id"]) == ("20", "archive")
     made: list[dict[str, Any]] = []
-    monkeypatch.setattr("supervisor.kafka_admin.AdminClient", lambda settings: made.append(settings))
+    monkeypatch.setattr("kafka_clients.admin.AdminClient", lambda settings: made.append(settings))
     destination_admin(destination)
     assert (made[0]["linger.ms"], made[0]["bootstrap.servers"]) == ("20", "dest:9092")
 

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from config.model import SourceConfig
-from supervisor.kafka_admin import AdminRequestError
+from kafka_clients.admin import AdminRequestError
 from supervisor.metrics import MetricFamilies
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 

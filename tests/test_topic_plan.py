@@ -4,7 +4,8 @@ allowed), follow allow-listed configs, report what it must not change."""
 from __future__ import annotations
 
 from config.model import DEFAULT_TOPIC_CONFIGS
-from supervisor.topic_plan import TopicActions, TopicState, plan_topic
+from kafka_clients.admin import TopicState
+from supervisor.topic_plan import TopicActions, plan_topic
 
 ALLOWED = DEFAULT_TOPIC_CONFIGS
 SOURCE = TopicState(4, {"retention.ms": "100", "segment.bytes": "1000", "cleanup.policy": "compact"}, "compact")

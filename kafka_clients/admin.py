@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio.to_thread
@@ -21,15 +22,20 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from config.model import KafkaDestination, SourceConfig
 from core.errors import MirrorV3Error
-from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.oauth_tokens import librdkafka_config
-from kafka_clients.settings import aiokafka_settings, librdkafka_properties
-from sinks.base import DestinationError
-from sinks.factory import retry_policy
-from sinks.retry import TransientDestinationError, retry_transient
-from supervisor.topic_plan import CLEANUP_POLICY, TopicState
+from kafka_clients.settings import librdkafka_properties
 
 T = TypeVar("T")
+CLEANUP_POLICY = "cleanup.policy"
+
+
+@dataclass(frozen=True)
+class TopicState:
+    """What a topic is, as far as mirroring it goes."""
+
+    partitions: int
+    configs: dict[str, str] = field(default_factory=dict)  # set on the topic itself (not broker defaults)
+    cleanup_policy: str = "delete"  # in effect, wherever it comes from
 
 
 class AdminRequestError(MirrorV3Error):
@@ -182,37 +188,3 @@ def _reason(error: object) -> str:
     if isinstance(error, KafkaError):
         return f"{error.name()}: {error.str()}"
     return str(error)
-
-
-async def loop_ids(
-    destination: KafkaDestination, sources: dict[str, tuple[SourceConfig, str]]
-) -> dict[str, tuple[str, str]]:
-    """renumber: per source cluster name, (its cluster id, the destination's): what the tasks stamp on each
-    record and what they leave out. `sources`: cluster name → (its settings, the field they are written in).
-    An unreachable cluster is retried under the destination's retry policy, as opening the destination is; a
-    credential or certificate problem is not, and is named."""
-    timeout_ms = destination.request_timeout_ms
-    policy = retry_policy(destination.retry)
-
-    async def cluster_id(cluster: SourceConfig | KafkaDestination, field: str) -> str:
-        bootstrap, security = cluster.bootstrap_servers, cluster.security
-        properties = librdkafka_properties(security, field, cluster.client_properties)
-        admin = ClusterAdmin(bootstrap, properties, timeout_ms / 1000)
-
-        async def attempt() -> str:
-            try:
-                return await admin.cluster_id()
-            except AdminRequestError:  # librdkafka says "transport failure" for a wrong password, too
-                diagnosis = await diagnose_bootstrap(bootstrap, aiokafka_settings(security, field), timeout_ms)
-                message = f"{bootstrap}: unreachable: {diagnosis.reason}"
-                if diagnosis.permanent:
-                    raise DestinationError(message) from None
-                raise TransientDestinationError(message) from None
-
-        return await retry_transient(attempt, policy, f"read the cluster id of {bootstrap}")
-
-    destination_id = await cluster_id(destination, "destination.security")
-    found = {}
-    for name, (source, field) in sorted(sources.items()):
-        found[name] = (await cluster_id(source, f"{field}.security"), destination_id)
-    return found

@@ -1,0 +1,45 @@
+"""The cluster ids a renumber mirror stamps on its records and checks for loops, read with the admin clients."""
+
+from __future__ import annotations
+
+from config.model import KafkaDestination, SourceConfig
+from kafka_clients.admin import AdminRequestError, ClusterAdmin
+from kafka_clients.diagnosis import diagnose_bootstrap
+from kafka_clients.settings import aiokafka_settings, librdkafka_properties
+from sinks.base import DestinationError
+from sinks.factory import retry_policy
+from sinks.retry import TransientDestinationError, retry_transient
+
+
+async def loop_ids(
+    destination: KafkaDestination, sources: dict[str, tuple[SourceConfig, str]]
+) -> dict[str, tuple[str, str]]:
+    """renumber: per source cluster name, (its cluster id, the destination's): what the tasks stamp on each
+    record and what they leave out. `sources`: cluster name → (its settings, the field they are written in).
+    An unreachable cluster is retried under the destination's retry policy, as opening the destination is; a
+    credential or certificate problem is not, and is named."""
+    timeout_ms = destination.request_timeout_ms
+    policy = retry_policy(destination.retry)
+
+    async def cluster_id(cluster: SourceConfig | KafkaDestination, field: str) -> str:
+        bootstrap, security = cluster.bootstrap_servers, cluster.security
+        properties = librdkafka_properties(security, field, cluster.client_properties)
+        admin = ClusterAdmin(bootstrap, properties, timeout_ms / 1000)
+
+        async def attempt() -> str:
+            try:
+                return await admin.cluster_id()
+            except AdminRequestError:  # librdkafka says "transport failure" for a wrong password, too
+                diagnosis = await diagnose_bootstrap(bootstrap, aiokafka_settings(security, field), timeout_ms)
+                message = f"{bootstrap}: unreachable: {diagnosis.reason}"
+                if diagnosis.permanent:
+                    raise DestinationError(message) from None
+                raise TransientDestinationError(message) from None
+
+        return await retry_transient(attempt, policy, f"read the cluster id of {bootstrap}")
+
+    destination_id = await cluster_id(destination, "destination.security")
+    found = {}
+    for name, (source, field) in sorted(sources.items()):
+        found[name] = (await cluster_id(source, f"{field}.security"), destination_id)
+    return found
