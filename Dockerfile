@@ -33,7 +33,10 @@ RUN apt-get update \
  && useradd --uid 10001 --user-group --no-create-home --home-dir /nonexistent mirror
 COPY --from=build /opt/mirror-v3 /opt/mirror-v3
 ENV PATH=/opt/mirror-v3/venv/bin:$PATH \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    MIRROR_V3_JVM_CACHE=/opt/mirror-v3/jvm
+# The Spark JVM's class archive, made with this stage's JDK (read-only for the runtime user; see prepare-jvm).
+RUN python -m supervisor prepare-jvm
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 9090

@@ -27,7 +27,10 @@ VARIABLES = {
     "MIRROR_V3_HEARTBEAT_SECS": "seconds between DEBUG heartbeat lines (default 30; 0 disables)",
     "MIRROR_V3_DRAIN_TIMEOUT_SECS": "seconds the drain after SIGTERM may take (default 25)",
     "MIRROR_V3_SHARD": "I/N: this process mirrors shard I of N (run, plan, status, verify; --shard overrides)",
+    "MIRROR_V3_JVM_CACHE": "directory of the Spark JVM's class archive that `prepare-jvm` writes and every start "
+    "maps (default ~/.cache/mirror-v3/jvm; off: none)",
 }
+DEFAULT_JVM_CACHE = "~/.cache/mirror-v3/jvm"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,7 @@ class RuntimeSettings:
     heartbeat_secs: float = 30.0
     drain_timeout_secs: float = 25.0
     shard: str | None = None  # as written; config.estate.Shard.parse checks it, naming MIRROR_V3_SHARD
+    jvm_cache: str | None = DEFAULT_JVM_CACHE  # as written (~ not expanded); None: no class archive
 
 
 def parse_runtime(env: Mapping[str, str]) -> RuntimeSettings:
@@ -68,7 +72,18 @@ def parse_runtime(env: Mapping[str, str]) -> RuntimeSettings:
         heartbeat_secs=_optional("MIRROR_V3_HEARTBEAT_SECS", given, defaults.heartbeat_secs),
         drain_timeout_secs=_optional("MIRROR_V3_DRAIN_TIMEOUT_SECS", given, defaults.drain_timeout_secs),
         shard=given("MIRROR_V3_SHARD"),
+        jvm_cache=_jvm_cache(given("MIRROR_V3_JVM_CACHE")),
     )
+
+
+def _jvm_cache(text: str | None) -> str | None:
+    if text is None:
+        return DEFAULT_JVM_CACHE
+    if text.lower() == "off":
+        return None
+    if not text.startswith(("/", "~")):
+        raise ConfigError("MIRROR_V3_JVM_CACHE", f"{text!r} is not an absolute directory (or off)")
+    return text
 
 
 def _port(text: str) -> int:

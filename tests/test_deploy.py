@@ -186,6 +186,9 @@ def test_dockerfile_builds_with_the_ci_install_script_and_runs_as_non_root() -> 
     users = [args[0] for keyword, *args in instructions if keyword == "USER"]
     assert users and not users[-1].startswith(("0", "root")), users
     assert 'ENTRYPOINT ["python", "-m", "supervisor"]' in dockerfile
+    # The class archive is made by the runtime stage's own JDK, where the runtime looks for it.
+    final = dockerfile.rsplit("\nFROM ", 1)[1]
+    assert "MIRROR_V3_JVM_CACHE=/opt/mirror-v3/jvm" in final and "RUN python -m supervisor prepare-jvm" in final
 
 
 def test_the_sharded_overlay_runs_one_shard_per_replica() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from config import ConfigError
-from config.runtime import DEFAULT_METRICS_PORT, RuntimeSettings, parse_runtime
+from config.runtime import DEFAULT_JVM_CACHE, DEFAULT_METRICS_PORT, RuntimeSettings, parse_runtime
 
 
 def test_unset_or_empty_variables_give_the_defaults() -> None:
@@ -55,3 +55,18 @@ def test_the_readme_lists_every_variable() -> None:
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     for name, text in VARIABLES.items():
         assert f"| `{name}` | {text} |" in readme, name
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(None, DEFAULT_JVM_CACHE), ("off", None), ("OFF", None), ("/var/cache/jvm", "/var/cache/jvm")],
+)
+def test_the_cache_directory_comes_from_the_environment(value: str | None, expected: str | None) -> None:
+    env = {} if value is None else {"MIRROR_V3_JVM_CACHE": value}
+    assert parse_runtime(env).jvm_cache == expected
+
+
+def test_a_relative_cache_directory_is_refused() -> None:
+    with pytest.raises(ConfigError) as caught:
+        parse_runtime({"MIRROR_V3_JVM_CACHE": "cache/jvm"})
+    assert caught.value.where == "MIRROR_V3_JVM_CACHE"
