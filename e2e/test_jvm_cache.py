@@ -33,7 +33,7 @@ def test_the_archive_is_recorded_once_mapped_by_a_mirror_and_checked_whole(
     assert first.stdout.startswith(f"{archive}: recorded (") and stat.S_IMODE(archive.stat().st_mode) == 0o444
     again = run_cli("prepare-jvm", env=env, timeout=120)
     assert again.returncode == 0 and again.stdout.startswith(f"{archive}: present ("), again.stdout + again.stderr
-    assert sorted(p.name for p in cache.iterdir()) == [archive.name]  # nothing left beside it
+    assert sorted(p.name for p in cache.iterdir()) == [archive.name, f"{archive.name}.origin.json"]
 
     backlog(kafka.bootstrap, topic_name, [2_000], seed=41)
     config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, flush={"max-time-ms": 500, "max-offsets": 500})

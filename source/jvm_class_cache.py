@@ -17,6 +17,7 @@ again.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -66,7 +67,17 @@ def archive_path(directory: Path, env: dict[str, str] | None = None) -> Path | N
     java = java_binary(env)
     if java is None:
         return None
-    return directory / f"{ARCHIVE_PREFIX}{fingerprint(java, spark_jars())}{ARCHIVE_SUFFIX}"
+    return _archive_of(directory, java, spark_jars())
+
+
+def _archive_of(directory: Path, java: Path, jars: Path) -> Path:
+    return directory / f"{ARCHIVE_PREFIX}{fingerprint(java, jars)}{ARCHIVE_SUFFIX}"
+
+
+def _origin(archive: Path) -> Path:
+    """Beside each archive: the java and the jars it was made with, so that a later install can tell an archive of
+    another live installation (kept) from one of an installation that is gone or upgraded (removed)."""
+    return archive.with_name(archive.name + ".origin.json")
 
 
 def sharing_option(archive: Path | None) -> str:
@@ -112,14 +123,26 @@ def archive_problem(java_home: str, class_path: str, archive: Path) -> str | Non
     return None
 
 
-def install(temporary: Path, archive: Path) -> None:
-    """Put a checked archive in place, read-only, and remove the archives of other JDKs or jars (a running JVM
-    that maps one keeps its copy until it exits)."""
+def install(temporary: Path, archive: Path, java: Path, jars: Path) -> None:
+    """Put a checked archive of `java` and `jars` in place, read-only, and remove the archives no installation can
+    use any more: their JDK or jars are gone or changed (several virtualenvs may share one cache directory; a
+    running JVM that maps a removed archive keeps its copy until it exits)."""
+    _origin(archive).write_text(json.dumps({"java": str(java), "jars": str(jars)}))
     temporary.chmod(0o444)
     os.replace(temporary, archive)
     for other in archive.parent.glob(f"{ARCHIVE_PREFIX}*{ARCHIVE_SUFFIX}"):
-        if other != archive:
+        if other != archive and not _still_usable(other):
             other.unlink(missing_ok=True)
+            _origin(other).unlink(missing_ok=True)
+
+
+def _still_usable(archive: Path) -> bool:
+    try:
+        origin = json.loads(_origin(archive).read_text())
+        java, jars = Path(origin["java"]), Path(origin["jars"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return java.exists() and jars.is_dir() and _archive_of(archive.parent, java, jars) == archive
 
 
 def remove_leftovers(directory: Path) -> None:

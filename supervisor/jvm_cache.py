@@ -11,7 +11,15 @@ from typing import Any
 
 from config.model import SparkConfig
 from core.errors import EXIT_ENVIRONMENT, MirrorV3Error
-from source.jvm_class_cache import archive_path, archive_problem, install, remove_leftovers, temporary_path
+from source.jvm_class_cache import (
+    archive_path,
+    archive_problem,
+    install,
+    java_binary,
+    remove_leftovers,
+    spark_jars,
+    temporary_path,
+)
 from source.jvm_logs import JvmEvent
 from source.spark_session import get_spark, jvm_property, shut_down_jvm
 from workers.range_job import run_tasks
@@ -56,7 +64,9 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
         unusable = archive_problem(java_home, class_path, temporary)
         if unusable is not None:
             raise ClassCacheError(directory, unusable)
-        install(temporary, archive)
+        java = java_binary()
+        assert java is not None  # archive_path found it
+        install(temporary, archive, java, spark_jars())
     finally:
         temporary.unlink(missing_ok=True)
     return archive, True

@@ -4,6 +4,7 @@ place and cleaned. Recording one with a real JVM is e2e/test_jvm_cache.py."""
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -66,18 +67,43 @@ def test_only_an_archive_that_is_there_is_mapped(tmp_path: Path) -> None:
     assert sharing_option(archive) == f"-XX:SharedArchiveFile={archive}"
 
 
-def test_an_installed_archive_is_read_only_and_replaces_those_of_other_builds(tmp_path: Path) -> None:
-    old = tmp_path / "spark-driver-old.jsa"
-    old.write_bytes(b"an archive of another JDK")
-    unrelated = tmp_path / "notes.txt"
-    unrelated.write_text("kept")
-    archive = tmp_path / "spark-driver-new.jsa"
-    temporary = temporary_path(archive)
-    temporary.write_bytes(b"the new archive")
-    install(temporary, archive)
+def test_an_installed_archive_is_read_only_and_those_no_installation_can_use_are_removed(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    ours = fake_jdk(tmp_path / "ours"), fake_jars(tmp_path / "ours")
+    other = fake_jdk(tmp_path / "other"), fake_jars(tmp_path / "other")
+    (other[1] / "spark-core.jar").write_bytes(b"another pyspark")  # another virtualenv, alive
+    live = cache / f"spark-driver-{fingerprint(*other)}.jsa"
+    install(write(temporary_path(live), b"other's archive"), live, *other)
+    gone = cache / "spark-driver-gone.jsa"
+    install(write(temporary_path(gone), b"an uninstalled env's archive"), gone, *fake_env(tmp_path / "gone"))
+    shutil.rmtree(tmp_path / "gone")
+    unknown = write(cache / "spark-driver-unknown.jsa", b"no origin beside it")
+    unrelated = write(cache / "notes.txt", b"kept")
+
+    archive = cache / f"spark-driver-{fingerprint(*ours)}.jsa"
+    temporary = write(temporary_path(archive), b"the new archive")
+    install(temporary, archive, *ours)
     assert archive.read_bytes() == b"the new archive" and not temporary.exists()
     assert stat.S_IMODE(archive.stat().st_mode) == 0o444
-    assert not old.exists() and unrelated.exists()
+    assert live.exists() and unrelated.exists()
+    assert not gone.exists() and not unknown.exists()
+    assert sorted(p.name for p in cache.glob("*.origin.json")) == sorted(
+        f"{a.name}.origin.json" for a in (archive, live)
+    )
+
+    (other[1] / "spark-sql.jar").write_bytes(b"upgraded in place")  # the other env's archive is stale now
+    install(write(temporary_path(archive), b"again"), archive, *ours)
+    assert not live.exists()
+
+
+def write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def fake_env(root: Path) -> tuple[Path, Path]:
+    return fake_jdk(root), fake_jars(root)
 
 
 def test_leftovers_of_dead_recordings_are_removed_and_a_live_ones_kept(tmp_path: Path) -> None:
