@@ -67,10 +67,10 @@ def archive_path(directory: Path, env: dict[str, str] | None = None) -> Path | N
     java = java_binary(env)
     if java is None:
         return None
-    return _archive_of(directory, java, spark_jars())
+    return archive_of(directory, java, spark_jars())
 
 
-def _archive_of(directory: Path, java: Path, jars: Path) -> Path:
+def archive_of(directory: Path, java: Path, jars: Path) -> Path:
     return directory / f"{ARCHIVE_PREFIX}{fingerprint(java, jars)}{ARCHIVE_SUFFIX}"
 
 
@@ -142,7 +142,7 @@ def _still_usable(archive: Path) -> bool:
         java, jars = Path(origin["java"]), Path(origin["jars"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return java.exists() and jars.is_dir() and _archive_of(archive.parent, java, jars) == archive
+    return java.exists() and jars.is_dir() and archive_of(archive.parent, java, jars) == archive
 
 
 def remove_leftovers(directory: Path) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from config.model import SparkConfig
 from core.errors import EXIT_ENVIRONMENT, MirrorV3Error
 from source.jvm_class_cache import (
-    archive_path,
+    archive_of,
     archive_problem,
     install,
     java_binary,
@@ -42,9 +42,10 @@ class ClassCacheError(MirrorV3Error):
 def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], None]) -> tuple[Path, bool]:
     """The archive of this JDK and these jars in `directory`, and whether this call made it (False: it was there).
     Must run before anything else starts Spark in this process."""
-    archive = archive_path(directory)
-    if archive is None:
+    java, jars = java_binary(), spark_jars()
+    if java is None:
         raise ClassCacheError(directory, "no java: set JAVA_HOME or put java on PATH")
+    archive = archive_of(directory, java, jars)
     try:
         directory.mkdir(parents=True, exist_ok=True)
         remove_leftovers(directory)
@@ -64,9 +65,7 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
         unusable = archive_problem(java_home, class_path, temporary)
         if unusable is not None:
             raise ClassCacheError(directory, unusable)
-        java = java_binary()
-        assert java is not None  # archive_path found it
-        install(temporary, archive, java, spark_jars())
+        install(temporary, archive, java, jars)
     finally:
         temporary.unlink(missing_ok=True)
     return archive, True
