@@ -29,6 +29,7 @@ _relay: JvmLogRelay | None = None  # the JVM's output, for as long as the JVM li
 _start_failure: SparkStartError | None = None  # why the session could not start: every caller gets the one answer
 _jvm: Any = None  # the driver JVM's process (spark-submit execs java)
 _class_cache: Path | None = None  # where the JVM's class-data-sharing archives live (source.jvm_class_cache)
+_python_daemon: str | None = None  # the module Spark runs as its Python workers' daemon; None: pyspark's own
 
 
 def use_class_cache(directory: Path | None) -> None:
@@ -38,8 +39,16 @@ def use_class_cache(directory: Path | None) -> None:
     _class_cache = directory
 
 
-def session_conf(config: SparkConfig, class_sharing: str = "") -> dict[str, str]:
-    """The session's settings; `class_sharing` is the JVM option that maps or records a class archive."""
+def use_python_daemon(module: str | None) -> None:
+    """Have the executors start their Python workers from `module` (spark.python.daemon.module) in sessions the
+    next get_spark starts; None: pyspark's own daemon. The module must run pyspark's daemon in the end."""
+    global _python_daemon
+    _python_daemon = module
+
+
+def session_conf(config: SparkConfig, class_sharing: str = "", python_daemon: str | None = None) -> dict[str, str]:
+    """The session's settings; `class_sharing` is the JVM option that maps or records a class archive,
+    `python_daemon` the module the executors start their Python workers from (pyspark's own when None)."""
     conf = {
         "spark.master": config.master,
         "spark.driver.memory": config.driver_memory,
@@ -61,6 +70,8 @@ def session_conf(config: SparkConfig, class_sharing: str = "") -> dict[str, str]
         ).strip(),
         "spark.sql.shuffle.partitions": "4",
     }
+    if python_daemon is not None:
+        conf["spark.python.daemon.module"] = python_daemon
     if config.master.startswith("local"):
         # A local session talks to nothing but itself: bind and advertise loopback only.
         conf["spark.driver.host"] = "127.0.0.1"
@@ -103,7 +114,7 @@ def get_spark(
             class_sharing = sharing_option(archive_path(_class_cache))
         else:
             class_sharing = ""
-        conf = session_conf(config, class_sharing)
+        conf = session_conf(config, class_sharing, _python_daemon)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)

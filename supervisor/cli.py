@@ -23,10 +23,11 @@ from config.model import Config
 from config.runtime import RuntimeSettings, parse_runtime
 from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
 from core.logs import setup_logging
-from source.spark_session import use_class_cache
+from source.spark_session import use_class_cache, use_python_daemon
 from supervisor import early_signals
 from supervisor.config_files import load_config
 from supervisor.version import installed_version
+from workers import spark_daemon
 
 log = logging.getLogger("mirror_v3.cli")
 
@@ -133,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "prepare-jvm":
         return _prepare_jvm(class_cache)
     use_class_cache(class_cache)
+    use_python_daemon(spark_daemon.__name__)
     if args.command == "restore":  # a config of its own
         return _restore(args, runtime)
     try:

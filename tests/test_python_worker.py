@@ -1,4 +1,5 @@
-"""The Python worker's zip importers keep their archive directories across PySpark's per-task cache invalidation."""
+"""The Python worker processes: their zip importers keep their archive directories across PySpark's per-task cache
+invalidation, and the daemon takes pyspark's zips off sys.path only where the installed package holds the same code."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from workers.python_worker import keep_zip_directories
+from workers.spark_daemon import installed_spark_zips
 
 
 def test_existing_zip_importers_skip_the_per_task_rescan(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -40,3 +42,53 @@ def test_existing_zip_importers_skip_the_per_task_rescan(tmp_path: Path, monkeyp
     importlib.invalidate_caches()
     assert reads == []
     assert importlib.import_module("zipped_pkg.second").VALUE == 2  # imports from the archive still work
+
+
+def _package(root: Path, name: str) -> Path:
+    (root / name).mkdir(parents=True)
+    (root / name / "__init__.py").write_text("")
+    return root / name
+
+
+def _spark_zips(lib: Path) -> list[str]:
+    lib.mkdir(parents=True, exist_ok=True)
+    zips = [lib / "pyspark.zip", lib / "py4j-0.10.9.9-src.zip"]
+    for path in zips:
+        with zipfile.ZipFile(path, "w") as zip_file:
+            zip_file.writestr("placeholder.py", "")
+    return [str(path) for path in zips]
+
+
+def test_the_zips_inside_the_importable_pyspark_package_are_dropped(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    zips = _spark_zips(_package(site, "pyspark") / "python" / "lib")
+    _package(site, "py4j")
+    path = [*zips, str(tmp_path / "app"), str(site)]
+    assert installed_spark_zips(path) == zips
+
+
+def test_a_spark_distributions_zips_stay_when_no_package_holds_the_same_code(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    _package(site, "py4j")
+    distribution_zips = _spark_zips(tmp_path / "opt" / "spark" / "python" / "lib")
+    assert installed_spark_zips([*distribution_zips, str(site)]) == []  # no pyspark package at all
+    _package(site, "pyspark")
+    assert installed_spark_zips([*distribution_zips, str(site)]) == []  # another pyspark: maybe another version
+
+
+def test_the_zips_stay_when_py4j_is_only_in_its_zip(tmp_path: Path) -> None:
+    site = tmp_path / "site-packages"
+    zips = _spark_zips(_package(site, "pyspark") / "python" / "lib")
+    assert installed_spark_zips([*zips, str(site)]) == []
+
+
+def test_the_session_starts_its_python_workers_from_the_daemon_it_is_given() -> None:
+    from config.model import SparkConfig
+    from source.spark_session import session_conf
+
+    assert "spark.python.daemon.module" not in session_conf(SparkConfig())
+    assert session_conf(SparkConfig(), python_daemon="workers.spark_daemon")["spark.python.daemon.module"] == (
+        "workers.spark_daemon"
+    )
+    own = SparkConfig(conf={"spark.python.daemon.module": "pyspark.daemon"})  # the user's spark.conf wins
+    assert session_conf(own, python_daemon="workers.spark_daemon")["spark.python.daemon.module"] == "pyspark.daemon"

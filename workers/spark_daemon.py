@@ -1,0 +1,65 @@
+"""The Python daemon Spark starts on every executor (`spark.python.daemon.module`): pyspark's own daemon, run after
+two changes that every worker it forks inherits.
+
+1. pyspark from its installed package, not from pyspark.zip. Spark puts `$SPARK_HOME/python/lib/pyspark.zip` and
+   py4j's zip first on the workers' PYTHONPATH. Python cannot cache compiled modules inside a zip, so every process
+   compiled each pyspark module it imported, and `importlib.invalidate_caches()` (before every task) re-read the
+   archives (see workers.python_worker). When the zips lie inside the very pyspark package the rest of sys.path
+   imports (a pip install: `.../site-packages/pyspark/python/lib/pyspark.zip`), they hold the same code: they are
+   taken off sys.path. Beside a Spark distribution that has no such package they stay, and nothing changes.
+2. The modules the tasks import are imported once, here, before the fork: each worker starts with them instead of
+   importing them on its first task. They create no thread and open nothing when imported, so the fork is safe.
+
+Measured on this 2-core machine, the first job of a session (2 tasks): see docs/spark-tuning.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+import runpy
+import sys
+from collections.abc import Sequence
+from importlib.machinery import PathFinder
+from pathlib import Path
+
+# What the tasks of every job kind import: pyspark's worker imports its Arrow serializers and pandas for every
+# mapInArrow task; the job modules import pyarrow, numpy and the sinks; the range reader imports confluent_kafka
+# lazily, so it is named here.
+TASK_MODULES = (
+    "pyspark.sql.pandas.serializers",
+    "pandas",
+    "pyarrow.parquet",
+    "confluent_kafka",
+    "workers.range_job",
+    "workers.restore_job",
+    "workers.verify_job",
+)
+
+
+def installed_spark_zips(path: Sequence[str]) -> list[str]:
+    """The entries of `path` that are pyspark's (or py4j's) zips from inside the pyspark package that the other
+    entries import, when those entries also import py4j: the same code, importable without them."""
+    zips = [entry for entry in path if entry.endswith(".zip") and Path(entry).name.startswith(("pyspark", "py4j"))]
+    others = [entry for entry in path if entry not in zips]
+    pyspark = PathFinder.find_spec("pyspark", others)
+    if not zips or pyspark is None or not pyspark.submodule_search_locations:
+        return []
+    if PathFinder.find_spec("py4j", others) is None:
+        return []
+    package = Path(next(iter(pyspark.submodule_search_locations))).resolve()
+    return [entry for entry in zips if Path(entry).resolve().parent == package / "python" / "lib"]
+
+
+def prepare_process() -> None:
+    """Take the installed zips off sys.path, then import what the tasks need."""
+    for entry in installed_spark_zips(sys.path):
+        sys.path.remove(entry)
+        sys.path_importer_cache.pop(entry, None)
+    for module in TASK_MODULES:
+        importlib.import_module(module)
+
+
+if __name__ == "__main__":
+    prepare_process()
+    # pyspark's daemon reads its worker module from argv, as Spark passes it.
+    runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)
