@@ -16,7 +16,7 @@ import anyio
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig
-from core.clock import SYSTEM_CLOCK, Clock, wait_for
+from core.clock import SYSTEM_CLOCK, Clock
 from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
 from core.logs import log_event
 from sinks.base import Sink
@@ -243,7 +243,7 @@ class MirrorActor:
                 continue
             due_at = self._planner.due_at(self._backlog(offsets.end, draining=False))
             wait = poll if due_at is None else max(0.0, min(poll, due_at - self._clock.monotonic()))
-            await wait_for(self._clock, self._stop, wait)
+            await self._clock.wait_for(self._stop, wait)
         await self._drain()
 
     async def _drain(self) -> None:

@@ -14,6 +14,7 @@ import anyio
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
+from core.clock import wait_by_sleeping
 from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
@@ -153,6 +154,9 @@ class FakeClock:
         self._sleepers.append((self.now + max(0.0, seconds), woken))
         self._wake()
         await woken.wait()
+
+    async def wait_for(self, event: anyio.Event, timeout_s: float) -> bool:
+        return await wait_by_sleeping(self, event, timeout_s)
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
