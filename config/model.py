@@ -578,8 +578,8 @@ class SparkConfig(_Strict, frozen=True):
         str,
         msgspec.Meta(
             pattern=r"^[0-9]+[kmgt]?$",
-            description="JVM heap of the Spark driver (spark.driver.memory), e.g. 2g. Blob destinations keep "
-            "records out of the driver; the Kafka destination collects each job's records into it.",
+            description="Largest JVM heap of the Spark driver (spark.driver.memory), e.g. 2g. No destination's "
+            "records pass through the driver: its heap holds Spark's bookkeeping (and, in local mode, its executor's).",
         ),
     ] = "2g"
     log_level: Annotated[
