@@ -43,19 +43,3 @@ class SystemClock:
 
 
 SYSTEM_CLOCK = SystemClock()
-
-
-async def wait_by_sleeping(clock: Clock, event: anyio.Event, timeout_s: float) -> bool:
-    """`wait_for` for a clock whose time is not the event loop's (a test's fake clock): its `sleep` times out."""
-    if event.is_set():
-        return True
-    async with anyio.create_task_group() as waiting:
-
-        async def time_out() -> None:
-            await clock.sleep(timeout_s)
-            waiting.cancel_scope.cancel()
-
-        waiting.start_soon(time_out)
-        await event.wait()
-        waiting.cancel_scope.cancel()
-    return event.is_set()

@@ -14,7 +14,6 @@ import anyio
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
-from core.clock import wait_by_sleeping
 from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
@@ -156,7 +155,20 @@ class FakeClock:
         await woken.wait()
 
     async def wait_for(self, event: anyio.Event, timeout_s: float) -> bool:
-        return await wait_by_sleeping(self, event, timeout_s)
+        """The event or this clock's timeout: a sleeping task cancels the wait (the event loop's own deadlines run
+        on real time)."""
+        if event.is_set():
+            return True
+        async with anyio.create_task_group() as waiting:
+
+            async def time_out() -> None:
+                await self.sleep(timeout_s)
+                waiting.cancel_scope.cancel()
+
+            waiting.start_soon(time_out)
+            await event.wait()
+            waiting.cancel_scope.cancel()
+        return event.is_set()
 
     def advance(self, seconds: float) -> None:
         self.now += seconds
