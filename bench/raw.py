@@ -19,10 +19,10 @@ from typing import Any
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 
+from core.messages import RecordColumns, message_bytes
 from core.records import parquet_writer
-from source.range_reader import RecordColumns, message_bytes
+from sinks.blob_writer import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError, watermarks
-from workers.range_task import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 
 KEY_BYTES = 8  # b"%08x" % (i mod 2**32)
 # Records walk through this buffer without overlap, so a Parquet page (or a zstd window) never sees the same bytes

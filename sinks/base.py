@@ -1,20 +1,21 @@
 """The contract between a mirror's actor and its destination.
 
 The actor decides which source ranges become which destination writes; Spark tasks read them and
-write them as `staging()` says: blobs staged for the sink to commit, or (the Kafka destination)
-records produced by the task itself. The sink commits each staged blob, or records each produced
-range, in offset order, and on start tells the actor where the destination ends. Sinks know nothing of flush policy,
+write them with the sink's `target()` (`sinks.write_target`): blobs staged for the sink to commit, or (the
+Kafka destination) records produced by the task itself. The sink commits each write the tasks report, in
+offset order, and on start tells the actor where the destination ends. Sinks know nothing of flush policy,
 metrics or signals.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 from core.errors import MirrorV3Error
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.staging import BlobStaging, StagedBlob
+from sinks.write_target import WriteTarget, Written
+
+W = TypeVar("W", bound=Written)
 
 
 class DestinationError(MirrorV3Error):
@@ -53,7 +54,10 @@ class Committed:
     bytes_written: int
 
 
-class Sink(Protocol):
+class Sink(Protocol[W]):
+    """A destination partition as the actor's driver side sees it. `W` is what its tasks report of a write (a
+    staged blob, a produced range): only the sink that handed out the target commits what it wrote."""
+
     @property
     def description(self) -> str:
         """Human-readable destination, free of secrets (for logs and status)."""
@@ -78,18 +82,18 @@ class Sink(Protocol):
         validates the whole destination instead of its tail."""
         ...
 
-    def staging(self) -> BlobStaging | KafkaProduceTarget:
+    def target(self) -> WriteTarget[W]:
         """How Spark tasks write a range for this sink (called per job: a target may carry the
         position the sink expects)."""
         ...
 
-    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
+    async def commit(self, item: W) -> Committed:
         """Make a staged blob durable and visible (or record a range the task produced). Its first
         offset is always the offset open()/the previous commit left as next. Either all of it is
         durable afterwards or an exception is raised and nothing of it is visible."""
         ...
 
-    async def discard(self, item: StagedBlob | ProducedRange) -> None:
+    async def discard(self, item: W) -> None:
         """Drop a staged write that will not be committed (best effort; never raises)."""
         ...
 

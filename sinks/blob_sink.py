@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sinks.base import Committed, Inspection
 from sinks.blob_chain import BlobChain, BlobStore
-from sinks.produce_target import ProducedRange
+from sinks.blob_writer import BlobTarget
 from sinks.staging import BlobStaging, StagedBlob
 
 
@@ -12,7 +12,7 @@ class BlobSink:
     def __init__(self, store: BlobStore, description: str, staging: BlobStaging) -> None:
         self._chain = BlobChain(store)
         self._description = description
-        self._staging = staging
+        self._target = BlobTarget(staging)
 
     @property
     def description(self) -> str:
@@ -22,8 +22,8 @@ class BlobSink:
     def chain(self) -> BlobChain:
         return self._chain
 
-    def staging(self) -> BlobStaging:
-        return self._staging
+    def target(self) -> BlobTarget:
+        return self._target
 
     async def open(self) -> int | None:
         return await self._chain.open()
@@ -38,15 +38,12 @@ class BlobSink:
             return Inspection(next_offset=None)
         return Inspection(next_offset=tail.last + 1, last_write=await self._chain.store.modified_at(tail.name))
 
-    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
-        if not isinstance(item, StagedBlob):
-            raise TypeError("a blob destination commits staged blobs, not records")
+    async def commit(self, item: StagedBlob) -> Committed:
         location, size = await self._chain.append(item)
         return Committed(location=location, bytes_written=size)
 
-    async def discard(self, item: StagedBlob | ProducedRange) -> None:
-        if isinstance(item, StagedBlob):
-            await self._chain.store.discard_staged(item)
+    async def discard(self, item: StagedBlob) -> None:
+        await self._chain.store.discard_staged(item)
 
     async def close(self) -> None:
         await self._chain.store.close()

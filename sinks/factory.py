@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from config.estate import MirrorSpec
 from config.model import (
@@ -91,9 +92,9 @@ class SinkFactory:
         on_retry: Callable[[int], None] = lambda _: None,
         retries: bool = True,
         cluster_ids: tuple[str, str] | None = None,
-    ) -> Sink:
+    ) -> Sink[Any]:
         destination = self._destination
-        sink: Sink
+        sink: Sink[Any]
         if isinstance(destination, FilesystemDestination):
             sink = filesystem_sink(destination, mirror.destination_name, mirror.partition)
         elif isinstance(destination, S3Destination):

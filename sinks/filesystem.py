@@ -251,7 +251,9 @@ class FilesystemBlobOutput:
             size = os.fstat(fd).st_size
         finally:
             os.close(fd)
-        return StagedBlob(first, last, records, record_bytes, size, ref=self._path.name)
+        return StagedBlob(
+            first=first, last=last, records=records, record_bytes=record_bytes, size=size, ref=self._path.name
+        )
 
     def abandon(self) -> None:
         if not self.file.closed:

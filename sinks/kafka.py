@@ -1,7 +1,7 @@
 """The Kafka destination: one partition of another cluster, in `preserve` or `renumber` mode.
 
-The records are produced by the Spark tasks (`workers.kafka_produce`), never by the driver. This sink
-finds where the destination ends on open, hands each job its target (`staging`) and records each
+The records are produced by the Spark tasks (the task half, `sinks.kafka_produce`), never by the driver. This
+sink, the driver half, finds where the destination ends on open, hands each job its target (`target`) and records each
 range a task reports as produced, in offset order.
 
 preserve: destination offset == source offset. The partition's end offset *is* the position. A task's
@@ -38,9 +38,8 @@ from core.kafka_records import parse_source_offset
 from kafka_clients.clients import KafkaClients, KafkaRecord, new_producer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from sinks.base import Committed, DestinationError, FencedError, Inspection
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.kafka_produce import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryPolicy, TransientDestinationError
-from sinks.staging import StagedBlob
 
 log = logging.getLogger("mirror_v3.sinks.kafka")
 T = TypeVar("T")
@@ -294,7 +293,7 @@ class KafkaSink:
 
     # -- commit ----------------------------------------------------------------------------------
 
-    def staging(self) -> KafkaProduceTarget:
+    def target(self) -> KafkaProduceTarget:
         # The tasks produce the records themselves; the target carries the position this sink expects,
         # which a renumber task checks inside its transaction before writing anything.
         settings = self._settings
@@ -318,12 +317,10 @@ class KafkaSink:
             skip_cluster=None if self._cluster_ids is None else self._cluster_ids[1],
         )
 
-    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
+    async def commit(self, item: ProducedRange) -> Committed:
         """The task's range is at the destination already (preserve: checked offset by offset; renumber:
         committed with the position). Recording it means checking that it continues where the last one
         ended."""
-        if not isinstance(item, ProducedRange):
-            raise TypeError("the Kafka destination records ranges its tasks produced, not staged blobs")
         if self._position is not None and item.first != self._position:
             raise DestinationError(
                 f"{self._name}: a task produced source offsets {item.first}..{item.last}, but the destination "
@@ -340,7 +337,7 @@ class KafkaSink:
             location=f"{where}@{item.destination_first}..{item.destination_last}", bytes_written=item.record_bytes
         )
 
-    async def discard(self, item: StagedBlob | ProducedRange) -> None:
+    async def discard(self, item: ProducedRange) -> None:
         return None  # a produced range is at the destination or, its transaction aborted, nowhere
 
     # -- producer lifecycle ----------------------------------------------------------------------

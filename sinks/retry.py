@@ -17,16 +17,16 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from core.retry import Retry, RetryPolicy, retry_async, retry_blocking
 from sinks.base import Committed, DestinationError, Inspection, Sink
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.staging import BlobStaging, StagedBlob
+from sinks.write_target import WriteTarget, Written
 
 __all__ = ["RetriesExhaustedError", "RetryPolicy", "RetryingSink", "TransientDestinationError"]
 
 T = TypeVar("T")
+W = TypeVar("W", bound=Written)
 log = logging.getLogger("mirror_v3.retry")
 
 
@@ -96,12 +96,12 @@ def retry_transient_sync(
     )
 
 
-class RetryingSink:
+class RetryingSink(Generic[W]):
     """Wraps any Sink so that its transient failures are retried."""
 
     def __init__(
         self,
-        inner: Sink,
+        inner: Sink[W],
         policy: RetryPolicy,
         on_retry: Callable[[int], None] = lambda _: None,
         log_fields: dict[str, object] | None = None,
@@ -112,7 +112,7 @@ class RetryingSink:
         self._log_fields = log_fields or {}
 
     @property
-    def inner(self) -> Sink:
+    def inner(self) -> Sink[W]:
         return self._inner
 
     @property
@@ -128,13 +128,13 @@ class RetryingSink:
     async def inspect(self, deep: bool = False) -> Inspection:
         return await self._retry(lambda: self._inner.inspect(deep), "inspect")
 
-    def staging(self) -> BlobStaging | KafkaProduceTarget:
-        return self._inner.staging()
+    def target(self) -> WriteTarget[W]:
+        return self._inner.target()
 
-    async def commit(self, item: StagedBlob | ProducedRange) -> Committed:
+    async def commit(self, item: W) -> Committed:
         return await self._retry(lambda: self._inner.commit(item), f"commit {item.first}-{item.last}")
 
-    async def discard(self, item: StagedBlob | ProducedRange) -> None:
+    async def discard(self, item: W) -> None:
         await self._inner.discard(item)
 
     async def close(self) -> None:

@@ -128,11 +128,11 @@ class S3BlobOutput:
                 client.abort_multipart_upload(Bucket=settings.bucket, Key=key, UploadId=upload_id)
             raise
         return StagedBlob(
-            first,
-            last,
-            records,
-            record_bytes,
-            len(data),
+            first=first,
+            last=last,
+            records=records,
+            record_bytes=record_bytes,
+            size=len(data),
             ref=upload_id,
             sha256=digest,
             parts=tuple(parts),

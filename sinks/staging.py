@@ -18,29 +18,18 @@ from typing import Protocol
 
 import pyarrow as pa
 
-from core.record_times import RecordTimes
+from sinks.write_target import Written
 
 
-@dataclass(frozen=True)
-class StagedBlob:
+@dataclass(frozen=True, kw_only=True)
+class StagedBlob(Written):
     """A blob written but not yet visible. `ref` says where its bytes wait (a temporary file's name in
     the partition directory, an S3 upload id); `parts` are an S3 upload's (number, ETag) pairs."""
 
-    first: int
-    last: int
-    records: int
-    record_bytes: int  # keys, values and headers: what flush.max-bytes counts
     size: int  # bytes of the file
     ref: str
     sha256: str = ""
     parts: tuple[tuple[int, str], ...] = ()
-    retries: int = 0  # transient failures the task retried while staging it
-    cut: str = ""  # why the blob ended before its limits: "daily" at a UTC day boundary
-    times: RecordTimes | None = None  # the records' timestamps, for latency metrics
-
-    @property
-    def offset_count(self) -> int:
-        return self.last - self.first + 1
 
 
 class BlobOutput(Protocol):

@@ -13,16 +13,13 @@ Records are handed on as plain message lists; `RecordColumns` turns them into Ar
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-import pyarrow as pa
-
 from core.errors import MirrorV3Error
-from core.records import HEADER_TYPE, KAFKA_SCHEMA
 from kafka_clients.oauth_tokens import librdkafka_config
 
 # A task reads one partition from one position to the end of its range. librdkafka keeps its queue full
@@ -76,6 +73,10 @@ class SourcePartition:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    def open(self, consumers: SharedConsumers) -> LivePartition:
+        """This partition as a task reads it (`workers.range_job.RecordsAt`)."""
+        return LivePartition(self, consumers)
+
 
 class SourceRangeError(MirrorV3Error):
     """The range could not be read exactly: `source` (topic-partition) at `offset`, and what went wrong."""
@@ -107,6 +108,79 @@ def consume_range(source: SourcePartition, read_from: int, end: int, consumer: A
         yield from _consume(consumer, source, read_from, end)
     finally:
         consumer.close()
+
+
+class SharedConsumers:
+    """The consumers of one Spark task, one per source cluster and its settings, reused by every partition the
+    task reads (a task may read many small ranges: connecting once per partition would cost more than the read).
+
+    A consumer only ever reads by explicit assignment and commits nothing, so the group id it was made with
+    (the first partition's) plays no part in what any partition reads. `consumer_factory` replaces the real
+    one in tests."""
+
+    def __init__(self, consumer_factory: Callable[[SourcePartition], Any] | None = None) -> None:
+        self._factory = consumer_factory or _new_consumer
+        self._consumers: dict[tuple[object, ...], Any] = {}
+
+    def consumer_for(self, source: SourcePartition) -> Any:
+        key = (source.bootstrap_servers, source.isolation_level, tuple(sorted(source.client_properties.items())))
+        consumer = self._consumers.get(key)
+        if consumer is None:
+            consumer = self._consumers[key] = self._factory(source)
+        return consumer
+
+    def read(self, source: SourcePartition, read_from: int, end: int) -> Iterator[list[Any]]:
+        """`consume_range` with the task's consumer for the source's cluster (kept open for the next range)."""
+        if read_from >= end:
+            return
+        consumer = self.consumer_for(source)
+        try:
+            yield from _consume(consumer, source, read_from, end)
+        except BaseException:
+            # A consumer in an unknown state (an error, an abandoned read) is not reused.
+            self._drop(consumer)
+            raise
+        finally:
+            # Read no further: nothing of this partition is fetched for nothing while the next range is read.
+            with contextlib.suppress(Exception):
+                if consumer in self._consumers.values():
+                    consumer.unassign()
+
+    def _drop(self, consumer: Any) -> None:
+        for key in [key for key, held in self._consumers.items() if held is consumer]:
+            del self._consumers[key]
+        with contextlib.suppress(Exception):
+            consumer.close()
+
+    def close(self) -> None:
+        consumers = list(self._consumers.values())
+        self._consumers.clear()
+        for consumer in consumers:
+            with contextlib.suppress(Exception):
+                consumer.close()
+
+
+@dataclass(frozen=True)
+class LivePartition:
+    """A source partition as a task's `RecordSource` (`sinks.write_target`), read with the task's consumers."""
+
+    source: SourcePartition
+    consumers: SharedConsumers
+
+    @property
+    def topic(self) -> str:
+        return self.source.topic
+
+    @property
+    def partition(self) -> int:
+        return self.source.partition
+
+    @property
+    def name(self) -> str:
+        return self.source.name
+
+    def read(self, read_from: int, end: int) -> Iterator[list[Any]]:
+        return self.consumers.read(self.source, read_from, end)
 
 
 def _new_consumer(source: SourcePartition) -> Any:
@@ -184,95 +258,3 @@ def _log_start(consumer: Any, source: SourcePartition) -> int | None:
         return int(low)
     except Exception:  # the error above is the point; the number is a courtesy
         return None
-
-
-def message_bytes(message: Any) -> int:
-    """Record bytes counted against flush.max-bytes: key, value and header keys and values."""
-    key, value, headers = message.key(), message.value(), message.headers()
-    size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-    if headers:
-        for name, data in headers:
-            size += len(name.encode()) + (0 if data is None else len(data))
-    return size
-
-
-class RecordColumns:
-    """Arrow columns of KAFKA_SCHEMA built in one pass over librdkafka messages.
-
-    One Python loop fills flat lists; headers become a list array over flat key/value arrays instead
-    of pyarrow's nested-object conversion (measured in the data-plane spike: 2.7 against 4.5 CPU-s per
-    million 1 KiB records).
-    """
-
-    def __init__(self, topic: str, partition: int) -> None:
-        self._topic = topic
-        self._partition = partition
-        self._reset()
-
-    def _reset(self) -> None:
-        self.keys: list[bytes | None] = []
-        self.values: list[bytes | None] = []
-        self.offsets: list[int] = []
-        self.timestamps: list[int] = []
-        self.timestamp_types: list[int] = []
-        self.header_keys: list[str] = []
-        self.header_values: list[bytes | None] = []
-        self.header_ends: list[int] = [0]
-        self.header_nulls: list[int] = []
-        self.byte_count = 0
-
-    def __len__(self) -> int:
-        return len(self.offsets)
-
-    def add(self, message: Any, size: int) -> None:
-        self.keys.append(message.key())
-        self.values.append(message.value())
-        self.offsets.append(message.offset())
-        timestamp_type, timestamp = message.timestamp()
-        # librdkafka: 0 none, 1 create time, 2 log-append time; Kafka's (and Spark's) ids are one lower.
-        self.timestamp_types.append(timestamp_type - 1)
-        self.timestamps.append(timestamp)
-        headers = message.headers()
-        if headers is None:
-            # Spark's Kafka source gives null, not an empty list, for a record without headers.
-            self.header_nulls.append(len(self.offsets) - 1)
-        else:
-            for name, data in headers:
-                self.header_keys.append(name)
-                self.header_values.append(data)
-        self.header_ends.append(len(self.header_keys))
-        self.byte_count += size
-
-    def take(self) -> pa.RecordBatch:
-        """The rows added so far as one record batch; the builder starts empty again."""
-        count = len(self.offsets)
-        entries = pa.StructArray.from_arrays(
-            [pa.array(self.header_keys, pa.string()), pa.array(self.header_values, pa.binary())],
-            fields=list(HEADER_TYPE),
-        )
-        mask = None
-        if self.header_nulls:
-            nulls = np.zeros(count, dtype=bool)
-            nulls[self.header_nulls] = True
-            mask = pa.array(nulls)
-        headers = pa.ListArray.from_arrays(
-            pa.array(self.header_ends, pa.int32()), entries, type=pa.list_(HEADER_TYPE), mask=mask
-        )
-        timestamps = pa.array(np.asarray(self.timestamps, dtype=np.int64) * 1000, pa.int64())
-        batch = pa.RecordBatch.from_arrays(
-            [
-                pa.array(self.keys, pa.binary()),
-                pa.array(self.values, pa.binary()),
-                pa.DictionaryArray.from_arrays(
-                    pa.array(np.zeros(count, np.int32)), pa.array([self._topic], pa.string())
-                ).cast(pa.string()),
-                pa.array(np.full(count, self._partition, np.int32)),
-                pa.array(self.offsets, pa.int64()),
-                timestamps.cast(pa.timestamp("us", tz="UTC")),
-                pa.array(np.asarray(self.timestamp_types, dtype=np.int32)),
-                headers,
-            ],
-            schema=KAFKA_SCHEMA,
-        )
-        self._reset()
-        return batch

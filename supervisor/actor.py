@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 import anyio
 
@@ -20,16 +21,14 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
 from core.logs import log_event
 from sinks.base import Sink
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.staging import StagedBlob
+from sinks.write_target import BlobLimits, Written
 from source.offsets import SourceOffsets
 from source.outages import OutageRider
+from source.range_reader import OffsetsDeletedError
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
 from supervisor.transaction_hold import TransactionHold
-from workers.range_job import RangeJobError
-from workers.range_task import BlobLimits
 
 log = logging.getLogger("mirror_v3.actor")
 
@@ -45,12 +44,15 @@ class ActorSettings:
     drain_timeout_secs: float = 25.0
 
 
-class MirrorActor:
+W = TypeVar("W", bound=Written)
+
+
+class MirrorActor(Generic[W]):
     def __init__(
         self,
         mirror: MirrorSpec,
         source: PartitionSource,
-        sink: Sink,
+        sink: Sink[W],
         metrics: MirrorMetrics,
         settings: ActorSettings,
         stop_requested: anyio.Event,
@@ -232,8 +234,9 @@ class MirrorActor:
             waiting.start_soon(stop_waiting)
             self._parallelism = await self._source.parallelism()
             waiting.cancel_scope.cancel()
-        if isinstance(self._sink.staging(), KafkaProduceTarget):
-            # One task produces a Kafka job (records keep their order): jobs are sized for one core.
+        if self._sink.target().ordered:
+            # One task writes an ordered target's range (a Kafka partition's records keep their order): jobs
+            # are sized for one core.
             self._parallelism = 1
         while not self._stop.is_set():
             offsets = await self._query_offsets()
@@ -314,19 +317,15 @@ class MirrorActor:
         self._metrics.reading.set(plan.end - plan.first)
         try:
             limits = self._blob_limits if plan.trigger != "claimed" else _ONE_BLOB
-            items = await self._source.run(plan.tasks, limits, self._sink.staging())
-        except RangeJobError as exc:
-            if exc.kind == "OffsetsDeletedError":
-                # Deleted while the job read: the next offset query sees the new log start and applies
-                # source.on-data-loss (fail, or skip them) before anything is committed past them.
-                self._handle_data_loss(await self._outages.ride_out(self._source.offsets, "offset query"))
-                if self._read_from > self._next:
-                    return
-                # The offset query has not seen the deletion yet: a restart asks again.
-                raise MirrorError(f"{self._topic_partition}: {exc}") from None
-            # The same failure, naming the partition; its kind still says whether a restart may cure it (a hole
-            # in preserve mode, a moved or fenced destination: never).
-            raise RangeJobError(exc.kind, f"{self._topic_partition}: {exc}") from None
+            items = await self._source.run(plan.tasks, limits, self._sink.target(), self._planner.bytes_per_offset)
+        except OffsetsDeletedError as exc:
+            # Deleted while the job read: the next offset query sees the new log start and applies
+            # source.on-data-loss (fail, or skip them) before anything is committed past them.
+            self._handle_data_loss(await self._outages.ride_out(self._source.offsets, "offset query"))
+            if self._read_from > self._next:
+                return
+            # The offset query has not seen the deletion yet: a restart asks again.
+            raise MirrorError(f"{self._topic_partition}: {exc}") from None
         staged_at = self._clock.monotonic()
         self._metrics.read_seconds.observe(staged_at - began)
         self._metrics.reading.set(0)
@@ -346,7 +345,7 @@ class MirrorActor:
             )
         for index, item in enumerate(items):
             try:
-                trigger = item.cut if isinstance(item, StagedBlob) and item.cut else plan.trigger
+                trigger = item.cut or plan.trigger
                 await self._commit(item, trigger, began, staged_at)
             except BaseException:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(10):
@@ -360,7 +359,7 @@ class MirrorActor:
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
 
-    async def _commit(self, item: StagedBlob | ProducedRange, trigger: str, began: float, staged_at: float) -> None:
+    async def _commit(self, item: W, trigger: str, began: float, staged_at: float) -> None:
         first, last, records, payload = item.first, item.last, item.records, item.record_bytes
         committed = await self._sink.commit(item)
         finished = self._clock.monotonic()
@@ -370,7 +369,7 @@ class MirrorActor:
         self._next = last + 1
         self._read_from = max(self._read_from, self._next)
         self._records_since_beat += records
-        skipped = item.skipped if isinstance(item, ProducedRange) else 0
+        skipped = item.skipped
         holes = (last - first + 1) - records - skipped
         if holes:
             self._metrics.gap_records.inc(holes)

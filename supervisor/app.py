@@ -8,6 +8,7 @@ import random
 import signal
 import time
 from functools import partial
+from typing import Any
 
 import anyio
 import anyio.to_thread
@@ -32,10 +33,11 @@ from supervisor.describe import describe_error
 from supervisor.discovery import ClusterRead, plan_estate, read_clusters
 from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
+from supervisor.flush_scheduler import SchedulerLimits
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.metrics import MetricFamilies, MirrorMetrics
-from supervisor.partition_source import SparkPartitionSource
+from supervisor.partition_source import SparkPartitionSource, SparkRuntime
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
 from supervisor.topic_manager import TopicManager
@@ -64,7 +66,7 @@ class Supervisor:
         self._clusters = SourceClusters()
         self._sinks: SinkFactory | None = None
         self.stop_requested = anyio.Event()
-        self.actors: dict[MirrorKey, MirrorActor] = {}
+        self.actors: dict[MirrorKey, MirrorActor[Any]] = {}
         self._scopes: dict[MirrorKey, anyio.CancelScope] = {}
         self._selected: set[MirrorKey] = set()  # this shard's partitions that the last plan selected
         self._missing_logged: set[tuple[str, str]] = set()
@@ -75,8 +77,17 @@ class Supervisor:
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
+        spark = config.spark
+        self._spark = SparkRuntime(spark)
+        # One scheduler for every mirror of the process: the small flushes that fall due together share a job.
+        self._scheduler = self._spark.scheduler(
+            SchedulerLimits(
+                task_bytes=spark.bytes_per_task, task_offsets=spark.offsets_per_task, job_bytes=spark.max_bytes_per_job
+            ),
+            families,
+        )
 
-    def _actor(self, spec: MirrorSpec) -> MirrorActor:
+    def _actor(self, spec: MirrorSpec) -> MirrorActor[Any]:
         flush, spark = spec.flush, self._config.spark
         settings = ActorSettings(
             flush=flush,
@@ -106,7 +117,7 @@ class Supervisor:
             on_durable = partial(self._commits.durable, group, spec.topic, spec.partition)
         return MirrorActor(
             mirror=spec,
-            source=SparkPartitionSource(spec, cluster, self._config.spark),
+            source=SparkPartitionSource(spec, cluster, self._spark, self._scheduler),
             sink=self._sinks.build(
                 spec, on_retry=metrics.inflight_retry.set, cluster_ids=self._loop_ids.get(spec.cluster)
             ),
@@ -156,6 +167,7 @@ class Supervisor:
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
+                outer.start_soon(self._scheduler.run)
                 outer.start_soon(self.http.watch_loop)
                 if self._topics is not None:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)
@@ -188,7 +200,7 @@ class Supervisor:
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
 
-    def _launch(self, actor: MirrorActor) -> None:
+    def _launch(self, actor: MirrorActor[Any]) -> None:
         assert self._group is not None
         scope = anyio.CancelScope()
         self._scopes[actor.mirror.key] = scope
@@ -279,7 +291,7 @@ class Supervisor:
                 self._remove(actor, "source topic was deleted")
         self._planned(plan)
 
-    def _remove(self, actor: MirrorActor, reason: str) -> None:
+    def _remove(self, actor: MirrorActor[Any], reason: str) -> None:
         key = actor.mirror.key
         scope = self._scopes.get(key)
         if scope is None or scope.cancel_called:
@@ -300,7 +312,7 @@ class Supervisor:
             partition=spec.partition,
         )
 
-    async def _mark_started(self, actor: MirrorActor) -> None:
+    async def _mark_started(self, actor: MirrorActor[Any]) -> None:
         """Ready once the actor has started; gives up at the stop (an actor may fail or go before it starts)."""
         async with anyio.create_task_group() as waiting:
 
@@ -363,7 +375,7 @@ class Supervisor:
         log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))
         log.debug("failure detail", exc_info=exc)
 
-    async def _run_actor(self, actor: MirrorActor, own: anyio.CancelScope, everyone: anyio.CancelScope) -> None:
+    async def _run_actor(self, actor: MirrorActor[Any], own: anyio.CancelScope, everyone: anyio.CancelScope) -> None:
         spec = actor.mirror
         restarts, rng = 0, random.Random()
         while True:
@@ -404,8 +416,8 @@ class Supervisor:
             return
 
     async def _restart(
-        self, actor: MirrorActor, exc: Exception, restarts: int, rng: random.Random
-    ) -> MirrorActor | None:
+        self, actor: MirrorActor[Any], exc: Exception, restarts: int, rng: random.Random
+    ) -> MirrorActor[Any] | None:
         """Report the failure; after the backoff, a new actor for the same mirror (None: stopped for good, or
         the process is stopping)."""
         spec, labels = actor.mirror, actor.metrics_labels
@@ -451,7 +463,7 @@ class Supervisor:
             return False  # cannot tell: the failure stands
         return spec.topic not in topics
 
-    def _forget(self, actor: MirrorActor) -> None:
+    def _forget(self, actor: MirrorActor[Any]) -> None:
         """A stopped mirror leaves no series, readiness entry or actor behind."""
         key, name = actor.mirror.key, actor.mirror.name
         self.actors.pop(key, None)

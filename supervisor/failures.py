@@ -16,20 +16,27 @@ from core.errors import DataLossError
 from core.retry import RetryPolicy
 from sinks.base import FencedError
 from sinks.blob_chain import BlobExistsError, CorruptChainError
+from sinks.kafka_produce import DestinationMovedError, PreserveHoleError
 from sinks.s3_errors import PreconditionFailed
-from workers.range_job import RangeJobError
+from source.range_reader import OffsetsDeletedError
 
-# Task errors (RangeJobError.kind) that are facts about the data or the destination's owner.
-PERMANENT_TASK_ERRORS = frozenset(
-    {"OffsetsDeletedError", "PreserveHoleError", "ProducerFencedError", "DestinationMovedError"}
+# Facts about the data or the destination's owner: corrupt chain, lost records, a hole preserve mode cannot write,
+# a second writer (fenced producers included), a destination moved under the mirror.
+PERMANENT_ERRORS = (
+    CorruptChainError,
+    BlobExistsError,
+    PreconditionFailed,
+    DataLossError,
+    OffsetsDeletedError,
+    FencedError,
+    PreserveHoleError,
+    DestinationMovedError,
 )
 
 
 def is_permanent(exc: BaseException) -> bool:
-    """Whether another attempt would meet the same facts: corrupt chain, lost records, a second writer."""
-    if isinstance(exc, (CorruptChainError, BlobExistsError, PreconditionFailed, DataLossError, FencedError)):
-        return True
-    return isinstance(exc, RangeJobError) and exc.kind in PERMANENT_TASK_ERRORS
+    """Whether another attempt would meet the same facts."""
+    return isinstance(exc, PERMANENT_ERRORS)
 
 
 @dataclass(frozen=True)

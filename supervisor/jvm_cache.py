@@ -22,7 +22,7 @@ from source.jvm_class_cache import (
 )
 from source.jvm_logs import JvmEvent
 from source.spark_session import get_spark, jvm_property, shut_down_jvm
-from workers.range_job import run_tasks
+from workers.range_job import JobSpec, run_tasks
 
 # The JVM writes its archive (about 140 MB) as it exits: seconds, not minutes.
 RECORDING_TIMEOUT_S = 120.0
@@ -56,7 +56,9 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
     temporary = temporary_path(archive)
     try:
         session = get_spark(SparkConfig(master="local[2]"), on_jvm_event, record_classes=temporary)
-        run_tasks(session, "prepare-jvm", "default", "class archive", 2, batches_as_they_are, "id long", _as_arrow)
+        run_tasks(
+            session, JobSpec("prepare-jvm", "default", "class archive"), 2, batches_as_they_are, "id long", _as_arrow
+        )
         java_home, class_path = jvm_property("java.home"), jvm_property("java.class.path")
         exit_code = shut_down_jvm(RECORDING_TIMEOUT_S)
         if exit_code != 0:

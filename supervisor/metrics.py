@@ -234,6 +234,29 @@ class MetricFamilies:
         self.build = Info("mirror_v3_build", "The running version of mirror-v3 and its runtimes.", registry=registry)
         self.build.info(build_labels())
 
+        # The process's Spark jobs (supervisor.flush_scheduler): whether the estate fits its machine.
+        self.spark_jobs = Counter(
+            "mirror_v3_spark_jobs",
+            "Spark jobs run for flushes: lane=shared (small flushes of many partitions in one job) or own (a "
+            "backlog's flush, a job of its own).",
+            ["lane"],
+            registry=registry,
+        )
+        self.job_partitions = Histogram(
+            "mirror_v3_spark_job_partitions",
+            "Partitions (flushes) one Spark job carries.",
+            ["lane"],
+            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+            registry=registry,
+        )
+        self.flush_wait = Histogram(
+            "mirror_v3_flush_wait_seconds",
+            "Time from a flush falling due to its Spark job starting: grows when the estate outgrows the machine.",
+            ["lane"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+            registry=registry,
+        )
+
         # Per cluster: what discovery found and runs.
         self.mirrors = Gauge(
             "mirror_v3_mirrors", "Mirrors (actors) running in this process.", CLUSTER_LABELS, registry=registry

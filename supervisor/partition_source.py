@@ -1,29 +1,26 @@
-"""What an actor reads from: offsets of its partition, and Spark jobs over exact ranges of it."""
+"""What an actor reads from: offsets of its partition, and Spark jobs over exact ranges of it (through the
+process's flush scheduler, which runs the small flushes of many partitions as one job)."""
 
 from __future__ import annotations
 
-import threading
-import uuid
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 import anyio.to_thread
 
 from config.estate import MirrorSpec
 from config.model import SparkConfig
 from kafka_clients.settings import librdkafka_properties
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.staging import BlobStaging, StagedBlob
+from sinks.write_target import BlobLimits, TaskRange, WriteTarget, Written
 from source.offsets import SourceCluster, SourceOffsets
 from source.range_reader import SourcePartition
 from source.spark_session import current_spark, get_spark
 from supervisor.flush_planner import PlannedTask
-from workers.range_job import RangeJob, cancel_job, run_produce_job, run_staging_job
-from workers.range_task import BlobLimits, TaskRange
+from supervisor.flush_scheduler import FlushScheduler, SchedulerLimits
+from supervisor.metrics import MetricFamilies
+from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem, cancel_job, run_write_job
 
-
-class JobCancelled(Exception):
-    """The job was abandoned because the mirror's drain ran out of time."""
+W = TypeVar("W", bound=Written)
 
 
 class PartitionSource(Protocol):
@@ -42,14 +39,19 @@ class PartitionSource(Protocol):
         ...
 
     async def run(
-        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | KafkaProduceTarget
-    ) -> list[StagedBlob | ProducedRange]:
-        """Run one job over consecutive tasks: staged blobs (or the one range a Kafka task produced)
-        covering exactly [tasks[0].first, tasks[-1].end), in offset order."""
+        self,
+        tasks: Sequence[PlannedTask],
+        limits: BlobLimits,
+        target: WriteTarget[W],
+        bytes_per_offset: float | None = None,
+    ) -> list[W]:
+        """Write consecutive tasks' ranges with the target: what was written, covering exactly
+        [tasks[0].first, tasks[-1].end), in offset order (an ordered target's tasks are written as one range).
+        `bytes_per_offset` (as learned so far) estimates the work. Raises the first failed write's typed error."""
         ...
 
     def cancel(self) -> None:
-        """Abort the job in flight, if any (its `run` then raises), and refuse new ones."""
+        """Abort the work in flight or queued, if any (its `run` then raises), and refuse new work."""
         ...
 
 
@@ -70,19 +72,50 @@ def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourceP
     )
 
 
-class SparkPartitionSource:
-    """Offsets from aiokafka; records read (and blobs written) by Spark tasks, off the event loop."""
+class SparkRuntime:
+    """The process's Spark session as the flush scheduler uses it: its parallelism, jobs run in worker threads,
+    and their cancellation."""
 
-    def __init__(self, mirror: MirrorSpec, cluster: SourceCluster, spark: SparkConfig) -> None:
+    def __init__(self, spark: SparkConfig) -> None:
+        self._config = spark
+        self._parallelism: int | None = None
+
+    async def parallelism(self) -> int:
+        if self._parallelism is None:
+            spark = await anyio.to_thread.run_sync(get_spark, self._config, abandon_on_cancel=True)
+            self._parallelism = max(1, int(spark.sparkContext.defaultParallelism))
+        return self._parallelism
+
+    def run_job(
+        self, items: Sequence[WriteItem], packs: Sequence[Sequence[int]], spec: JobSpec
+    ) -> list[Outcome[list[Written]]]:
+        """Blocks: callers run it in a worker thread."""
+        return run_write_job(get_spark(self._config), items, packs, spec)  # may wait for the session to start
+
+    @staticmethod
+    def cancel_job(job_group: str) -> None:
+        """Called from the event loop: never waits."""
+        spark = current_spark()
+        if spark is not None:
+            cancel_job(spark, job_group)
+
+    def scheduler(self, limits: SchedulerLimits, metrics: MetricFamilies | None = None) -> FlushScheduler:
+        return FlushScheduler(self.run_job, self.cancel_job, self.parallelism, limits, metrics)
+
+
+class SparkPartitionSource:
+    """Offsets from aiokafka; records read (and written) by Spark tasks, off the event loop."""
+
+    def __init__(
+        self, mirror: MirrorSpec, cluster: SourceCluster, runtime: SparkRuntime, scheduler: FlushScheduler
+    ) -> None:
         """Raises ConfigReferenceError if the source's TLS files are unusable."""
         self._mirror = mirror
         self._partition = source_partition(mirror)
         self._cluster = cluster
-        self._spark_config = spark
-        self._inflight: str | None = None
+        self._runtime = runtime
+        self._scheduler = scheduler
         self._cancelled = False
-        self._lock = threading.Lock()
-        self._parallelism: int | None = None
 
     async def check(self) -> None:
         await self._cluster.check_partition(self._mirror.topic, self._mirror.partition)
@@ -96,49 +129,28 @@ class SparkPartitionSource:
         return await self._cluster.offset_for_time(self._mirror.topic, self._mirror.partition, timestamp_ms)
 
     async def parallelism(self) -> int:
-        if self._parallelism is None:
-            spark = await anyio.to_thread.run_sync(get_spark, self._spark_config, abandon_on_cancel=True)
-            self._parallelism = max(1, int(spark.sparkContext.defaultParallelism))
-        return self._parallelism
+        return await self._runtime.parallelism()
 
     async def run(
-        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | KafkaProduceTarget
-    ) -> list[StagedBlob | ProducedRange]:
-        ranges = tuple(TaskRange(t.first, t.read_from, t.end) for t in tasks)
-        if isinstance(target, KafkaProduceTarget):
-            # A partition's records must reach the destination in order: one task produces the whole job.
-            ranges = (TaskRange(ranges[0].first, ranges[0].read_from, ranges[-1].end),)
-        job = RangeJob(
-            source=self._partition,
-            tasks=ranges,
-            limits=limits,
-            target=target,
-            job_group=f"mirror-v3.{self._mirror.name}.{uuid.uuid4().hex[:12]}",
-            pool=f"mirror-v3.{self._mirror.name}",
-        )
-        with self._lock:
-            self._inflight = job.job_group
-        try:
-            # Abandoned on cancel: the thread finishes (or fails) on its own once `cancel` has
-            # interrupted the Spark job; the actor does not wait for it.
-            return await anyio.to_thread.run_sync(self._run_blocking, job, abandon_on_cancel=True)
-        finally:
-            with self._lock:
-                self._inflight = None
-
-    def _run_blocking(self, job: RangeJob) -> list[StagedBlob | ProducedRange]:
-        spark = get_spark(self._spark_config)  # may wait for the session to start
+        self,
+        tasks: Sequence[PlannedTask],
+        limits: BlobLimits,
+        target: WriteTarget[W],
+        bytes_per_offset: float | None = None,
+    ) -> list[W]:
         if self._cancelled:
-            raise JobCancelled(f"job over {self._partition.name} cancelled before it started")
-        if isinstance(job.target, KafkaProduceTarget):
-            return list(run_produce_job(spark, job))
-        return [blob for blobs in run_staging_job(spark, job) for blob in blobs]
+            raise JobCancelled(f"flush of {self._mirror.name}")
+        ranges = [TaskRange(t.first, t.read_from, t.end) for t in tasks]
+        if target.ordered:
+            # A partition's records must reach the destination in order: one task writes the whole range.
+            ranges = [TaskRange(ranges[0].first, ranges[0].read_from, ranges[-1].end)]
+        items = [WriteItem(self._partition, task, limits, target) for task in ranges]
+        weights = [round(task.offset_count * (bytes_per_offset or 1.0)) for task in ranges]
+        written = await self._scheduler.submit(self._mirror.name, items, weights)
+        # The writes of `target` are its own kind of Written (a staged blob, a produced range).
+        return [cast(W, each) for per_item in written for each in per_item]
 
     def cancel(self) -> None:
         """Called from the event loop: never waits."""
         self._cancelled = True
-        with self._lock:
-            job_group = self._inflight
-        spark = current_spark()
-        if job_group is not None and spark is not None:
-            cancel_job(spark, job_group)
+        self._scheduler.cancel(self._mirror.name)

@@ -41,7 +41,7 @@ from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
 from sinks.kafka import KafkaSink
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
+from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
 from source.spark_session import get_spark
 from supervisor.describe import describe_error
@@ -51,7 +51,6 @@ from supervisor.output import table_lines
 from supervisor.restore_progress import Progress, RestoreMetrics
 from supervisor.spark_start import start_spark
 from workers.archive_records import ArchiveSurvey, read_archived
-from workers.range_job import RangeJobError
 from workers.restore_job import (
     ArchivedRange,
     RestoreTask,
@@ -93,7 +92,7 @@ class RestorePartition:
     position: int | None = None  # the next archived offset to restore, once the destination is opened
     records: int = 0  # restored by this run
     record_bytes: int = 0
-    sink: RetryingSink | None = field(default=None, repr=False)
+    sink: RetryingSink[ProducedRange] | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -398,28 +397,29 @@ async def restore_all(
         for part in active:
             assert part.position is not None and part.sink is not None
             end = min(part.end, part.position + per_task)
-            target = part.sink.staging()
-            assert isinstance(target, KafkaProduceTarget)
             archived = ArchivedRange(
                 part.archived, part.partition, part.reader, part.blobs(part.position, end), part.position, end
             )
-            tasks.append(RestoreTask(archived, target))
+            tasks.append(RestoreTask(archived, part.sink.target()))
         job = tuple(tasks)
 
-        def run(job: tuple[RestoreTask, ...] = job) -> list[ProducedRange]:
-            try:
-                return list(run_restore_job(get_spark(config.spark), job, _job_group("produce")))
-            except RangeJobError as exc:
-                raise RestoreFailedError(str(exc)) from None
+        def run(job: tuple[RestoreTask, ...] = job) -> list[ProducedRange | MirrorV3Error]:
+            return run_restore_job(get_spark(config.spark), job, _job_group("produce"))
 
-        produced = await anyio.to_thread.run_sync(run)
-        for part, item in zip(active, produced, strict=True):
+        failed: MirrorV3Error | None = None
+        for part, item in zip(active, await anyio.to_thread.run_sync(run), strict=True):
             assert part.sink is not None
+            if isinstance(item, MirrorV3Error):
+                failed = failed or item  # the first partition's (by order) names the failure
+                continue
             await part.sink.commit(item)
             part.position = item.last + 1
             part.records += item.records
             part.record_bytes += item.record_bytes
             metrics.produced(part, item)
+        if failed is not None:
+            # What the other partitions produced is recorded above; a rerun continues every one of them.
+            raise RestoreFailedError(str(failed)) from None
         progress.update(parts)
     progress.finish(parts)
     return RestoreSummary(

@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
-from sinks.produce_target import ProducedRange
+from sinks.kafka_produce import ProducedRange
 from supervisor.metrics import LABELS, MetricFamilies, MirrorMetrics
 
 log = logging.getLogger("mirror_v3.restore")

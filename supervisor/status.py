@@ -14,7 +14,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import aiohttp
 import anyio
@@ -237,7 +237,7 @@ async def _query_one(
     deep: bool,
 ) -> MirrorStatus:
     # No retries here: status answers now, and says what failed.
-    sink: Sink | None = None if isinstance(sinks, DestinationError) else sinks.build(mirror, retries=False)
+    sink: Sink[Any] | None = None if isinstance(sinks, DestinationError) else sinks.build(mirror, retries=False)
     row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description if sink else "-", mirror.cluster)
     errors: list[str] = []
     timeout_ms = min(mirror.source.request_timeout_ms, int(timeout_s * 1000))

@@ -27,7 +27,7 @@ import msgspec
 
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config, KafkaDestination
-from core.errors import SourceError
+from core.errors import MirrorV3Error, SourceError
 from kafka_clients.admin import destination_admin
 from kafka_clients.settings import librdkafka_properties
 from sinks.blob_chain import BlobRange, verify_all
@@ -44,7 +44,6 @@ from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.spark_start import start_spark
 from workers.kafka_verify_task import KafkaSlice
-from workers.range_job import RangeJobError
 from workers.verify_job import BlobSlice, VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
 
@@ -180,7 +179,7 @@ def _run_job(config: Config, work: tuple[VerifySlice, ...]) -> list[SliceCheck] 
     spark = get_spark(config.spark)
     try:
         return run_verify_job(spark, work, f"mirror-v3.verify.{uuid.uuid4().hex[:12]}")
-    except RangeJobError as exc:
+    except MirrorV3Error as exc:
         return str(exc)
 
 

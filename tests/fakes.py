@@ -17,15 +17,13 @@ from prometheus_client import CollectorRegistry
 from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
 from sinks.retry import TransientDestinationError
-from sinks.staging import BlobFormat, BlobStaging, StagedBlob
+from sinks.staging import BlobFormat, StagedBlob
+from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.offsets import SourceOffsets
-from source.range_reader import OffsetsDeletedError, SourcePartition
+from source.range_reader import SharedConsumers, SourcePartition
 from supervisor.flush_planner import PlannedTask
 from supervisor.metrics import MetricFamilies, MirrorMetrics
-from workers.range_job import RangeJobError
-from workers.range_task import BlobLimits, TaskRange, stage_blobs
 
 
 @dataclass
@@ -105,6 +103,9 @@ class FakeConsumer:
 
     def assign(self, partitions: list[Any]) -> None:
         self.position_at = partitions[0].offset
+
+    def unassign(self) -> None:
+        self.position_at = -1001
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
         source = self._source
@@ -210,7 +211,7 @@ async def _settle() -> None:
 class FakePartitionSource:
     """A partition as a dict offset -> record; missing offsets inside [log_start, end) are holes.
 
-    `run` does what a Spark job does, in-process: each task reads its range through a FakeConsumer
+
     and stages blobs with the real `stage_blobs`, or returns the records."""
 
     def __init__(self, topic: str = "t", partition: int = 0) -> None:
@@ -258,22 +259,28 @@ class FakePartitionSource:
     def partition_spec(self) -> SourcePartition:
         return SourcePartition("fake:9092", self.topic, self.partition, "read_committed", "g", 5.0)
 
+    def reader(self, batch: int = 64) -> RecordSource:
+        """This partition as a task reads it: the real shared-consumer reader over a FakeConsumer."""
+        return self.partition_spec().open(SharedConsumers(lambda _: FakeConsumer(self, batch)))
+
     async def run(
-        self, tasks: Sequence[PlannedTask], limits: BlobLimits, target: BlobStaging | KafkaProduceTarget
-    ) -> list[StagedBlob | ProducedRange]:
+        self,
+        tasks: Sequence[PlannedTask],
+        limits: BlobLimits,
+        target: WriteTarget[Any],
+        bytes_per_offset: float | None = None,
+    ) -> list[Any]:
         assert all(t.end <= self.end for t in tasks), "job past the end"
+        assert not target.ordered, "ordered (Kafka) targets: tests/test_kafka_produce.py"
         self.jobs.append([(t.first, t.read_from, t.end) for t in tasks])
         if self.job_delay:
             await (self.clock.sleep(self.job_delay) if self.clock is not None else anyio.sleep(self.job_delay))
-        items: list[StagedBlob | ProducedRange] = []
-        spec = self.partition_spec()
+        items: list[Written] = []
         for task in tasks:
             task_range = TaskRange(task.first, task.read_from, task.end)
-            try:
-                assert not isinstance(target, KafkaProduceTarget), "Kafka targets: tests/test_kafka_produce.py"
-                items.extend(stage_blobs(spec, task_range, limits, target, FakeConsumer(self)))
-            except OffsetsDeletedError as exc:
-                raise RangeJobError("OffsetsDeletedError", str(exc)) from None
+            written = target.write(self.reader(), task_range, limits)
+            check_coverage(f"{self.topic}-{self.partition}", task_range, written)
+            items.extend(written)
         return items
 
     def cancel(self) -> None:
@@ -299,7 +306,9 @@ class MemoryBlobOutput:
     def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
         data = self.file.getvalue().to_pybytes()
         self.store.blobs[self.name] = data
-        return StagedBlob(first, last, records, record_bytes, len(data), ref=self.name)
+        return StagedBlob(
+            first=first, last=last, records=records, record_bytes=record_bytes, size=len(data), ref=self.name
+        )
 
     def abandon(self) -> None:
         self.store.blobs.pop(self.name, None)
@@ -309,7 +318,7 @@ def stage_bytes(store: InMemoryStore, data: bytes, first: int = 0, last: int = 0
     """Stage raw bytes in an InMemoryStore (for chain and store tests that do not care about Parquet)."""
     name = temp_name(f"{first:020d}-staged.parquet", uuid.uuid4().hex)
     store.blobs[name] = data
-    return StagedBlob(first, last, 0, 0, len(data), ref=name)
+    return StagedBlob(first=first, last=last, records=0, record_bytes=0, size=len(data), ref=name)
 
 
 class InMemoryStore:

@@ -18,6 +18,7 @@ from core.clock import SYSTEM_CLOCK
 from core.errors import DataLossError, SourceBehindDestinationError
 from sinks.blob_chain import blob_name, parse_blob_name
 from sinks.blob_sink import BlobSink
+from sinks.staging import StagedBlob
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
@@ -45,7 +46,7 @@ def make_actor(
     mirror: MirrorSpec = MIRROR,
     drain_timeout: float = 25.0,
     clock: FakeClock | None = None,
-) -> tuple[MirrorActor, anyio.Event, MetricFamilies]:
+) -> tuple[MirrorActor[StagedBlob], anyio.Event, MetricFamilies]:
     families, metrics = fresh_metrics()
     stop = anyio.Event()
     flush = flush or FlushConfig(max_time_ms=50, max_bytes=10**9, max_offsets=10**9)
@@ -76,7 +77,7 @@ def make_actor(
     return actor, stop, families
 
 
-async def run_until(actor: MirrorActor, stop: anyio.Event, store: InMemoryStore, next_offset: int) -> None:
+async def run_until(actor: MirrorActor[StagedBlob], stop: anyio.Event, store: InMemoryStore, next_offset: int) -> None:
     """Run the actor until the destination holds everything below next_offset, then drain it."""
     async with anyio.create_task_group() as tasks:
         tasks.start_soon(actor.run)

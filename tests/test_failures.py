@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import random
 
 import pytest
@@ -9,10 +10,19 @@ import pytest
 from core.errors import DataLossError, SourceError
 from sinks.base import FencedError
 from sinks.blob_chain import BlobExistsError, BlobRange, ChainProblem, CorruptChainError
+from sinks.kafka_produce import DestinationMovedError, PreserveHoleError, ProducerFencedError
 from sinks.retry import RetriesExhaustedError, TransientDestinationError
 from sinks.s3_errors import PreconditionFailed
+from source.range_reader import OffsetsDeletedError, SourceRangeError
 from supervisor.failures import RestartPolicy, is_permanent
-from workers.range_job import RangeJobError
+from workers.range_job import SparkTaskError
+
+
+def across_spark(exc: Exception) -> Exception:
+    """The error as a Spark task's outcome brings it to the driver (workers.range_job: pickled)."""
+    found = pickle.loads(pickle.dumps(exc))
+    assert type(found) is type(exc) and str(found) == str(exc) and vars(found) == vars(exc)
+    return found  # type: ignore[no-any-return]
 
 
 @pytest.mark.parametrize(
@@ -22,10 +32,10 @@ from workers.range_job import RangeJobError
         BlobExistsError("taken"),
         PreconditionFailed("412"),
         DataLossError("t", 0, log_start=150, next_offset=100),
-        RangeJobError("OffsetsDeletedError", "deleted"),
-        RangeJobError("PreserveHoleError", "hole"),
-        RangeJobError("ProducerFencedError", "fenced"),
-        RangeJobError("DestinationMovedError", "moved"),
+        across_spark(OffsetsDeletedError("t-0", 5, 7)),
+        across_spark(PreserveHoleError("t-0", 1, 2)),
+        across_spark(ProducerFencedError("destination t-0", "mirror-v3.t-0", 2222, "mirror-v3.owners")),
+        across_spark(DestinationMovedError("destination t-0", 12, 10, "the end offset")),
         FencedError("destination t-0", "mirror-v3.t-0"),
     ],
 )
@@ -38,8 +48,8 @@ def test_facts_about_data_or_ownership_are_not_retried(exc: Exception) -> None:
     [
         SourceError("source cluster k:9092 unreachable"),
         RetriesExhaustedError("commit 0-9", 12, 300, TransientDestinationError("HTTP 503")),
-        RangeJobError("SourceRangeError", "no progress for 30s"),
-        RangeJobError("OSError", "No space left on device"),
+        across_spark(SourceRangeError("t-0", 30, "no progress for 30s")),
+        across_spark(SparkTaskError("OSError", "No space left on device")),
         OSError("Not a directory"),
     ],
 )

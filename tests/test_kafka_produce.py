@@ -11,18 +11,18 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from core.kafka_records import parse_source_offset, source_cluster_header, source_offset_header
-from sinks.produce_target import KafkaProduceTarget
-from sinks.retry import RetryPolicy
-from tests.fakes import FakeConsumer, FakePartitionSource
-from workers.kafka_produce import (
+from sinks.kafka_produce import (
     DestinationMovedError,
     DestinationTaskError,
+    KafkaProduceTarget,
     PreserveHoleError,
     ProducerFencedError,
     UndeliveredRecordError,
     produce_range,
 )
-from workers.range_task import TaskRange
+from sinks.retry import RetryPolicy
+from sinks.write_target import TaskRange
+from tests.fakes import FakePartitionSource
 
 WRITER = 1111
 
@@ -151,9 +151,6 @@ class FakeClients:
     destination: FakeDestination
     transactional: bool
 
-    def source_consumer(self) -> Any:
-        return FakeConsumer(self.source)
-
     def producer(self, on_error: Any = None) -> Any:
         return FakeProducer(self.destination, self.transactional)
 
@@ -164,7 +161,7 @@ class FakeClients:
 def run(source: FakePartitionSource, destination: FakeDestination, task: TaskRange, offsets: str, **kw: Any) -> Any:
     target = destination.target(offsets, **kw)
     clients = FakeClients(source, destination, transactional=offsets == "renumber")
-    return produce_range(source.partition_spec(), task, target, clients, sleep=lambda _: None)
+    return produce_range(source.reader(), task, target, clients, sleep=lambda _: None)
 
 
 def test_preserve_keeps_every_offset_and_record() -> None:
@@ -291,7 +288,7 @@ def test_preserve_checks_each_delivery_against_its_own_source_offset() -> None:
     clients = FakeClients(source, destination, transactional=False)
     clients.producer = lambda on_error=None: LosingFirst(destination, False)  # type: ignore[method-assign]
     with pytest.raises(UndeliveredRecordError) as caught:
-        produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("preserve"), clients)
+        produce_range(source.reader(), TaskRange(0, 0, 10), destination.target("preserve"), clients)
     assert caught.value.source_offset == 0
 
 
@@ -319,7 +316,7 @@ def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
     clients = FakeClients(source, destination, transactional=True)
     clients.producer = lambda on_error=None: FencedMidway(on_error)  # type: ignore[method-assign]
     with pytest.raises(ProducerFencedError) as caught:
-        produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
+        produce_range(source.reader(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
     target = destination.target("renumber")
     assert (caught.value.transactional_id, caught.value.owner) == (target.transactional_id, None)
 
@@ -347,7 +344,7 @@ def test_a_producer_made_unusable_by_a_lost_connection_is_replaced_and_the_range
     clients = FakeClients(source, destination, transactional=True)
     clients.producer = new_producer  # type: ignore[method-assign]
     produced = produce_range(
-        source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients, sleep=lambda _: None
+        source.reader(), TaskRange(0, 0, 10), destination.target("renumber"), clients, sleep=lambda _: None
     )
     assert (produced.retries, len(producers)) == (1, 2)
     assert [parse_source_offset(r.headers) for r in destination.log] == list(range(10))
@@ -367,5 +364,5 @@ def test_a_fatal_authorization_error_is_not_retried() -> None:
     clients = FakeClients(source, destination, transactional=True)
     clients.producer = lambda on_error=None: Unauthorised(destination, True)  # type: ignore[method-assign]
     with pytest.raises(DestinationTaskError) as caught:
-        produce_range(source.partition_spec(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
+        produce_range(source.reader(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
     assert "not authorised" in caught.value.problem

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
-from sinks.produce_target import ProducedRange
+from sinks.kafka_produce import ProducedRange
 from supervisor.metrics import MetricFamilies
 from supervisor.restore_progress import RestoreMetrics
 
@@ -47,7 +47,13 @@ def test_the_series_follow_the_archived_range_and_what_was_produced() -> None:
     metrics.produced(
         part,
         ProducedRange(
-            400, 599, records=190, record_bytes=19_000, destination_first=None, destination_last=None, retries=1
+            first=400,
+            last=599,
+            records=190,
+            record_bytes=19_000,
+            destination_first=None,
+            destination_last=None,
+            retries=1,
         ),
     )
     assert sample(registry, "mirror_v3_destination_records_total") == 190

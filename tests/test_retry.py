@@ -44,7 +44,7 @@ def staged(store: InMemoryStore, first: int, last: int) -> StagedBlob:
     return stage_bytes(store, b"parquet bytes", first, last)
 
 
-async def make_sink(store: InMemoryStore, policy: RetryPolicy = FAST) -> tuple[RetryingSink, list[int]]:
+async def make_sink(store: InMemoryStore, policy: RetryPolicy = FAST) -> tuple[RetryingSink[StagedBlob], list[int]]:
     gauge: list[int] = []
     sink = RetryingSink(BlobSink(store, "mem", MemoryStaging(store)), policy, on_retry=gauge.append)
     await sink.open()

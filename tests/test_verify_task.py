@@ -11,18 +11,17 @@ import pyarrow.parquet as pq
 from core.records import KAFKA_SCHEMA
 from sinks.blob_chain import BlobRange, blob_name
 from sinks.blob_reading import FilesystemBlobReader
+from sinks.blob_writer import stage_blobs
 from sinks.filesystem import FilesystemStaging
+from sinks.write_target import BlobLimits, TaskRange
 from tests.fakes import FakeConsumer, FakePartitionSource
-from workers.range_task import BlobLimits, TaskRange, stage_blobs
 from workers.verify_task import SliceCheck, check_slice
 
 
 def archive(source: FakePartitionSource, directory: Path, end: int, per_blob: int) -> tuple[BlobRange, ...]:
     """Stage [0, end) as blobs of `per_blob` offsets and publish them under their names."""
     staging = FilesystemStaging(str(directory))
-    staged = stage_blobs(
-        source.partition_spec(), TaskRange(0, 0, end), BlobLimits(10**12, per_blob), staging, FakeConsumer(source)
-    )
+    staged = stage_blobs(source.reader(), TaskRange(0, 0, end), BlobLimits(10**12, per_blob), staging)
     for blob in staged:
         (directory / blob.ref).rename(directory / blob_name(blob.first, blob.last))
     return tuple(BlobRange(b.first, b.last) for b in staged)

@@ -1,1 +1,2 @@
-"""The Spark data plane: the process-wide SparkSession and the exact-range Kafka reader."""
+"""What runs inside Spark: one job shape for every job (items packed into tasks, typed outcomes), the flush
+writes, and the restore and verify jobs."""

@@ -1,7 +1,7 @@
 """Records of an archived chain, read back inside a Spark task (`restore`, `verify`).
 
 A chain's blobs are Parquet files of KAFKA_SCHEMA rows named by their offset range. `read_archived` yields the
-records of an offset range as librdkafka-like messages, so the Kafka produce path (`workers.kafka_produce`) takes
+records of an offset range as librdkafka-like messages, so the Kafka produce path (`sinks.kafka_produce`) takes
 them as it takes a consumer's. `survey_archived` counts what a range holds without producing it: records, holes
 (offsets with no record: compaction, transaction markers, aborted records) and the first hole, for `restore
 --dry-run` and for the preserve-mode check that must fail before anything is written. `first_stamped_at_or_after`

@@ -15,10 +15,10 @@ import pyarrow as pa
 import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
+from core.messages import RecordColumns, message_bytes
 from core.records import KAFKA_SCHEMA, conform, encode_parquet
 from sinks.blob_chain import BlobRange, blob_name, find_tail
 from sinks.staging import StagedBlob
-from source.range_reader import RecordColumns, message_bytes
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner
 
 T = TypeVar("T")

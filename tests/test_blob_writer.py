@@ -1,27 +1,27 @@
-"""What a Spark task does with its range, against a fake librdkafka consumer: exact ranges, holes versus
-deleted offsets, and blob boundaries cut from the records themselves."""
+"""What a Spark task does with its range for a blob destination, against a fake librdkafka consumer: exact ranges,
+holes versus deleted offsets, and blob boundaries cut from the records themselves."""
 
 from __future__ import annotations
 
 import io
-from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
 from core.records import KAFKA_SCHEMA
+from sinks.blob_writer import stage_blobs
 from sinks.staging import StagedBlob
+from sinks.write_target import BlobLimits, TaskRange
 from source.range_reader import OffsetsDeletedError, SourceRangeError, consume_range
 from tests.fakes import FakeConsumer, FakeMessage, FakePartitionSource, FakeRecord, InMemoryStore, MemoryStaging
-from workers.range_job import RangeJobError, raise_task_error, task_failure
-from workers.range_task import BlobLimits, TaskRange, stage_blobs
+from workers.range_job import task_failure
 
 UNLIMITED = BlobLimits(max_bytes=10**12, max_offsets=10**12)
 
 
 def stage(source: FakePartitionSource, task: TaskRange, limits: BlobLimits) -> tuple[list[StagedBlob], InMemoryStore]:
     store = InMemoryStore()
-    return stage_blobs(source.partition_spec(), task, limits, MemoryStaging(store), FakeConsumer(source)), store
+    return stage_blobs(source.reader(), task, limits, MemoryStaging(store)), store
 
 
 def offsets_in(store: InMemoryStore, blob: StagedBlob) -> list[int]:
@@ -163,18 +163,6 @@ def test_a_task_failure_is_found_in_sparks_error_text() -> None:
     )
     assert task_failure(text) == ("OffsetsDeletedError", "t-0: offset 5 was deleted before it was read")
     assert task_failure("java.lang.OutOfMemoryError: Java heap space") == (None, "")
-
-
-def test_a_task_reports_a_users_error_as_a_row_and_the_first_task_in_order_wins() -> None:
-    rows: list[dict[str, Any]] = [
-        {"task": 1, "error_kind": "OffsetsDeletedError", "error": "t-0: offset 5 was deleted"},
-        {"task": 0, "error_kind": "PreserveHoleError", "error": "source t-0 offsets 1..2 hold no records"},
-        {"task": 2, "error_kind": None, "error": None},
-    ]
-    with pytest.raises(RangeJobError) as caught:
-        raise_task_error(rows)
-    assert (caught.value.kind, str(caught.value)) == ("PreserveHoleError", "source t-0 offsets 1..2 hold no records")
-    raise_task_error([{"task": 0, "error_kind": None, "error": None}])  # no error, nothing raised
 
 
 def test_daily_blobs_never_hold_records_of_two_utc_days() -> None:

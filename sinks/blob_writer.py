@@ -1,4 +1,4 @@
-"""What one Spark task does with its offset range for a blob destination: read it and stage it as blobs.
+"""Records of a range staged as blobs, inside a Spark task: the write target of the filesystem and S3 destinations.
 
 A task covers [first, end) of one partition. It reads from `read_from` (above `first` only when the
 offsets in between were lost and the mirror skips them; they stay inside the first blob's range so the
@@ -20,50 +20,41 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from core.messages import RecordColumns, message_bytes
 from core.record_times import RecordTimes
 from core.records import parquet_writer
 from sinks.staging import BlobOutput, BlobStaging, StagedBlob
-from source.range_reader import RecordColumns, SourcePartition, consume_range, message_bytes
+from sinks.write_target import BlobLimits, RecordSource, TaskRange
 
 # A row group is written when either is reached: bounds a task's memory and keeps groups large
 # enough for compression and for readers' column chunks.
 ROW_GROUP_BYTES = 32 * 1024 * 1024
 ROW_GROUP_ROWS = 131_072
 
-
-@dataclass(frozen=True)
-class TaskRange:
-    first: int  # first offset the task's output covers
-    read_from: int  # first offset to read (first <= read_from <= end)
-    end: int  # exclusive
-
-    @property
-    def offset_count(self) -> int:
-        return self.end - self.first
-
-
-@dataclass(frozen=True)
-class BlobLimits:
-    max_bytes: int
-    max_offsets: int
-    daily: bool = False  # never a blob with records of two UTC days (record timestamps)
-
-
 _DAY_MS = 86_400_000
 
 
-def stage_blobs(
-    source: SourcePartition,
-    task: TaskRange,
-    limits: BlobLimits,
-    staging: BlobStaging,
-    consumer: Any = None,
-) -> list[StagedBlob]:
+@dataclass(frozen=True)
+class BlobTarget:
+    """The write target of a blob destination: the records of a range become consecutive staged blobs, cut by
+    the limits; a range may be split over tasks at any offset (each task's blobs start where its range does)."""
+
+    staging: BlobStaging
+
+    @property
+    def ordered(self) -> bool:
+        return False
+
+    def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> list[StagedBlob]:
+        return stage_blobs(records, task, limits, self.staging)
+
+
+def stage_blobs(records: RecordSource, task: TaskRange, limits: BlobLimits, staging: BlobStaging) -> list[StagedBlob]:
     """Read the task's range and stage it as consecutive blobs covering exactly [first, end)."""
-    writer = _BlobWriter(source, staging, limits)
+    writer = _BlobWriter(records, staging, limits)
     try:
         writer.start(task.first)
-        for messages in consume_range(source, task.read_from, task.end, consumer):
+        for messages in records.read(task.read_from, task.end):
             for message in messages:
                 writer.add(message)
         writer.close(task.end - 1)
@@ -74,10 +65,10 @@ def stage_blobs(
 
 
 class _BlobWriter:
-    def __init__(self, source: SourcePartition, staging: BlobStaging, limits: BlobLimits) -> None:
+    def __init__(self, records: RecordSource, staging: BlobStaging, limits: BlobLimits) -> None:
         self._staging = staging
         self._limits = limits
-        self._columns = RecordColumns(source.topic, source.partition)
+        self._columns = RecordColumns(records.topic, records.partition)
         self._output: BlobOutput | None = None
         self._parquet: pq.ParquetWriter | None = None
         self._first = 0

@@ -1,7 +1,11 @@
-"""Copy an exact offset range of one source partition into the Kafka destination, inside a Spark task.
+"""The Kafka destination's task half: copy an exact offset range into a destination partition, inside a Spark task.
 
-The task reads the range with `source.range_reader` and produces each record with librdkafka, so no
-record passes through the driver or Spark's JVM. What keeps it exactly once (`sinks.produce_target`):
+The driver's sink (`sinks.kafka.KafkaSink`) decides the target per job and records each reported range as
+committed; the target is a small frozen value that travels to the executors inside the job's closure.
+
+The task reads the range from the reader it is given (a live source partition, or archived blobs for `restore`)
+and produces each record with librdkafka, so no
+record passes through the driver or Spark's JVM. What keeps it exactly once:
 
 preserve: before writing, the destination partition must end exactly where the range begins; every
   record is produced by an idempotent producer and its delivered offset must be its source offset. A
@@ -27,21 +31,20 @@ from __future__ import annotations
 import contextlib
 import time
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 
 from core.errors import MirrorV3Error
 from core.kafka_records import copied_from, source_cluster_header, source_offset_header
+from core.messages import message_bytes
 from core.record_times import RecordTimes
 from kafka_clients.oauth_tokens import librdkafka_config
 from sinks.base import FencedError
-from sinks.produce_target import KafkaProduceTarget, ProducedRange
-from sinks.retry import TransientDestinationError, retry_transient_sync
-from source.range_reader import SourcePartition, consume_range, message_bytes
-from workers.range_task import TaskRange
+from sinks.retry import RetryPolicy, TransientDestinationError, retry_transient_sync
+from sinks.write_target import BlobLimits, RecordSource, TaskRange, Written
 
 # librdkafka error codes (confluent_kafka.KafkaError) that mean another producer took the partition over.
 _FENCED = {-144, 47, 90}  # _FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
@@ -55,6 +58,50 @@ _FATAL = -150  # librdkafka's "the client is unusable"; the cause arrives throug
 _PERMANENT_FATAL = {29, 31, 35, 53}  # TOPIC_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED, UNSUPPORTED_VERSION
 _FATAL_CAUSE_WAIT_S = 1.0
 _TRANSACTION_TIMEOUT_MS = 120_000
+
+
+@dataclass(frozen=True)
+class KafkaProduceTarget:
+    bootstrap_servers: str
+    topic: str
+    partition: int
+    offsets: Literal["preserve", "renumber"]
+    source_name: str  # "<topic>-<partition>" of the source, for messages and the position's metadata
+    transactional_id: str  # renumber: fixed per destination partition, so a newer producer fences an older one
+    group_id: str  # renumber: the group whose committed offset is the position
+    owner_group: str  # renumber: the group whose committed offset names the process that owns the partition
+    writer: int  # renumber: this process's id, committed in `owner_group` when it took the partition over
+    expected: int | None  # renumber: the position the driver knows (None: the group holds none)
+    compression: str | None
+    max_batch_bytes: int
+    request_timeout_ms: int
+    retry: RetryPolicy  # transient failures: a transaction is aborted and run again until the deadline
+    client_properties: Mapping[str, str] = field(default_factory=dict, repr=False)  # security, credentials
+    # renumber: the source cluster's id, written on every record; records copied from `skip_cluster` (the
+    # destination's id) are not written back to it. None: no such header (a restore's archive has no cluster).
+    source_cluster: str | None = None
+    skip_cluster: str | None = None
+
+    @property
+    def name(self) -> str:
+        return f"destination {self.topic}-{self.partition}"
+
+    @property
+    def ordered(self) -> bool:
+        return True  # a partition's records keep their order: one task writes a whole range
+
+    def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> list[ProducedRange]:
+        return [produce_range(records, task, self)]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProducedRange(Written):
+    """Source offsets [first, last] are at the destination, durably (renumber: committed with the position).
+    `retries` counts transactions the task aborted and ran again; `skipped` (renumber) the records copied from the
+    destination cluster, left out because they came from there."""
+
+    destination_first: int | None = None  # offsets the records got at the destination (None: no records)
+    destination_last: int | None = None
 
 
 class DestinationMovedError(MirrorV3Error):
@@ -90,18 +137,16 @@ class UndeliveredRecordError(DestinationTaskError):
 class PreserveHoleError(MirrorV3Error):
     """A range with a hole cannot keep its offsets at the destination."""
 
-    def __init__(self, source: str, first: int, last: int) -> None:
-        self.source, self.first, self.last = source, first, last
+    def __init__(self, partition: str, first: int, last: int) -> None:
+        self.partition, self.first, self.last = partition, first, last
         super().__init__(
-            f"source {source} offsets {first}..{last} hold no records (compaction, transaction markers or aborted "
+            f"source {partition} offsets {first}..{last} hold no records (compaction, transaction markers or aborted "
             "transactions): offsets: preserve cannot reproduce a hole; use offsets: renumber"
         )
 
 
 class ProduceClients(Protocol):
     """The librdkafka clients a task uses; tests give in-memory ones."""
-
-    def source_consumer(self) -> Any: ...
 
     def producer(self, on_error: Callable[[Any], None] | None = None) -> Any:
         """`on_error` gets librdkafka's client-level errors (the fatal one behind a `_FATAL` exception)."""
@@ -114,11 +159,7 @@ class ProduceClients(Protocol):
 
 @dataclass(frozen=True)
 class LibrdkafkaClients:
-    source: SourcePartition
     target: KafkaProduceTarget
-
-    def source_consumer(self) -> Any:
-        return None  # consume_range builds its own
 
     def producer(self, on_error: Callable[[Any], None] | None = None) -> Any:
         from confluent_kafka import Producer
@@ -162,37 +203,22 @@ class LibrdkafkaClients:
         )
 
 
-# Reads the records of [read_from, end) as lists of messages (anything with librdkafka's message methods).
-RecordReader = Callable[[int, int], Iterable[list[Any]]]
-
-
 def produce_range(
-    source: SourcePartition,
+    records: RecordSource,
     task: TaskRange,
     target: KafkaProduceTarget,
     clients: ProduceClients | None = None,
     sleep: Callable[[float], None] = time.sleep,
-    read: RecordReader | None = None,
 ) -> ProducedRange:
-    """Produce the records of the task's range into the target. They are read from the source partition, or by
-    `read` (restore reads them from archived blobs; `source` then only names the partition in messages)."""
-    clients = clients or LibrdkafkaClients(source, target)
-    if read is None:
-        read = _source_reader(source, clients)
+    """Produce the records of the task's range, read from `records`, into the target."""
+    clients = clients or LibrdkafkaClients(target)
     if target.offsets == "preserve":
-        return _preserve(source, task, target, clients, read)
-    attempts = _RenumberAttempts(source, task, target, clients, read)
+        return _preserve(records, task, target, clients)
+    attempts = _RenumberAttempts(records, task, target, clients)
     try:
         return retry_transient_sync(attempts.run, target.retry, f"{target.name}: transaction", sleep=sleep)
     finally:
         attempts.close()
-
-
-def _source_reader(source: SourcePartition, clients: ProduceClients) -> RecordReader:
-    def read(read_from: int, end: int) -> Iterable[list[Any]]:
-        return consume_range(source, read_from, end, clients.source_consumer())
-
-    return read
 
 
 @dataclass
@@ -215,12 +241,12 @@ class _Written:
         """What this pass wrote, as the task reports it (record timestamps measured now)."""
         times = RecordTimes.measure(np.frombuffer(self.timestamps, dtype=np.int64), round(time.time() * 1000))
         return ProducedRange(
-            task.first,
-            task.end - 1,
-            self.records,
-            self.record_bytes,
-            self.first_delivered,
-            self.last_delivered,
+            first=task.first,
+            last=task.end - 1,
+            records=self.records,
+            record_bytes=self.record_bytes,
+            destination_first=self.first_delivered,
+            destination_last=self.last_delivered,
             retries=retries,
             skipped=self.skipped,
             times=times,
@@ -241,10 +267,9 @@ class _Written:
 
 
 def _produce_all(
-    source: SourcePartition,
+    records: RecordSource,
     task: TaskRange,
     target: KafkaProduceTarget,
-    read: RecordReader,
     producer: Any,
     written: _Written,
     *,
@@ -257,12 +282,12 @@ def _produce_all(
     def on_delivery(error: Any, message: Any) -> None:
         written.delivered(error, message, check)
 
-    for messages in read(task.read_from, task.end):
+    for messages in records.read(task.read_from, task.end):
         for message in messages:
             offset = message.offset()
             if preserve and offset != expected:
                 _deliver(producer, target, written)
-                raise PreserveHoleError(source.name, expected, offset - 1)
+                raise PreserveHoleError(records.name, expected, offset - 1)
             expected = offset + 1
             headers = message.headers()
             if not preserve:
@@ -296,7 +321,7 @@ def _produce_all(
             _deliver(producer, target, written)  # (renumber: the failed delivery fails the commit, which aborts)
     if preserve and expected != task.end:
         _deliver(producer, target, written)
-        raise PreserveHoleError(source.name, expected, task.end - 1)
+        raise PreserveHoleError(records.name, expected, task.end - 1)
 
 
 def _cluster_headers(target: KafkaProduceTarget) -> tuple[tuple[str, bytes | None], ...]:
@@ -318,7 +343,7 @@ def _deliver(producer: Any, target: KafkaProduceTarget, written: _Written) -> No
 
 
 def _preserve(
-    source: SourcePartition, task: TaskRange, target: KafkaProduceTarget, clients: ProduceClients, read: RecordReader
+    records: RecordSource, task: TaskRange, target: KafkaProduceTarget, clients: ProduceClients
 ) -> ProducedRange:
     from confluent_kafka import KafkaException, TopicPartition
 
@@ -340,7 +365,7 @@ def _preserve(
     producer = clients.producer()
     written = _Written(next_delivered=task.first)
     try:
-        _produce_all(source, task, target, read, producer, written, preserve=True)
+        _produce_all(records, task, target, producer, written, preserve=True)
         _deliver(producer, target, written)
     except KafkaException as exc:
         # librdkafka has retried on its own until the deadline: what reaches here is final.
@@ -354,14 +379,12 @@ class _RenumberAttempts:
 
     def __init__(
         self,
-        source: SourcePartition,
+        records: RecordSource,
         task: TaskRange,
         target: KafkaProduceTarget,
         clients: ProduceClients,
-        read: RecordReader,
     ) -> None:
-        self._source, self._task, self._target, self._clients = source, task, target, clients
-        self._read = read
+        self._records, self._task, self._target, self._clients = records, task, target, clients
         self._producer: Any = None
         self._group: Any = None
         self._owner: Any = None
@@ -394,7 +417,7 @@ class _RenumberAttempts:
             producer = self._producer
             producer.begin_transaction()
             written = _Written()
-            _produce_all(self._source, task, target, self._read, producer, written, preserve=False)
+            _produce_all(self._records, task, target, producer, written, preserve=False)
             producer.send_offsets_to_transaction(
                 [TopicPartition(target.topic, target.partition, task.end, metadata=f"source={target.source_name}")],
                 self._group.consumer_group_metadata(),
@@ -482,15 +505,21 @@ class _RenumberAttempts:
         """An earlier attempt committed this range and its answer was lost: count what it wrote."""
         task, skip = self._task, self._target.skip_cluster
         records = record_bytes = skipped = 0
-        for messages in self._read(task.read_from, task.end):
+        for messages in self._records.read(task.read_from, task.end):
             for message in messages:
                 if skip is not None and copied_from(message.headers(), skip):
                     skipped += 1
                 else:
                     records += 1
                     record_bytes += message_bytes(message)
-        attempts = self._attempts - 1
-        return ProducedRange(task.first, task.end - 1, records, record_bytes, None, None, attempts, skipped)
+        return ProducedRange(
+            first=task.first,
+            last=task.end - 1,
+            records=records,
+            record_bytes=record_bytes,
+            retries=self._attempts - 1,
+            skipped=skipped,
+        )
 
     def _abandon_transaction(self) -> None:
         """Leave no open transaction: abort it, or drop the producer (the next one's init aborts it)."""

@@ -1,0 +1,213 @@
+"""Group commit for Spark: the small flushes that fall due at about the same time run as one job.
+
+A Spark job costs about 0.2 CPU-s whatever it carries, so a job per partition per flush caps a machine at a
+dozen or so flushes a second, far below what an estate of hundreds of steadily written partitions needs at a
+`max-time` of a second. Each actor still decides what to flush and commits its own writes in offset order; only
+the submission of the Spark work is shared:
+
+- **shared lane**: a flush of one write no larger than a task (`spark.bytes-per-task`, `spark.offsets-per-task`;
+  a steady partition's flush at `max-time`) waits in a queue. One shared job runs at a time; whatever is queued
+  when it may start (after a short gathering window, `GATHER_S`, so flushes that fall due together go
+  together) goes into the next job, up to `spark.max-bytes-per-job`, packed into at most one task per core
+  (`supervisor.job_packing`). Every actor gets back exactly its own outcome: one partition's failure (data loss,
+  a fence, a chain conflict) is that partition's and never fails, delays or rolls back its neighbours.
+- **own lane**: a larger flush (a backlog: several tasks of whole blobs) runs as its own job, at once, in its
+  mirror's FAIR pool, as before: it pays the job's cost over many records, and the pools keep one backlog from
+  starving the shared lane, whose jobs have a pool of their own.
+
+Cancelling a mirror's work withdraws its queued flushes and interrupts its own-lane job; a shared job in flight
+runs on for its other partitions (what it staged for a cancelled mirror is a leftover that mirror's next start
+removes).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+
+import anyio
+import anyio.to_thread
+
+from core.logs import log_event
+from sinks.write_target import Written
+from supervisor.job_packing import pack
+from supervisor.metrics import MetricFamilies
+from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem
+
+log = logging.getLogger("mirror_v3.scheduler")
+
+# How long a shared job waits for more flushes once the first is queued and no job is running. Flushes of an
+# estate fall due spread over their max-time; those due within this window share the job. Short against any
+# max-time: it is added to every shared flush's latency at most once.
+GATHER_S = 0.025
+SHARED_POOL = "mirror-v3.shared"
+
+# Runs one job in a worker thread: the items, their packs (one per Spark task), and how the job is named.
+JobRunner = Callable[[Sequence[WriteItem], Sequence[Sequence[int]], JobSpec], list[Outcome[list[Written]]]]
+
+
+@dataclass(frozen=True)
+class SchedulerLimits:
+    task_bytes: int  # a write estimated above this (or above task_offsets) runs in its own job
+    task_offsets: int
+    job_bytes: int  # a shared job takes queued writes up to about this many estimated bytes
+
+
+@dataclass
+class _Queued:
+    owner: str
+    item: WriteItem
+    weight: int  # estimated record bytes
+    due_at: float
+    done: anyio.Event = field(default_factory=anyio.Event)
+    outcome: Outcome[list[Written]] | None = None
+    failure: BaseException | None = None  # the whole job failed (Spark gone, cancelled, Spark never started)
+
+
+class FlushScheduler:
+    def __init__(
+        self,
+        run_job: JobRunner,
+        cancel_job: Callable[[str], None],
+        parallelism: Callable[[], Awaitable[int]],
+        limits: SchedulerLimits,
+        metrics: MetricFamilies | None = None,
+    ) -> None:
+        self._run_job = run_job
+        self._cancel_job = cancel_job
+        self._parallelism = parallelism
+        self._limits = limits
+        self._metrics = metrics
+        self._queue: list[_Queued] = []
+        self._queued = anyio.Event()
+        self._own_jobs: dict[str, set[str]] = {}  # owner → job groups of its own-lane jobs in flight
+
+    def joins_shared_job(self, items: Sequence[WriteItem], weight: int) -> bool:
+        """Whether a flush of these writes goes into a shared job (one write no larger than a task)."""
+        limits = self._limits
+        return len(items) == 1 and weight <= limits.task_bytes and items[0].task.offset_count <= limits.task_offsets
+
+    async def submit(self, owner: str, items: Sequence[WriteItem], weights: Sequence[int]) -> list[list[Written]]:
+        """Run the writes of one flush of mirror `owner`; per write, what it wrote. Raises the first failed
+        write's error (by order), or the job's."""
+        due_at = time.monotonic()
+        if self.joins_shared_job(items, sum(weights)):
+            return [await self._shared(owner, items[0], weights[0], due_at)]
+        return await self._own(owner, items, due_at)
+
+    async def _shared(self, owner: str, item: WriteItem, weight: int, due_at: float) -> list[Written]:
+        queued = _Queued(owner, item, weight, due_at)
+        self._queue.append(queued)
+        self._queued.set()
+        try:
+            await queued.done.wait()
+        finally:
+            if not queued.done.is_set() and queued in self._queue:
+                self._queue.remove(queued)  # cancelled while waiting: the next job need not write it
+        if queued.failure is not None:
+            raise queued.failure
+        assert queued.outcome is not None
+        return queued.outcome.get()
+
+    async def _own(self, owner: str, items: Sequence[WriteItem], due_at: float) -> list[list[Written]]:
+        spec = JobSpec(
+            job_group=f"mirror-v3.{owner}.{uuid.uuid4().hex[:12]}",
+            pool=f"mirror-v3.{owner}",
+            description=f"{owner} [{items[0].task.first}, {items[-1].task.end})",
+        )
+        packs = [[index] for index in range(len(items))]  # a backlog's tasks were sized by its planner
+        self._observe_job("own", len(items), [due_at])
+        groups = self._own_jobs.setdefault(owner, set())
+        groups.add(spec.job_group)
+        try:
+            # Abandoned on cancel: the thread finishes (or fails) on its own once `cancel` has interrupted the
+            # Spark job; the actor does not wait for it.
+            outcomes = await anyio.to_thread.run_sync(self._run_job, items, packs, spec, abandon_on_cancel=True)
+        finally:
+            groups.discard(spec.job_group)
+            if not groups:
+                self._own_jobs.pop(owner, None)
+        return [outcome.get() for outcome in outcomes]
+
+    def cancel(self, owner: str) -> None:
+        """Withdraw the mirror's queued flushes and interrupt its own-lane jobs (called from the event loop: never
+        waits). Its flush in a shared job in flight runs on with the others."""
+        for queued in [q for q in self._queue if q.owner == owner]:
+            self._queue.remove(queued)
+            queued.failure = JobCancelled(f"flush of {owner}")
+            queued.done.set()
+        for job_group in list(self._own_jobs.get(owner, ())):
+            self._cancel_job(job_group)
+
+    async def run(self) -> None:
+        """Run shared jobs until cancelled, one at a time, each with what is queued when it may start."""
+        slots: int | None = None
+        while True:
+            await self._queued.wait()
+            self._queued = anyio.Event()
+            if not self._queue:
+                continue
+            await anyio.sleep(GATHER_S)
+            batch = self._take()
+            if not batch:
+                continue
+            if self._queue:
+                self._queued.set()  # more than one job's worth: the next one starts right after this one
+            try:
+                if slots is None:
+                    slots = await self._parallelism()  # waits for the Spark session
+            except Exception as exc:
+                self._fail(batch, exc)
+                continue
+            await self._run_shared(batch, slots)
+
+    def _take(self) -> list[_Queued]:
+        """The oldest queued writes up to the shared job's byte bound (at least one)."""
+        taken: list[_Queued] = []
+        total = 0
+        for queued in self._queue:
+            if taken and total + queued.weight > self._limits.job_bytes:
+                break
+            taken.append(queued)
+            total += queued.weight
+        del self._queue[: len(taken)]
+        return taken
+
+    async def _run_shared(self, batch: list[_Queued], slots: int) -> None:
+        items = [queued.item for queued in batch]
+        packs = pack([queued.weight for queued in batch], slots)
+        spec = JobSpec(
+            job_group=f"mirror-v3.shared.{uuid.uuid4().hex[:12]}",
+            pool=SHARED_POOL,
+            description=f"{len(batch)} flushes of {len({q.owner for q in batch})} mirrors",
+        )
+        self._observe_job("shared", len(batch), [queued.due_at for queued in batch])
+        try:
+            outcomes = await anyio.to_thread.run_sync(self._run_job, items, packs, spec, abandon_on_cancel=True)
+        except Exception as exc:
+            log_event(log, logging.DEBUG, "shared job failed", job=spec.description, error=str(exc))
+            self._fail(batch, exc)
+            return
+        for queued, outcome in zip(batch, outcomes, strict=True):
+            queued.outcome = outcome
+            queued.done.set()
+
+    @staticmethod
+    def _fail(batch: list[_Queued], exc: Exception) -> None:
+        """The job as a whole failed (Spark gone or never started, the job cancelled): every flush in it did."""
+        for queued in batch:
+            queued.failure = exc
+            queued.done.set()
+
+    def _observe_job(self, lane: str, partitions: int, due_at: Sequence[float]) -> None:
+        if self._metrics is None:
+            return
+        now = time.monotonic()
+        self._metrics.spark_jobs.labels(lane=lane).inc()
+        self._metrics.job_partitions.labels(lane=lane).observe(partitions)
+        wait = self._metrics.flush_wait.labels(lane=lane)
+        for due in due_at:
+            wait.observe(max(0.0, now - due))

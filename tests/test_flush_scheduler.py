@@ -1,0 +1,235 @@
+"""The flush scheduler: small flushes that fall due together share one Spark job, each mirror gets exactly its
+own outcome, a backlog's flush runs as a job of its own, and cancelling a mirror touches only its own work."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import pytest
+
+from sinks.write_target import BlobLimits, TaskRange, Written
+from source.range_reader import OffsetsDeletedError, SourcePartition
+from supervisor.flush_scheduler import SHARED_POOL, FlushScheduler, SchedulerLimits
+from supervisor.metrics import MetricFamilies
+from tests.fakes import fresh_metrics
+from workers.range_job import JobCancelled, JobSpec, Outcome, SparkGoneError, WriteItem
+
+LIMITS = SchedulerLimits(task_bytes=1_000, task_offsets=1_000, job_bytes=10_000)
+SOURCE = SourcePartition("fake:9092", "t", 0, "read_committed", "g", 5.0)
+
+
+@dataclass(frozen=True)
+class Target:
+    """Stands for a destination's target: the scheduler never calls it (the fake job below answers instead)."""
+
+    name: str
+    ordered: bool = False
+
+    def write(self, records: Any, task: TaskRange, limits: BlobLimits) -> list[Written]:
+        raise AssertionError("the fake job writes nothing")
+
+
+def item(owner: str, first: int, end: int) -> WriteItem:
+    return WriteItem(SOURCE, TaskRange(first, first, end), BlobLimits(10**9, 10**9), Target(owner))
+
+
+@dataclass
+class FakeSpark:
+    """Runs jobs in the scheduler's worker thread: records each job, answers each item with a write covering its
+    range (or the error `failing` names for its owner), and may hold a job until released."""
+
+    jobs: list[tuple[JobSpec, list[str], list[list[int]]]] = field(default_factory=list)
+    failing: dict[str, Exception] = field(default_factory=dict)
+    job_failure: Exception | None = None
+    hold: threading.Event | None = None
+    started: threading.Event = field(default_factory=threading.Event)
+    cancelled: list[str] = field(default_factory=list)
+
+    def run_job(
+        self, items: Sequence[WriteItem], packs: Sequence[Sequence[int]], spec: JobSpec
+    ) -> list[Outcome[list[Written]]]:
+        self.jobs.append((spec, [i.target.name for i in items], [list(p) for p in packs]))  # type: ignore[attr-defined]
+        self.started.set()
+        if self.hold is not None:
+            self.hold.wait(10)
+        if self.job_failure is not None:
+            raise self.job_failure
+        outcomes: list[Outcome[list[Written]]] = []
+        for each in items:
+            owner = each.target.name  # type: ignore[attr-defined]
+            if owner in self.failing:
+                outcomes.append(Outcome(error=self.failing[owner]))  # type: ignore[arg-type]
+                continue
+            task = each.task
+            outcomes.append(Outcome(result=[Written(first=task.first, last=task.end - 1, records=1, record_bytes=9)]))
+        return outcomes
+
+    def cancel_job(self, job_group: str) -> None:
+        self.cancelled.append(job_group)
+
+
+async def two_cores() -> int:
+    return 2
+
+
+def scheduler(spark: FakeSpark, metrics: MetricFamilies | None = None) -> FlushScheduler:
+    return FlushScheduler(spark.run_job, spark.cancel_job, two_cores, LIMITS, metrics)
+
+
+async def submit_all(flushes: FlushScheduler, owners: list[str], found: dict[str, Any]) -> None:
+    async def one(owner: str, first: int) -> None:
+        try:
+            found[owner] = await flushes.submit(owner, [item(owner, first, first + 10)], [100])
+        except Exception as exc:
+            found[owner] = exc
+
+    async with anyio.create_task_group() as submits:
+        for index, owner in enumerate(owners):
+            submits.start_soon(one, owner, index * 100)
+
+
+async def test_flushes_due_together_share_one_job_and_each_mirror_gets_its_own_writes() -> None:
+    spark = FakeSpark()
+    families, _ = fresh_metrics()
+    flushes = scheduler(spark, families)
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        await submit_all(flushes, [f"m{n}" for n in range(6)], found)
+        running.cancel_scope.cancel()
+    assert len(spark.jobs) == 1
+    spec, owners, packs = spark.jobs[0]
+    assert spec.pool == SHARED_POOL and sorted(owners) == [f"m{n}" for n in range(6)]
+    assert len(packs) == 2 and sorted(i for p in packs for i in p) == list(range(6))  # two cores, balanced
+    for n in range(6):
+        (written,) = found[f"m{n}"]
+        assert (written[0].first, written[0].last) == (n * 100, n * 100 + 9)
+    registry = families.registry
+    assert registry.get_sample_value("mirror_v3_spark_jobs_total", {"lane": "shared"}) == 1
+    assert registry.get_sample_value("mirror_v3_spark_job_partitions_sum", {"lane": "shared"}) == 6
+    assert registry.get_sample_value("mirror_v3_flush_wait_seconds_count", {"lane": "shared"}) == 6
+
+
+async def test_one_partitions_failure_is_its_own_and_never_its_neighbours() -> None:
+    lost = OffsetsDeletedError("t-0", 5, 7)
+    spark = FakeSpark(failing={"m1": lost})
+    flushes = scheduler(spark)
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        await submit_all(flushes, ["m0", "m1", "m2"], found)
+        running.cancel_scope.cancel()
+    assert len(spark.jobs) == 1
+    assert found["m1"] is lost and (found["m1"].position, found["m1"].log_start) == (5, 7)
+    assert [w[0].first for (w,) in (found["m0"], found["m2"])] == [0, 200]
+
+
+async def test_a_failed_job_fails_every_flush_in_it() -> None:
+    spark = FakeSpark(job_failure=SparkGoneError())
+    flushes = scheduler(spark)
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        await submit_all(flushes, ["m0", "m1"], found)
+        running.cancel_scope.cancel()
+    assert all(isinstance(found[m], SparkGoneError) for m in ("m0", "m1"))
+
+
+async def test_flushes_that_fall_due_while_a_job_runs_go_into_the_next_one() -> None:
+    spark = FakeSpark(hold=threading.Event())
+    flushes = scheduler(spark)
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        running.start_soon(submit_all, flushes, ["first"], found)
+        await anyio.to_thread.run_sync(spark.started.wait, 10)
+        later = anyio.Event()
+
+        async def while_it_runs() -> None:
+            await submit_all(flushes, ["m1", "m2", "m3"], found)
+            later.set()
+
+        running.start_soon(while_it_runs)
+        await anyio.sleep(0.1)
+        assert len(spark.jobs) == 1  # one shared job at a time
+        spark.hold.set()  # type: ignore[union-attr]
+        await later.wait()
+        running.cancel_scope.cancel()
+    assert [sorted(owners) for _, owners, _ in spark.jobs] == [["first"], ["m1", "m2", "m3"]]
+
+
+async def test_a_job_takes_queued_flushes_up_to_its_byte_bound() -> None:
+    spark = FakeSpark()
+    flushes = scheduler(spark)
+    found: dict[str, Any] = {}
+
+    async def one(owner: str) -> None:
+        found[owner] = await flushes.submit(owner, [item(owner, 0, 10)], [900])
+
+    async with anyio.create_task_group() as running:
+        async with anyio.create_task_group() as submits:
+            for n in range(25):  # 22 500 estimated bytes: three jobs of at most 10 000
+                submits.start_soon(one, f"m{n}")
+            running.start_soon(flushes.run)
+        running.cancel_scope.cancel()
+    assert [len(owners) for _, owners, _ in spark.jobs] == [11, 11, 3]
+    assert len(found) == 25
+
+
+async def test_a_backlogs_flush_runs_as_a_job_of_its_own_in_its_mirrors_pool() -> None:
+    spark = FakeSpark()
+    flushes = scheduler(spark)
+    # No shared-lane loop runs: a flush of several tasks, or one above a task's bytes, does not need it.
+    written = await flushes.submit("big", [item("big", 0, 10), item("big", 10, 20)], [500, 500])
+    assert [w[0].first for w in written] == [0, 10]
+    alone = await flushes.submit("large", [item("large", 0, 10)], [LIMITS.task_bytes + 1])
+    assert alone[0][0].last == 9
+    assert [(spec.pool, packs) for spec, _, packs in spark.jobs] == [
+        ("mirror-v3.big", [[0], [1]]),
+        ("mirror-v3.large", [[0]]),
+    ]
+
+
+async def test_cancelling_a_mirror_withdraws_its_queued_flush_and_leaves_the_others() -> None:
+    spark = FakeSpark(hold=threading.Event())
+    flushes = scheduler(spark)
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        running.start_soon(submit_all, flushes, ["first"], found)
+        await anyio.to_thread.run_sync(spark.started.wait, 10)
+        done = anyio.Event()
+
+        async def queued() -> None:
+            await submit_all(flushes, ["stays", "goes"], found)
+            done.set()
+
+        running.start_soon(queued)
+        await anyio.sleep(0.05)
+        flushes.cancel("goes")
+        spark.hold.set()  # type: ignore[union-attr]
+        await done.wait()
+        running.cancel_scope.cancel()
+    assert isinstance(found["goes"], JobCancelled)
+    assert [owners for _, owners, _ in spark.jobs] == [["first"], ["stays"]]
+
+
+async def test_cancelling_a_mirror_interrupts_its_own_job() -> None:
+    spark = FakeSpark(hold=threading.Event())
+    flushes = scheduler(spark)
+    with pytest.raises(TimeoutError):
+        with anyio.fail_after(0.2):
+            async with anyio.create_task_group() as running:
+
+                async def cancel_when_started() -> None:
+                    await anyio.to_thread.run_sync(spark.started.wait, 10)
+                    flushes.cancel("big")
+
+                running.start_soon(cancel_when_started)
+                await flushes.submit("big", [item("big", 0, 10), item("big", 10, 20)], [1, 1])
+    spark.hold.set()  # type: ignore[union-attr]
+    assert spark.cancelled == [spark.jobs[0][0].job_group]
