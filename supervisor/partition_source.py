@@ -144,8 +144,11 @@ class SparkPartitionSource:
         if target.ordered:
             # A partition's records must reach the destination in order: one task writes the whole range.
             ranges = [TaskRange(ranges[0].first, ranges[0].read_from, ranges[-1].end)]
-        items = [WriteItem(self._partition, task, limits, target) for task in ranges]
         weights = [round(task.offset_count * (bytes_per_offset or 1.0)) for task in ranges]
+        items = [
+            WriteItem(self._partition, task, limits, target, weight)
+            for task, weight in zip(ranges, weights, strict=True)
+        ]
         written = await self._scheduler.submit(self._mirror.name, items, weights)
         # The writes of `target` are its own kind of Written (a staged blob, a produced range).
         return [cast(W, each) for per_item in written for each in per_item]

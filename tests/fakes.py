@@ -69,8 +69,20 @@ class FakeKafkaError:
 class FakeMessage:
     """The parts of confluent_kafka.Message a task reads."""
 
-    def __init__(self, record: FakeRecord | None = None, error: FakeKafkaError | None = None) -> None:
+    def __init__(
+        self,
+        record: FakeRecord | None = None,
+        error: FakeKafkaError | None = None,
+        where: tuple[str | None, int | None] = ("t", 0),
+    ) -> None:
         self._record, self._error = record, error
+        self._where = where
+
+    def topic(self) -> str | None:
+        return self._where[0]
+
+    def partition(self) -> int | None:
+        return self._where[1]
 
     def error(self) -> FakeKafkaError | None:
         return self._error
@@ -126,6 +138,62 @@ class FakeConsumer:
 
     def get_watermark_offsets(self, partition: Any, timeout: float) -> tuple[int, int]:
         return self._source.log_start, self._source.end
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class FakeClusterConsumer:
+    """A librdkafka consumer over several FakePartitionSources of one cluster: each consume call takes up to
+    `batch` records of every assigned, unpaused partition in turn (messages of different partitions interleave,
+    as fetch responses do); positions move past holes; deleted offsets are the partition's own error."""
+
+    def __init__(self, sources: Sequence[FakePartitionSource], batch: int = 16) -> None:
+        self._sources = {(s.topic, s.partition): s for s in sources}
+        self._batch = batch
+        self.positions: dict[tuple[str, int], int] = {}
+        self.paused: set[tuple[str, int]] = set()
+        self.assignments = 0
+        self.closed = False
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.assignments += 1
+        self.positions = {(p.topic, p.partition): p.offset for p in partitions}
+        self.paused = set()
+
+    def unassign(self) -> None:
+        self.positions, self.paused = {}, set()
+
+    def pause(self, partitions: list[Any]) -> None:
+        self.paused |= {(p.topic, p.partition) for p in partitions}
+
+    def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
+        found: list[FakeMessage] = []
+        for key, at in list(self.positions.items()):
+            if key in self.paused:
+                continue
+            source = self._sources[key]
+            if at < source.log_start:
+                found.append(FakeMessage(error=FakeKafkaError(-140, "offset out of range"), where=key))
+                continue
+            taken = 0
+            while at < source.end and taken < self._batch and len(found) < num_messages:
+                record = source.records.get(at)
+                if record is not None:
+                    found.append(FakeMessage(record, where=key))
+                    taken += 1
+                at += 1
+            self.positions[key] = at
+        return found
+
+    def position(self, partitions: list[Any]) -> list[Any]:
+        from confluent_kafka import TopicPartition
+
+        return [TopicPartition(p.topic, p.partition, self.positions[(p.topic, p.partition)]) for p in partitions]
+
+    def get_watermark_offsets(self, partition: Any, timeout: float) -> tuple[int, int]:
+        source = self._sources[(partition.topic, partition.partition)]
+        return source.log_start, source.end
 
     def close(self) -> None:
         self.closed = True

@@ -103,13 +103,15 @@ def run_items(
     packs: Sequence[Sequence[int]],
     run_item: Callable[[Any, dict[str, Any]], Any],
     spec: JobSpec,
+    before_pack: Callable[[list[Any], dict[str, Any]], None] | None = None,
 ) -> list[Outcome[Any]]:
     """One job: task i runs `run_item(items[j], task_state)` for each j of `packs[i]`; one outcome per item, in the
     items' order. `task_state` is a dict shared by the items of one task (for clients they can reuse); values with
-    a `close` method are closed when the task ends. Every item must be in exactly one pack."""
+    a `close` method are closed when the task ends. `before_pack(the task's items, task_state)` runs first (a
+    failure there is every item's). Every item must be in exactly one pack."""
     if sorted(j for pack in packs for j in pack) != list(range(len(items))):
         raise ValueError("every item must be in exactly one pack")
-    function = _task_function(tuple(items), tuple(tuple(pack) for pack in packs), run_item)
+    function = _task_function(tuple(items), tuple(tuple(pack) for pack in packs), run_item, before_pack)
     table = run_tasks(spark, spec, len(packs), function, OUTCOME_DDL, lambda frame: frame.toArrow())
     outcomes: list[Outcome[Any] | None] = [None] * len(items)
     for row in table.to_pylist():
@@ -123,7 +125,10 @@ def run_items(
 
 
 def _task_function(
-    items: tuple[Any, ...], packs: tuple[tuple[int, ...], ...], run_item: Callable[[Any, dict[str, Any]], Any]
+    items: tuple[Any, ...],
+    packs: tuple[tuple[int, ...], ...],
+    run_item: Callable[[Any, dict[str, Any]], Any],
+    before_pack: Callable[[list[Any], dict[str, Any]], None] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_zip_directories()
@@ -131,6 +136,8 @@ def _task_function(
             for task in batch.column(0).to_pylist():
                 state: dict[str, Any] = {}
                 try:
+                    if before_pack is not None:
+                        before_pack([items[index] for index in packs[task]], state)
                     for index in packs[task]:
                         outcome = _outcome_of(run_item, items[index], state)
                         yield pa.RecordBatch.from_pylist([{"item": index, "outcome": outcome}], OUTCOME_SCHEMA)
@@ -166,6 +173,11 @@ class RecordsAt(Protocol):
         """The records, read inside the task (a live partition with the task's consumer for its cluster)."""
         ...
 
+    def announce(self, consumers: SharedConsumers, read_from: int, end: int, estimated_bytes: int) -> None:
+        """Before a task reads its items: this range will be read (a live partition's small ranges are then
+        fetched together; an archive need not care)."""
+        ...
+
 
 @dataclass(frozen=True)
 class WriteItem:
@@ -175,20 +187,31 @@ class WriteItem:
     task: TaskRange
     limits: BlobLimits
     target: WriteTarget[Written]
+    estimated_bytes: int = 0  # record bytes, from the bytes per offset the mirror has seen (0: unknown)
 
 
 def run_write_job(
     spark: SparkSession, items: Sequence[WriteItem], packs: Sequence[Sequence[int]], spec: JobSpec
 ) -> list[Outcome[list[Written]]]:
     """Write every item; per item, its writes (covering exactly its range, in offset order) or its error."""
-    return run_items(spark, items, packs, _write, spec)
+    return run_items(spark, items, packs, _write, spec, _announce)
 
 
-def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
+def _consumers(state: dict[str, Any]) -> SharedConsumers:
     consumers = state.get("consumers")
     if consumers is None:
         consumers = state["consumers"] = SharedConsumers()
-    records = item.records.open(consumers)
+    return consumers  # type: ignore[no-any-return]
+
+
+def _announce(items: list[WriteItem], state: dict[str, Any]) -> None:
+    consumers = _consumers(state)
+    for item in items:
+        item.records.announce(consumers, item.task.read_from, item.task.end, item.estimated_bytes)
+
+
+def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
+    records = item.records.open(_consumers(state))
     written = item.target.write(records, item.task, item.limits)
     check_coverage(records.name, item.task, list(written))
     return list(written)

@@ -50,6 +50,9 @@ class ArchivedRange:
     def open(self, consumers: SharedConsumers) -> ArchivedRange:
         return self  # read from the blobs: no consumer
 
+    def announce(self, consumers: SharedConsumers, read_from: int, end: int, estimated_bytes: int) -> None:
+        return None  # blobs are read as they stream
+
     def read(self, read_from: int, end: int) -> Iterator[list[Any]]:
         yield from read_archived(self.reader, self.blobs, read_from, end)
 
