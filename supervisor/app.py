@@ -160,6 +160,7 @@ class Supervisor:
                 held_since_of=self._held_since_of,
                 spark_ready=False,
                 max_lag=self._runtime.readiness_lag,
+                spark_load=self._scheduler.load,
             ),
             self._runtime.metrics_port,
         )

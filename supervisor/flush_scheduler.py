@@ -23,8 +23,10 @@ removes).
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 import uuid
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -33,6 +35,7 @@ import anyio.to_thread
 
 from core.logs import log_event
 from sinks.write_target import Written
+from supervisor.http import SparkLoad
 from supervisor.job_packing import pack
 from supervisor.metrics import MetricFamilies
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem
@@ -44,6 +47,7 @@ log = logging.getLogger("mirror_v3.scheduler")
 # max-time: it is added to every shared flush's latency at most once.
 GATHER_S = 0.025
 SHARED_POOL = "mirror-v3.shared"
+LOAD_WINDOW_S = 60.0  # what `load` summarises (status, /mirrors)
 
 # Runs one job in a worker thread: the items, their packs (one per Spark task), and how the job is named.
 JobRunner = Callable[[Sequence[WriteItem], Sequence[Sequence[int]], JobSpec], list[Outcome[list[Written]]]]
@@ -54,6 +58,16 @@ class SchedulerLimits:
     task_bytes: int  # a write estimated above this (or above task_offsets) runs in its own job
     task_offsets: int
     job_bytes: int  # a shared job takes queued writes up to about this many estimated bytes
+
+
+@dataclass(frozen=True)
+class _Started:
+    """A job as `load` counts it."""
+
+    at: float  # monotonic
+    lane: str
+    partitions: int
+    waits: tuple[float, ...]  # per flush: from falling due to the job's start
 
 
 @dataclass
@@ -84,6 +98,7 @@ class FlushScheduler:
         self._queue: list[_Queued] = []
         self._queued = anyio.Event()
         self._own_jobs: dict[str, set[str]] = {}  # owner → job groups of its own-lane jobs in flight
+        self._started: deque[_Started] = deque()  # the jobs of the last LOAD_WINDOW_S
 
     def joins_shared_job(self, items: Sequence[WriteItem], weight: int) -> bool:
         """Whether a flush of these writes goes into a shared job (one write no larger than a task)."""
@@ -119,7 +134,7 @@ class FlushScheduler:
             description=f"{owner} [{items[0].task.first}, {items[-1].task.end})",
         )
         packs = [[index] for index in range(len(items))]  # a backlog's tasks were sized by its planner
-        self._observe_job("own", len(items), [due_at])
+        self._observe_job("own", 1, [due_at])  # one partition, however many tasks
         groups = self._own_jobs.setdefault(owner, set())
         groups.add(spec.job_group)
         try:
@@ -202,12 +217,36 @@ class FlushScheduler:
             queued.failure = exc
             queued.done.set()
 
+    def load(self, now: float | None = None) -> SparkLoad:
+        """Jobs per second, flushes per job and the wait for a job over the last LOAD_WINDOW_S (or since the first
+        job, if sooner)."""
+        now = time.monotonic() if now is None else now
+        self._forget_before(now - LOAD_WINDOW_S)
+        jobs = list(self._started)
+        window = max(1.0, min(LOAD_WINDOW_S, now - jobs[0].at)) if jobs else LOAD_WINDOW_S
+        waits = sorted(wait for job in jobs for wait in job.waits)
+        return SparkLoad(
+            window_seconds=round(window, 1),
+            jobs_per_second=round(len(jobs) / window, 2),
+            shared_jobs_per_second=round(sum(1 for job in jobs if job.lane == "shared") / window, 2),
+            partitions_per_job=round(sum(job.partitions for job in jobs) / len(jobs), 1) if jobs else 0.0,
+            flush_wait_p50_seconds=round(statistics.median(waits), 3) if waits else None,
+            flush_wait_max_seconds=round(waits[-1], 3) if waits else None,
+        )
+
+    def _forget_before(self, moment: float) -> None:
+        while self._started and self._started[0].at < moment:
+            self._started.popleft()
+
     def _observe_job(self, lane: str, partitions: int, due_at: Sequence[float]) -> None:
+        now = time.monotonic()
+        waits = tuple(max(0.0, now - due) for due in due_at)
+        self._started.append(_Started(now, lane, partitions, waits))
+        self._forget_before(now - LOAD_WINDOW_S)
         if self._metrics is None:
             return
-        now = time.monotonic()
         self._metrics.spark_jobs.labels(lane=lane).inc()
         self._metrics.job_partitions.labels(lane=lane).observe(partitions)
-        wait = self._metrics.flush_wait.labels(lane=lane)
-        for due in due_at:
-            wait.observe(max(0.0, now - due))
+        histogram = self._metrics.flush_wait.labels(lane=lane)
+        for wait in waits:
+            histogram.observe(wait)

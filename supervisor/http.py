@@ -35,11 +35,24 @@ class MirrorState(msgspec.Struct, rename="kebab"):
     held_since: float | None = None  # Unix time since which an open source transaction holds it at the LSO
 
 
+class SparkLoad(msgspec.Struct, rename="kebab"):
+    """How busy the process's Spark jobs for flushes were over the last `window-seconds`
+    (supervisor.flush_scheduler): whether the estate fits the machine."""
+
+    window_seconds: float
+    jobs_per_second: float
+    shared_jobs_per_second: float  # jobs carrying the small flushes of many partitions
+    partitions_per_job: float  # flushes per job, on average
+    flush_wait_p50_seconds: float | None  # from a flush falling due to its job starting (None: no flush)
+    flush_wait_max_seconds: float | None
+
+
 class ProcessState(msgspec.Struct):
     """The JSON body of /mirrors."""
 
     draining: bool
     mirrors: list[MirrorState]
+    spark: SparkLoad | None = None
 
 
 @dataclass
@@ -56,6 +69,7 @@ class Readiness:
     lag_of: Callable[[str], float | None] = lambda _: None
     held_since_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
+    spark_load: Callable[[], SparkLoad | None] = lambda: None
 
     def state(self) -> ProcessState:
         mirrors = []
@@ -67,7 +81,7 @@ class Readiness:
             else:
                 state = "running" if name in self.started else "starting"
                 mirrors.append(MirrorState(name, state, held_since=self.held_since_of(name)))
-        return ProcessState(self.draining, mirrors)
+        return ProcessState(self.draining, mirrors, self.spark_load())
 
     def problems(self) -> list[str]:
         if self.draining:

@@ -30,7 +30,7 @@ from source.lookup import source_lookup
 from source.offsets import SourceClusters
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
-from supervisor.http import ProcessState
+from supervisor.http import ProcessState, SparkLoad
 from supervisor.output import about, document_schema, table_lines
 
 
@@ -94,6 +94,14 @@ class StatusDocument(msgspec.Struct):
     ok: Annotated[bool, about("Every mirror was queried without error, and the running process reports none failed.")]
     process: Annotated[str | None, about("The process whose /mirrors gave the states; null when none answered.")]
     mirrors: list[MirrorStatus]
+    spark: Annotated[
+        SparkLoad | None,
+        about(
+            "The running process's Spark jobs for flushes over the last window: jobs per second (and those shared "
+            "by many partitions), partitions per job, the wait from a flush falling due to its job starting; null "
+            "when no process answered."
+        ),
+    ] = None
 
 
 FAILED_STATES = ("restarting", "failed")
@@ -104,6 +112,7 @@ PROCESS_TIMEOUT_S = 3.0  # a process on this host answers at once, or is not the
 class StatusReport:
     rows: list[MirrorStatus]
     process: str | None = None  # the /mirrors endpoint that answered
+    spark: SparkLoad | None = None  # the process's Spark jobs, as it reported them
 
     @property
     def ok(self) -> bool:
@@ -204,7 +213,7 @@ async def collect_status(
     if state is None:
         return StatusReport(rows)
     apply_states(rows, state)
-    return StatusReport(rows, process)
+    return StatusReport(rows, process, state.spark)
 
 
 async def watch_status(
@@ -330,11 +339,26 @@ def render_table(report: StatusReport) -> str:
         ]
         for row in report.rows
     ]
-    return "\n".join(table_lines(headers, body))
+    lines = table_lines(headers, body)
+    if report.spark is not None:
+        lines.append(spark_line(report.spark))
+    return "\n".join(lines)
+
+
+def spark_line(load: SparkLoad) -> str:
+    """One line under the table: whether the process's Spark jobs keep up (a wait near flush.max-time-ms says the
+    estate outgrows the machine)."""
+    wait = "-" if load.flush_wait_p50_seconds is None else f"{load.flush_wait_p50_seconds:g}s"
+    longest = "-" if load.flush_wait_max_seconds is None else f"{load.flush_wait_max_seconds:g}s"
+    return (
+        f"spark (last {load.window_seconds:g}s): {load.jobs_per_second:g} jobs/s ({load.shared_jobs_per_second:g} "
+        f"shared), {load.partitions_per_job:g} partitions per job, flush wait p50 {wait} max {longest}"
+    )
 
 
 def render_json(report: StatusReport) -> str:
-    return msgspec.json.encode(StatusDocument(ok=report.ok, process=report.process, mirrors=report.rows)).decode()
+    document = StatusDocument(ok=report.ok, process=report.process, mirrors=report.rows, spark=report.spark)
+    return msgspec.json.encode(document).decode()
 
 
 def render_schema() -> str:

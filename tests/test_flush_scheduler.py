@@ -4,6 +4,7 @@ own outcome, a backlog's flush runs as a job of its own, and cancelling a mirror
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,3 +234,21 @@ async def test_cancelling_a_mirror_interrupts_its_own_job() -> None:
                 await flushes.submit("big", [item("big", 0, 10), item("big", 10, 20)], [1, 1])
     spark.hold.set()  # type: ignore[union-attr]
     assert spark.cancelled == [spark.jobs[0][0].job_group]
+
+
+async def test_load_says_how_many_jobs_run_how_full_they_are_and_how_long_flushes_wait() -> None:
+    spark = FakeSpark()
+    flushes = scheduler(spark)
+    assert flushes.load().jobs_per_second == 0 and flushes.load().flush_wait_p50_seconds is None
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        await submit_all(flushes, ["m0", "m1", "m2", "m3"], found)
+        running.cancel_scope.cancel()
+    await flushes.submit("big", [item("big", 0, 10), item("big", 10, 20)], [1, 1])
+    load = flushes.load()
+    assert load.partitions_per_job == 2.5  # (4 + 1) flushes in 2 jobs
+    assert load.jobs_per_second == 2.0 and load.shared_jobs_per_second == 1.0  # within the first second
+    assert load.flush_wait_p50_seconds is not None and 0 <= load.flush_wait_p50_seconds < 5
+    later = flushes.load(now=time.monotonic() + 120)
+    assert later.jobs_per_second == 0 and later.flush_wait_max_seconds is None  # older than the window

@@ -63,6 +63,7 @@ async def test_endpoints(port: int) -> None:
                 },
                 {"name": "b", "state": "running", "error": None, "restart-at": None, "held-since": 1_700_000_000.0},
             ],
+            "spark": None,
         }
         del readiness.restart_at["a"]
         assert json.loads((await get(port, "/mirrors"))[1])["mirrors"][0]["state"] == "failed"

@@ -6,7 +6,7 @@ import json
 
 import jsonschema
 
-from supervisor.http import MirrorState, ProcessState
+from supervisor.http import MirrorState, ProcessState, SparkLoad
 from supervisor.status import (
     TABLE_COLUMNS,
     MirrorStatus,
@@ -127,3 +127,15 @@ def test_an_unknown_destination_position_leaves_the_lag_unknown_and_a_hold_shows
     assert table.splitlines()[1].split()[7:9] == ["150", "held"]  # LAG-HW, HELD-SINCE (no process: time unknown)
     apply_states([held], ProcessState(False, [MirrorState("h", "running", held_since=0.0)]))
     assert held.held_since == "1970-01-01T00:00:00Z"
+
+
+def test_the_running_processs_spark_load_is_one_line_under_the_table_and_in_the_json() -> None:
+    load = SparkLoad(60.0, 1.5, 1.25, 42.5, 0.12, 0.9)
+    with_load = StatusReport(report().rows, "http://127.0.0.1:9090", load)
+    assert render_table(with_load).splitlines()[-1] == (
+        "spark (last 60s): 1.5 jobs/s (1.25 shared), 42.5 partitions per job, flush wait p50 0.12s max 0.9s"
+    )
+    schema = json.loads(STATUS_SCHEMA.path.read_text(encoding="utf-8"))
+    document = json.loads(render_json(with_load))
+    jsonschema.Draft202012Validator(schema).validate(document)
+    assert document["spark"]["partitions-per-job"] == 42.5 and json.loads(render_json(report()))["spark"] is None
