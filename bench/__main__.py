@@ -1,4 +1,12 @@
-"""`python -m bench`: the micro benchmarks, the scenario table and the report, in one run."""
+"""`python -m bench`: the micro benchmarks, the scenario table and the report, in one run.
+
+    python -m bench                          # everything; the report is docs/benchmarks.md
+    python -m bench --quick                  # every kind, small; the report stays in WORKDIR
+    python -m bench --only estate-steady     # some parts of the table (see --help)
+    python -m bench estate-steady --set partitions=64 --set seconds=20   # one row of a kind alone, changed
+
+A run that is not the whole table unchanged (--quick, a KIND, --set) writes its report into WORKDIR, not docs/.
+"""
 
 from __future__ import annotations
 
@@ -16,7 +24,7 @@ from typing import Any
 import yaml
 
 from bench import report, runner
-from bench.scenarios import FULL, KINDS, PATHS, QUICK
+from bench.scenarios import ALONE, FULL, KINDS, PATHS, QUICK, Scenario, with_settings
 
 DOCUMENT = runner.REPO / "docs" / "benchmarks.md"
 PARTS = ("micro", *KINDS)
@@ -51,9 +59,27 @@ def parser() -> argparse.ArgumentParser:
         "127.0.0.1; one JSON line per measurement in WORKDIR/results.jsonl, rendered as "
         f"{DOCUMENT.relative_to(runner.REPO)} and its chart.",
     )
+    p.add_argument(
+        "kind",
+        nargs="?",
+        choices=sorted(ALONE),
+        help="run only this kind's one row (bench.scenarios.ALONE), changed by --set; the report stays in WORKDIR",
+    )
     p.add_argument("--quick", action="store_true", help="the small table (a few minutes); the report stays in WORKDIR")
     p.add_argument("--only", type=names(PARTS), default=list(PARTS), help=f"parts to run: {','.join(PARTS)} (all)")
-    p.add_argument("--paths", type=names(PATHS), help=f"throughput destinations: {','.join(PATHS)} (all)")
+    p.add_argument(
+        "--paths", type=names(PATHS), help=f"destinations of throughput and estate-steady rows: {','.join(PATHS)}"
+    )
+    p.add_argument(
+        "--set",
+        dest="settings",
+        type=setting,
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a field of every row run (bench.scenarios.Scenario), e.g. partitions=16, max_time_ms=10000, seconds=20, "
+        "warmup=10, rate=2000, 'paths=[filesystem,s3]', reference=false (repeatable; the report stays in WORKDIR)",
+    )
     p.add_argument("--repeat", type=int, default=1, help="run the table this many times; the report shows the spread")
     p.add_argument("--profile", action="store_true", help="py-spy and JFR on the throughput runs into the filesystem")
     p.add_argument(
@@ -66,11 +92,30 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each wait of a scenario (1800)")
     p.add_argument("--workdir", type=Path, help="an empty or new directory for results, configs and logs (a temp dir)")
-    p.add_argument("--output", type=Path, help=f"the report (default {DOCUMENT}; --quick: WORKDIR/benchmarks.md)")
+    p.add_argument(
+        "--output", type=Path, help=f"the report (default {DOCUMENT}; --quick, a KIND or --set: WORKDIR/benchmarks.md)"
+    )
     p.add_argument(
         "--report-only", type=Path, metavar="WORKDIR", help="render the report of an earlier run, measure nothing"
     )
     return p
+
+
+def rows(args: argparse.Namespace) -> list[Scenario]:
+    """The rows this run measures: a kind's row alone, or the table's rows of the parts asked for; --paths and --set
+    applied (rows that became the same are run once)."""
+    if args.kind is not None:
+        table = [ALONE[args.kind]]
+    else:
+        table = [s for s in (QUICK if args.quick else FULL) if s.kind in args.only]
+    if args.paths:
+        pathed = ("throughput", "estate-steady")
+        table = [dataclasses.replace(s, paths=tuple(args.paths)) if s.kind in pathed else s for s in table]
+    changed = [with_settings(s, dict(args.settings)) for s in table]
+    first: dict[str, Scenario] = {}
+    for s in changed:
+        first.setdefault(s.name, s)
+    return list(first.values())
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,17 +129,19 @@ def main(argv: list[str] | None = None) -> int:
     workdir.mkdir(parents=True, exist_ok=True)
     if any(workdir.iterdir()):
         parser().error(f"--workdir {workdir} is not empty")
-    table = [s for s in (QUICK if args.quick else FULL) if s.kind in args.only]
-    if args.paths:
-        table = [dataclasses.replace(s, paths=tuple(args.paths)) if s.kind == "throughput" else s for s in table]
+    try:
+        table = rows(args)
+    except ValueError as exc:
+        parser().error(str(exc))
     command = shlex.join(["python", "-m", "bench", *(sys.argv[1:] if argv is None else argv)])
     runner.append(workdir, {**runner.machine(command), "spark": dict(args.spark)})
-    ok = "micro" not in args.only or runner.run_micro(workdir, args.quick)
+    ok = "micro" not in args.only or args.kind is not None or runner.run_micro(workdir, args.quick)
     failed = runner.run_table(
         table, workdir, repeat=args.repeat, profile=args.profile, timeout=args.timeout, spark=dict(args.spark)
     )
     runner.append(workdir, {"kind": "end", "finished": time.time(), "load": os.getloadavg(), "failed": failed})
-    output = (args.output or (workdir / "benchmarks.md" if args.quick else DOCUMENT)).resolve()
+    partial = args.quick or args.kind is not None or bool(args.settings)
+    output = (args.output or (workdir / "benchmarks.md" if partial else DOCUMENT)).resolve()
     report.render(workdir, output)
     print(f"results in {workdir / runner.RESULTS}; wrote {output}")
     return 0 if ok and not failed else 1

@@ -37,7 +37,7 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
     target = FilesystemTarget(ctx.scratch / "idle")
     mirrors = [{"topic": topic, "partition": p} for topic, partitions in layout.items() for p in range(partitions)]
     if s.selection:
-        run = start_selection(ctx, "idle", target, re.escape(ctx.name) + "-[0-9]+", 1000)
+        run = start_selection(ctx, "idle", target, {"topic-regex": re.escape(ctx.name) + "-[0-9]+"}, 1000)
     else:
         run = start(ctx, "idle", target, mirrors, 1000)
     with run:

@@ -58,8 +58,15 @@ class Watcher(threading.Thread):
                     self.seen[name] = now
 
 
-def _value(padding: bytes) -> bytes:
+def stamped_value(padding: bytes) -> bytes:
+    """A value that starts with its produce time: µs since the epoch, TIME_DIGITS ASCII digits."""
     return b"%0*d" % (TIME_DIGITS, time.time_ns() // 1000) + padding
+
+
+def value_stamps(values: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The produce times (µs since the epoch) at the start of stamped values."""
+    stamps = pc.cast(pc.cast(pc.binary_slice(values, 0, TIME_DIGITS), pa.string()), pa.int64())
+    return stamps.combine_chunks() if isinstance(stamps, pa.ChunkedArray) else stamps
 
 
 def _produce_steady(bootstrap: str, topic: str, s: Scenario, count: int | None = None) -> tuple[int, float]:
@@ -80,7 +87,7 @@ def _produce_steady(bootstrap: str, topic: str, s: Scenario, count: int | None =
         gap, last = max(gap, now - last), now
         due = total if count is not None else min(total, math.floor(round(s.rate * (now - began), 9)))
         for _ in range(due - sent):
-            producer.produce(topic, _value(padding), partition=0)
+            producer.produce(topic, stamped_value(padding), partition=0)
         sent = due
         producer.poll(0)
         time.sleep(max(0.0, TICK - (time.monotonic() - now)))
@@ -111,7 +118,7 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
     files = 0
     for blob in chain(target, topic, 0):
         table = pq.read_table(target.directory(topic, 0) / blob.name, columns=["value"])
-        stamps = pc.cast(pc.cast(pc.binary_slice(table.column("value"), 0, TIME_DIGITS), pa.string()), pa.int64())
+        stamps = value_stamps(table.column("value"))
         measured = [us for us in stamps.to_pylist() if us >= window_from]
         files += bool(measured)
         latencies += [watcher.seen[blob.name] - us / 1e6 for us in measured]

@@ -53,17 +53,26 @@ def start(
     return MirrorRun(config, ctx.logs / f"{label}.log", env={**LOG_ENV, **target.env()})
 
 
-def start_selection(ctx: Context, label: str, target: Target, topic_regex: str, flush_ms: int) -> MirrorRun:
-    """`python -m supervisor run` on one entry selecting every partition of the topics `topic_regex` matches."""
+def start_selection(
+    ctx: Context,
+    label: str,
+    target: Target,
+    selection: Mapping[str, Any],
+    flush_ms: int,
+    metrics_port: int | None = None,
+) -> MirrorRun:
+    """`python -m supervisor run` on one entry selecting every partition of some topics: `selection` is the entry's
+    `topic-regex` or `topics` (and `destination-name`, ...); `metrics_port` serves /metrics there."""
     document = {
         "destination": target.config({"max-time-ms": flush_ms}),
         "clusters": {"source": {"bootstrap-servers": ctx.bootstrap}},
-        "mirrors": [{"name": label, "cluster": "source", "topic-regex": topic_regex}],
+        "mirrors": [{"name": label, "cluster": "source", **selection}],
         "spark": dict(ctx.spark),
     }
     config = ctx.logs / f"{label}.yaml"
     config.write_text(yaml.safe_dump(document, sort_keys=False))
-    return MirrorRun(config, ctx.logs / f"{label}.log", env={**LOG_ENV, **target.env()})
+    env = {**LOG_ENV, **target.env()}
+    return MirrorRun(config, ctx.logs / f"{label}.log", env=env, metrics_port=metrics_port)
 
 
 def wait_for(run: MirrorRun, message: str, timeout: float, count: int = 1) -> list[dict[str, str]]:

@@ -6,10 +6,12 @@ sizes that kind reads, the rest keep their defaults.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
 PATHS = ("filesystem", "s3", "kafka-preserve", "kafka-renumber")
-KINDS = ("throughput", "latency", "restart", "idle", "restore")
+KINDS = ("throughput", "latency", "restart", "idle", "restore", "estate-steady")
 
 
 @dataclass(frozen=True)
@@ -19,14 +21,47 @@ class Scenario:
     records: int = 0  # throughput, restore: the backlog over all partitions; restart: one-record blobs in the chain
     value_size: int = 100  # bytes of each record's value (keys are 8 bytes)
     partitions: int = 1
-    paths: tuple[str, ...] = ()  # throughput: destinations (PATHS); restart: "s3" and/or "filesystem"
-    rate: int = 0  # latency: records/s
-    seconds: float = 0.0  # latency: measured window; idle: sampled window
-    warmup: float = 0.0  # latency: produced before the window; idle: settling time before it
+    paths: tuple[str, ...] = ()  # throughput, estate-steady: destinations (PATHS); restart: "s3" and/or "filesystem"
+    rate: int = 0  # latency: records/s; estate-steady: records/s over all partitions
+    seconds: float = 0.0  # latency, estate-steady: measured window; idle: sampled window
+    warmup: float = 0.0  # latency, estate-steady: produced before the window; idle: settling time before it
     max_time_ms: int = 1000  # the mirror's flush.max-time-ms
     extra: int = 0  # restart: records copied behind the chain after the restart
     mirrors: int = 0  # idle: mirrors in one process
     selection: bool = False  # idle: one `topic-regex` entry selects them all, instead of one entry per partition
+    reference: bool = False  # estate-steady: Spark Structured Streaming on the same workload, after the mirror
+
+
+def estate_name(s: Scenario) -> str:
+    """An estate-steady row's name, from the fields that tell its rows apart."""
+    parts = "partition" if s.partitions == 1 else "partitions"
+    return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s"
+
+
+def estate(
+    partitions: int,
+    max_time_ms: int,
+    paths: tuple[str, ...] = ("filesystem",),
+    *,
+    rate: int = 2000,
+    warmup: float = 15.0,
+    seconds: float = 40.0,
+) -> Scenario:
+    """An estate-steady row: issue 32's workload (2,000 records/s of 1 KiB over all partitions, 15 s warm-up, 40 s
+    window) unless told otherwise, with the Structured Streaming reference."""
+    row = Scenario(
+        "",
+        "estate-steady",
+        value_size=1024,
+        partitions=partitions,
+        paths=paths,
+        rate=rate,
+        seconds=seconds,
+        warmup=warmup,
+        max_time_ms=max_time_ms,
+        reference=True,
+    )
+    return replace(row, name=estate_name(row))
 
 
 def _cell(value_size: int, partitions: int, records: int, paths: tuple[str, ...] = PATHS) -> Scenario:
@@ -48,6 +83,12 @@ FULL = (
     Scenario("1,000 idle mirrors", "idle", mirrors=1000, seconds=30, warmup=30),
     Scenario("2,000 selected partitions", "idle", mirrors=2000, seconds=30, warmup=30, selection=True),
     Scenario("restore and verify, 1 KiB records, 4 partitions", "restore", 1_000_000, 1024, 4),
+    # Issue 32's targets: P = 4 ... 256 at max-time 1 s, the Kafka and S3 destinations at P = 64, P = 1,024 at 10 s.
+    estate(4, 1000),
+    estate(16, 1000),
+    estate(64, 1000, PATHS),
+    estate(256, 1000),
+    estate(1024, 10_000),
 )
 
 # Every kind and every throughput path once, small: a smoke run of the whole bench in a few minutes.
@@ -58,4 +99,28 @@ QUICK = (
     Scenario("10 idle mirrors", "idle", mirrors=10, seconds=3, warmup=1),
     Scenario("20 selected partitions", "idle", mirrors=20, seconds=3, warmup=1, selection=True),
     Scenario("restore and verify, 1 KiB records, 2 partitions", "restore", 20_000, 1024, 2),
+    estate(4, 1000, rate=500, warmup=2.0, seconds=5.0),
 )
+
+# `python -m bench KIND`: the one row of that kind run alone (its fields changed with --set).
+ALONE = {"estate-steady": estate(16, 1000)}
+
+
+def with_settings(s: Scenario, settings: Mapping[str, Any]) -> Scenario:
+    """`s` with some of its fields changed (`python -m bench --set KEY=VALUE`; `max-time-ms` spells `max_time_ms`),
+    renamed so that the report does not show it under the name of the row it was."""
+    if not settings:
+        return s
+    known = {f.name for f in fields(Scenario)} - {"name", "kind"}
+    changes: dict[str, Any] = {}
+    for key, value in settings.items():
+        name = key.replace("-", "_")
+        if name not in known:
+            raise ValueError(f"--set {key}: a scenario has no such field (it has {', '.join(sorted(known))})")
+        changes[name] = tuple(value) if isinstance(value, list) else value
+    if unknown := set(changes.get("paths", ())) - set(PATHS):
+        raise ValueError(f"--set paths: unknown {sorted(unknown)} (paths are {', '.join(PATHS)})")
+    changed = replace(s, **changes)
+    if s.kind == "estate-steady":
+        return replace(changed, name=estate_name(changed))
+    return replace(changed, name=f"{s.name} ({', '.join(f'{k}={v}' for k, v in settings.items())})")
