@@ -559,7 +559,8 @@ class SparkConfig(_Strict, frozen=True):
         msgspec.Meta(
             ge=1,
             description="Record bytes one Spark job covers at most (at least one blob per core), sized from the "
-            "bytes per offset seen so far. For the Kafka destination a job is one transaction (renumber).",
+            "bytes per offset seen so far: a backlog's flush, and the small flushes of many partitions that share "
+            "one job. For the Kafka destination a partition's range in a job is one transaction (renumber).",
         ),
     ] = 256 * 1024 * 1024
     offsets_per_task: Annotated[
@@ -572,7 +573,12 @@ class SparkConfig(_Strict, frozen=True):
     ] = 500_000
     bytes_per_task: Annotated[
         int,
-        msgspec.Meta(ge=1, description="A Spark task covers at most about this many record bytes (whole blobs)."),
+        msgspec.Meta(
+            ge=1,
+            description="A Spark task covers at most about this many record bytes (whole blobs). A flush no larger "
+            "than a task (one task's bytes and offsets) shares a Spark job with the other partitions' flushes that "
+            "fall due at the same time; a larger one runs as a job of its own.",
+        ),
     ] = 64 * 1024 * 1024
     driver_memory: Annotated[
         str,

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import time
 from array import array
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -51,6 +52,7 @@ _FENCED = {-144, 47, 90}  # _FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 # ... and that another attempt may not meet, beyond those librdkafka flags retriable: local timeouts, lost
 # connections, no broker up, a coordinator that is loading or moving.
 _TRANSIENT = {-185, -187, -195, -192, 7, 14, 15, 16}
+_UNKNOWN_PARTITION = -190
 _FATAL = -150  # librdkafka's "the client is unusable"; the cause arrives through the error callback
 # Fatal producer errors that a new producer would meet again (authorization, an old broker): every other
 # fatal error (a sequence desynchronised by a lost connection, an unknown producer id) dies with the
@@ -156,19 +158,93 @@ class ProduceClients(Protocol):
         """A consumer of the destination cluster in `group_id` (for committed offsets; never subscribes)."""
         ...
 
+    def release(self, client: Any, broken: bool = False) -> None:
+        """Done with a producer or consumer for now: a client kept for the next write stays open; a `broken` one
+        (its write failed: it may hold undelivered records or be unusable) is dropped and never handed out again."""
+        ...
+
+
+class _KeptClients:
+    """The destination clients a Python worker keeps between writes. Spark reuses its Python workers, and a shared
+    job writes many partitions one after the other: an idempotent producer and a consumer per destination cluster
+    serve them all, instead of a connection (and a producer id) per partition per flush. At most `limit` are
+    kept; the least recently used is closed. Transactional producers are never kept: each is one partition's
+    `transactional.id`, fenced by the next process or attempt that initialises it."""
+
+    def __init__(self, limit: int = 32) -> None:
+        self._limit = limit
+        self._held: OrderedDict[tuple[object, ...], Any] = OrderedDict()
+
+    def get(self, key: tuple[object, ...], make: Callable[[], Any]) -> Any:
+        client = self._held.get(key)
+        if client is None:
+            client = self._held[key] = make()
+            while len(self._held) > self._limit:
+                _, oldest = self._held.popitem(last=False)
+                _close(oldest)
+        self._held.move_to_end(key)
+        return client
+
+    def holds(self, client: Any) -> bool:
+        return any(held is client for held in self._held.values())
+
+    def drop(self, client: Any) -> bool:
+        """Forget a kept client (True if it was kept)."""
+        for key, held in list(self._held.items()):
+            if held is client:
+                del self._held[key]
+                return True
+        return False
+
+
+_KEPT = _KeptClients()
+
+
+def _close(client: Any) -> None:
+    """Close a consumer, or let a producer go without waiting for what it still holds (its write failed)."""
+    with contextlib.suppress(Exception):
+        if hasattr(client, "purge"):
+            client.purge()
+        else:
+            client.close()
+
 
 @dataclass(frozen=True)
 class LibrdkafkaClients:
     target: KafkaProduceTarget
 
+    def _cluster(self) -> tuple[object, ...]:
+        target = self.target
+        return (target.bootstrap_servers, tuple(sorted(target.client_properties.items())))
+
     def producer(self, on_error: Callable[[Any], None] | None = None) -> Any:
+        target = self.target
+        if target.offsets == "renumber":
+            return self._new_producer(on_error)
+        settings = (target.compression, target.max_batch_bytes, target.request_timeout_ms, target.retry.deadline_s)
+        return _KEPT.get(("producer", *self._cluster(), *settings), self._new_producer)
+
+    def group_consumer(self, group_id: str) -> Any:
+        return _KEPT.get(("consumer", *self._cluster(), group_id), lambda: self._new_consumer(group_id))
+
+    def release(self, client: Any, broken: bool = False) -> None:
+        if broken:
+            _KEPT.drop(client)
+            _close(client)
+        elif not _KEPT.holds(client):
+            _close(client)  # made for this write only (a transactional producer is dropped by its owner)
+
+    def _new_producer(self, on_error: Callable[[Any], None] | None = None) -> Any:
         from confluent_kafka import Producer
 
         target = self.target
         deadline_ms = max(1_000, int(target.retry.deadline_s * 1000))
         settings: dict[str, Any] = {
             "bootstrap.servers": target.bootstrap_servers,
-            "client.id": f"mirror-v3.{target.topic}.{target.partition}",
+            # An idempotent producer is kept for every partition of its cluster; a transactional one is its own.
+            "client.id": f"mirror-v3.{target.topic}.{target.partition}"
+            if target.offsets == "renumber"
+            else "mirror-v3",
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 5,
@@ -188,7 +264,7 @@ class LibrdkafkaClients:
             settings["transaction.timeout.ms"] = max(_TRANSACTION_TIMEOUT_MS, deadline_ms)
         return Producer(settings)
 
-    def group_consumer(self, group_id: str) -> Any:
+    def _new_consumer(self, group_id: str) -> Any:
         from confluent_kafka import Consumer
 
         target = self.target
@@ -353,11 +429,16 @@ def _preserve(
             _, end = consumer.get_watermark_offsets(
                 TopicPartition(target.topic, target.partition), timeout=target.request_timeout_ms / 1000, cached=False
             )
-            return int(end)
         except KafkaException as exc:
-            raise _classified(target, exc.args[0]) from None
-        finally:
-            consumer.close()
+            clients.release(consumer, broken=True)
+            error = exc.args[0]
+            if error.code() == _UNKNOWN_PARTITION:
+                # A kept consumer whose metadata an outage emptied answers at once that it knows no such partition
+                # (the sink saw it on open); a new consumer asks the cluster again on the next attempt.
+                raise TransientDestinationError(f"{target.name}: {error.str()}") from None
+            raise _classified(target, error) from None
+        clients.release(consumer)
+        return int(end)
 
     end = retry_transient_sync(query_end, target.retry, f"{target.name}: reading the end offset")
     if end != task.first:
@@ -368,8 +449,13 @@ def _preserve(
         _produce_all(records, task, target, producer, written, preserve=True)
         _deliver(producer, target, written)
     except KafkaException as exc:
+        clients.release(producer, broken=True)
         # librdkafka has retried on its own until the deadline: what reaches here is final.
         raise DestinationTaskError(target.name, exc.args[0].str()) from None
+    except BaseException:
+        clients.release(producer, broken=True)  # it may hold records of this range: never let them land later
+        raise
+    clients.release(producer)
     return written.produced(task)
 
 
@@ -539,7 +625,7 @@ class _RenumberAttempts:
         for consumer in consumers:
             if consumer is not None:
                 with contextlib.suppress(Exception):
-                    consumer.close()
+                    self._clients.release(consumer)
 
 
 def _replaceable(error: Any, classified: Exception) -> bool:

@@ -377,46 +377,51 @@ def _consume_many(consumer: Any, ranges: list[tuple[SourcePartition, int, int]])
         with contextlib.suppress(Exception):
             consumer.pause([TopicPartition(*key)])  # fetch no further for it
 
-    consumer.assign(
-        [TopicPartition(s.topic, s.partition, read_from) for s, read_from, end in ranges if read_from < end]
-    )
-    while reads:
-        wanted = min(CONSUME_BATCH, sum(read.remaining for read in reads.values()))
-        progressed: set[tuple[str, int]] = set()
-        for message in consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S):
-            key = (message.topic(), message.partition())
-            error = message.error()
-            if error is not None:
-                if error.code() == _PARTITION_EOF:
+    assigned = [TopicPartition(s.topic, s.partition, read_from) for s, read_from, end in ranges if read_from < end]
+    consumer.assign(assigned)
+    try:
+        while reads:
+            wanted = min(CONSUME_BATCH, sum(read.remaining for read in reads.values()))
+            progressed: set[tuple[str, int]] = set()
+            for message in consumer.consume(num_messages=wanted, timeout=CONSUME_WAIT_S):
+                key = (message.topic(), message.partition())
+                error = message.error()
+                if error is not None:
+                    if error.code() == _PARTITION_EOF:
+                        continue
+                    targets = [key] if key in reads else list(reads) if key[0] is None else []
+                    for each in targets:
+                        try:
+                            reads[each].failed(consumer, error)
+                        except SourceRangeError as exc:
+                            settle(each, exc)
                     continue
-                targets = [key] if key in reads else list(reads) if key[0] is None else []
-                for each in targets:
-                    try:
-                        reads[each].failed(consumer, error)
-                    except SourceRangeError as exc:
-                        settle(each, exc)
-                continue
-            read = reads.get(key)
-            if read is None:
-                continue  # a partition whose range ended already
-            try:
-                if read.accepts(message):
-                    found[(key[0], key[1], read.read_from, read.end)].append(message)  # type: ignore[union-attr]
-                    progressed.add(key)
-            except SourceRangeError as exc:
-                settle(key, exc)
-        for key in progressed & reads.keys():
-            reads[key].progressed()
-        if not reads:
-            break
-        positions = consumer.position([TopicPartition(*key) for key in reads])
-        for tp in positions:
-            key = (tp.topic, tp.partition)
-            try:
-                if reads[key].done_at(tp.offset):
-                    settle(key)
-            except SourceRangeError as exc:
-                settle(key, exc)
+                read = reads.get(key)
+                if read is None:
+                    continue  # a partition whose range ended already
+                try:
+                    if read.accepts(message):
+                        found[(key[0], key[1], read.read_from, read.end)].append(message)  # type: ignore[union-attr]
+                        progressed.add(key)
+                except SourceRangeError as exc:
+                    settle(key, exc)
+            for key in progressed & reads.keys():
+                reads[key].progressed()
+            if not reads:
+                break
+            positions = consumer.position([TopicPartition(*key) for key in reads])
+            for tp in positions:
+                key = (tp.topic, tp.partition)
+                try:
+                    if reads[key].done_at(tp.offset):
+                        settle(key)
+                except SourceRangeError as exc:
+                    settle(key, exc)
+    finally:
+        # librdkafka keeps a partition paused through unassign and assign: a later read of it (a renumber
+        # transaction run again reads its range again) must find it fetching.
+        with contextlib.suppress(Exception):
+            consumer.resume(assigned)
     return found
 
 

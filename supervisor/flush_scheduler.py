@@ -9,7 +9,7 @@ the submission of the Spark work is shared:
   a steady partition's flush at `max-time`) waits in a queue. One shared job runs at a time; whatever is queued
   when it may start (after a short gathering window, `GATHER_S`, so flushes that fall due together go
   together) goes into the next job, up to `spark.max-bytes-per-job`, packed into at most one task per core
-  (`supervisor.job_packing`). Every actor gets back exactly its own outcome: one partition's failure (data loss,
+  (`workers.job_packing`). Every actor gets back exactly its own outcome: one partition's failure (data loss,
   a fence, a chain conflict) is that partition's and never fails, delays or rolls back its neighbours.
 - **own lane**: a larger flush (a backlog: several tasks of whole blobs) runs as its own job, at once, in its
   mirror's FAIR pool, as before: it pays the job's cost over many records, and the pools keep one backlog from
@@ -36,8 +36,8 @@ import anyio.to_thread
 from core.logs import log_event
 from sinks.write_target import Written
 from supervisor.http import SparkLoad
-from supervisor.job_packing import pack
 from supervisor.metrics import MetricFamilies
+from workers.job_packing import pack
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem
 
 log = logging.getLogger("mirror_v3.scheduler")

@@ -146,7 +146,8 @@ class FakeConsumer:
 class FakeClusterConsumer:
     """A librdkafka consumer over several FakePartitionSources of one cluster: each consume call takes up to
     `batch` records of every assigned, unpaused partition in turn (messages of different partitions interleave,
-    as fetch responses do); positions move past holes; deleted offsets are the partition's own error."""
+    as fetch responses do); positions move past holes; deleted offsets are the partition's own error. As in
+    librdkafka, a paused partition stays paused through unassign and assign until resumed."""
 
     def __init__(self, sources: Sequence[FakePartitionSource], batch: int = 16) -> None:
         self._sources = {(s.topic, s.partition): s for s in sources}
@@ -158,14 +159,16 @@ class FakeClusterConsumer:
 
     def assign(self, partitions: list[Any]) -> None:
         self.assignments += 1
-        self.positions = {(p.topic, p.partition): p.offset for p in partitions}
-        self.paused = set()
+        self.positions = {(p.topic, p.partition): p.offset for p in partitions}  # paused ones stay paused
 
     def unassign(self) -> None:
-        self.positions, self.paused = {}, set()
+        self.positions = {}
 
     def pause(self, partitions: list[Any]) -> None:
         self.paused |= {(p.topic, p.partition) for p in partitions}
+
+    def resume(self, partitions: list[Any]) -> None:
+        self.paused -= {(p.topic, p.partition) for p in partitions}
 
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
         found: list[FakeMessage] = []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from supervisor.job_packing import pack
+from workers.job_packing import pack
 
 
 def test_every_write_is_in_exactly_one_task_and_no_task_is_empty() -> None:

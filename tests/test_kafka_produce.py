@@ -18,6 +18,7 @@ from sinks.kafka_produce import (
     PreserveHoleError,
     ProducerFencedError,
     UndeliveredRecordError,
+    _KeptClients,
     produce_range,
 )
 from sinks.retry import RetryPolicy
@@ -150,6 +151,7 @@ class FakeClients:
     source: FakePartitionSource
     destination: FakeDestination
     transactional: bool
+    released: list[tuple[str, bool]] = field(default_factory=list)
 
     def producer(self, on_error: Any = None) -> Any:
         return FakeProducer(self.destination, self.transactional)
@@ -157,11 +159,53 @@ class FakeClients:
     def group_consumer(self, group_id: str) -> Any:
         return FakeGroupConsumer(self.destination, group_id)
 
+    def release(self, client: Any, broken: bool = False) -> None:
+        self.released.append((type(client).__name__, broken))
 
-def run(source: FakePartitionSource, destination: FakeDestination, task: TaskRange, offsets: str, **kw: Any) -> Any:
+
+def run(
+    source: FakePartitionSource,
+    destination: FakeDestination,
+    task: TaskRange,
+    offsets: str,
+    clients: FakeClients | None = None,
+    **kw: Any,
+) -> Any:
     target = destination.target(offsets, **kw)
-    clients = FakeClients(source, destination, transactional=offsets == "renumber")
+    clients = clients or FakeClients(source, destination, transactional=offsets == "renumber")
     return produce_range(source.reader(), task, target, clients, sleep=lambda _: None)
+
+
+def test_a_preserve_write_gives_its_clients_back_and_a_failed_one_drops_its_producer() -> None:
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(20, holes_every=10)
+    clients = FakeClients(source, destination, transactional=False)
+    run(source, destination, TaskRange(0, 0, 9), "preserve", clients)
+    assert clients.released == [("FakeGroupConsumer", False), ("FakeProducer", False)]
+    with pytest.raises(PreserveHoleError):
+        run(source, destination, TaskRange(9, 9, 20), "preserve", clients)
+    assert clients.released[2:] == [("FakeGroupConsumer", False), ("FakeProducer", True)]
+
+
+def test_kept_clients_are_shared_by_key_bounded_and_a_dropped_one_is_never_handed_out_again() -> None:
+    closed: list[str] = []
+
+    class Client:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def close(self) -> None:
+            closed.append(self.name)
+
+    kept = _KeptClients(limit=2)
+    first = kept.get(("a",), lambda: Client("a"))
+    assert kept.get(("a",), lambda: Client("a2")) is first
+    kept.get(("b",), lambda: Client("b"))
+    kept.get(("a",), lambda: Client("a3"))  # a is the most recently used now
+    kept.get(("c",), lambda: Client("c"))
+    assert closed == ["b"] and kept.holds(first)
+    assert kept.drop(first) and not kept.holds(first)
+    assert kept.get(("a",), lambda: Client("a4")).name == "a4"
 
 
 def test_preserve_keeps_every_offset_and_record() -> None:

@@ -39,6 +39,8 @@ def test_announced_ranges_are_fetched_together_and_each_read_is_exact() -> None:
     for source, first, end in ranges:
         assert offsets(consumers, source, first, end) == [o for o in range(first, end) if o in source.records]
     assert len(made) == 1 and made[0].assignments == 1  # one consumer, one assignment for all three
+    # Read again (a renumber transaction run again reads its range again): streamed, and as exact.
+    assert offsets(consumers, sources[1], 0, 100) == [o for o in range(100) if o in sources[1].records]
 
 
 def test_one_partitions_deleted_offsets_fail_only_its_read() -> None:

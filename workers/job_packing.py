@@ -1,4 +1,4 @@
-"""How the writes of one shared Spark job are dealt out to its tasks.
+"""How the items of one Spark job are dealt out to its tasks (flushes, restore ranges, verify slices).
 
 A shared job carries the small flushes of many partitions that fell due at about the same time; every task
 costs a Python worker's turn and a consumer per cluster, so the writes are packed into at most one task per core,

@@ -35,6 +35,7 @@ from py4j.protocol import Py4JNetworkError
 from core.errors import MirrorV3Error
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.range_reader import SharedConsumers
+from workers.job_packing import pack
 from workers.python_worker import keep_zip_directories
 
 if TYPE_CHECKING:
@@ -122,6 +123,11 @@ def run_items(
         # A task that ends without reporting every item is a broken task: no result of it may be used.
         raise SparkTaskError("MissingOutcome", f"items {missing[:5]} of job {spec.description} returned nothing")
     return [found for found in outcomes if found is not None]
+
+
+def balanced_packs(spark: SparkSession, weights: Sequence[int]) -> tuple[tuple[int, ...], ...]:
+    """Items of these weights in at most one task per core of the session (`workers.job_packing`)."""
+    return pack(weights, max(1, int(spark.sparkContext.defaultParallelism)))
 
 
 def _task_function(

@@ -6,8 +6,9 @@ Survey: each item counts the records and holes of a run of blobs (`workers.archi
 Produce: each item is the next range of one partition, read from the archived blobs (`ArchivedRange` is its
 reader) and written with the Kafka destination's own target (`sinks.kafka_produce`: a transaction that also
 commits the position in renumber mode, offset-checked deliveries in preserve mode), exactly as a live flush is
-(`workers.range_job.run_write_job`). The partitions of a job run in parallel, each partition's records in offset
-order. Only counts and ranges come back to the driver; an item's failure comes back as its typed error.
+(`workers.range_job.run_write_job`). Every job's items are packed into one task per core, balanced by offsets
+(`workers.job_packing`): the partitions of a job run in parallel, each partition's records in offset order.
+Only counts and ranges come back to the driver; an item's failure comes back as its typed error.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from sinks.kafka_produce import ProducedRange
 from sinks.write_target import BlobLimits, TaskRange, WriteTarget
 from source.range_reader import SharedConsumers
 from workers.archive_records import ArchiveSurvey, first_stamped_at_or_after, read_archived, survey_archived
-from workers.range_job import JobSpec, Outcome, WriteItem, run_items, run_write_job
+from workers.range_job import JobSpec, Outcome, WriteItem, balanced_packs, run_items, run_write_job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -72,10 +73,6 @@ class TimeSearch:
     until_ms: int | None
 
 
-def _one_per_task(count: int) -> list[list[int]]:
-    return [[index] for index in range(count)]
-
-
 def _results(outcomes: Sequence[Outcome[Any]]) -> list[Any]:
     """Every item's result; the first failed item's error (by item order) raised."""
     return [outcome.get() for outcome in outcomes]
@@ -83,7 +80,8 @@ def _results(outcomes: Sequence[Outcome[Any]]) -> list[Any]:
 
 def run_survey_job(spark: SparkSession, ranges: tuple[ArchivedRange, ...], job_group: str) -> list[ArchiveSurvey]:
     spec = JobSpec(job_group, "mirror-v3.restore", f"survey {len(ranges)} archived ranges")
-    return _results(run_items(spark, ranges, _one_per_task(len(ranges)), _survey, spec))
+    packs = balanced_packs(spark, [work.end - work.first for work in ranges])
+    return _results(run_items(spark, ranges, packs, _survey, spec))
 
 
 def _survey(work: ArchivedRange, state: dict[str, Any]) -> ArchiveSurvey:
@@ -95,7 +93,8 @@ def run_time_search_job(
 ) -> list[tuple[int | None, int | None]]:
     """Each search's (since, until) offsets: the first of its range stamped at or after each time, or None."""
     spec = JobSpec(job_group, "mirror-v3.restore", f"find timestamps in {len(searches)} archived ranges")
-    return _results(run_items(spark, searches, _one_per_task(len(searches)), _time_search, spec))
+    packs = balanced_packs(spark, [work.archived.end - work.archived.first for work in searches])
+    return _results(run_items(spark, searches, packs, _time_search, spec))
 
 
 def _time_search(work: TimeSearch, state: dict[str, Any]) -> tuple[int | None, int | None]:
@@ -122,7 +121,9 @@ def run_restore_job(
     ]
     spec = JobSpec(job_group, "mirror-v3.restore", f"restore {len(tasks)} ranges")
     found: list[ProducedRange | MirrorV3Error] = []
-    for outcome in run_write_job(spark, items, _one_per_task(len(items)), spec):
+    # Many partitions' ranges share a task (each in offset order): a task per core, not one per partition.
+    packs = balanced_packs(spark, [item.task.offset_count for item in items])
+    for outcome in run_write_job(spark, items, packs, spec):
         if outcome.error is not None:
             found.append(outcome.error)
             continue

@@ -13,7 +13,7 @@ from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from source.range_reader import SourcePartition
 from workers.kafka_verify_task import KafkaSlice
-from workers.range_job import JobSpec, run_items
+from workers.range_job import JobSpec, balanced_packs, run_items
 from workers.verify_task import SliceCheck, check_slice
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ def run_verify_job(spark: SparkSession, slices: tuple[VerifySlice, ...], job_gro
     """Check every slice; results in the slices' order. A slice whose source cannot be read raises its error (the
     first such slice's, by order)."""
     spec = JobSpec(job_group, "mirror-v3.verify", f"verify {len(slices)} slices")
-    outcomes = run_items(spark, slices, [[index] for index in range(len(slices))], _check, spec)
+    outcomes = run_items(spark, slices, balanced_packs(spark, [1] * len(slices)), _check, spec)
     return [outcome.get() for outcome in outcomes]
 
 
