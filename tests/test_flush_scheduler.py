@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,7 +140,10 @@ async def test_a_failed_job_fails_every_flush_in_it() -> None:
     assert all(isinstance(found[m], SparkGoneError) for m in ("m0", "m1"))
 
 
-async def test_flushes_that_fall_due_while_a_job_runs_go_into_the_next_one() -> None:
+async def behind_a_running_job(
+    owners: list[str], meanwhile: Callable[[FlushScheduler, FakeSpark], None]
+) -> tuple[FakeSpark, dict[str, Any]]:
+    """A first flush's job is held while `owners` submit theirs; then `meanwhile`, then the job is let go."""
     spark = FakeSpark(hold=threading.Event())
     flushes = scheduler(spark)
     found: dict[str, Any] = {}
@@ -148,18 +151,26 @@ async def test_flushes_that_fall_due_while_a_job_runs_go_into_the_next_one() -> 
         running.start_soon(flushes.run)
         running.start_soon(submit_all, flushes, ["first"], found)
         await anyio.to_thread.run_sync(spark.started.wait, 10)
-        later = anyio.Event()
+        done = anyio.Event()
 
-        async def while_it_runs() -> None:
-            await submit_all(flushes, ["m1", "m2", "m3"], found)
-            later.set()
+        async def queued() -> None:
+            await submit_all(flushes, owners, found)
+            done.set()
 
-        running.start_soon(while_it_runs)
+        running.start_soon(queued)
         await anyio.sleep(0.1)
-        assert len(spark.jobs) == 1  # one shared job at a time
+        meanwhile(flushes, spark)
         spark.hold.set()  # type: ignore[union-attr]
-        await later.wait()
+        await done.wait()
         running.cancel_scope.cancel()
+    return spark, found
+
+
+async def test_flushes_that_fall_due_while_a_job_runs_go_into_the_next_one() -> None:
+    def one_job_at_a_time(_: FlushScheduler, spark: FakeSpark) -> None:
+        assert len(spark.jobs) == 1
+
+    spark, _ = await behind_a_running_job(["m1", "m2", "m3"], one_job_at_a_time)
     assert [sorted(owners) for _, owners, _ in spark.jobs] == [["first"], ["m1", "m2", "m3"]]
 
 
@@ -196,25 +207,7 @@ async def test_a_backlogs_flush_runs_as_a_job_of_its_own_in_its_mirrors_pool() -
 
 
 async def test_cancelling_a_mirror_withdraws_its_queued_flush_and_leaves_the_others() -> None:
-    spark = FakeSpark(hold=threading.Event())
-    flushes = scheduler(spark)
-    found: dict[str, Any] = {}
-    async with anyio.create_task_group() as running:
-        running.start_soon(flushes.run)
-        running.start_soon(submit_all, flushes, ["first"], found)
-        await anyio.to_thread.run_sync(spark.started.wait, 10)
-        done = anyio.Event()
-
-        async def queued() -> None:
-            await submit_all(flushes, ["stays", "goes"], found)
-            done.set()
-
-        running.start_soon(queued)
-        await anyio.sleep(0.05)
-        flushes.cancel("goes")
-        spark.hold.set()  # type: ignore[union-attr]
-        await done.wait()
-        running.cancel_scope.cancel()
+    spark, found = await behind_a_running_job(["stays", "goes"], lambda flushes, _: flushes.cancel("goes"))
     assert isinstance(found["goes"], JobCancelled)
     assert [owners for _, owners, _ in spark.jobs] == [["first"], ["stays"]]
 
