@@ -1,12 +1,12 @@
 """Which offsets the next flush writes, and how its Spark job splits them into tasks.
 
-Kafka is the buffer: records wait in the source until a flush is due, then one Spark job reads and
-writes them. A flush is due when the readable backlog holds a full blob (`max-offsets`, or about
+Kafka is the buffer: records wait in the source until a flush is due, then Spark tasks read and
+write them. A flush is due when the readable backlog holds a full blob (`max-offsets`, or about
 `max-bytes` by the bytes per offset learned so far), when its oldest record has waited `max-time`
 since it became readable, when the mirror drains, and once right after start (the first flush
 reads a short probe range to learn the bytes per offset that max-bytes is judged by). Tasks cover
 consecutive ranges whose boundaries are whole estimated blobs, so most blobs come out near
-`max-bytes`; the tasks cut the actual blobs from the records they read (`workers.range_task`). A
+`max-bytes`; the tasks cut the actual blobs from the records they read (`sinks.blob_writer`). A
 size-triggered flush writes whole blobs; the rest waits for its own max-time, unless it has waited
 that long already (the tail of a backlog), and then goes in the same job.
 
