@@ -42,7 +42,7 @@ from bench.procs import JVM, MIRROR, Sampler
 from bench.scenarios import Scenario
 from bench.steady import SteadyProducer, produce_now
 from bench.streaming import StreamingQuery
-from bench.throughput import RamMoto
+from bench.throughput import RamMoto, path_target
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, delete_topic
 from testkit.mirror_run import MirrorRun
@@ -93,21 +93,10 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
         moto = servers.enter_context(RamMoto()) if "s3" in s.paths else None
         for path in s.paths:
             topic = f"{ctx.name}-{path}"
-            target: Target
+            target, name, server = path_target(path, ctx, topic, s.partitions, moto, destination, topic_timeout=300)
             selection: dict[str, Any] = {"topics": [topic]}
-            name, server = topic, None
-            if path == "filesystem":
-                target = FilesystemTarget(ctx.scratch / path)
-            elif path == "s3" and moto is not None:
-                target, server = S3Target(moto.endpoint, moto.access_key, moto.secret_key, moto.region), moto.pid
-            elif path.startswith("kafka-") and destination is not None:
-                mode = path.removeprefix("kafka-")
-                name, server = f"{topic}.{mode}", destination.pid
-                selection = {**selection, "destination-name": {"suffix": f".{mode}"}}
-                create_topic(destination.bootstrap, name, s.partitions, timeout=300)
-                target = KafkaTarget(destination.bootstrap, mode)
-            else:
-                raise ValueError(f"unknown path {path!r}")
+            if name != topic:  # a Kafka destination: the selection writes `<topic>.<mode>`
+                selection["destination-name"] = {"suffix": name.removeprefix(topic)}
             create_topic(ctx.bootstrap, topic, s.partitions, timeout=300)  # leaders of 1,000 partitions take a while
             result = _mirror(s, ctx, path, topic, target, name, selection, server)
             yield {**row, "system": "mirror", "path": path, **result}

@@ -36,6 +36,29 @@ class RamMoto(MotoServer):
         return command, {**(env or {}), MOTO_KEY_BUFFER: str(1 << 40)}
 
 
+def path_target(
+    path: str,
+    ctx: Context,
+    topic: str,
+    partitions: int,
+    moto: RamMoto | None,
+    destination: KafkaBroker | None,
+    topic_timeout: float = 30.0,
+) -> tuple[Target, str, int | None]:
+    """Where a mirror of `topic` writes for a destination path (PATHS), the name it writes there (the topic, or
+    `<topic>.<mode>` on the destination broker, created here) and the pid of the server behind it (None: none)."""
+    if path == "filesystem":
+        return FilesystemTarget(ctx.scratch / path), topic, None
+    if path == "s3" and moto is not None:
+        return S3Target(moto.endpoint, moto.access_key, moto.secret_key, moto.region), topic, moto.pid
+    if path.startswith("kafka-") and destination is not None:
+        mode = path.removeprefix("kafka-")
+        name = f"{topic}.{mode}"
+        create_topic(destination.bootstrap, name, partitions, timeout=topic_timeout)
+        return KafkaTarget(destination.bootstrap, mode), name, destination.pid
+    raise ValueError(f"unknown path {path!r}")
+
+
 def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
     topic = ctx.name
     create_topic(ctx.bootstrap, topic, s.partitions)
@@ -57,18 +80,7 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             seconds = raw.copy(ctx.bootstrap, destination.bootstrap, topic, f"{topic}.copy", ends, ctx.timeout)
             yield {**cell, "path": "raw-copy", "seconds": seconds}
         for path in s.paths:
-            target: Target
-            name, server = topic, None
-            if path == "filesystem":
-                target = FilesystemTarget(ctx.scratch / path)
-            elif path == "s3" and moto is not None:
-                target, server = S3Target(moto.endpoint, moto.access_key, moto.secret_key, moto.region), moto.pid
-            elif path.startswith("kafka-") and destination is not None:
-                name, server = f"{topic}.{path.removeprefix('kafka-')}", destination.pid
-                create_topic(destination.bootstrap, name, s.partitions)
-                target = KafkaTarget(destination.bootstrap, path.removeprefix("kafka-"))
-            else:
-                raise ValueError(f"unknown path {path!r}")
+            target, name, server = path_target(path, ctx, topic, s.partitions, moto, destination)
             yield {**cell, "path": path, **_mirror(s, ctx, path, target, name, ends, server)}
     delete_topic(ctx.bootstrap, topic)  # a gigabyte the broker need not keep for the rest of the run
 

@@ -108,8 +108,8 @@ def run_items(
 ) -> list[Outcome[Any]]:
     """One job: task i runs `run_item(items[j], task_state)` for each j of `packs[i]`; one outcome per item, in the
     items' order. `task_state` is a dict shared by the items of one task (for clients they can reuse); values with
-    a `close` method are closed when the task ends. `before_pack(the task's items, task_state)` runs first (a
-    failure there is every item's). Every item must be in exactly one pack."""
+    a `close` method are closed when the task ends. `before_pack(the task's items, task_state)` runs first (it only
+    prepares: a failure there fails the job). Every item must be in exactly one pack."""
     if sorted(j for pack in packs for j in pack) != list(range(len(items))):
         raise ValueError("every item must be in exactly one pack")
     function = _task_function(tuple(items), tuple(tuple(pack) for pack in packs), run_item, before_pack)
@@ -218,9 +218,9 @@ def _announce(items: list[WriteItem], state: dict[str, Any]) -> None:
 
 def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
     records = item.records.open(_consumers(state))
-    written = item.target.write(records, item.task, item.limits)
-    check_coverage(records.name, item.task, list(written))
-    return list(written)
+    written = list(item.target.write(records, item.task, item.limits))
+    check_coverage(records.name, item.task, written)
+    return written
 
 
 def cancel_job(spark: SparkSession, job_group: str) -> None:
