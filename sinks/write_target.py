@@ -62,6 +62,10 @@ class BlobLimits:
     daily: bool = False  # never a blob with records of two UTC days (record timestamps)
 
 
+# No size or day limit cuts the range: a claimed blob written whole, or a target without blobs (Kafka).
+UNCUT = BlobLimits(max_bytes=2**62, max_offsets=2**62)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Written:
     """Source offsets [first, last] written by a task. Offsets of the range with no record were holes at the

@@ -22,7 +22,7 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
 from core.logs import log_event
 from sinks.base import Sink
-from sinks.write_target import BlobLimits, Written
+from sinks.write_target import UNCUT, BlobLimits, Written
 from source.offsets import SourceOffsets
 from source.outages import OutageRider
 from source.range_reader import OffsetsDeletedError
@@ -32,9 +32,6 @@ from supervisor.partition_source import PartitionSource
 from supervisor.transaction_hold import TransactionHold
 
 log = logging.getLogger("mirror_v3.actor")
-
-# A claimed blob is written whole: no size or day limit may cut it (the writer that claimed it cut it already).
-_ONE_BLOB = BlobLimits(max_bytes=2**62, max_offsets=2**62)
 
 
 @dataclass(frozen=True)
@@ -317,7 +314,8 @@ class MirrorActor(Generic[W]):
         self._metrics.read_next.set(plan.end)
         self._metrics.reading.set(plan.end - plan.first)
         try:
-            limits = self._blob_limits if plan.trigger != "claimed" else _ONE_BLOB
+            # A claimed blob is written whole: the writer that claimed it cut it already.
+            limits = self._blob_limits if plan.trigger != "claimed" else UNCUT
             items = await self._source.run(plan.tasks, limits, self._sink.target(), self._planner.bytes_per_offset)
         except OffsetsDeletedError as exc:
             # Deleted while the job read: the next offset query sees the new log start and applies

@@ -21,16 +21,13 @@ from core.errors import MirrorV3Error
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from sinks.kafka_produce import ProducedRange
-from sinks.write_target import BlobLimits, TaskRange, WriteTarget
+from sinks.write_target import UNCUT, TaskRange, WriteTarget
 from source.range_reader import SharedConsumers
 from workers.archive_records import ArchiveSurvey, first_stamped_at_or_after, read_archived, survey_archived
 from workers.range_job import JobSpec, Outcome, WriteItem, balanced_packs, run_items, run_write_job
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-# A Kafka target ignores blob limits: its whole range is one write.
-_NO_BLOBS = BlobLimits(max_bytes=2**62, max_offsets=2**62)
 
 
 @dataclass(frozen=True)
@@ -114,7 +111,7 @@ def run_restore_job(
         WriteItem(
             work.archived,
             TaskRange(work.archived.first, work.archived.first, work.archived.end),
-            _NO_BLOBS,
+            UNCUT,
             work.target,
         )
         for work in tasks
