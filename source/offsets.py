@@ -2,11 +2,17 @@
 
 Spark reads the records; this client only answers "where does the partition start, where is its
 last stable offset, where is its high watermark" so the actor can plan exact ranges.
+
+Two ways to ask. `offsets` asks now (a mirror starting or draining; queries that arrive together share one
+request). `watch` enrols a mirror in the cluster's estate poll: once per poll interval one request per kind asks
+every watched partition at once (aiokafka sends one per partition leader), and only the mirrors whose partition
+moved are woken, so an idle partition costs its share of one request and a comparison, not a task wake-up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -14,6 +20,7 @@ from typing import Any
 import anyio
 from aiokafka import TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError
+from anyio.abc import TaskGroup
 
 from config.model import SourceConfig
 from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError, first_error
@@ -32,6 +39,7 @@ COALESCE_SECONDS = 0.002
 
 _PartitionOffsets = tuple[int, int, int]  # log start, last stable offset, high watermark
 _Answers = dict[TopicPartition, int]
+Sighting = tuple[float, float, int]  # polls that showed one end: first asked at, last asked at, the end
 
 
 class _Query:
@@ -64,6 +72,58 @@ class SourceOffsets:
     high_watermark: int
 
 
+@dataclass(frozen=True)
+class PolledOffsets:
+    """A watched partition's newest offsets, and what the polls showed since the watcher last looked: one
+    sighting per distinct end, oldest first (the times tell how long each offset has been readable)."""
+
+    offsets: SourceOffsets
+    seen: tuple[Sighting, ...]
+
+
+class OffsetWatch:
+    """One mirror's place in its cluster's estate poll: the newest answer for its partition, the sightings since the
+    mirror last looked, and whether the last poll failed to answer it (then the mirror asks on its own, so an error
+    names its partition). `changed` is called when an answer differs from the one before, or none came."""
+
+    def __init__(
+        self, tp: TopicPartition, isolation_level: str, interval_s: float, changed: Callable[[], None]
+    ) -> None:
+        self.tp = tp
+        self.interval_s = interval_s
+        self._committed = isolation_level == "read_committed"
+        self._changed = changed
+        self.answer: _PartitionOffsets | None = None
+        self.unanswered = False
+        self._seen: list[list[float]] = []  # [first asked at, last asked at, end]
+
+    def answered(self, asked_at: float, answer: _PartitionOffsets) -> None:
+        end = answer[1] if self._committed else answer[2]
+        if self._seen and self._seen[-1][2] == end:
+            self._seen[-1][1] = asked_at
+        else:
+            self._seen.append([asked_at, asked_at, end])
+        moved = answer != self.answer or self.unanswered
+        self.answer, self.unanswered = answer, False
+        if moved:
+            self._changed()
+
+    def not_answered(self) -> None:
+        if not self.unanswered:
+            self.unanswered = True
+            self._changed()
+
+    def take(self) -> PolledOffsets | None:
+        """The newest answer and the sightings since the last take; None when the poll has none to give."""
+        if self.answer is None or self.unanswered:
+            return None
+        start, stable, high = self.answer
+        seen = tuple((first, last, int(end)) for first, last, end in self._seen)
+        self._seen = []
+        end = stable if self._committed else high
+        return PolledOffsets(SourceOffsets(log_start=start, end=end, high_watermark=high), seen)
+
+
 class SourceClientClosedError(SourceError):
     """An offset query on a source client that was closed (the process is stopping)."""
 
@@ -81,8 +141,10 @@ class SourceCluster:
         request_timeout_ms: int,
         client_settings: dict[str, Any] | None = None,
         client_id: str = "mirror-v3",
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.bootstrap_servers = bootstrap_servers
+        self._clock = clock  # the actors' monotonic clock: sightings are compared with their deadlines
         self._timeout_s = request_timeout_ms / 1000
         self._timeout_ms = request_timeout_ms
         self._client_settings = dict(client_settings or {})
@@ -109,6 +171,9 @@ class SourceCluster:
         self._metadata: Any = None
         self._metadata_at = -1e9
         self._metadata_fetch: _Fetch | None = None
+        # The estate poll: every watching mirror, and an event set when the first one enrols.
+        self._watches: dict[OffsetWatch, None] = {}
+        self._watched = anyio.Event()
 
     async def start(self) -> None:
         if self._started:  # without the lock: anyio's yields even when free, and every query starts here
@@ -251,6 +316,61 @@ class SourceCluster:
             for query in (*batch, *self._pending):
                 query.wake()
 
+    def watch(
+        self, topic: str, partition: int, isolation_level: str, interval_s: float, changed: Callable[[], None]
+    ) -> OffsetWatch:
+        """Enrol a mirror in the estate poll (polled at the smallest interval of the cluster's watches)."""
+        watch = OffsetWatch(TopicPartition(topic, partition), isolation_level, interval_s, changed)
+        self._watches[watch] = None
+        self._watched.set()
+        return watch
+
+    def unwatch(self, watch: OffsetWatch) -> None:
+        self._watches.pop(watch, None)
+
+    async def polled(self, watch: OffsetWatch, isolation_level: str) -> PolledOffsets:
+        """The watch's newest answer; asked now (on its own, shared with mirrors asking at the same moment) before
+        the first poll and when the last poll did not answer this partition."""
+        taken = watch.take()
+        if taken is not None:
+            return taken
+        asked_at = self._clock()
+        offsets = await self.offsets(watch.tp.topic, watch.tp.partition, isolation_level)
+        return PolledOffsets(offsets, ((asked_at, asked_at, offsets.end),))
+
+    async def poll_forever(self) -> None:
+        """Ask every watched partition's offsets once per poll interval and tell the watches. A partition the
+        request did not answer within BATCH_PATIENCE_SECONDS (or at all) is left to its mirror to ask alone.
+
+        Cost: three requests per leader per interval, and a comparison per partition; CPU grows with the
+        partitions watched, the event loop's wake-ups only with the partitions that moved."""
+        while not self._closed:
+            if not self._watches:
+                self._watched = anyio.Event()
+                await self._watched.wait()
+                continue
+            began = self._clock()
+            interval_s = min(watch.interval_s for watch in self._watches)
+            await self.poll_once()
+            await anyio.sleep(max(0.0, began + interval_s - self._clock()))
+
+    async def poll_once(self) -> None:
+        """One round of the estate poll."""
+        asked_at = self._clock()
+        watches = list(self._watches)
+        tps = list(dict.fromkeys(watch.tp for watch in watches))
+        answers: dict[TopicPartition, _PartitionOffsets] = {}
+        with contextlib.suppress(SourceError):
+            await self.start()  # not under the patience limit: a start cut short would leave a client half-started
+            with anyio.move_on_after(BATCH_PATIENCE_SECONDS):
+                answers = await self._list_offsets(tps)
+        for watch in watches:
+            answer = answers.get(watch.tp)
+            if answer is None:
+                watch.not_answered()
+            else:
+                watch.answered(asked_at, answer)
+
     async def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is at or after `timestamp_ms` (ListOffsets by time)."""
         await self.start()
@@ -312,6 +432,7 @@ class SourceClusters:
 
     def __init__(self) -> None:
         self._clusters: dict[tuple[str, int, object], SourceCluster] = {}
+        self._polls: TaskGroup | None = None  # while `poll_forever` runs
 
     def get(self, source: SourceConfig, field: str) -> SourceCluster:
         """The shared client of `source`'s cluster; `field` is its config path, for errors.
@@ -325,7 +446,20 @@ class SourceClusters:
                 source.request_timeout_ms,
                 aiokafka_settings(source.security, f"{field}.security"),
             )
+            if self._polls is not None:
+                self._polls.start_soon(self._clusters[key].poll_forever)
         return self._clusters[key]
+
+    async def poll_forever(self) -> None:
+        """Run every cluster's estate poll (those created later too) until cancelled."""
+        try:
+            async with anyio.create_task_group() as polls:
+                self._polls = polls
+                for cluster in self._clusters.values():
+                    polls.start_soon(cluster.poll_forever)
+                await anyio.sleep_forever()
+        finally:
+            self._polls = None
 
     async def close(self) -> None:
         for cluster in self._clusters.values():

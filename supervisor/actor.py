@@ -10,6 +10,7 @@ by the actor between flushes. Its starting position always comes from `sink.open
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -85,6 +86,7 @@ class MirrorActor(Generic[W]):
         # still waiting is about that old (records of a partition arrive in about timestamp order).
         self._backlog_timestamp_ms: int | None = None
         self.started = anyio.Event()
+        self._wake = anyio.Event()  # set when the poll sees the partition move, and at the stop
         # Ages are computed when scraped, so they grow while a long job runs or a flush waits.
         metrics.transaction_held.set_function(lambda: self._hold.seconds(self._clock.wall()))
         metrics.pending_age.set_function(self.pending_age)
@@ -96,11 +98,13 @@ class MirrorActor(Generic[W]):
     # -- lifecycle -----------------------------------------------------------------------------
 
     async def run(self) -> None:
+        unwatch = self._source.watch(self._offsets_moved)
         try:
             await self._start()
             try:
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._heartbeat)
+                    tasks.start_soon(self._wake_on_stop)
                     with anyio.CancelScope() as work:
                         tasks.start_soon(self._drain_deadline, work)
                         await self._flush_loop()
@@ -110,6 +114,7 @@ class MirrorActor(Generic[W]):
             except BaseExceptionGroup as group:
                 raise first_error(group) from None
         finally:
+            unwatch()
             with anyio.CancelScope(shield=True):
                 await self._sink.close()
         log_event(log, logging.INFO, "mirror stopped", **self._ids, next_offset=self._next)
@@ -220,7 +225,6 @@ class MirrorActor(Generic[W]):
     # -- the flush loop --------------------------------------------------------------------------
 
     async def _flush_loop(self) -> None:
-        poll = self.mirror.source.poll_interval_ms / 1000
         # Plans spread backlogs over every core: wait for the data plane to say how many there are (a
         # stop meanwhile goes straight to the drain, which needs Spark only if something is to be written).
         async with anyio.create_task_group() as waiting:
@@ -237,15 +241,25 @@ class MirrorActor(Generic[W]):
             # are sized for one core.
             self._parallelism = 1
         while not self._stop.is_set():
-            offsets = await self._query_offsets()
+            self._wake = anyio.Event()  # before the offsets are read: a move after the read still wakes the wait
+            offsets = await self._polled_offsets()
             plan = self._plan(offsets.end, draining=False)
             if plan is not None:
                 await self._flush(plan)
                 continue
+            # Nothing due: sleep until the poll sees the partition move, a flush falls due, or an open
+            # transaction's hold reaches its alert (an idle partition is not woken at all).
             due_at = self._planner.due_at(self._backlog(offsets.end, draining=False))
-            wait = poll if due_at is None else max(0.0, min(poll, due_at - self._clock.monotonic()))
-            await self._clock.wait_for(self._stop, wait)
+            wait = math.inf if due_at is None else max(0.0, due_at - self._clock.monotonic())
+            await self._clock.wait_for(self._wake, min(wait, self._hold_alert_in()))
         await self._drain()
+
+    def _offsets_moved(self) -> None:
+        self._wake.set()
+
+    async def _wake_on_stop(self) -> None:
+        await self._stop.wait()
+        self._wake.set()
 
     async def _drain(self) -> None:
         """Write what was readable when the stop came; then return."""
@@ -285,9 +299,21 @@ class MirrorActor(Generic[W]):
         )
 
     async def _query_offsets(self) -> SourceOffsets:
+        """Asked now (the drain: what is readable when the stop came)."""
         asked_at = self._clock.monotonic()
         offsets = await self._outages.ride_out(self._source.offsets, "offset query")
         self._readable.observe(asked_at, offsets.end)
+        return self._checked(offsets)
+
+    async def _polled_offsets(self) -> SourceOffsets:
+        """The estate poll's newest answer, its sightings since the last look added to the readable history."""
+        polled = await self._outages.ride_out(self._source.polled, "offset query")
+        for first_asked, last_asked, end in polled.seen:
+            self._readable.observe(first_asked, end)
+            self._readable.observe(last_asked, end)
+        return self._checked(polled.offsets)
+
+    def _checked(self, offsets: SourceOffsets) -> SourceOffsets:
         self._observe(offsets)
         if offsets.high_watermark < self._next:
             raise SourceBehindDestinationError(
@@ -442,6 +468,13 @@ class MirrorActor(Generic[W]):
             self._backlog_timestamp_ms = None
         self._hold.observe(offsets.end, offsets.high_watermark, self._next, self._clock.wall())
         self._warn_of_hold(offsets)
+
+    def _hold_alert_in(self) -> float:
+        """Seconds until an open transaction's hold reaches its alert (infinite when none is due)."""
+        if self._hold.since is None or self._hold_warned:
+            return math.inf
+        alert_s = self.mirror.source.transaction_hold_alert_ms / 1000
+        return max(0.0, alert_s - self._hold.seconds(self._clock.wall()))
 
     def _warn_of_hold(self, offsets: SourceOffsets) -> None:
         held_s = self._hold.seconds(self._clock.wall())

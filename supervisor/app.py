@@ -169,6 +169,7 @@ class Supervisor:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
                 outer.start_soon(self._scheduler.run)
+                outer.start_soon(self._clusters.poll_forever)  # the offsets of every partition mirrored
                 outer.start_soon(self.http.watch_loop)
                 if self._topics is not None:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)

@@ -198,7 +198,9 @@ class ReadableSince:
 
     def observe(self, asked_at: float, end: int) -> None:
         if self._queries and end <= self._queries[-1][2]:
-            self._queries[-1][1] = asked_at  # nothing new: a later query that still did not show more
+            # Nothing new: a later query that still did not show more (a query answered late that was asked
+            # before the newest one changes nothing).
+            self._queries[-1][1] = max(self._queries[-1][1], asked_at)
             return
         self._queries.append([asked_at, asked_at, end])
 

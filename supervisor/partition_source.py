@@ -3,7 +3,8 @@ process's flush scheduler, which runs the small flushes of many partitions as on
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Protocol, TypeVar, cast
 
 import anyio.to_thread
@@ -12,7 +13,7 @@ from config.estate import MirrorSpec
 from config.model import SparkConfig
 from kafka_clients.settings import librdkafka_properties
 from sinks.write_target import BlobLimits, TaskRange, WriteTarget, Written
-from source.offsets import SourceCluster, SourceOffsets
+from source.offsets import OffsetWatch, PolledOffsets, SourceCluster, SourceOffsets
 from source.range_reader import SourcePartition
 from source.spark_session import current_spark, get_spark
 from supervisor.flush_planner import PlannedTask
@@ -28,7 +29,18 @@ class PartitionSource(Protocol):
         """Fail with a SourceError if the cluster, topic or partition is not there."""
         ...
 
-    async def offsets(self) -> SourceOffsets: ...
+    async def offsets(self) -> SourceOffsets:
+        """Asked now (a start, a drain, a check after a deletion)."""
+        ...
+
+    def watch(self, changed: Callable[[], None]) -> Callable[[], None]:
+        """Have the cluster's estate poll call `changed` when this partition's offsets move (or a poll fails to
+        answer them); returns what ends the watch."""
+        ...
+
+    async def polled(self) -> PolledOffsets:
+        """The newest offsets the poll saw, and its sightings since the last call (asked now when it has none)."""
+        ...
 
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is at or after `timestamp_ms`; None when there is none."""
@@ -116,6 +128,7 @@ class SparkPartitionSource:
         self._runtime = runtime
         self._scheduler = scheduler
         self._cancelled = False
+        self._watch: OffsetWatch | None = None
 
     async def check(self) -> None:
         await self._cluster.check_partition(self._mirror.topic, self._mirror.partition)
@@ -124,6 +137,16 @@ class SparkPartitionSource:
         return await self._cluster.offsets(
             self._mirror.topic, self._mirror.partition, self._mirror.source.isolation_level
         )
+
+    def watch(self, changed: Callable[[], None]) -> Callable[[], None]:
+        mirror, source = self._mirror, self._mirror.source
+        interval_s = source.poll_interval_ms / 1000
+        self._watch = self._cluster.watch(mirror.topic, mirror.partition, source.isolation_level, interval_s, changed)
+        return partial(self._cluster.unwatch, self._watch)
+
+    async def polled(self) -> PolledOffsets:
+        assert self._watch is not None, "polled() before watch()"
+        return await self._cluster.polled(self._watch, self._mirror.source.isolation_level)
 
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         return await self._cluster.offset_for_time(self._mirror.topic, self._mirror.partition, timestamp_ms)

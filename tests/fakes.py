@@ -20,7 +20,7 @@ from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
 from sinks.retry import TransientDestinationError
 from sinks.staging import BlobFormat, StagedBlob
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
-from source.offsets import SourceOffsets
+from source.offsets import PolledOffsets, Sighting, SourceOffsets
 from source.range_reader import SharedConsumers, SourcePartition
 from supervisor.flush_planner import PlannedTask
 from supervisor.metrics import MetricFamilies, MirrorMetrics
@@ -298,8 +298,26 @@ class FakePartitionSource:
         self.cores = 2
         self.fail_check: Exception | None = None
         self.cancelled = False
+        self._watchers: list[Callable[[], None]] = []
+        self._seen: list[Sighting] = []
+
+    def _poll_saw(self) -> None:
+        """A poll at this moment: what it showed, as the estate poll records it."""
+        now = self.clock.now if self.clock is not None else time.monotonic()
+        self._seen.append((now, now, self.end))
+
+    def _moved(self) -> None:
+        """The estate poll sees every change at once: the end as it was until now, then the watchers woken."""
+        for changed in list(self._watchers):
+            changed()
 
     def append(self, count: int, *, holes_every: int = 0) -> None:
+        if self._watchers:
+            self._poll_saw()
+        self._append(count, holes_every)
+        self._moved()
+
+    def _append(self, count: int, holes_every: int) -> None:
         for _ in range(count):
             offset = self.end
             self.end += 1
@@ -311,6 +329,7 @@ class FakePartitionSource:
         self.log_start = offset
         for o in [o for o in self.records if o < offset]:
             del self.records[o]
+        self._moved()
 
     async def check(self) -> None:
         if self.fail_check is not None:
@@ -319,6 +338,15 @@ class FakePartitionSource:
     async def offsets(self) -> SourceOffsets:
         hw = self.end if self.high_watermark is None else self.high_watermark
         return SourceOffsets(log_start=self.log_start, end=self.end, high_watermark=hw)
+
+    def watch(self, changed: Callable[[], None]) -> Callable[[], None]:
+        self._watchers.append(changed)
+        return lambda: self._watchers.remove(changed)
+
+    async def polled(self) -> PolledOffsets:
+        self._poll_saw()
+        seen, self._seen = tuple(self._seen), []
+        return PolledOffsets(await self.offsets(), seen)
 
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         later = [o for o, r in self.records.items() if r.timestamp_ms >= timestamp_ms]

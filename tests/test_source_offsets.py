@@ -21,13 +21,17 @@ class CountingCluster(SourceCluster):
         self.requests: list[list[TopicPartition]] = []
         self.broken = broken or set()
         self.hanging = hanging or set()  # answered only after 60 s (aiokafka retrying a deleted topic's partition)
+        self.produced: dict[TopicPartition, int] = {}  # records appended to a partition since the start
 
     async def _list_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int, int]]:
         self.requests.append(tps)
         await asyncio.sleep(60 if self.hanging & set(tps) else 0.001)
         if self.broken & set(tps):
             raise SourceError(f"source {len(tps)} partitions: offset query failed: NotLeaderForPartitionError")
-        return {tp: (tp.partition, 100 + tp.partition, 200 + tp.partition) for tp in tps}
+        return {
+            tp: (tp.partition, *(base + self.produced.get(tp, 0) for base in (100 + tp.partition, 200 + tp.partition)))
+            for tp in tps
+        }
 
 
 Make = Callable[..., CountingCluster]
@@ -136,3 +140,57 @@ async def test_a_partition_that_hangs_holds_back_only_its_own_mirror(
         assert len(done) == 3 and [o.result().end for o in others] == [100, 101, 102]
         assert not gone.done()
         gone.cancel()
+
+
+class Watcher:
+    """A mirror's side of the estate poll: how often it was woken."""
+
+    def __init__(self, cluster: CountingCluster, partition: int, isolation: str = "read_committed") -> None:
+        self.woken = 0
+        self.watch = cluster.watch("t", partition, isolation, 0.05, self.wake)
+
+    def wake(self) -> None:
+        self.woken += 1
+
+
+async def test_the_estate_poll_asks_every_partition_at_once_and_wakes_only_those_that_moved(make: Make) -> None:
+    cluster = make()
+    watchers = [Watcher(cluster, p) for p in range(200)]
+    polling = asyncio.ensure_future(cluster.poll_forever())
+    try:
+        await asyncio.sleep(0.03)  # the first poll: every watch learns its offsets
+        assert len(cluster.requests) == 1 and len(cluster.requests[0]) == 200
+        assert [w.woken for w in watchers] == [1] * 200
+        await asyncio.sleep(0.12)  # two more polls, nothing moved: nobody is woken
+        assert len(cluster.requests) == 3 and [w.woken for w in watchers] == [1] * 200
+        cluster.produced[TopicPartition("t", 7)] = 5
+        await asyncio.sleep(0.06)
+        assert [i for i, w in enumerate(watchers) if w.woken == 2] == [7]
+        assert sum(w.woken for w in watchers) == 201
+    finally:
+        polling.cancel()
+    polled = await cluster.polled(watchers[7].watch, "read_committed")
+    assert (polled.offsets.log_start, polled.offsets.end, polled.offsets.high_watermark) == (7, 112, 212)
+    # One sighting per end shown: the first from the first poll to the last that still showed it, then the new one.
+    (first, last, end), (moved_first, moved_last, moved_end) = polled.seen
+    assert (end, moved_end) == (107, 112) and first < last < moved_first <= moved_last
+    again = await cluster.polled(watchers[7].watch, "read_committed")
+    assert again.seen == () and again.offsets == polled.offsets
+
+
+async def test_a_partition_the_poll_cannot_answer_is_asked_alone_and_its_error_is_its_own(make: Make) -> None:
+    cluster = make(broken={TopicPartition("t", 3)})
+    watchers = [Watcher(cluster, p) for p in range(5)]
+    await cluster.poll_once()
+    assert [w.woken for w in watchers] == [1] * 5  # the shared request failed: every mirror is told to ask alone
+    answers = await asyncio.gather(
+        *(cluster.polled(w.watch, "read_committed") for w in watchers), return_exceptions=True
+    )
+    assert isinstance(answers[3], SourceError)
+    assert [a.offsets.end for i, a in enumerate(answers) if i != 3] == [100, 101, 102, 104]  # type: ignore[union-attr]
+    cluster.broken.clear()
+    await cluster.poll_once()
+    assert [w.woken for w in watchers] == [2] * 5  # answered again
+    cluster.unwatch(watchers[0].watch)
+    await cluster.poll_once()
+    assert TopicPartition("t", 0) not in cluster.requests[-1]
