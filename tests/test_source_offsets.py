@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 
 import pytest
 from aiokafka import TopicPartition
@@ -22,15 +22,20 @@ class CountingCluster(SourceCluster):
         self.broken = broken or set()
         self.hanging = hanging or set()  # answered only after 60 s (aiokafka retrying a deleted topic's partition)
         self.produced: dict[TopicPartition, int] = {}  # records appended to a partition since the start
+        self.kinds: list[tuple[str, ...]] = []  # the kinds each request asked
 
-    async def _list_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, tuple[int, int, int]]:
+    async def _request_offsets(
+        self, tps: list[TopicPartition], kinds: Sequence[str]
+    ) -> dict[str, dict[TopicPartition, int]]:
         self.requests.append(tps)
+        self.kinds.append(tuple(kinds))
         await asyncio.sleep(60 if self.hanging & set(tps) else 0.001)
         if self.broken & set(tps):
             raise SourceError(f"source {len(tps)} partitions: offset query failed: NotLeaderForPartitionError")
+        base = {"start": 0, "stable": 100, "high": 200}
         return {
-            tp: (tp.partition, *(base + self.produced.get(tp, 0) for base in (100 + tp.partition, 200 + tp.partition)))
-            for tp in tps
+            kind: {tp: base[kind] + tp.partition + (self.produced.get(tp, 0) if kind != "start" else 0) for tp in tps}
+            for kind in kinds
         }
 
 
@@ -167,10 +172,13 @@ async def test_the_estate_poll_asks_every_partition_at_once_and_wakes_only_those
         await asyncio.sleep(0.06)
         assert [i for i, w in enumerate(watchers) if w.woken == 2] == [7]
         assert sum(w.woken for w in watchers) == 201
+        # The first round asked all three kinds; the later ones only the end a read_committed mirror reads to.
+        assert cluster.kinds[0] == ("start", "stable", "high") and set(cluster.kinds[1:]) == {("stable",)}
     finally:
         polling.cancel()
     polled = await cluster.polled(watchers[7].watch, "read_committed")
-    assert (polled.offsets.log_start, polled.offsets.end, polled.offsets.high_watermark) == (7, 112, 212)
+    # The high watermark is from the first (full) round: a read_committed mirror's rounds ask only the stable end.
+    assert (polled.offsets.log_start, polled.offsets.end, polled.offsets.high_watermark) == (7, 112, 207)
     # One sighting per end shown: the first from the first poll to the last that still showed it, then the new one.
     (first, last, end), (moved_first, moved_last, moved_end) = polled.seen
     assert (end, moved_end) == (107, 112) and first < last < moved_first <= moved_last
@@ -191,6 +199,12 @@ async def test_a_partition_the_poll_cannot_answer_is_asked_alone_and_its_error_i
     cluster.broken.clear()
     await cluster.poll_once()
     assert [w.woken for w in watchers] == [2] * 5  # answered again
+    # A stable end newer than the last high watermark asked raises that watermark with it.
+    cluster.produced[TopicPartition("t", 1)] = 150
+    await cluster.poll_once()
+    assert cluster.kinds[-1] == ("stable",)
+    raised = await cluster.polled(watchers[1].watch, "read_committed")
+    assert (raised.offsets.end, raised.offsets.high_watermark) == (251, 251)
     cluster.unwatch(watchers[0].watch)
     await cluster.poll_once()
     assert TopicPartition("t", 0) not in cluster.requests[-1]
