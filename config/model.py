@@ -505,7 +505,12 @@ class SourceConfig(_Strict, frozen=True):
         ),
     ] = "fail"
     poll_interval_ms: Annotated[
-        int, msgspec.Meta(ge=10, description="How often an idle mirror asks the source for new records.")
+        int,
+        msgspec.Meta(
+            ge=10,
+            description="How often the offsets of the mirrored partitions are polled for new records (one "
+            "request per broker for all of a cluster's partitions, at the smallest interval of its mirrors).",
+        ),
     ] = 500
     request_timeout_ms: Annotated[
         int, msgspec.Meta(ge=100, description="Timeout for offset queries against the source.")
