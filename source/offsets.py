@@ -91,7 +91,7 @@ class PolledOffsets:
 class OffsetWatch:
     """One mirror's place in its cluster's estate poll: the newest answer for its partition, the sightings since the
     mirror last looked, and whether the last poll failed to answer it (then the mirror asks on its own, so an error
-    names its partition). `changed` is called when an answer differs from the one before, or none came."""
+    names its partition). `changed` is called when an answer differs from the one before, or when none came."""
 
     def __init__(
         self, tp: TopicPartition, isolation_level: str, interval_s: float, changed: Callable[[], None]
@@ -117,9 +117,10 @@ class OffsetWatch:
             self._changed()
 
     def not_answered(self) -> None:
-        if not self.unanswered:
-            self.unanswered = True
-            self._changed()
+        # Every round the poll cannot answer, the mirror asks on its own, as it would with no estate poll: a
+        # partition whose leader is gone must not keep its neighbours from seeing their new records.
+        self.unanswered = True
+        self._changed()
 
     def take(self) -> PolledOffsets | None:
         """The newest answer and the sightings since the last take; None when the poll has none to give."""

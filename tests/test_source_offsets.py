@@ -161,21 +161,18 @@ class Watcher:
 async def test_the_estate_poll_asks_every_partition_at_once_and_wakes_only_those_that_moved(make: Make) -> None:
     cluster = make()
     watchers = [Watcher(cluster, p) for p in range(200)]
-    polling = asyncio.ensure_future(cluster.poll_forever())
-    try:
-        await asyncio.sleep(0.03)  # the first poll: every watch learns its offsets
-        assert len(cluster.requests) == 1 and len(cluster.requests[0]) == 200
-        assert [w.woken for w in watchers] == [1] * 200
-        await asyncio.sleep(0.12)  # two more polls, nothing moved: nobody is woken
-        assert len(cluster.requests) == 3 and [w.woken for w in watchers] == [1] * 200
-        cluster.produced[TopicPartition("t", 7)] = 5
-        await asyncio.sleep(0.06)
-        assert [i for i, w in enumerate(watchers) if w.woken == 2] == [7]
-        assert sum(w.woken for w in watchers) == 201
-        # The first round asked all three kinds; the later ones only the end a read_committed mirror reads to.
-        assert cluster.kinds[0] == ("start", "stable", "high") and set(cluster.kinds[1:]) == {("stable",)}
-    finally:
-        polling.cancel()
+    await cluster.poll_once()  # the first round: every watch learns its offsets
+    assert len(cluster.requests) == 1 and len(cluster.requests[0]) == 200
+    assert [w.woken for w in watchers] == [1] * 200
+    for _ in range(2):  # nothing moved: nobody is woken
+        await cluster.poll_once()
+    assert len(cluster.requests) == 3 and [w.woken for w in watchers] == [1] * 200
+    cluster.produced[TopicPartition("t", 7)] = 5
+    await cluster.poll_once()
+    assert [i for i, w in enumerate(watchers) if w.woken == 2] == [7]
+    assert sum(w.woken for w in watchers) == 201
+    # The first round asked all three kinds; the later ones only the end a read_committed mirror reads to.
+    assert cluster.kinds[0] == ("start", "stable", "high") and set(cluster.kinds[1:]) == {("stable",)}
     polled = await cluster.polled(watchers[7].watch, "read_committed")
     # The high watermark is from the first (full) round: a read_committed mirror's rounds ask only the stable end.
     assert (polled.offsets.log_start, polled.offsets.end, polled.offsets.high_watermark) == (7, 112, 207)
@@ -196,9 +193,11 @@ async def test_a_partition_the_poll_cannot_answer_is_asked_alone_and_its_error_i
     )
     assert isinstance(answers[3], SourceError)
     assert [a.offsets.end for i, a in enumerate(answers) if i != 3] == [100, 101, 102, 104]  # type: ignore[union-attr]
+    await cluster.poll_once()
+    assert [w.woken for w in watchers] == [2] * 5  # every round without an answer: each asks alone again
     cluster.broken.clear()
     await cluster.poll_once()
-    assert [w.woken for w in watchers] == [2] * 5  # answered again
+    assert [w.woken for w in watchers] == [3] * 5  # answered again
     # A stable end newer than the last high watermark asked raises that watermark with it.
     cluster.produced[TopicPartition("t", 1)] = 150
     await cluster.poll_once()
