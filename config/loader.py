@@ -17,6 +17,7 @@ with PARTITION=3 is the integer 3, while `topic: ${TOPIC}` with TOPIC=123 stays 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Mapping
@@ -27,7 +28,8 @@ import msgspec.inspect as mi
 import yaml
 
 from config.client_properties import LibraryCheck, client_properties_problem
-from config.errors import ConfigError, FieldPath, PathPart, YamlSyntaxError
+from config.deprecated_keys import DEPRECATED_KEYS, Renamed, Retired
+from config.errors import ConfigError, FieldPath, PathPart, YamlSyntaxError, format_path
 from config.estate import check_offline, compile_entries
 from config.model import (
     Config,
@@ -39,8 +41,10 @@ from config.model import (
     SaslConfig,
     SourceConfig,
 )
+from core.logs import log_event
 
 T = TypeVar("T")
+log = logging.getLogger("mirror_v3.config")
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 # One token of a string value: an escaped `$${`, a well-formed reference, or a stray `${`.
@@ -258,6 +262,7 @@ class _Preparer:
         if tagged and tagged[0].tag_field not in node:
             tags = ", ".join(str(m.tag) for m in tagged)
             raise self._error((*path, str(tagged[0].tag_field)), f"required field is missing; expected one of: {tags}")
+        node = self._current_names(node, path, members)
         typ = mi.UnionType(tuple(members)) if members else None
         prepared: dict[Any, Any] = {}
         for key, value in node.items():
@@ -265,6 +270,43 @@ class _Preparer:
             # An unknown key is left as is: msgspec reports it, and an ${ENV} inside it does not matter.
             prepared[key] = value if child is None else self.prepare(value, (*path, key), child)
         return prepared
+
+    def _current_names(self, node: dict[Any, Any], path: FieldPath, members: list[mi.Type]) -> dict[Any, Any]:
+        """The mapping with renamed keys under their new names and retired keys left out, one WARN for each."""
+        structs = [m for m in members if isinstance(m, mi.StructType)]
+        if any(m.tag_field is not None for m in structs):  # a tagged union: the struct the tag names
+            structs = [m for m in structs if m.tag_field is not None and node.get(m.tag_field) == m.tag]
+        changes = [change for struct in structs for change in DEPRECATED_KEYS.get(struct.cls, ())]
+        for change in changes:
+            if isinstance(change, Renamed) and change.old in node:
+                old, new = (*path, change.old), (*path, change.new)
+                if change.new in node:
+                    raise self._error(
+                        old, f"the old name of `{change.new}`, which is given too: keep only `{change.new}`"
+                    )
+                node = {change.new if key == change.old else key: value for key, value in node.items()}
+                if old in self._lines:
+                    self._lines[new] = self._lines[old]
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "deprecated config key",
+                    key=format_path(old),
+                    use=format_path(new),
+                    line=self._lines.get(old),
+                )
+            elif isinstance(change, Retired) and change.key in node:
+                node = {key: value for key, value in node.items() if key != change.key}
+                retired = (*path, change.key)
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "retired config key ignored",
+                    key=format_path(retired),
+                    why=change.why,
+                    line=self._lines.get(retired),
+                )
+        return node
 
     def _substitute(self, text: str, path: FieldPath, members: list[mi.Type]) -> Any:
         def replace(match: re.Match[str]) -> str:

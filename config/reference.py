@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import msgspec.inspect as mi
 
+from config.deprecated_keys import DEPRECATED_KEYS, Renamed
 from config.model import (
     Config,
     DiscoveryConfig,
@@ -70,7 +71,30 @@ def render() -> str:
         lines += ["| key | type | default | meaning |", "|---|---|---|---|"]
         lines += [f"| `{key}` | {kind} | {default} | {meaning} |" for key, kind, default, meaning in rows]
         lines.append("")
+    lines += _deprecated_section()
     return "\n".join(lines)
+
+
+def _deprecated_section() -> list[str]:
+    blocks = {SparkConfig: "spark", S3Destination: "destination"}
+    lines = [
+        "## Renamed and retired keys",
+        "",
+        "Keys of earlier releases still load, each with one WARN: a renamed key is read as its new name (giving "
+        "both is refused), a retired key is ignored.",
+        "",
+        "| key | now |",
+        "|---|---|",
+    ]
+    for struct, changes in DEPRECATED_KEYS.items():
+        block = blocks[struct]
+        for change in changes:
+            if isinstance(change, Renamed):
+                lines.append(f"| `{block}.{change.old}` | `{block}.{change.new}` |")
+            else:
+                lines.append(f"| `{block}.{change.key}` | ignored: {change.why} |")
+    lines.append("")
+    return lines
 
 
 def _rows(struct: type[msgspec.Struct], prefix: str, defaults: Any = _UNSET) -> list[Row]:

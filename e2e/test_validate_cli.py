@@ -107,3 +107,12 @@ def test_plan_of_a_bad_selection_names_the_field(tmp_path: Path) -> None:
     path.write_text(selection, encoding="utf-8")
     result = run_cli("plan", "--config", str(path))
     assert_user_error(result, "invalid config: mirrors[1].topic-regex: invalid regular expression 'orders[': ")
+
+
+def test_a_renamed_key_of_an_earlier_release_still_validates_with_a_warn(tmp_path: Path) -> None:
+    path = tmp_path / "old.yaml"
+    path.write_text(GOOD + "spark:\n  max-offsets-per-read: 200000\n", encoding="utf-8")
+    result = run_cli("validate", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    [warn] = [line for line in result.stderr.splitlines() if "deprecated config key" in line]
+    assert "WARN" in warn and "spark.max-offsets-per-read" in warn and "spark.max-offsets-per-job" in warn, warn
