@@ -649,10 +649,12 @@ class _RenumberAttempts:
 
 
 def _replaceable(error: Any, classified: Exception) -> bool:
-    """A fatal error that dies with the producer instance: not a fence, not one a new producer meets again."""
-    return (
-        bool(error.fatal()) and not isinstance(classified, ProducerFencedError) and error.code() not in _PERMANENT_FATAL
-    )
+    """A fatal error that dies with the producer instance: not a fence, not one a new producer meets again.
+
+    A call on a producer that is fatal already (produce() above all) raises "Local: Fatal error" with the fatal flag
+    unset (confluent-kafka makes that error from the code alone); the code says it is fatal all the same."""
+    fatal = bool(error.fatal()) or error.code() == _FATAL
+    return fatal and not isinstance(classified, ProducerFencedError) and error.code() not in _PERMANENT_FATAL
 
 
 def _classified(target: KafkaProduceTarget, error: Any) -> Exception:

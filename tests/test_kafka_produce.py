@@ -350,7 +350,8 @@ def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
 
         def produce(self, topic: str, **kw: Any) -> None:
             self._unserved.append(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
-            raise KafkaException(KafkaError(KafkaError._FATAL, "Local: Fatal error", fatal=True))
+            # As confluent-kafka raises it: the code only, the fatal flag unset.
+            raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"))
 
         def poll(self, timeout: float = 0) -> int:
             while self._unserved:
@@ -393,6 +394,33 @@ def test_a_producer_made_unusable_by_a_lost_connection_is_replaced_and_the_range
     assert (produced.retries, len(producers)) == (1, 2)
     assert [parse_source_offset(r.headers) for r in destination.log] == list(range(10))
     assert destination.committed["mirror-v3.copy"] == 10
+
+
+def test_a_produce_on_a_producer_made_fatal_by_an_outage_gets_a_new_producer() -> None:
+    """A destination outage during a transaction can leave the producer fatal; the next produce() raises only
+    "Local: Fatal error" (fatal flag unset) and, within the wait, no cause reaches the error callback. No other
+    process owns the partition, so it is not a fence: a new producer writes the range, once."""
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    producers: list[FakeProducer] = []
+
+    class FatalAfterOutage(FakeProducer):
+        def produce(self, topic: str, **kw: Any) -> None:
+            if len(producers) == 1:
+                raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"))
+            super().produce(topic, **kw)
+
+    def new_producer(on_error: Any = None) -> FakeProducer:
+        producers.append(FatalAfterOutage(destination, True))
+        return producers[-1]
+
+    clients = FakeClients(source, destination, transactional=True)
+    clients.producer = new_producer  # type: ignore[method-assign]
+    produced = produce_range(
+        source.reader(), TaskRange(0, 0, 10), destination.target("renumber"), clients, sleep=lambda _: None
+    )
+    assert (produced.retries, len(producers)) == (1, 2)
+    assert [parse_source_offset(r.headers) for r in destination.log] == list(range(10))
 
 
 def test_a_fatal_authorization_error_is_not_retried() -> None:
