@@ -45,6 +45,10 @@ class BlobTarget:
     def ordered(self) -> bool:
         return False
 
+    @property
+    def writes_at_once(self) -> int:
+        return 1  # compressing Parquet keeps a core busy: the task's one core is used already
+
     def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> list[StagedBlob]:
         return stage_blobs(records, task, limits, self.staging)
 

@@ -96,6 +96,12 @@ class WriteTarget(Protocol[W_co]):
         """True: a range's records must be written by one task, in offset order (never split over tasks)."""
         ...
 
+    @property
+    def writes_at_once(self) -> int:
+        """How many of this target's writes one task may run at the same time: 1 for a write that computes (a
+        blob is compressed), more for one that mostly waits on the network (a Kafka transaction's round trips)."""
+        ...
+
     def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> Sequence[W_co]:
         """Read [task.read_from, task.end) from `records` and write it; what was written covers exactly
         [task.first, task.end), in offset order. Raises a MirrorV3Error for the user's failures (lost offsets,

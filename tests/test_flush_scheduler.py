@@ -29,6 +29,7 @@ class Target:
 
     name: str
     ordered: bool = False
+    writes_at_once: int = 1
 
     def write(self, records: Any, task: TaskRange, limits: BlobLimits) -> list[Written]:
         raise AssertionError("the fake job writes nothing")

@@ -4,6 +4,7 @@ item of a flush (this reader, this range, that target) with the task's shared co
 from __future__ import annotations
 
 import pickle
+import threading
 from typing import Any
 
 import pyarrow as pa
@@ -14,7 +15,16 @@ from sinks.kafka_produce import PreserveHoleError
 from sinks.write_target import BlobLimits, RangeCoverageError, TaskRange, Written
 from source.range_reader import SharedConsumers
 from tests.fakes import FakeConsumer, FakePartitionSource, InMemoryStore, MemoryStaging
-from workers.range_job import OUTCOME_SCHEMA, Outcome, SparkTaskError, WriteItem, _task_function, _write
+from workers.range_job import (
+    OUTCOME_SCHEMA,
+    Outcome,
+    SparkTaskError,
+    WriteItem,
+    _announce,
+    _task_function,
+    _write,
+    _writes_at_once,
+)
 
 
 class Closable:
@@ -25,9 +35,11 @@ class Closable:
         self.closed = True
 
 
-def run_task_function(items: list[Any], packs: tuple[tuple[int, ...], ...], run_item: Any) -> dict[int, Outcome[Any]]:
+def run_task_function(
+    items: list[Any], packs: tuple[tuple[int, ...], ...], run_item: Any, before_pack: Any = None, at_once: Any = None
+) -> dict[int, Outcome[Any]]:
     """What the tasks of a job would return, decoded as the driver decodes it (workers.range_job.run_items)."""
-    function = _task_function(tuple(items), packs, run_item)
+    function = _task_function(tuple(items), packs, run_item, before_pack, at_once)
     tasks = pa.record_batch([pa.array(range(len(packs)), pa.int64())], names=["id"])
     found: dict[int, Outcome[Any]] = {}
     for batch in function(iter([tasks])):
@@ -88,3 +100,73 @@ def test_a_write_item_reads_with_the_tasks_shared_consumer_and_must_tile_its_ran
             state,
         )
     assert (caught.value.first, caught.value.end, caught.value.reached) == (0, 10, 9)
+
+
+def test_items_that_may_run_at_once_run_in_threads_and_each_reports_its_own_outcome() -> None:
+    meeting = threading.Barrier(4, timeout=10)  # passed only if four items run at the same time
+
+    def run_item(item: int, state: dict[str, Any]) -> int:
+        meeting.wait()
+        if item == 2:
+            raise PreserveHoleError("t-2", 0, 0)
+        return item * 10
+
+    found = run_task_function([0, 1, 2, 3, 4, 5, 6, 7], ((0, 1, 2, 3, 4, 5, 6, 7),), run_item, at_once=lambda _: 4)
+    assert {i: o.result for i, o in found.items() if o.error is None} == {
+        0: 0,
+        1: 10,
+        3: 30,
+        4: 40,
+        5: 50,
+        6: 60,
+        7: 70,
+    }
+    assert isinstance(found[2].error, PreserveHoleError)
+
+
+class Transactions(BlobTarget):
+    """A target whose writes may overlap (as a Kafka transaction's): checks they never read at the same time."""
+
+    reading = 0
+
+    @property
+    def writes_at_once(self) -> int:
+        return 4
+
+    def write(self, records: Any, task: TaskRange, limits: BlobLimits) -> list[Any]:
+        Transactions.reading += 1
+        try:
+            assert Transactions.reading <= 4
+            offsets = [m.offset() for batch in records.read(task.read_from, task.end) for m in batch]
+        finally:
+            Transactions.reading -= 1
+        assert offsets == list(range(task.read_from, task.end))
+        return [Written(first=task.first, last=task.end - 1, records=len(offsets), record_bytes=0)]
+
+
+def test_writes_that_run_at_once_read_their_ranges_one_at_a_time_from_the_tasks_consumer() -> None:
+    source = FakePartitionSource()
+    source.append(240)
+    busy = threading.Lock()
+
+    class GuardedConsumer(FakeConsumer):
+        def consume(self, *args: Any, **kwargs: Any) -> Any:
+            assert busy.acquire(blocking=False), "two writes used the task's consumer at the same time"
+            try:
+                return super().consume(*args, **kwargs)
+            finally:
+                busy.release()
+
+    target = Transactions(MemoryStaging(InMemoryStore()))
+    ranges = [TaskRange(first, first + 5, first + 40) for first in range(0, 240, 40)]
+    items = [WriteItem(source.partition_spec(), task, BlobLimits(10**9, 10**9), target) for task in ranges]
+
+    def before_pack(pack: list[WriteItem], state: dict[str, Any]) -> None:
+        state["consumers"] = SharedConsumers(lambda _: GuardedConsumer(source))
+        _announce(pack, state)
+
+    assert _writes_at_once(items) == 4
+    found = run_task_function(items, (tuple(range(6)),), _write, before_pack, _writes_at_once)
+    assert all(o.error is None for o in found.values()), [o.error for o in found.values()]
+    written = [(w.first, w.last, w.records) for i in sorted(found) for w in found[i].get()]
+    assert written == [(task.first, task.end - 1, 35) for task in ranges]

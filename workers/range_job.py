@@ -25,7 +25,9 @@ from __future__ import annotations
 import contextlib
 import pickle
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -105,14 +107,17 @@ def run_items(
     run_item: Callable[[Any, dict[str, Any]], Any],
     spec: JobSpec,
     before_pack: Callable[[list[Any], dict[str, Any]], None] | None = None,
+    at_once: Callable[[list[Any]], int] | None = None,
 ) -> list[Outcome[Any]]:
     """One job: task i runs `run_item(items[j], task_state)` for each j of `packs[i]`; one outcome per item, in the
     items' order. `task_state` is a dict shared by the items of one task (for clients they can reuse); values with
     a `close` method are closed when the task ends. `before_pack(the task's items, task_state)` runs first (it only
-    prepares: a failure there fails the job). Every item must be in exactly one pack."""
+    prepares: a failure there fails the job). `at_once(the task's items)` says how many of them may run at the same
+    time, in threads (1 when not given); `run_item` must then be safe to call from several threads. Every item must
+    be in exactly one pack."""
     if sorted(j for pack in packs for j in pack) != list(range(len(items))):
         raise ValueError("every item must be in exactly one pack")
-    function = _task_function(tuple(items), tuple(tuple(pack) for pack in packs), run_item, before_pack)
+    function = _task_function(tuple(items), tuple(tuple(pack) for pack in packs), run_item, before_pack, at_once)
     table = run_tasks(spark, spec, len(packs), function, OUTCOME_DDL, lambda frame: frame.toArrow())
     outcomes: list[Outcome[Any] | None] = [None] * len(items)
     for row in table.to_pylist():
@@ -135,16 +140,26 @@ def _task_function(
     packs: tuple[tuple[int, ...], ...],
     run_item: Callable[[Any, dict[str, Any]], Any],
     before_pack: Callable[[list[Any], dict[str, Any]], None] | None = None,
+    at_once: Callable[[list[Any]], int] | None = None,
 ) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
     def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         keep_zip_directories()
         for batch in batches:
             for task in batch.column(0).to_pylist():
                 state: dict[str, Any] = {}
+                indices = packs[task]
                 try:
                     if before_pack is not None:
-                        before_pack([items[index] for index in packs[task]], state)
-                    for index in packs[task]:
+                        before_pack([items[index] for index in indices], state)
+                    threads = min(len(indices), at_once([items[i] for i in indices]) if at_once is not None else 1)
+                    if threads > 1:
+                        with ThreadPoolExecutor(threads, thread_name_prefix="mirror-v3-item") as pool:
+                            running = [pool.submit(_outcome_of, run_item, items[index], state) for index in indices]
+                            outcomes: Iterator[bytes] = (future.result() for future in running)
+                            for index, outcome in zip(indices, outcomes, strict=True):
+                                yield pa.RecordBatch.from_pylist([{"item": index, "outcome": outcome}], OUTCOME_SCHEMA)
+                        continue
+                    for index in indices:
                         outcome = _outcome_of(run_item, items[index], state)
                         yield pa.RecordBatch.from_pylist([{"item": index, "outcome": outcome}], OUTCOME_SCHEMA)
                 finally:
@@ -200,7 +215,11 @@ def run_write_job(
     spark: SparkSession, items: Sequence[WriteItem], packs: Sequence[Sequence[int]], spec: JobSpec
 ) -> list[Outcome[list[Written]]]:
     """Write every item; per item, its writes (covering exactly its range, in offset order) or its error."""
-    return run_items(spark, items, packs, _write, spec, _announce)
+    return run_items(spark, items, packs, _write, spec, _announce, _writes_at_once)
+
+
+def _writes_at_once(items: list[WriteItem]) -> int:
+    return min(item.target.writes_at_once for item in items)
 
 
 def _consumers(state: dict[str, Any]) -> SharedConsumers:
@@ -212,15 +231,48 @@ def _consumers(state: dict[str, Any]) -> SharedConsumers:
 
 def _announce(items: list[WriteItem], state: dict[str, Any]) -> None:
     consumers = _consumers(state)
+    state["reading"] = threading.Lock()  # writes that run at the same time take turns at the task's consumers
     for item in items:
         item.records.announce(consumers, item.task.read_from, item.task.end, item.estimated_bytes)
 
 
 def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
     records = item.records.open(_consumers(state))
+    if item.target.writes_at_once > 1:
+        records = _ReadFirst(records, item.task, state["reading"])
     written = list(item.target.write(records, item.task, item.limits))
     check_coverage(records.name, item.task, written)
     return written
+
+
+class _ReadFirst:
+    """A write's range read whole before it writes, with the task's read lock held, so writes that run at the same
+    time (network-bound transactions) never use the task's consumers together. Only writes of shared jobs run so,
+    and those ranges are small (at most the task's bytes)."""
+
+    def __init__(self, records: RecordSource, task: TaskRange, reading: threading.Lock) -> None:
+        self._records, self._reading = records, reading
+        self._range = (task.read_from, task.end)
+        with reading:
+            self._batches = list(records.read(task.read_from, task.end))
+
+    @property
+    def topic(self) -> str:
+        return self._records.topic
+
+    @property
+    def partition(self) -> int:
+        return self._records.partition
+
+    @property
+    def name(self) -> str:
+        return self._records.name
+
+    def read(self, read_from: int, end: int) -> Iterator[list[Any]]:
+        if (read_from, end) == self._range:
+            return iter(self._batches)
+        with self._reading:
+            return iter(list(self._records.read(read_from, end)))
 
 
 def cancel_job(spark: SparkSession, job_group: str) -> None:
