@@ -104,6 +104,8 @@ class OffsetWatch:
         self.answer: _PartitionOffsets | None = None
         self.unanswered = False
         self._seen: list[list[float]] = []  # [first asked at, last asked at, end]
+        # The mirror's wish: woken only once the readable end reaches this (None: at every change).
+        self.wake_at_end: int | None = None
 
     def answered(self, asked_at: float, answer: _PartitionOffsets) -> None:
         end = answer[1] if self._committed else answer[2]
@@ -111,10 +113,23 @@ class OffsetWatch:
             self._seen[-1][1] = asked_at
         else:
             self._seen.append([asked_at, asked_at, end])
-        moved = answer != self.answer or self.unanswered
+        wake = answer != self.answer and self._matters(answer)
         self.answer, self.unanswered = answer, False
-        if moved:
+        if wake:
             self._changed()
+
+    def _matters(self, answer: _PartitionOffsets) -> bool:
+        """Whether the mirror must see this answer now: its end reached what the mirror waits for (a full blob, or
+        any record when it waits for nothing), the log start moved (records may be lost), the partition shrank,
+        or an open transaction began or stopped holding the last stable offset. Anything else only moves the end
+        of a flush that is due at a time the mirror knows already."""
+        old = self.answer
+        if old is None or self.unanswered or self.wake_at_end is None:
+            return True
+        start, stable, high = answer
+        if (stable if self._committed else high) >= self.wake_at_end:
+            return True
+        return start != old[0] or high < old[2] or (stable < high) != (old[1] < old[2])
 
     def not_answered(self) -> None:
         # Every round the poll cannot answer, the mirror asks on its own, as it would with no estate poll: a

@@ -249,7 +249,11 @@ class MirrorActor(Generic[W]):
                 continue
             # Nothing due: sleep until the poll sees the partition move, a flush falls due, or an open
             # transaction's hold reaches its alert (an idle partition is not woken at all).
-            due_at = self._planner.due_at(self._backlog(offsets.end, draining=False))
+            backlog = self._backlog(offsets.end, draining=False)
+            due_at = self._planner.due_at(backlog)
+            # Woken by the poll when a record comes (nothing waits) or a full blob is readable (a flush is due at
+            # a known time already): a busy partition is not woken at every poll to learn its end moved.
+            self._source.wake_at(offsets.end + 1 if due_at is None else self._planner.size_due_end(backlog))
             wait = math.inf if due_at is None else max(0.0, due_at - self._clock.monotonic())
             await self._clock.wait_for(self._wake, min(wait, self._hold_alert_in()))
         await self._drain()

@@ -110,6 +110,12 @@ class FlushPlanner:
             return "max-time"
         return None
 
+    def size_due_end(self, backlog: Backlog) -> int:
+        """The readable end at which a full blob makes a flush due (before max-time does)."""
+        if self.bytes_per_offset is None:
+            return backlog.first + 1  # the first flush after start is due as soon as anything is readable
+        return backlog.first + self.blob_offsets()
+
     def due_at(self, backlog: Backlog) -> float | None:
         """When max-time will make a flush due if nothing else does (None: nothing waits)."""
         if backlog.end <= backlog.first or backlog.waiting_since is None:

@@ -42,6 +42,11 @@ class PartitionSource(Protocol):
         """The newest offsets the poll saw, and its sightings since the last call (asked now when it has none)."""
         ...
 
+    def wake_at(self, end: int | None) -> None:
+        """Call the watch's `changed` only once the readable end reaches `end`, or for a change that matters
+        whatever the end (the log start, a shrink, a transaction hold); None: at every change."""
+        ...
+
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is at or after `timestamp_ms`; None when there is none."""
         ...
@@ -147,6 +152,10 @@ class SparkPartitionSource:
     async def polled(self) -> PolledOffsets:
         assert self._watch is not None, "polled() before watch()"
         return await self._cluster.polled(self._watch, self._mirror.source.isolation_level)
+
+    def wake_at(self, end: int | None) -> None:
+        if self._watch is not None:
+            self._watch.wake_at_end = end
 
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         return await self._cluster.offset_for_time(self._mirror.topic, self._mirror.partition, timestamp_ms)

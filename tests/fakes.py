@@ -299,6 +299,7 @@ class FakePartitionSource:
         self.fail_check: Exception | None = None
         self.cancelled = False
         self._watchers: list[Callable[[], None]] = []
+        self.wake_at_end: int | None = None
         self._seen: list[Sighting] = []
 
     def _poll_saw(self) -> None:
@@ -338,6 +339,9 @@ class FakePartitionSource:
     async def offsets(self) -> SourceOffsets:
         hw = self.end if self.high_watermark is None else self.high_watermark
         return SourceOffsets(log_start=self.log_start, end=self.end, high_watermark=hw)
+
+    def wake_at(self, end: int | None) -> None:
+        self.wake_at_end = end  # the fake wakes its watchers at every change: woken early is always allowed
 
     def watch(self, changed: Callable[[], None]) -> Callable[[], None]:
         self._watchers.append(changed)

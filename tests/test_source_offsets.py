@@ -9,7 +9,7 @@ import pytest
 from aiokafka import TopicPartition
 
 from core.errors import MissingSourcePartitionError, SourceError
-from source.offsets import SourceClientClosedError, SourceCluster
+from source.offsets import OffsetWatch, SourceClientClosedError, SourceCluster
 
 
 class CountingCluster(SourceCluster):
@@ -207,3 +207,29 @@ async def test_a_partition_the_poll_cannot_answer_is_asked_alone_and_its_error_i
     cluster.unwatch(watchers[0].watch)
     await cluster.poll_once()
     assert TopicPartition("t", 0) not in cluster.requests[-1]
+
+
+def test_a_watch_wakes_its_mirror_only_for_what_it_waits_for_or_what_matters_at_any_end() -> None:
+    woken: list[int] = []
+    watch = OffsetWatch(TopicPartition("t", 0), "read_committed", 0.5, lambda: woken.append(1))
+    seen = iter(range(1000))
+
+    def poll(start: int, stable: int, high: int) -> int:
+        before = len(woken)
+        watch.answered(float(next(seen)), (start, stable, high))
+        return len(woken) - before
+
+    assert poll(0, 100, 100) == 1  # the first answer
+    watch.wake_at_end = 150  # a flush is due at a known time; a full blob would be readable at 150
+    assert [poll(0, end, end) for end in (110, 120, 149)] == [0, 0, 0]
+    assert poll(0, 150, 150) == 1  # a full blob
+    watch.wake_at_end = 300  # flushed; the next blob
+    assert poll(5, 160, 160) == 1  # the log start moved: records may be lost
+    assert poll(5, 160, 170) == 1  # a transaction holds the last stable offset
+    assert poll(5, 160, 175) == 0  # ... still
+    assert poll(5, 176, 176) == 1  # ... no longer
+    assert poll(5, 176, 170) == 1  # the partition shrank below its old high watermark
+    watch.wake_at_end = None
+    assert poll(5, 177, 177) == 1  # every change
+    # What the polls showed while the mirror slept still reaches it, one sighting per end.
+    assert [end for _, _, end in watch.take().seen] == [100, 110, 120, 149, 150, 160, 176, 177]  # type: ignore[union-attr]
