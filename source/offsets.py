@@ -86,6 +86,7 @@ class PolledOffsets:
 
     offsets: SourceOffsets
     seen: tuple[Sighting, ...]
+    asked_at: float  # when the request that gave `offsets` was sent
 
 
 class OffsetWatch:
@@ -102,6 +103,7 @@ class OffsetWatch:
         self.reads_to = "stable" if self._committed else "high"  # the kind of end the mirror reads to
         self._changed = changed
         self.answer: _PartitionOffsets | None = None
+        self.asked_at = 0.0  # when the request that gave `answer` was sent
         self.unanswered = False
         self._seen: list[list[float]] = []  # [first asked at, last asked at, end]
         # The mirror's wish: woken only once the readable end reaches this (None: at every change).
@@ -114,7 +116,7 @@ class OffsetWatch:
         else:
             self._seen.append([asked_at, asked_at, end])
         wake = answer != self.answer and self._matters(answer)
-        self.answer, self.unanswered = answer, False
+        self.answer, self.asked_at, self.unanswered = answer, asked_at, False
         if wake:
             self._changed()
 
@@ -145,7 +147,7 @@ class OffsetWatch:
         seen = tuple((first, last, int(end)) for first, last, end in self._seen)
         self._seen = []
         end = stable if self._committed else high
-        return PolledOffsets(SourceOffsets(log_start=start, end=end, high_watermark=high), seen)
+        return PolledOffsets(SourceOffsets(log_start=start, end=end, high_watermark=high), seen, self.asked_at)
 
 
 class SourceClientClosedError(SourceError):
@@ -362,7 +364,7 @@ class SourceCluster:
             return taken
         asked_at = self._clock()
         offsets = await self.offsets(watch.tp.topic, watch.tp.partition, isolation_level)
-        return PolledOffsets(offsets, ((asked_at, asked_at, offsets.end),))
+        return PolledOffsets(offsets, ((asked_at, asked_at, offsets.end),), asked_at)
 
     async def poll_forever(self) -> None:
         """Ask every watched partition's offsets once per poll interval and tell the watches. A partition the

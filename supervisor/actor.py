@@ -33,6 +33,8 @@ from supervisor.partition_source import PartitionSource
 from supervisor.transaction_hold import TransactionHold
 
 log = logging.getLogger("mirror_v3.actor")
+# An answer asked at most this long ago is fresh enough to end a flush that max-time made due.
+FRESH_END_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -87,6 +89,8 @@ class MirrorActor(Generic[W]):
         self._backlog_timestamp_ms: int | None = None
         self.started = anyio.Event()
         self._wake = anyio.Event()  # set when the poll sees the partition move, and at the stop
+        self._answer_asked_at = 0.0  # when the newest offsets the actor knows were asked
+        self._offsets: SourceOffsets | None = None  # those offsets
         # Ages are computed when scraped, so they grow while a long job runs or a flush waits.
         metrics.transaction_held.set_function(lambda: self._hold.seconds(self._clock.wall()))
         metrics.pending_age.set_function(self.pending_age)
@@ -244,6 +248,13 @@ class MirrorActor(Generic[W]):
             self._wake = anyio.Event()  # before the offsets are read: a move after the read still wakes the wait
             offsets = await self._polled_offsets()
             plan = self._plan(offsets.end, draining=False)
+            if plan is not None and plan.trigger == "max-time" and self._answer_age() > FRESH_END_S:
+                # Due by the clock: everything readable now goes in. A poll's end is up to an interval old, and a
+                # flush that stops there leaves records whose wait has run since that poll: the next flush would be
+                # due early, and flushes would come about a third more often than max-time. Mirrors due at one
+                # moment (a poll's time plus max-time) share the request.
+                offsets = await self._query_offsets()
+                plan = self._plan(offsets.end, draining=False)
             if plan is not None:
                 await self._flush(plan)
                 continue
@@ -307,7 +318,11 @@ class MirrorActor(Generic[W]):
         asked_at = self._clock.monotonic()
         offsets = await self._outages.ride_out(self._source.offsets, "offset query")
         self._readable.observe(asked_at, offsets.end)
+        self._answer_asked_at = asked_at
         return self._checked(offsets)
+
+    def _answer_age(self) -> float:
+        return self._clock.monotonic() - self._answer_asked_at
 
     async def _polled_offsets(self) -> SourceOffsets:
         """The estate poll's newest answer, its sightings since the last look added to the readable history."""
@@ -315,9 +330,15 @@ class MirrorActor(Generic[W]):
         for first_asked, last_asked, end in polled.seen:
             self._readable.observe(first_asked, end)
             self._readable.observe(last_asked, end)
+        if polled.asked_at < self._answer_asked_at and self._offsets is not None:
+            # Asked before the answer this actor asked for itself (to end a flush): older than what the actor may
+            # have written already (its high watermark could even be below the new position), so not used.
+            return self._offsets
+        self._answer_asked_at = polled.asked_at
         return self._checked(polled.offsets)
 
     def _checked(self, offsets: SourceOffsets) -> SourceOffsets:
+        self._offsets = offsets
         self._observe(offsets)
         if offsets.high_watermark < self._next:
             raise SourceBehindDestinationError(

@@ -350,7 +350,7 @@ class FakePartitionSource:
     async def polled(self) -> PolledOffsets:
         self._poll_saw()
         seen, self._seen = tuple(self._seen), []
-        return PolledOffsets(await self.offsets(), seen)
+        return PolledOffsets(await self.offsets(), seen, seen[-1][1])
 
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         later = [o for o, r in self.records.items() if r.timestamp_ms >= timestamp_ms]

@@ -19,6 +19,7 @@ from core.errors import DataLossError, SourceBehindDestinationError
 from sinks.blob_chain import blob_name, parse_blob_name
 from sinks.blob_sink import BlobSink
 from sinks.staging import StagedBlob
+from source.offsets import PolledOffsets, SourceOffsets
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
@@ -395,3 +396,35 @@ async def test_a_claim_beyond_the_source_end_fails_at_start() -> None:
     with pytest.raises(SourceBehindDestinationError) as behind:
         await actor.run()
     assert (behind.value.claimed, behind.value.source_end) == ((0, 99), 50)
+
+
+async def test_a_flush_due_by_max_time_ends_at_what_is_readable_now_and_an_older_poll_answer_is_not_used() -> None:
+    """The estate poll's answer can be most of an interval old when max-time makes a flush due: the actor asks
+    for the end itself. Answers of polls asked before that are older than what it then wrote (their high watermark
+    may be below its new position) and must not be taken for a shrunken partition."""
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
+    source.append(10)
+
+    stale: list[PolledOffsets] = []
+    polled = source.polled
+
+    async def lagging() -> PolledOffsets:
+        fresh = await polled()
+        if not stale:
+            return fresh
+        old = stale[-1]
+        return PolledOffsets(old.offsets, fresh.seen, old.asked_at)
+
+    source.polled = lagging  # type: ignore[method-assign]
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=300), clock=clock)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        await clock.run_until(lambda: destination_next(store) == 10)  # the start flush
+        stale.append(PolledOffsets(SourceOffsets(0, 15, 15), (), clock.now))
+        source.append(5)
+        await clock.run_for(0.1)
+        source.append(20)  # readable now, but the poll still says 15
+        await clock.run_until(lambda: destination_next(store) == 35)
+        await clock.run_for(1.0)  # later loops see only the old poll answer: the mirror goes on
+        stop.set()
+    assert read_back(store) == expected_rows(source)
