@@ -89,7 +89,8 @@ class MirrorActor(Generic[W]):
         self._backlog_timestamp_ms: int | None = None
         self.started = anyio.Event()
         self._wake = anyio.Event()  # set when the poll sees the partition move, and at the stop
-        self._answer_asked_at = 0.0  # when the newest offsets the actor knows were asked
+        # When the newest offsets the actor knows were asked (a poll's), or answered (its own query's).
+        self._answer_asked_at = 0.0
         self._offsets: SourceOffsets | None = None  # those offsets
         # Ages are computed when scraped, so they grow while a long job runs or a flush waits.
         metrics.transaction_held.set_function(lambda: self._hold.seconds(self._clock.wall()))
@@ -318,7 +319,9 @@ class MirrorActor(Generic[W]):
         asked_at = self._clock.monotonic()
         offsets = await self._outages.ride_out(self._source.offsets, "offset query")
         self._readable.observe(asked_at, offsets.end)
-        self._answer_asked_at = asked_at
+        # When it was answered, not asked: a shared request leaves a moment after the query, so only a poll asked
+        # after this answer came is sure to have seen at least as much.
+        self._answer_asked_at = self._clock.monotonic()
         return self._checked(offsets)
 
     def _answer_age(self) -> float:
@@ -331,8 +334,8 @@ class MirrorActor(Generic[W]):
             self._readable.observe(first_asked, end)
             self._readable.observe(last_asked, end)
         if polled.asked_at < self._answer_asked_at and self._offsets is not None:
-            # Asked before the answer this actor asked for itself (to end a flush): older than what the actor may
-            # have written already (its high watermark could even be below the new position), so not used.
+            # Asked before the answer to this actor's own query (which ended a flush) came: it may show less than
+            # the actor has written already (even a high watermark below its position), so it is not used.
             return self._offsets
         self._answer_asked_at = polled.asked_at
         return self._checked(polled.offsets)
