@@ -133,6 +133,10 @@ def test_records_deleted_before_they_were_mirrored_fail_or_are_skipped(
     line = refused(config, tmp_path / "run2.log", fs)
     assert "log start offset 1500" in line and "next offset to mirror 1000" in line, line
     assert fs.next_offset(topic_name, 0) == 1_000  # nothing written
+    # What an operator sees next: not an ordinary backlog, but the loss that blocks every restart.
+    code, document = status_json(config, "--process", "none")
+    (row,) = document["mirrors"]
+    assert (code, document["ok"], row["state"], row["lost"]) == (1, False, "data-lost", "1000..1499"), document
 
     skip = mirror_config(
         tmp_path / "skip.yaml", kafka.bootstrap, fs, [{**mirrors[0], "source": {"on-data-loss": "skip"}}]

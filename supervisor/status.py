@@ -81,10 +81,19 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
         about(
             "The mirror in the running process: starting, running, restarting (failed, a restart is due), failed "
             "(stopped for good) or absent (the process does not run it: another shard's, or not discovered yet); "
-            "null when no process answered."
+            "null when no process answered. data-lost, whatever the process says: the source deleted records the "
+            "destination still needs and source.on-data-loss is fail, so every start of the mirror fails (`lost` "
+            "says which)."
         ),
     ] = None
     failure: Annotated[str | None, about("Why the running process reports the mirror failed or restarting.")] = None
+    lost: Annotated[
+        str | None,
+        about(
+            "Source offsets the destination still needs that the source no longer holds (`first..last`), when "
+            "source.on-data-loss is fail; null when none."
+        ),
+    ] = None
     error: Annotated[str | None, about("Why the row is incomplete; null when every query succeeded.")] = None
 
 
@@ -104,7 +113,7 @@ class StatusDocument(msgspec.Struct):
     ] = None
 
 
-FAILED_STATES = ("restarting", "failed")
+FAILED_STATES = ("restarting", "failed", "data-lost")
 PROCESS_TIMEOUT_S = 3.0  # a process on this host answers at once, or is not there
 
 
@@ -138,11 +147,16 @@ async def process_state(url: str, timeout_s: float) -> ProcessState | None:
         return None
 
 
-def apply_states(rows: list[MirrorStatus], state: ProcessState) -> None:
+def apply_states(rows: list[MirrorStatus], state: ProcessState | None) -> None:
+    """Each row's state in the running process (None: no process answered), data-lost over any of them."""
+    if state is None:
+        for row in rows:
+            row.state = "data-lost" if row.lost is not None else None
+        return
     by_name = {mirror.name: mirror for mirror in state.mirrors}
     for row in rows:
         mirror = by_name.get(row.name)
-        row.state = "absent" if mirror is None else mirror.state
+        row.state = "data-lost" if row.lost is not None else "absent" if mirror is None else mirror.state
         row.failure = None if mirror is None else mirror.error
         if mirror is not None and mirror.held_since is not None:
             row.held_since = _iso_utc(mirror.held_since)
@@ -210,9 +224,9 @@ async def collect_status(
                 tasks.start_soon(query, index, mirror)
     finally:
         await clusters.close()
+    apply_states(rows, state)
     if state is None:
         return StatusReport(rows)
-    apply_states(rows, state)
     return StatusReport(rows, process, state.spark)
 
 
@@ -291,7 +305,17 @@ async def _query_one(
             row.high_watermark_lag = max(0, row.source_high_watermark - position)
     if errors:
         row.error = "; ".join(errors)
+    _mark_lost(row, mirror)
     return row
+
+
+def _mark_lost(row: MirrorStatus, mirror: MirrorSpec) -> None:
+    """Records the destination still needs, deleted at the source (retention, DeleteRecords): with on-data-loss
+    fail, every start of the mirror fails on them; status says so instead of showing an ordinary backlog."""
+    if mirror.source.on_data_loss != "fail" or row.destination_next is None or row.source_log_start is None:
+        return  # skip goes on without them; an empty destination starts at the log start
+    if row.source_log_start > row.destination_next:
+        row.lost = f"{row.destination_next}..{row.source_log_start - 1}"
 
 
 TABLE_COLUMNS = (
@@ -335,7 +359,7 @@ def render_table(report: StatusReport) -> str:
             row.cluster,
             "-" if row.owner is None else str(row.owner),
             row.destination,
-            "; ".join(e for e in (row.error, row.failure and f"process: {row.failure}") if e),
+            "; ".join(e for e in (_lost_line(row), row.error, row.failure and f"process: {row.failure}") if e),
         ]
         for row in report.rows
     ]
@@ -382,6 +406,15 @@ def _held_here(row: MirrorStatus) -> bool:
     """Caught up to the last stable offset with records behind it: an open transaction holds the mirror
     (since when, only the running process knows)."""
     return row.lag == 0 and (row.high_watermark_lag or 0) > 0
+
+
+def _lost_line(row: MirrorStatus) -> str | None:
+    if row.lost is None:
+        return None
+    return (
+        f"source offsets {row.lost} were deleted before they were mirrored: every start fails (source.on-data-loss: "
+        "fail); set on-data-loss: skip to go on without them"
+    )
 
 
 def _cell(value: int | None) -> str:

@@ -139,3 +139,18 @@ def test_the_running_processs_spark_load_is_one_line_under_the_table_and_in_the_
     document = json.loads(render_json(with_load))
     jsonschema.Draft202012Validator(schema).validate(document)
     assert document["spark"]["partitions-per-job"] == 42.5 and json.loads(render_json(report()))["spark"] is None
+
+
+def test_records_deleted_before_they_were_mirrored_make_the_row_data_lost_and_status_fail() -> None:
+    rows = report().rows
+    rows[0].lost = "1000..1499"  # as _query_one finds it with source.on-data-loss: fail
+    apply_states(rows, ProcessState(draining=False, mirrors=[MirrorState("orders-0", "running")]))
+    assert rows[0].state == "data-lost"  # whatever the process says: every start will fail
+    rows[1].error = None
+    report_ = StatusReport(rows, "http://127.0.0.1:9090")
+    assert not report_.ok
+    line = render_table(report_).splitlines()[1]
+    assert "data-lost" in line.split() and "source offsets 1000..1499 were deleted" in line
+    apply_states(rows, None)  # no process answered: still data-lost, the other row unknown
+    assert [r.state for r in rows] == ["data-lost", None]
+    jsonschema.validate(json.loads(render_json(StatusReport(rows))), json.loads(STATUS_SCHEMA.path.read_text()))
