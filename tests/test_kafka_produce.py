@@ -366,25 +366,46 @@ def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
     assert (caught.value.transactional_id, caught.value.owner) == (target.transactional_id, None)
 
 
-def test_a_producer_made_unusable_by_a_lost_connection_is_replaced_and_the_range_produced_once() -> None:
+class DesynchronisedOnCommit(FakeProducer):
     """librdkafka declares an idempotent producer fatal when a lost connection desynchronises its sequence
-    numbers; the open transaction is never committed, so a new producer may write the range again."""
+    numbers; the open transaction is never committed."""
+
+    broken = False
+
+    def commit_transaction(self, timeout: float) -> None:
+        if self.broken:
+            self._pending = []  # what it produced belongs to a transaction that is never committed
+            raise KafkaException(
+                KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "sequence desynchronization", fatal=True)
+            )
+        super().commit_transaction(timeout)
+
+
+class FatalOnProduce(FakeProducer):
+    """A destination outage during a transaction can leave the producer fatal; the next produce() raises only
+    "Local: Fatal error", its fatal flag unset, and no cause reaches the error callback within the wait."""
+
+    broken = False
+
+    def produce(self, topic: str, **kw: Any) -> None:
+        if self.broken:
+            raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"))
+        super().produce(topic, **kw)
+
+
+@pytest.mark.parametrize("unusable", [DesynchronisedOnCommit, FatalOnProduce])
+def test_a_producer_made_unusable_is_replaced_and_the_range_produced_once(unusable: type[FakeProducer]) -> None:
+    """Not a fence (no other process owns the partition) and nothing was committed: a new producer may write the
+    range again, once."""
     source, destination = FakePartitionSource(), FakeDestination()
     source.append(10)
     producers: list[FakeProducer] = []
 
-    class DesynchronisedOnce(FakeProducer):
-        def commit_transaction(self, timeout: float) -> None:
-            if len(producers) == 1:
-                self._pending = []  # what it produced belongs to a transaction that is never committed
-                raise KafkaException(
-                    KafkaError(KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER, "sequence desynchronization", fatal=True)
-                )
-            super().commit_transaction(timeout)
-
     def new_producer(on_error: Any = None) -> FakeProducer:
-        producers.append(DesynchronisedOnce(destination, True))
-        return producers[-1]
+        producer = unusable(destination, True)
+        producer.broken = not producers  # type: ignore[attr-defined]
+        producers.append(producer)
+        return producer
 
     clients = FakeClients(source, destination, transactional=True)
     clients.producer = new_producer  # type: ignore[method-assign]
@@ -394,33 +415,6 @@ def test_a_producer_made_unusable_by_a_lost_connection_is_replaced_and_the_range
     assert (produced.retries, len(producers)) == (1, 2)
     assert [parse_source_offset(r.headers) for r in destination.log] == list(range(10))
     assert destination.committed["mirror-v3.copy"] == 10
-
-
-def test_a_produce_on_a_producer_made_fatal_by_an_outage_gets_a_new_producer() -> None:
-    """A destination outage during a transaction can leave the producer fatal; the next produce() raises only
-    "Local: Fatal error" (fatal flag unset) and, within the wait, no cause reaches the error callback. No other
-    process owns the partition, so it is not a fence: a new producer writes the range, once."""
-    source, destination = FakePartitionSource(), FakeDestination()
-    source.append(10)
-    producers: list[FakeProducer] = []
-
-    class FatalAfterOutage(FakeProducer):
-        def produce(self, topic: str, **kw: Any) -> None:
-            if len(producers) == 1:
-                raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"))
-            super().produce(topic, **kw)
-
-    def new_producer(on_error: Any = None) -> FakeProducer:
-        producers.append(FatalAfterOutage(destination, True))
-        return producers[-1]
-
-    clients = FakeClients(source, destination, transactional=True)
-    clients.producer = new_producer  # type: ignore[method-assign]
-    produced = produce_range(
-        source.reader(), TaskRange(0, 0, 10), destination.target("renumber"), clients, sleep=lambda _: None
-    )
-    assert (produced.retries, len(producers)) == (1, 2)
-    assert [parse_source_offset(r.headers) for r in destination.log] == list(range(10))
 
 
 def test_a_fatal_authorization_error_is_not_retried() -> None:

@@ -252,21 +252,10 @@ class _ReadFirst:
 
     def __init__(self, records: RecordSource, task: TaskRange, reading: threading.Lock) -> None:
         self._records, self._reading = records, reading
+        self.topic, self.partition, self.name = records.topic, records.partition, records.name
         self._range = (task.read_from, task.end)
         with reading:
             self._batches = list(records.read(task.read_from, task.end))
-
-    @property
-    def topic(self) -> str:
-        return self._records.topic
-
-    @property
-    def partition(self) -> int:
-        return self._records.partition
-
-    @property
-    def name(self) -> str:
-        return self._records.name
 
     def read(self, read_from: int, end: int) -> Iterator[list[Any]]:
         if (read_from, end) == self._range:
