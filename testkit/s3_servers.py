@@ -519,12 +519,16 @@ def empty_bucket(client: Any, bucket: str) -> None:
 
 
 def _free_port_with_offset(offset: int, attempts: int = 100) -> int:
-    """A free port p on 127.0.0.1 such that p + offset is free too."""
+    """A free port p on 127.0.0.1 such that p + offset is free too (p outside the ephemeral range, as
+    `testkit.ports` chooses and for its reason)."""
     for _ in range(attempts):
+        port = free_port()
+        if port + offset > 65535:
+            continue
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as first:
-            first.bind((HOST, 0))
-            port = int(first.getsockname()[1])
-            if port + offset > 65535:
+            try:
+                first.bind((HOST, port))
+            except OSError:
                 continue
             with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as second:
                 try:
