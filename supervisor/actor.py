@@ -315,7 +315,8 @@ class MirrorActor(Generic[W]):
         )
 
     async def _query_offsets(self) -> SourceOffsets:
-        """Asked now (the drain: what is readable when the stop came)."""
+        """Asked now: the drain's end (what is readable when the stop came), and the end of a flush max-time made
+        due."""
         asked_at = self._clock.monotonic()
         offsets = await self._outages.ride_out(self._source.offsets, "offset query")
         self._readable.observe(asked_at, offsets.end)
