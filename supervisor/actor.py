@@ -1,10 +1,11 @@
 """One mirror = one actor: a heartbeat and a flush loop over one source partition and one sink.
 
-Kafka is the buffer. The actor queries the partition's offsets, decides when a flush is due and which
-offsets it covers (`FlushPlanner`), has Spark tasks read them and write them with the sink's target
-(`PartitionSource.run`: a small flush shares a Spark job with other partitions' flushes that fall due at the same
-time), and commits what its tasks wrote strictly in offset order. No record is held
-by the actor between flushes. Its starting position always comes from `sink.open()`.
+Kafka is the buffer. The actor learns its partition's offsets from the cluster's estate poll (which wakes it only
+when something it waits for changed), decides when a flush is due and which offsets it covers (`FlushPlanner`),
+has Spark tasks read them and write them with the sink's target (`PartitionSource.run`: a small flush shares a
+Spark job with other partitions' flushes that fall due at the same time), and commits what its tasks wrote
+strictly in offset order. No record is held by the actor between flushes. Its starting position always comes from
+`sink.open()`.
 """
 
 from __future__ import annotations
