@@ -99,6 +99,7 @@ class OffsetWatch:
     ) -> None:
         self.tp = tp
         self.interval_s = interval_s
+        self.isolation_level = isolation_level
         self._committed = isolation_level == "read_committed"
         self.reads_to = "stable" if self._committed else "high"  # the kind of end the mirror reads to
         self._changed = changed
@@ -356,14 +357,14 @@ class SourceCluster:
     def unwatch(self, watch: OffsetWatch) -> None:
         self._watches.pop(watch, None)
 
-    async def polled(self, watch: OffsetWatch, isolation_level: str) -> PolledOffsets:
+    async def polled(self, watch: OffsetWatch) -> PolledOffsets:
         """The watch's newest answer; asked now (on its own, shared with mirrors asking at the same moment) before
         the first poll and when the last poll did not answer this partition."""
         taken = watch.take()
         if taken is not None:
             return taken
         asked_at = self._clock()
-        offsets = await self.offsets(watch.tp.topic, watch.tp.partition, isolation_level)
+        offsets = await self.offsets(watch.tp.topic, watch.tp.partition, watch.isolation_level)
         return PolledOffsets(offsets, ((asked_at, asked_at, offsets.end),), asked_at)
 
     async def poll_forever(self) -> None:

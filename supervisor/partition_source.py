@@ -151,7 +151,7 @@ class SparkPartitionSource:
 
     async def polled(self) -> PolledOffsets:
         assert self._watch is not None, "polled() before watch()"
-        return await self._cluster.polled(self._watch, self._mirror.source.isolation_level)
+        return await self._cluster.polled(self._watch)
 
     def wake_at(self, end: int | None) -> None:
         if self._watch is not None:

@@ -173,13 +173,13 @@ async def test_the_estate_poll_asks_every_partition_at_once_and_wakes_only_those
     assert sum(w.woken for w in watchers) == 201
     # The first round asked all three kinds; the later ones only the end a read_committed mirror reads to.
     assert cluster.kinds[0] == ("start", "stable", "high") and set(cluster.kinds[1:]) == {("stable",)}
-    polled = await cluster.polled(watchers[7].watch, "read_committed")
+    polled = await cluster.polled(watchers[7].watch)
     # The high watermark is from the first (full) round: a read_committed mirror's rounds ask only the stable end.
     assert (polled.offsets.log_start, polled.offsets.end, polled.offsets.high_watermark) == (7, 112, 207)
     # One sighting per end shown: the first from the first poll to the last that still showed it, then the new one.
     (first, last, end), (moved_first, moved_last, moved_end) = polled.seen
     assert (end, moved_end) == (107, 112) and first < last < moved_first <= moved_last
-    again = await cluster.polled(watchers[7].watch, "read_committed")
+    again = await cluster.polled(watchers[7].watch)
     assert again.seen == () and again.offsets == polled.offsets
 
 
@@ -188,9 +188,7 @@ async def test_a_partition_the_poll_cannot_answer_is_asked_alone_and_its_error_i
     watchers = [Watcher(cluster, p) for p in range(5)]
     await cluster.poll_once()
     assert [w.woken for w in watchers] == [1] * 5  # the shared request failed: every mirror is told to ask alone
-    answers = await asyncio.gather(
-        *(cluster.polled(w.watch, "read_committed") for w in watchers), return_exceptions=True
-    )
+    answers = await asyncio.gather(*(cluster.polled(w.watch) for w in watchers), return_exceptions=True)
     assert isinstance(answers[3], SourceError)
     assert [a.offsets.end for i, a in enumerate(answers) if i != 3] == [100, 101, 102, 104]  # type: ignore[union-attr]
     await cluster.poll_once()
@@ -202,7 +200,7 @@ async def test_a_partition_the_poll_cannot_answer_is_asked_alone_and_its_error_i
     cluster.produced[TopicPartition("t", 1)] = 150
     await cluster.poll_once()
     assert cluster.kinds[-1] == ("stable",)
-    raised = await cluster.polled(watchers[1].watch, "read_committed")
+    raised = await cluster.polled(watchers[1].watch)
     assert (raised.offsets.end, raised.offsets.high_watermark) == (251, 251)
     cluster.unwatch(watchers[0].watch)
     await cluster.poll_once()

@@ -147,20 +147,12 @@ def _task_function(
         for batch in batches:
             for task in batch.column(0).to_pylist():
                 state: dict[str, Any] = {}
-                indices = packs[task]
+                pack = [items[index] for index in packs[task]]
                 try:
                     if before_pack is not None:
-                        before_pack([items[index] for index in indices], state)
-                    threads = min(len(indices), at_once([items[i] for i in indices]) if at_once is not None else 1)
-                    if threads > 1:
-                        with ThreadPoolExecutor(threads, thread_name_prefix="mirror-v3-item") as pool:
-                            running = [pool.submit(_outcome_of, run_item, items[index], state) for index in indices]
-                            outcomes: Iterator[bytes] = (future.result() for future in running)
-                            for index, outcome in zip(indices, outcomes, strict=True):
-                                yield pa.RecordBatch.from_pylist([{"item": index, "outcome": outcome}], OUTCOME_SCHEMA)
-                        continue
-                    for index in indices:
-                        outcome = _outcome_of(run_item, items[index], state)
+                        before_pack(pack, state)
+                    threads = min(len(pack), at_once(pack) if at_once is not None else 1)
+                    for index, outcome in zip(packs[task], _outcomes(run_item, pack, state, threads), strict=True):
                         yield pa.RecordBatch.from_pylist([{"item": index, "outcome": outcome}], OUTCOME_SCHEMA)
                 finally:
                     for held in state.values():
@@ -168,6 +160,17 @@ def _task_function(
                             held.close()
 
     return run
+
+
+def _outcomes(
+    run_item: Callable[[Any, dict[str, Any]], Any], pack: list[Any], state: dict[str, Any], threads: int
+) -> Iterator[bytes]:
+    """Each item's outcome, in the pack's order: one after the other, or `threads` at a time."""
+    if threads <= 1:
+        yield from (_outcome_of(run_item, item, state) for item in pack)
+        return
+    with ThreadPoolExecutor(threads, thread_name_prefix="mirror-v3-item") as pool:
+        yield from pool.map(lambda item: _outcome_of(run_item, item, state), pack)
 
 
 def _outcome_of(run_item: Callable[[Any, dict[str, Any]], Any], item: Any, state: dict[str, Any]) -> bytes:
