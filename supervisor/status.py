@@ -149,14 +149,11 @@ async def process_state(url: str, timeout_s: float) -> ProcessState | None:
 
 def apply_states(rows: list[MirrorStatus], state: ProcessState | None) -> None:
     """Each row's state in the running process (None: no process answered), data-lost over any of them."""
-    if state is None:
-        for row in rows:
-            row.state = "data-lost" if row.lost is not None else None
-        return
-    by_name = {mirror.name: mirror for mirror in state.mirrors}
+    by_name = {} if state is None else {mirror.name: mirror for mirror in state.mirrors}
     for row in rows:
         mirror = by_name.get(row.name)
-        row.state = "data-lost" if row.lost is not None else "absent" if mirror is None else mirror.state
+        in_process = None if state is None else "absent" if mirror is None else mirror.state
+        row.state = "data-lost" if row.lost is not None else in_process
         row.failure = None if mirror is None else mirror.error
         if mirror is not None and mirror.held_since is not None:
             row.held_since = _iso_utc(mirror.held_since)

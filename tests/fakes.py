@@ -299,7 +299,6 @@ class FakePartitionSource:
         self.fail_check: Exception | None = None
         self.cancelled = False
         self._watchers: list[Callable[[], None]] = []
-        self.wake_at_end: int | None = None
         self._seen: list[Sighting] = []
 
     def _poll_saw(self) -> None:
@@ -341,7 +340,7 @@ class FakePartitionSource:
         return SourceOffsets(log_start=self.log_start, end=self.end, high_watermark=hw)
 
     def wake_at(self, end: int | None) -> None:
-        self.wake_at_end = end  # the fake wakes its watchers at every change: woken early is always allowed
+        return None  # the fake wakes its watchers at every change: woken early is always allowed
 
     def watch(self, changed: Callable[[], None]) -> Callable[[], None]:
         self._watchers.append(changed)
