@@ -199,13 +199,13 @@ def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
                 run.wait_until(scraped, 60, "the restore's series on /metrics")
                 assert run.metric("mirror_v3_source_end_offset", **series) == counts[1]
                 assert run.metric("mirror_v3_source_log_start_offset", **series) == 0
+
             # Kill soon after this run's first write landed, not after a fixed time: a fixed time either came
             # before Spark was up or after the whole restore on a fast machine (CI at 8ace0fd and 8241968).
-            run.wait_until(
-                lambda before=before, run=run: landed() > before or run.proc.poll() is not None,
-                120,
-                "this run's first write",
-            )
+            def wrote(before: int = before, run: MirrorRun = run) -> bool:
+                return landed() > before or run.proc.poll() is not None
+
+            run.wait_until(wrote, 120, "this run's first write")
             time.sleep(rng.uniform(0.0, 0.5))
             if run.proc.poll() is not None:
                 break
