@@ -35,7 +35,7 @@ from sinks.blob_chain import blob_name, is_temp_name, temp_name
 from supervisor.status import TABLE_COLUMNS
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, committed_offset, create_topic, generate_records, produce, watermarks
-from testkit.mirror_run import MirrorRun, run_cli
+from testkit.mirror_run import MirrorRun, log_time, run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, chain
 from testkit.tools import promtool
@@ -265,3 +265,38 @@ def test_soak_kill_9_cycles(kafka: KafkaBroker, fs: FilesystemTarget, topic_name
     backlog(kafka.bootstrap, topic_name, [0])
     kills = int(os.environ.get("MIRROR_V3_SOAK_KILLS", "100"))
     kill_9_cycles(kafka, fs, topic_name, tmp_path, kills=kills, seed=20261123)
+
+
+def test_a_second_process_is_refused_by_the_lease_and_a_standby_takes_over_a_killed_one(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    """A newcomer on a live writer's chain touches nothing (its staged files included) and exits 1 quickly, naming
+    the holder; a standby waits, and once the writer is killed mid-flush it takes over within the lease timeout and
+    the chain ends up holding every record exactly once."""
+    backlog(kafka.bootstrap, topic_name, [20_000], seed=70)
+    flush, spark = {"max-time-ms": 300, "max-offsets": 1_000}, {"max-offsets-per-job": 1_000}
+    config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, flush=flush, spark=spark)
+    chain_dir = fs.root / topic_name / "0"
+    with start(config, tmp_path / "active.log", fs) as active:
+        active.wait_for_log(r"msg=flushed")
+        began = time.monotonic()
+        with start(config, tmp_path / "second.log", fs) as second:
+            line = second.expect_failure(1, timeout=60)
+        assert time.monotonic() - began < 10, "the refusal came late"
+        assert f"{chain_dir}/.chain.lease: another writer holds this chain's lease" in line, line
+        assert f"pid {active.pid} since " in line and "--standby" in line, line
+        assert "spark session ready" not in second.log_text(), "the refused process started Spark first"
+        with MirrorRun(config, tmp_path / "standby.log", env=fs.env(), args=["--standby"]) as standby:
+            standby.wait_for_log(r"msg=\"standby: waiting for the live writer\"")
+            assert active.running, active.tail()  # neither newcomer harmed it
+            produce(kafka.bootstrap, topic_name, 0, generate_records(20_000, seed=71))  # keep it flushing
+            active.wait_for_log(r"msg=flushed", count=len(active.events("flushed")) + 3)
+            time.sleep(random.Random(72).uniform(0.0, 0.3))  # somewhere in a flush
+            active.kill9()
+            killed_at = time.time()
+            standby.wait_for_log(r"msg=\"standby: took over\"", timeout=60)
+            taken_after = log_time(standby.events("standby: took over")[0]) - killed_at
+            assert taken_after <= 15, f"took over {taken_after:.1f}s after the kill"
+            standby.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 40_000})
+            standby.drain()
+    assert_exactly_once(kafka.bootstrap, fs, topic_name)

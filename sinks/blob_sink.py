@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from sinks.base import Committed, Inspection
 from sinks.blob_chain import BlobChain, BlobStore
 from sinks.blob_writer import BlobTarget
@@ -9,8 +11,17 @@ from sinks.staging import BlobStaging, StagedBlob
 
 
 class BlobSink:
-    def __init__(self, store: BlobStore, description: str, staging: BlobStaging) -> None:
+    def __init__(
+        self,
+        store: BlobStore,
+        description: str,
+        staging: BlobStaging,
+        take_lease: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        """`take_lease`: take this chain's lease (`sinks.leases`) before open() touches anything; None when
+        nothing is written (status) or the caller took it."""
         self._chain = BlobChain(store)
+        self._take_lease = take_lease
         self._description = description
         self._target = BlobTarget(staging)
 
@@ -26,6 +37,8 @@ class BlobSink:
         return self._target
 
     async def open(self) -> int | None:
+        if self._take_lease is not None:  # a live writer's staged blobs are cleaned by open(): never touch them
+            await self._take_lease()
         return await self._chain.open()
 
     def claimed_range(self) -> tuple[int, int] | None:

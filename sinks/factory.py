@@ -5,7 +5,7 @@ Every sink is wrapped in the retry layer; S3 sinks of one process share one clie
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,12 @@ from sinks.blob_chain import BlobStore
 from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader
 from sinks.blob_sink import BlobSink
 from sinks.filesystem import filesystem_sink
+from sinks.filesystem_leases import FilesystemLeases
 from sinks.kafka import KafkaSink, KafkaSinkSettings, SourceLookup
+from sinks.leases import Holder, Leases, LeaseStore
 from sinks.retry import RetryingSink, RetryPolicy
 from sinks.s3 import S3Connection, S3Store
+from sinks.s3_leases import S3Leases
 from sinks.s3_staging import S3Settings
 from sinks.staging import BlobFormat
 
@@ -49,18 +52,40 @@ def _s3_key_prefix(destination: S3Destination, destination_name: str, partition:
 SourceLookups = Callable[[MirrorSpec], SourceLookup]
 
 
+def chain_name(destination_name: str, partition: int) -> str:
+    """How a lease names a chain (`sinks.leases`)."""
+    return f"{destination_name}/{partition}"
+
+
 class SinkFactory:
-    def __init__(self, destination: Destination, source_lookups: SourceLookups | None = None) -> None:
-        """`source_lookups` is required for a Kafka destination."""
+    def __init__(
+        self, destination: Destination, source_lookups: SourceLookups | None = None, holder: Holder | None = None
+    ) -> None:
+        """`source_lookups` is required for a Kafka destination. `holder`: the process that writes, when it writes
+        (`run`): its sinks of a blob destination take their chain's lease (`leases`) before they touch it."""
         self._destination = destination
         self._source_lookups = source_lookups
         self._s3: S3Connection | None = None
         self._kafka: KafkaSinkSettings | None = None
+        self.leases: Leases | None = None
         if isinstance(destination, S3Destination):
             self._s3 = S3Connection(s3_settings(destination))
+            if holder is not None:
+                store: LeaseStore = S3Leases(self._s3, destination.prefix)
+                self.leases = Leases(store, holder, retry_policy(destination.retry))
         elif isinstance(destination, KafkaDestination):
             # Raises config.secrets.ConfigReferenceError when TLS files cannot be loaded.
             self._kafka = kafka_settings(destination)
+        elif holder is not None:
+            root = Path(destination.root).expanduser().resolve()
+            self.leases = Leases(FilesystemLeases(root), holder, retry_policy(destination.retry))
+
+    def _lease_taker(self, mirror: MirrorSpec) -> Callable[[], Awaitable[None]] | None:
+        leases = self.leases
+        if leases is None:
+            return None
+        chain = chain_name(mirror.destination_name, mirror.partition)
+        return lambda: leases.take(chain)
 
     def blob_reader(self, mirror: MirrorSpec) -> BlobReader | None:
         """How a Spark task reads this mirror's blobs back; None for a Kafka destination."""
@@ -96,7 +121,7 @@ class SinkFactory:
         destination = self._destination
         sink: Sink[Any]
         if isinstance(destination, FilesystemDestination):
-            sink = filesystem_sink(destination, mirror.destination_name, mirror.partition)
+            sink = filesystem_sink(destination, mirror.destination_name, mirror.partition, self._lease_taker(mirror))
         elif isinstance(destination, S3Destination):
             assert self._s3 is not None
             key_prefix = _s3_key_prefix(destination, mirror.destination_name, mirror.partition)
@@ -104,7 +129,12 @@ class SinkFactory:
             staging = store.staging(
                 retry_policy(destination.retry), BlobFormat(destination.compression, destination.compression_level)
             )
-            sink = BlobSink(store, description=f"s3://{destination.bucket}/{key_prefix}/", staging=staging)
+            sink = BlobSink(
+                store,
+                description=f"s3://{destination.bucket}/{key_prefix}/",
+                staging=staging,
+                take_lease=self._lease_taker(mirror),
+            )
         elif isinstance(destination, KafkaDestination):
             assert self._kafka is not None
             assert self._source_lookups is not None, "a Kafka destination needs source lookups"

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -205,7 +206,7 @@ def _is_staged_file(final: Path, temp: Path, size: int) -> bool:
         return False
 
 
-def _make_durable_dirs(directory: Path) -> None:
+def make_durable_dirs(directory: Path) -> None:
     """Create the partition directory and fsync the parent of every level created, so the first
     blob's directory entry survives a crash too."""
     missing: list[Path] = []
@@ -240,7 +241,7 @@ class FilesystemStaging:
     def open(self, first: int) -> FilesystemBlobOutput:
         directory = Path(self.directory)
         if self.directory not in _durable_dirs:
-            _make_durable_dirs(directory)
+            make_durable_dirs(directory)
             _durable_dirs.add(self.directory)
         path = directory / temp_name(f"{first:020d}-staged{BLOB_SUFFIX}", uuid.uuid4().hex)
         return FilesystemBlobOutput(path)
@@ -275,8 +276,15 @@ class FilesystemBlobOutput:
             self._path.unlink()
 
 
-def filesystem_sink(destination: FilesystemDestination, destination_name: str, partition: int) -> BlobSink:
+def filesystem_sink(
+    destination: FilesystemDestination,
+    destination_name: str,
+    partition: int,
+    take_lease: Callable[[], Awaitable[None]] | None = None,
+) -> BlobSink:
     directory = Path(destination.root).expanduser().resolve() / destination_name / str(partition)
     store = FilesystemStore(directory)
     blob_format = BlobFormat(destination.compression, destination.compression_level)
-    return BlobSink(store, description=f"filesystem:{directory}", staging=store.staging(blob_format))
+    return BlobSink(
+        store, description=f"filesystem:{directory}", staging=store.staging(blob_format), take_lease=take_lease
+    )

@@ -135,6 +135,20 @@ class S3Connection:
                 stack, self._stack, self._client = self._stack, None, None
                 await stack.aclose()
 
+    async def call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
+        """One S3 request, bounded in time, its failure classified for the retry layer."""
+        try:
+            with anyio.fail_after(self.settings.request_timeout_s):
+                return await operation()
+        except ClientError as exc:
+            raise classify_client_error(exc, what, self.settings.bucket) from None
+        except (NoCredentialsError, PartialCredentialsError) as exc:
+            raise DestinationError(f"{what}: no usable S3 credentials ({exc})") from None
+        except TimeoutError:  # before OSError, of which it is a subclass
+            raise TransientDestinationError(f"{what}: no answer within {self.settings.request_timeout_s:g}s") from None
+        except (BotoConnectionError, BotoHTTPClientError, aiohttp.ClientError, OSError) as exc:
+            raise TransientDestinationError(f"{what}: connection failed: {first_line(exc)}") from None
+
 
 class S3Store:
     """The blobs of one partition under `s3://<bucket>/<key_prefix>`."""
@@ -329,17 +343,4 @@ class S3Store:
         return aborted
 
     async def _call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
-        """One S3 request, bounded in time, its failure classified for the retry layer."""
-        try:
-            with anyio.fail_after(self._connection.settings.request_timeout_s):
-                return await operation()
-        except ClientError as exc:
-            raise classify_client_error(exc, what, self._bucket) from None
-        except (NoCredentialsError, PartialCredentialsError) as exc:
-            raise DestinationError(f"{what}: no usable S3 credentials ({exc})") from None
-        except TimeoutError:  # before OSError, of which it is a subclass
-            raise TransientDestinationError(
-                f"{what}: no answer within {self._connection.settings.request_timeout_s:g}s"
-            ) from None
-        except (BotoConnectionError, BotoHTTPClientError, aiohttp.ClientError, OSError) as exc:
-            raise TransientDestinationError(f"{what}: connection failed: {first_line(exc)}") from None
+        return await self._connection.call(what, operation)

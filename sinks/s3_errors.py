@@ -51,6 +51,10 @@ class NoSuchUpload(DestinationError):
     """The multipart upload no longer exists (completed or aborted)."""
 
 
+class NoSuchKey(DestinationError):
+    """HTTP 404 on an object: it does not exist (or no longer)."""
+
+
 class NotImplementedByStore(DestinationError):
     """The S3-compatible store lacks an optional API (HTTP 501)."""
 
@@ -64,6 +68,8 @@ def classify_client_error(exc: ClientError, what: str, bucket: str) -> Destinati
         return PreconditionFailed(f"{what}: precondition failed")
     if code == "NoSuchUpload":
         return NoSuchUpload(f"{what}: no such upload")
+    if code in {"NoSuchKey", "NotFound"} or (status == 404 and code in {"", "404"}):
+        return NoSuchKey(f"{what}: no such key")
     if code == "NotImplemented" or status == 501:
         return NotImplementedByStore(f"{what}: not implemented by this store")
     if status >= 500 or status == 429 or code in _TRANSIENT_CODES:

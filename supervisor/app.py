@@ -23,7 +23,8 @@ from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, exit_code_fo
 from core.logs import log_event, quiet_aiokafka_leaks
 from kafka_clients.admin import SourceAdmins
 from sinks.base import DestinationError
-from sinks.factory import SinkFactory
+from sinks.factory import SinkFactory, chain_name
+from sinks.leases import Holder, Leases
 from source.lookup import source_lookup
 from source.offsets import SourceClusters
 from source.spark_session import SparkStartError, stop_spark
@@ -55,8 +56,11 @@ class Supervisor:
         early_signals: list[int] | None = None,
         shard: Shard | None = None,
         runtime: RuntimeSettings | None = None,
+        standby: bool = False,
     ) -> None:
         self._config = config
+        self._standby = standby  # wait for the destination's leases instead of refusing a live writer's
+        self._holder = Holder.of_this_process()
         self._runtime = runtime or RuntimeSettings()
         self._early_signals = early_signals if early_signals is not None else []
         self._families = families
@@ -104,7 +108,7 @@ class Supervisor:
             drain_timeout_secs=self._runtime.drain_timeout_secs,
         )
         if self._sinks is None:
-            self._sinks = SinkFactory(self._config.destination, source_lookup)
+            self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder)
         metrics = MirrorMetrics.for_mirror(
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )
@@ -165,12 +169,19 @@ class Supervisor:
             self._runtime.metrics_port,
         )
         await self.http.start()
+        leases = None if self._sinks is None else self._sinks.leases
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
+                outer.start_soon(self.http.watch_loop)
+                if leases is not None:
+                    outer.start_soon(leases.keep_renewed)
+                    # Before Spark and before any chain is touched: a live writer's chains are left alone.
+                    if not await self._take_leases(leases, plan):
+                        outer.cancel_scope.cancel()
+                        return exit_code_for(self._failure) if self._failure is not None else EXIT_OK
                 outer.start_soon(self._scheduler.run)
                 outer.start_soon(self._clusters.poll_forever)  # the offsets of every partition mirrored
-                outer.start_soon(self.http.watch_loop)
                 if self._topics is not None:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)
                 if self._groups is not None:
@@ -194,6 +205,8 @@ class Supervisor:
         finally:
             with anyio.CancelScope(shield=True):
                 self.http.readiness.draining = True
+                if leases is not None:
+                    await leases.release()
                 await self._clusters.close()
                 await anyio.to_thread.run_sync(stop_spark)
                 await self.http.stop()
@@ -201,6 +214,20 @@ class Supervisor:
             return exit_code_for(self._failure)
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
+
+    async def _take_leases(self, leases: Leases, plan: EstatePlan) -> bool:
+        """Take the lease of every planned chain (a standby waits for them); False when the process must stop:
+        refused (a live writer holds one; reported) or stopped while standing by."""
+        chains = [chain_name(spec.destination_name, spec.partition) for spec in plan.mirrors]
+        if self._standby:
+            log_event(log, logging.INFO, "standby: taking the destination's leases", chains=len(chains))
+            return await leases.wait_for_all(chains, self.stop_requested)
+        try:
+            await leases.take_all(chains)
+        except MirrorV3Error as exc:
+            self._fail(None, exc, exc.headline or "cannot take the destination's leases")
+            return False
+        return True
 
     def _launch(self, actor: MirrorActor[Any]) -> None:
         assert self._group is not None

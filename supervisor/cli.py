@@ -19,7 +19,7 @@ import anyio
 
 from config import ConfigError
 from config.estate import Shard
-from config.model import Config
+from config.model import Config, KafkaDestination
 from config.runtime import RuntimeSettings, parse_runtime
 from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
 from core.logs import setup_logging
@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run every configured mirror until signalled or failed")
     run.add_argument("--config", required=True, help="path to the YAML config")
     run.add_argument("--shard", help=shard_help)
+    run.add_argument(
+        "--standby",
+        action="store_true",
+        help="wait while another process holds the destination's leases, and take over when it stops or dies "
+        "(filesystem and S3 destinations)",
+    )
     status = commands.add_parser("status", help="show source and destination offsets and the lag per mirror")
     status.add_argument("--config", required=True, help="path to the YAML config")
     status.add_argument("--format", choices=["table", "json"], default="table")
@@ -162,7 +168,16 @@ def main(argv: list[str] | None = None) -> int:
         return _status(config, args.format, args.timeout, args.deep, shard, _process_url(args.process, runtime))
     if args.command == "verify":
         return _verify(config, args, shard)
-    return _run(config, shard, runtime)
+    if args.standby and isinstance(config.destination, KafkaDestination):
+        return _report(
+            ConfigError(
+                "--standby",
+                "needs a filesystem or S3 destination: a Kafka destination's newer writer fences "
+                "the older one by its transactional id",
+            ),
+            args.command,
+        )
+    return _run(config, shard, runtime, args.standby)
 
 
 def _prepare_jvm(directory: Path | None) -> int:
@@ -303,7 +318,7 @@ def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None,
     return EXIT_OK
 
 
-def _run(config: Config, shard: Shard | None, runtime: RuntimeSettings) -> int:
+def _run(config: Config, shard: Shard | None, runtime: RuntimeSettings, standby: bool = False) -> int:
     # A SIGTERM that arrives while the process is still starting must drain like any other: remembered
     # (from `__main__` on, or from here when called directly) until the supervisor's handling takes over.
     early_signals.install()
@@ -311,7 +326,9 @@ def _run(config: Config, shard: Shard | None, runtime: RuntimeSettings) -> int:
     from supervisor.metrics import MetricFamilies
 
     families = MetricFamilies()
-    supervisor = Supervisor(config, families, early_signals=early_signals.received, shard=shard, runtime=runtime)
+    supervisor = Supervisor(
+        config, families, early_signals=early_signals.received, shard=shard, runtime=runtime, standby=standby
+    )
     try:
         return anyio.run(supervisor.run)
     except KeyboardInterrupt:

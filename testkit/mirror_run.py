@@ -104,6 +104,7 @@ class MirrorRun:
         env: Mapping[str, str] | None = None,
         metrics_port: int | None = None,
         command: str = "run",  # or "restore"
+        args: Sequence[str] = (),  # after --config
     ) -> None:
         self.log_path = log_path
         self.metrics_port = metrics_port
@@ -113,7 +114,7 @@ class MirrorRun:
         self.started_at = time.time()
         with log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "supervisor", command, "--config", str(config)],
+                [sys.executable, "-m", "supervisor", command, "--config", str(config), *args],
                 cwd=REPO,
                 env=cli_env(extra),
                 stdin=subprocess.DEVNULL,

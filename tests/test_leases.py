@@ -1,0 +1,226 @@
+"""Leases (`sinks.leases`): the liveness rule, and the contract both lease stores keep (a directory, and S3 through
+moto in this process): a free chain is taken, a live holder's is refused with its facts, a dead or stopped holder's
+is taken over, of two takers exactly one wins, and a standby takes over once the holder stops."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import sinks.leases
+from sinks.filesystem_leases import HOLDERS_DIRECTORY, FilesystemLeases
+from sinks.leases import Holder, LeaseHeldError, Leases, LeaseStore, Sighting, is_live
+from sinks.retry import RetryPolicy
+from sinks.s3 import S3Connection
+from sinks.s3_leases import S3Leases
+from sinks.s3_staging import S3Settings
+
+ME = Holder(id="me", host="here", pid=100, since=1_700_000_000.0)
+RETRY = RetryPolicy(deadline_s=5)
+
+
+def other(host: str = "there", pid: int = 200, id: str = "other") -> Holder:
+    return Holder(id=id, host=host, pid=pid, since=1_700_000_000.0)
+
+
+@pytest.mark.parametrize(
+    ("seen", "runs", "live"),
+    [
+        (Sighting(ME, 0.0, locked=True), True, False),  # this process itself
+        (Sighting(other(), 0.0, locked=True), False, True),  # a held lock proves a live process
+        (Sighting(other(), None), True, False),  # no heartbeat: it stopped cleanly
+        (Sighting(other(), 3.0), True, True),  # another host, renewed lately
+        (Sighting(other(), 11.0), True, False),  # another host, silent for longer than the timeout
+        (Sighting(other(), 3.0, locked=False), True, True),  # another host's free lock proves nothing
+        (Sighting(other(host="here"), 3.0, locked=False), True, False),  # this host's free lock: dead
+        (Sighting(other(host="here"), 3.0), False, False),  # this host, its pid no longer runs
+        (Sighting(other(host="here"), 3.0), True, True),  # this host, its pid runs, renewed lately
+        (Sighting(other(host="here", pid=100), 3.0), True, False),  # this pid: a restarted container's earlier self
+    ],
+)
+def test_liveness(seen: Sighting, runs: bool, live: bool) -> None:
+    assert is_live(seen, ME, pid_alive=lambda _: runs) is live
+
+
+def test_holder_records_round_trip_and_garbage_is_no_holder() -> None:
+    holder = Holder.of_this_process()
+    assert Holder.decode(holder.encode()) == holder
+    assert Holder.decode(holder.encode().ljust(512)) == holder  # the filesystem pads records in place
+    assert Holder.decode(b"\0\0 torn") is None and Holder.decode(b'{"id": 1}') is None
+    assert f"pid {holder.pid}" in holder.describe() and holder.host in holder.describe()
+
+
+@dataclass
+class LeaseStores:
+    """One destination's lease records as several processes see them."""
+
+    new: Callable[[], LeaseStore]
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LeaseStores]:
+    if request.param == "filesystem":
+        yield LeaseStores(new=lambda: FilesystemLeases(tmp_path))
+        return
+    endpoint = request.getfixturevalue("moto_endpoint")
+    import boto3
+
+    bucket = f"leases-{abs(hash(tmp_path)) % 10**8}"
+    client: Any = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+    )
+    client.create_bucket(Bucket=bucket)
+    settings = S3Settings(
+        bucket=bucket,
+        region="us-east-1",
+        endpoint=endpoint,
+        path_style=True,
+        access_key_id="k",
+        secret_access_key="s",
+        session_token=None,
+        part_size=8 * 1024 * 1024,
+        request_timeout_s=10,
+    )
+    made: list[S3Leases] = []
+
+    def new() -> S3Leases:
+        made.append(S3Leases(S3Connection(settings), "archive"))
+        return made[-1]
+
+    yield LeaseStores(new=new)
+    for store in made:
+        await store.close()
+
+
+async def test_a_free_chain_is_taken_and_taking_it_again_is_a_no_op(stores: LeaseStores) -> None:
+    leases = Leases(stores.new(), other(id="a"), RETRY)
+    await leases.take_all(["t/0", "t/1"])
+    await leases.take("t/0")
+    assert leases.held == {"t/0", "t/1"}
+
+
+async def test_a_live_holder_is_refused_with_its_facts(stores: LeaseStores) -> None:
+    live = Leases(stores.new(), other(id="live", host="there"), RETRY)
+    await live.take("t/0")
+    newcomer = Leases(stores.new(), other(id="new", host="elsewhere"), RETRY)
+    with pytest.raises(LeaseHeldError) as refused:
+        await newcomer.take_all(["t/1", "t/0"])
+    assert refused.value.holder == live.me and refused.value.chain == "t/0" and "t/" in refused.value.where
+    assert refused.value.seen.renewed_s_ago is not None and refused.value.seen.renewed_s_ago < 5
+    message = str(refused.value)
+    assert "another writer" in message and "host there pid 200 since 2023-11-14T22:13:20Z" in message, message
+    assert "--standby" in message
+
+
+async def test_a_stopped_holder_is_taken_over(stores: LeaseStores) -> None:
+    first = Leases(stores.new(), other(id="first"), RETRY)
+    await first.take("t/0")
+    await first.release()
+    second = Leases(stores.new(), other(id="second", host="elsewhere"), RETRY)
+    await second.take("t/0")
+    third = Leases(stores.new(), other(id="third", host="yonder"), RETRY)
+    with pytest.raises(LeaseHeldError) as refused:
+        await third.take("t/0")
+    assert refused.value.holder.id == "second"
+
+
+async def test_a_silent_holder_is_taken_over_after_the_timeout(tmp_path: Path) -> None:
+    """(On S3 the store stamps the heartbeat's time itself; the rule that reads it is test_liveness's.)"""
+    silent = Leases(FilesystemLeases(tmp_path), other(id="silent"), RETRY)
+    await silent.take("t/0")
+    newcomer = Leases(FilesystemLeases(tmp_path), other(id="new", host="elsewhere"), RETRY)
+    with pytest.raises(LeaseHeldError):
+        await newcomer.take("t/0")
+    stale = time.time() - sinks.leases.LEASE_TIMEOUT_S - 1
+    os.utime(tmp_path / HOLDERS_DIRECTORY / "silent.json", (stale, stale))
+    await newcomer.take("t/0")
+
+
+async def test_of_two_takers_exactly_one_wins(stores: LeaseStores) -> None:
+    contenders = [Leases(stores.new(), other(id=f"c{i}", host=f"host{i}"), RETRY) for i in range(2)]
+    for contender in contenders:  # both live before either takes a chain
+        await contender.take(f"warm/{contender.me.id}")
+    outcomes: list[str] = []
+
+    async def take(leases: Leases) -> None:
+        try:
+            await leases.take("t/0")
+            outcomes.append("took")
+        except LeaseHeldError:
+            outcomes.append("refused")
+
+    async with anyio.create_task_group() as tasks:
+        for contender in contenders:
+            tasks.start_soon(take, contender)
+    assert sorted(outcomes) == ["refused", "took"]
+
+
+async def test_a_standby_takes_over_when_the_holder_stops(stores: LeaseStores, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sinks.leases, "STANDBY_POLL_S", 0.05)
+    active = Leases(stores.new(), other(id="active"), RETRY)
+    await active.take_all(["t/0", "t/1"])
+    standby = Leases(stores.new(), other(id="standby", host="elsewhere"), RETRY)
+    stop = anyio.Event()
+    took: list[bool] = []
+
+    async def stand_by() -> None:
+        took.append(await standby.wait_for_all(["t/0", "t/1"], stop))
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(stand_by)
+        await anyio.sleep(0.3)
+        assert took == [] and standby.held == frozenset()
+        await active.release()
+    assert took == [True] and standby.held == {"t/0", "t/1"}
+
+    waiting = Leases(stores.new(), other(id="late", host="yonder"), RETRY)
+    stop.set()  # a standby told to stop stops waiting
+    assert await waiting.wait_for_all(["t/0"], stop) is False
+
+
+def test_a_filesystem_lease_held_by_a_live_process_of_this_host_is_refused(tmp_path: Path) -> None:
+    """The lock of a heartbeat proves its holder runs; once that process dies the chain is free at once."""
+    holder = Holder.of_this_process()
+    holder = Holder(id="child", host=holder.host, pid=0, since=holder.since)
+    script = f"""
+import anyio, sys
+from pathlib import Path
+from sinks.filesystem_leases import FilesystemLeases
+from sinks.leases import Holder, Leases
+from sinks.retry import RetryPolicy
+async def main():
+    me = Holder(id="child", host={holder.host!r}, pid=__import__("os").getpid(), since=0.0)
+    leases = Leases(FilesystemLeases(Path({str(tmp_path)!r})), me, RetryPolicy(deadline_s=5))
+    await leases.take("t/0")
+    print("held", flush=True)
+    sys.stdin.read()
+anyio.run(main)
+"""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "held"
+        me = Holder.of_this_process()
+
+        async def take() -> None:
+            await Leases(FilesystemLeases(tmp_path), me, RETRY).take("t/0")
+
+        with pytest.raises(LeaseHeldError) as refused:
+            anyio.run(take)
+        assert refused.value.seen.locked is True and refused.value.holder.pid == child.pid
+        child.kill()
+        child.wait()
+        anyio.run(take)  # its lock went with it, though its heartbeat is fresh
+    finally:
+        child.kill()
+        child.wait()
