@@ -236,14 +236,26 @@ def shut_down_jvm(timeout_s: float) -> int | None:
         return None
 
 
-def stop_spark() -> None:
+def stop_spark(wait_for_start: bool = True) -> bool:
+    """Stop the session, if there is one. A session still starting is waited for, unless `wait_for_start` is
+    False: then nothing is stopped (False), and the JVM ends with this process, as it exits when its stdin
+    (a pipe from this process) closes."""
+    if not _lock.acquire(blocking=wait_for_start):
+        return False
+    try:
+        _stop_locked()
+    finally:
+        _lock.release()
+    return True
+
+
+def _stop_locked() -> None:
     global _session, _start_failure
-    with _lock:
-        _start_failure = None
-        if _relay is not None:
-            _relay.stopping = True  # what the JVM says from here on is about its own shutdown
-        if _session is not None:
-            # The JVM may already be gone (killed, out of memory): stopping must not raise then.
-            with contextlib.suppress(Exception):
-                _session.stop()
-            _session = None
+    _start_failure = None
+    if _relay is not None:
+        _relay.stopping = True  # what the JVM says from here on is about its own shutdown
+    if _session is not None:
+        # The JVM may already be gone (killed, out of memory): stopping must not raise then.
+        with contextlib.suppress(Exception):
+            _session.stop()
+        _session = None

@@ -70,6 +70,7 @@ class Supervisor:
         self._clusters = SourceClusters()
         self._sinks: SinkFactory | None = None
         self.stop_requested = anyio.Event()
+        self.spark_abandoned = False  # the process ended while Spark still started (see supervisor.cli._run)
         self.actors: dict[MirrorKey, MirrorActor[Any]] = {}
         self._scopes: dict[MirrorKey, anyio.CancelScope] = {}
         self._selected: set[MirrorKey] = set()  # this shard's partitions that the last plan selected
@@ -208,7 +209,8 @@ class Supervisor:
                 if leases is not None:
                     await leases.release()
                 await self._clusters.close()
-                await anyio.to_thread.run_sync(stop_spark)
+                # A refusal (or a signal) while Spark still starts does not wait for it: the JVM exits with us.
+                self.spark_abandoned = not await anyio.to_thread.run_sync(partial(stop_spark, wait_for_start=False))
                 await self.http.stop()
         if self._failure is not None:
             return exit_code_for(self._failure)

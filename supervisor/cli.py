@@ -330,6 +330,14 @@ def _run(config: Config, shard: Shard | None, runtime: RuntimeSettings, standby:
         config, families, early_signals=early_signals.received, shard=shard, runtime=runtime, standby=standby
     )
     try:
-        return anyio.run(supervisor.run)
+        code = anyio.run(supervisor.run)
     except KeyboardInterrupt:
         return EXIT_FAILURE
+    if supervisor.spark_abandoned:
+        # The thread starting Spark cannot be interrupted, and the interpreter would wait for it (seconds, more on
+        # a busy machine) before exiting: end now. The JVM exits when its stdin, a pipe from this process, closes.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -30,6 +30,7 @@ def log_jvm_event(event: JvmEvent) -> None:
 async def start_spark(config: SparkConfig) -> None:
     """In a worker thread (it takes seconds); SparkStartError when it cannot start."""
     began = time.monotonic()
-    await anyio.to_thread.run_sync(get_spark, config, log_jvm_event)
+    # Abandoned when cancelled (a mirror refused its start): the process then exits without waiting for the JVM.
+    await anyio.to_thread.run_sync(get_spark, config, log_jvm_event, abandon_on_cancel=True)
     elapsed_ms = round((time.monotonic() - began) * 1000)
     log_event(log, logging.INFO, "spark session ready", master=config.master, elapsed_ms=elapsed_ms)
