@@ -241,3 +241,26 @@ def test_refusals_are_one_line_naming_what_is_wrong(kafka: KafkaBroker, fs: File
     assert result.returncode == 0, result.stderr
     assert "timestamps not restored: kept stamp LogAppendTime" in result.stdout, result.stdout
     assert "destination topic stamps LogAppendTime" in result.stderr and "topic=kept" in result.stderr
+
+
+def test_a_dry_run_is_refused_exactly_where_the_real_run_is(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    """`--dry-run` makes every check of the real run, read-only: the same last line and exit code, nothing written."""
+    archive(kafka, fs, topic_name, [3_000], tmp_path)
+    empty, missing = f"{topic_name}-empty", f"{topic_name}-missing"
+    create_topic(kafka.bootstrap, empty)
+    cases: list[tuple[str, list[dict[str, Any]], str]] = [
+        # preserve cannot put archived offset 1 000 at offset 0 of an empty topic
+        ("preserve", [{"topic": topic_name, "rename": empty, "from-offset": 1_000}], "offsets: preserve cannot put"),
+        ("renumber", [{"topic": topic_name, "rename": missing}], f"destination topic '{missing}' does not exist"),
+    ]
+    for i, (offsets, entries, reason) in enumerate(cases):
+        config = restore_config(tmp_path / f"case{i}.yaml", kafka, fs, entries, offsets)
+        dry = run_cli("restore", "--config", str(config), "--dry-run", env=fs.env(), timeout=300)
+        real = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
+        assert dry.returncode == real.returncode == 1, dry.stderr + real.stderr
+        dry_line, real_line = (r.stderr.strip().splitlines()[-1] for r in (dry, real))
+        assert dry_line == real_line and reason in dry_line, (dry_line, real_line)
+        assert "records to restore" not in dry.stdout and "Traceback" not in dry.stderr + real.stderr
+    assert watermarks(kafka.bootstrap, empty, 0)[1] == 0, "something was written"

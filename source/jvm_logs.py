@@ -7,12 +7,14 @@ setting. A Java stack trace is one field (`exception`) of its event. Lines that 
 launcher's notices, a crashing JVM's last words, a local Python worker's traceback) are grouped, a line
 that continues a stack trace joining the line before, and logged as one event each.
 
-Levels: an event keeps its level, except what follows from the driver ending Spark work on purpose:
+Levels: an event keeps its level up to WARN; the JVM's ERROR and FATAL events are logged as WARN. A failure that
+matters reaches the operator as exactly one ERROR line, the driver's own about the job or mirror (its typed error
+carries the cause across the boundary), and Spark logs ERROR for task failures it then retries, or that the driver
+retries and recovers from. Two kinds are marked, so a reader can tell them from a failure:
 - tasks the driver cancelled (a drain out of time, a stopped mirror) free their Arrow memory late, and
-  Arrow and the task report that as ERROR: a WARN here (what matters about the job, the driver reports);
+  Arrow and the task report that as ERROR;
 - once the driver stops the session, the JVM's errors are about its own shutdown (executors refusing
-  status updates, ...): WARN, marked `during_shutdown`.
-A real failure still reaches the operator as an ERROR: the driver's own line about the job or mirror.
+  status updates, ...): marked `during_shutdown`.
 
 Reading the pipes also keeps the JVM's stdout off the process's stdout, which carries command output only.
 When the process is killed, the JVM's remaining output goes nowhere, instead of into the log as errors
@@ -90,9 +92,7 @@ def relevel(event: JvmEvent, stopping: bool) -> JvmEvent:
         return event
     if any(event.logger == logger and event.message.startswith(start) for logger, start in CANCELLED_TASK_EVENTS):
         return JvmEvent(logging.WARNING, event.logger, event.message, event.exception)
-    if stopping:
-        return JvmEvent(logging.WARNING, event.logger, event.message, event.exception, during_shutdown=True)
-    return event
+    return JvmEvent(logging.WARNING, event.logger, event.message, event.exception, during_shutdown=stopping)
 
 
 def continues(line: str) -> bool:

@@ -110,7 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     restore.add_argument("--config", required=True, help="path to the restore YAML config (archive, restore, ...)")
     restore.add_argument(
-        "--dry-run", action="store_true", help="print the partitions, ranges, records and holes, and write nothing"
+        "--dry-run",
+        action="store_true",
+        help="make every check of the real run, read-only; print the partitions, ranges, records and holes, and "
+        "write nothing",
     )
     commands.add_parser(
         "prepare-jvm",

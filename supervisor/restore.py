@@ -9,7 +9,9 @@ The driver decides, Spark tasks move the records:
 3. Each destination partition is opened as the Kafka destination of a mirror would be (`sinks.kafka.KafkaSink`):
    renumber takes the partition over and fences older writers, and its position is the archived offset its
    consumer group committed (or the last record's header); preserve's position is the partition's end, whose
-   last record must be the archive's own record at that offset. The restore continues from there.
+   last record must be the archive's own record at that offset. The restore continues from there. `--dry-run`
+   makes the same checks read-only (`check_destinations`: no producer, no group offset committed), so it is
+   refused exactly where the real run would be, with the same line and exit code.
 4. Jobs run until every range is restored: each job has one task per unfinished partition, producing its next
    `spark.offsets-per-task` offsets (one transaction in renumber mode), so partitions run in parallel and each
    one's records go out in offset order. The driver records each produced range in order.
@@ -24,6 +26,7 @@ import logging
 import re
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -343,16 +346,6 @@ async def open_destinations(
     settings = kafka_settings(config.destination)
     policy = retry_policy(config.destination.retry)
 
-    failures: list[Exception] = []
-
-    async def open_one(part: RestorePartition) -> None:
-        try:
-            await _open_one(part)
-        except RestoreRefusedError as exc:  # reported after the others finish, as one error
-            failures.append(exc)
-        except Exception as exc:
-            failures.append(RestoreFailedError(f"{part.name} into {part.topic}: {describe_error(exc)}"))
-
     async def _open_one(part: RestorePartition) -> None:
         sink = KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
         part.sink = RetryingSink(
@@ -361,24 +354,59 @@ async def open_destinations(
             on_retry=partial(metrics.retrying, part),
             log_fields={"chain": part.name, "topic": part.topic},
         )
-        position = await part.sink.open()
-        if position is None:  # an empty destination (preserve: its first record goes to offset 0)
-            position = part.first
-        if position < part.first:
-            raise RestoreRefusedError(
-                part.name,
-                f"destination {part.topic}/{part.partition} already holds this chain up to offset {position - 1}, "
-                f"below the restore's first offset {part.first}: the offsets in between would be skipped; restore "
-                "into another topic, or set from-offset to at most "
-                f"{position}",
-            )
-        part.position = min(position, part.end)
+        part.position = _continue_at(part, await part.sink.open())
         metrics.opened(part)
         readiness.started.add(part.name)
 
+    await _for_each(parts, _open_one)
+
+
+async def check_destinations(config: RestoreConfig, parts: list[RestorePartition]) -> None:
+    """What open_destinations checks, read-only (`--dry-run`): no producer starts, no group offset is committed,
+    so nothing is fenced or written. Sets each part's position: where a real run would continue."""
+    settings, policy = kafka_settings(config.destination), retry_policy(config.destination.retry)
+
+    async def check_one(part: RestorePartition) -> None:
+        sink = KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
+        retrying = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
+        try:
+            part.position = _continue_at(part, (await retrying.inspect(deep=True)).next_offset)
+        finally:
+            await retrying.close()
+
+    await _for_each(parts, check_one)
+
+
+def _continue_at(part: RestorePartition, position: int | None) -> int:
+    """Where the restore of `part` continues, given where its destination ends (None: empty)."""
+    if position is None:  # an empty destination (preserve: its first record goes to offset 0)
+        position = part.first
+    if position < part.first:
+        raise RestoreRefusedError(
+            part.name,
+            f"destination {part.topic}/{part.partition} already holds this chain up to offset {position - 1}, "
+            f"below the restore's first offset {part.first}: the offsets in between would be skipped; restore "
+            f"into another topic, or set from-offset to at most {position}",
+        )
+    return min(position, part.end)
+
+
+async def _for_each(parts: list[RestorePartition], check: Callable[[RestorePartition], Awaitable[None]]) -> None:
+    """`check` every part at once; the first failure (a refusal as it is, anything else as RestoreFailedError)
+    is raised after all have finished."""
+    failures: list[Exception] = []
+
+    async def one(part: RestorePartition) -> None:
+        try:
+            await check(part)
+        except RestoreRefusedError as exc:  # reported after the others finish, as one error
+            failures.append(exc)
+        except Exception as exc:
+            failures.append(RestoreFailedError(f"{part.name} into {part.topic}: {describe_error(exc)}"))
+
     async with anyio.create_task_group() as tasks:
         for part in parts:
-            tasks.start_soon(open_one, part)
+            tasks.start_soon(one, part)
     if failures:
         raise failures[0]
 
@@ -452,12 +480,6 @@ def render_dry_run(parts: list[RestorePartition], mode: str) -> str:
     lines = table_lines(TABLE_COLUMNS, body)
     records = sum(p.survey.records for p in parts if p.survey is not None)
     lines.append(f"{len(parts)} partitions, {records} records to restore with offsets: {mode}")
-    first_holed = next((p for p in parts if p.survey is not None and p.survey.first_hole is not None), None)
-    if mode == "preserve" and first_holed is not None and first_holed.survey is not None:
-        lines.append(
-            f"offsets: preserve would be refused: {first_holed.name} has a hole at offset "
-            f"{first_holed.survey.first_hole}; use offsets: renumber"
-        )
     return "\n".join(lines)
 
 
@@ -501,10 +523,11 @@ async def run_restore(
     mode = config.destination.offsets
     if dry_run or mode == "preserve":
         await survey(config, parts)
-    if dry_run:
-        return render_dry_run(parts, mode)
     if mode == "preserve":
         refuse_holes_for_preserve(parts)
+    if dry_run:  # every check the real run makes before it writes, read-only
+        await check_destinations(config, parts)
+        return render_dry_run(parts, mode)
     metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
     readiness = Readiness(mirrors=[part.name for part in parts])
     endpoint = None if families is None else HttpEndpoint(families.registry, readiness, metrics_port)

@@ -18,13 +18,17 @@ jvm_log = logging.getLogger("mirror_v3.spark")
 
 
 def log_jvm_event(event: JvmEvent) -> None:
-    """One line of the process's log per JVM event (its Java logger's class name, its stack trace as a field)."""
-    fields: dict[str, object] = {"jvm_logger": event.logger.rsplit(".", 1)[-1]}
+    """One line of the process's log per JVM event (its Java logger's class name, the first line of its exception);
+    the Java stack trace follows at DEBUG, as the event `jvm stack trace`."""
+    logger = event.logger.rsplit(".", 1)[-1]
+    fields: dict[str, object] = {"jvm_logger": logger}
     if event.exception:
-        fields["exception"] = event.exception
+        fields["exception"] = event.exception.strip().splitlines()[0]
     if event.during_shutdown:
         fields["during_shutdown"] = True
     log_event(jvm_log, event.level, event.message, **fields)
+    if event.exception and "\n" in event.exception.strip():
+        log_event(jvm_log, logging.DEBUG, "jvm stack trace", jvm_logger=logger, exception=event.exception)
 
 
 async def start_spark(config: SparkConfig) -> None:

@@ -7,7 +7,10 @@ import logging
 import os
 import threading
 
+import pytest
+
 from source.jvm_logs import JvmEvent, JvmLogRelay, parse_event, relevel
+from supervisor.spark_start import log_jvm_event
 
 
 def event_json(level: str, logger: str, msg: str, exception: str | None = None) -> str:
@@ -32,13 +35,13 @@ def relay_output(chunks: list[bytes], stopping: bool = False) -> list[JvmEvent]:
     return events
 
 
-def test_log4j_events_keep_their_level_logger_and_stack_trace() -> None:
+def test_log4j_events_keep_their_logger_and_stack_trace_and_an_error_is_a_warning() -> None:
     line = event_json(
         "ERROR", "org.apache.spark.executor.Executor", "task failed", "java.lang.X: y\n\tat a.b(C.java:1)"
     )
     (event,) = relay_output([line.encode() + b"\n"])
     assert event == JvmEvent(
-        logging.ERROR, "org.apache.spark.executor.Executor", "task failed", "java.lang.X: y\n\tat a.b(C.java:1)"
+        logging.WARNING, "org.apache.spark.executor.Executor", "task failed", "java.lang.X: y\n\tat a.b(C.java:1)"
     )
     assert parse_event("{not json") is None and parse_event('{"a": 1}') is None
 
@@ -63,13 +66,19 @@ def test_raw_lines_are_grouped_with_their_continuations_and_launcher_notices_are
     assert last.message == "last words without a newline"
 
 
-def test_errors_of_cancelled_tasks_and_of_the_shutdown_are_warnings_and_real_errors_stay() -> None:
+def test_the_jvms_errors_are_warnings_and_those_of_the_shutdown_are_marked() -> None:
+    """The one ERROR line of a failure is the driver's own (issue: a read-only directory gave three)."""
     leak = JvmEvent(logging.ERROR, "org.apache.arrow.memory.BaseAllocator", "Memory was leaked by query. (2951168)")
     assert relevel(leak, stopping=False).level == logging.WARNING
-    failure = JvmEvent(logging.ERROR, "org.apache.spark.scheduler.TaskSchedulerImpl", "Exception in statusUpdate")
-    assert relevel(failure, stopping=False) == failure  # while running, an ERROR is an ERROR
+    failure = JvmEvent(logging.ERROR, "org.apache.spark.executor.Executor", "Exception in task 0.0", "java.io.X: y")
+    running = relevel(failure, stopping=False)
+    assert (running.level, running.during_shutdown, running.exception) == (logging.WARNING, False, "java.io.X: y")
     during = relevel(failure, stopping=True)
     assert (during.level, during.during_shutdown) == (logging.WARNING, True)
+    fatal = JvmEvent(logging.CRITICAL, "org.apache.spark.util.SparkUncaughtExceptionHandler", "Uncaught exception")
+    assert relevel(fatal, stopping=False).level == logging.WARNING
+    info = JvmEvent(logging.INFO, "org.apache.spark.SparkContext", "Running Spark version 4.0.0")
+    assert relevel(info, stopping=False) == info
 
 
 def test_a_raw_line_waits_for_its_continuation_only_briefly() -> None:
@@ -87,3 +96,16 @@ def test_a_raw_line_waits_for_its_continuation_only_briefly() -> None:
     assert seen.wait(5), "a lone raw line must be logged while the pipe stays open"
     assert events[0].message.startswith("Terminating due to")
     os.close(write_end)
+
+
+def test_a_jvm_events_stack_trace_is_logged_at_debug_after_its_line(caplog: pytest.LogCaptureFixture) -> None:
+    event = JvmEvent(
+        logging.WARNING, "org.apache.spark.executor.Executor", "task failed", "java.io.X: y\n\tat a.b(C:1)"
+    )
+    with caplog.at_level(logging.DEBUG):
+        log_jvm_event(event)
+    line, stack = caplog.records
+    assert (line.levelno, line.getMessage()) == (logging.WARNING, "task failed")
+    assert line.mirror_v3_fields == {"jvm_logger": "Executor", "exception": "java.io.X: y"}  # type: ignore[attr-defined]
+    assert (stack.levelno, stack.getMessage()) == (logging.DEBUG, "jvm stack trace")
+    assert stack.mirror_v3_fields["exception"] == event.exception  # type: ignore[attr-defined]
