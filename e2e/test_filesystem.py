@@ -300,3 +300,23 @@ def test_a_second_process_is_refused_by_the_lease_and_a_standby_takes_over_a_kil
             standby.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 40_000})
             standby.drain()
     assert_exactly_once(kafka.bootstrap, fs, topic_name)
+
+
+def test_a_destination_that_refuses_writes_is_one_error_line(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    """The chain's directory made immutable mid-run (root ignores permissions, not `chattr +i`): the Spark task's
+    failure and the job's abort are the JVM's WARN lines; the one ERROR line is the mirror's, naming the cause."""
+    backlog(kafka.bootstrap, topic_name, [2_000], seed=80)
+    config = one_mirror(tmp_path, kafka.bootstrap, fs, topic_name, flush={"max-time-ms": 300})
+    chain_dir = fs.root / topic_name / "0"
+    with start(config, tmp_path / "run.log", fs) as run:
+        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 2_000})
+        subprocess.run(["chattr", "+i", str(chain_dir)], check=True)
+        try:
+            produce(kafka.bootstrap, topic_name, 0, generate_records(100, seed=81))
+            line = run.expect_failure(1, timeout=120)
+        finally:
+            subprocess.run(["chattr", "-i", str(chain_dir)], check=True)
+    assert "mirror failed" in line and "Operation not permitted" in line and str(chain_dir) in line, line
+    assert fs.next_offset(topic_name, 0) == 2_000
