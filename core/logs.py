@@ -87,27 +87,32 @@ def log_event(logger: logging.Logger, level: int, message: str, **fields: Any) -
 
 
 def quiet_aiokafka_leaks() -> None:
-    """Report aiokafka's leaked handshake connections at DEBUG, on the running event loop.
+    """Report what asyncio finds left behind as WARN (aiokafka's leaked handshake connections at DEBUG), on the
+    running event loop.
 
-    When a bootstrap connection's TLS or SASL handshake fails, aiokafka's `create_conn` leaves the connection
-    open. When it is garbage-collected, asyncio reports "Unclosed AIOKafkaConnection" and its pending read task
-    as ERROR lines: noise after the one ERROR line that already names the cause (CI saw two of them after a SASL
-    failure). Every other report keeps the loop's handler."""
+    asyncio reports a future whose exception nobody retrieved, or a connection garbage-collected open, as an ERROR
+    line with a traceback. In this process these are consequences, never causes: a failure's cause is the one ERROR
+    line the supervisor writes, and the client futures it abandons on the way out (a fenced producer's sends, a
+    cancelled aiokafka request) are reported after it. So: one WARN line (`asyncio report`) with the first line of
+    the message and of the exception, the traceback at DEBUG. When a bootstrap connection's TLS or SASL handshake
+    fails, aiokafka's `create_conn` leaves the connection open, and its report is noise: DEBUG only."""
     import asyncio
 
     loop = asyncio.get_running_loop()
-    previous = loop.get_exception_handler()
     leaks = logging.getLogger("mirror_v3.aiokafka")
+    reports = logging.getLogger("mirror_v3.asyncio")
 
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
-        message = str(context.get("message", ""))
+        message = str(context.get("message", "")).strip()
         task = context.get("task")
         if message.startswith("Unclosed AIOKafkaConnection") or "AIOKafkaConnection._read" in repr(task):
-            leaks.debug("%s", message.splitlines()[0])
+            leaks.debug("%s", message.splitlines()[0] if message else "unclosed connection")
             return
-        if previous is None:
-            loop.default_exception_handler(context)
-        else:
-            previous(loop, context)
+        exception = context.get("exception")
+        fields: dict[str, object] = {"report": message.splitlines()[0] if message else "unnamed"}
+        if exception is not None:
+            fields["error"] = f"{type(exception).__name__}: {exception}".splitlines()[0]
+        log_event(reports, logging.WARNING, "asyncio report", **fields)
+        reports.debug("asyncio report detail: %s", context, exc_info=exception)
 
     loop.set_exception_handler(handler)

@@ -71,11 +71,10 @@ def start(config: Path, log: Path, target: Target, **env: str) -> MirrorRun:
     return MirrorRun(config, log, env={**target.env(), **env})
 
 
-def refused(config: Path, log: Path, target: Target, code: int = 1, only_error: bool = True, **env: str) -> str:
-    """Run the mirror, which must stop by itself with `code`, no traceback and (unless `only_error` is False) one
-    ERROR line; returns the first ERROR line."""
+def refused(config: Path, log: Path, target: Target, code: int = 1, **env: str) -> str:
+    """Run the mirror, which must stop by itself with `code`, no traceback and one ERROR line; returns that line."""
     with start(config, log, target, **env) as run:
-        return run.expect_failure(code, only_error=only_error)
+        return run.expect_failure(code)
 
 
 def run_until(config: Path, log: Path, target: Target, name: str, ends: Mapping[int, int], **env: str) -> MirrorRun:

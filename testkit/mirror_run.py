@@ -242,12 +242,11 @@ class MirrorRun:
             raise MirrorRunError(f"mirror exited {code} after SIGTERM (expected 0):\n{self.tail()}")
         return time.monotonic() - began
 
-    def expect_failure(self, code: int = 1, timeout: float = 180, only_error: bool = True) -> str:
-        """The process ends by itself with `code`, no traceback and (unless `only_error` is False) exactly one ERROR
-        line; returns the first ERROR line."""
+    def expect_failure(self, code: int = 1, timeout: float = 180) -> str:
+        """The process ends by itself with `code`, no traceback and exactly one ERROR line; returns that line."""
         actual = self.wait(timeout)
         errors = self.errors()
-        if actual != code or not errors or (only_error and len(errors) != 1) or "Traceback" in self.log_text():
+        if actual != code or len(errors) != 1 or "Traceback" in self.log_text():
             raise MirrorRunError(f"expected exit {code} with one ERROR line, got exit {actual}:\n{self.tail()}")
         return errors[0]
 

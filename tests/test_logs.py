@@ -51,18 +51,26 @@ def test_short_values_are_not_treated_as_secrets() -> None:
     assert "ab" in KeyValueFormatter().format(record("about a tab"))
 
 
-async def test_aiokafka_handshake_leaks_are_debug_and_other_loop_errors_stay(
+async def test_asyncio_reports_are_one_warn_line_and_aiokafka_handshake_leaks_are_debug(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A failure's one ERROR line is the supervisor's: what asyncio finds abandoned after it is a WARN."""
     loop = asyncio.get_running_loop()
     previous = loop.get_exception_handler()
     try:
         quiet_aiokafka_leaks()
         caplog.set_level(logging.DEBUG)
         loop.call_exception_handler({"message": "Unclosed AIOKafkaConnection\nconn: <AIOKafkaConnection host=h>"})
-        loop.call_exception_handler({"message": "something else broke"})
+        fenced = RuntimeError("ProducerFenced: epoch 3\nmore")
+        loop.call_exception_handler({"message": "Future exception was never retrieved", "exception": fenced})
     finally:
         loop.set_exception_handler(previous)
     levels = [(r.levelno, r.getMessage()) for r in caplog.records]
     assert (logging.DEBUG, "Unclosed AIOKafkaConnection") in levels
-    assert (logging.ERROR, "something else broke") in levels
+    (warn,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warn.getMessage() == "asyncio report"
+    assert warn.mirror_v3_fields == {  # type: ignore[attr-defined]
+        "report": "Future exception was never retrieved",
+        "error": "RuntimeError: ProducerFenced: epoch 3",
+    }
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
