@@ -13,7 +13,7 @@ from typing import Any
 from e2e.harness import assert_exactly_once, backlog, mirror_config, one_mirror, start
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce
-from testkit.mirror_run import MirrorRun
+from testkit.mirror_run import MirrorRun, log_time
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget
 
@@ -110,9 +110,19 @@ def test_an_unreachable_spark_master_fails_at_once_naming_it_and_the_process_is_
     assert elapsed < 30, f"took {elapsed:.0f}s"  # Spark's own registration retries would take over a minute
 
 
+def readyz(port: int) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()
+
+
 def test_a_source_broker_down_for_20_seconds_mid_stream_is_ridden_out_by_the_same_process(
     fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
+    """Ridden out, and seen: a WARN when the cluster stops answering, its gauge at 0 and /readyz degraded while it is
+    down, the mirror `source-unreachable` in the process's state, and an INFO with how long it was down."""
     with KafkaBroker() as broker:  # its own: this one is stopped
         backlog(broker.bootstrap, topic_name, [30_000])
         config = mirror_config(
@@ -123,17 +133,57 @@ def test_a_source_broker_down_for_20_seconds_mid_stream_is_ridden_out_by_the_sam
             flush={"max-offsets": 2_000, "max-time-ms": 500},
             spark={"max-offsets-per-job": 2_000},
         )
-        with start(config, tmp_path / "run.log", fs) as run:
+        port = free_port()
+        with MirrorRun(config, tmp_path / "run.log", metrics_port=port, env=fs.env()) as run:
             run.wait_until(lambda: (fs.next_offset(topic_name, 0) or 0) >= 4_000, 120, "the first flushes")
             assert (fs.next_offset(topic_name, 0) or 0) < 30_000, "the backlog was done before the outage"
+            assert run.metric("mirror_v3_source_cluster_up", cluster=broker.bootstrap) == 1
             broker.kill()
-            time.sleep(20)  # a read in flight waits; offset queries in between are asked again
+            run.wait_for_log(r'msg="source cluster unreachable"', timeout=15)
+            assert run.metric("mirror_v3_source_cluster_up", cluster=broker.bootstrap) == 0
+            code, body = readyz(port)
+            assert code == 503 and f"source cluster {broker.bootstrap} unreachable" in body, body
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/mirrors", timeout=5) as response:
+                (state,) = json.loads(response.read())["mirrors"]
+            assert state["state"] == "source-unreachable" and state["error"], state
+            time.sleep(18)  # 20 s in all: a read in flight waits; offset queries in between are asked again
             assert run.running, run.tail()
             broker.start()
             produce(broker.bootstrap, topic_name, 0, generate_records(1_000, seed=8))
             run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 31_000}, timeout=180)
+            (back,) = run.events("source cluster reachable again")
+            assert 18 <= float(back["down_s"]) <= 40, back
+            assert run.metric("mirror_v3_source_cluster_up", cluster=broker.bootstrap) == 1
+            assert readyz(port)[0] == 200
             run.drain()
         # Riding it out is no error; librdkafka's refused connections stay out of the log (only the mirror's WARNs).
         assert run.errors() == [], run.errors()
         assert "%3|" not in run.log_text()
         assert_exactly_once(broker.bootstrap, fs, topic_name)
+
+
+def test_an_outage_past_its_deadline_fails_the_mirror_on_time_naming_the_cluster(
+    fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    """source.outage-deadline-ms counts from the cluster's first unanswered request, with a Spark read in flight."""
+    with KafkaBroker() as broker:
+        backlog(broker.bootstrap, topic_name, [200_000])
+        source = {"request-timeout-ms": 3000, "outage-deadline-ms": 10_000}
+        config = mirror_config(
+            tmp_path / "mirror.yaml",
+            broker.bootstrap,
+            fs,
+            [{"topic": topic_name, "partition": 0, "source": source}],
+            flush={"max-offsets": 100_000, "max-time-ms": 60_000},
+            spark={"max-offsets-per-job": 100_000},
+        )
+        with start(config, tmp_path / "run.log", fs) as run:
+            run.wait_for_log(r"msg=flushed")  # a read of the next 100 000 is under way now
+            broker.kill()
+            run.wait_for_log(r'msg="source cluster unreachable"', timeout=15)
+            line = run.expect_failure(1, timeout=60)
+        warned_at = log_time(run.events("source cluster unreachable")[0])
+        failed_at = log_time(run.events("mirror failed")[0])
+        assert 9.0 <= failed_at - warned_at <= 12.0, f"failed {failed_at - warned_at:.1f}s after the first failure"
+        assert f"source cluster {broker.bootstrap} unreachable for 1" in line, line
+        assert "past source.outage-deadline-ms (10000)" in line, line

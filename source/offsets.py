@@ -27,6 +27,7 @@ from core.errors import MissingSourcePartitionError, SourceError, SourceUnavaila
 from kafka_clients.clients import fetch_all_metadata, new_consumer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.settings import aiokafka_settings
+from source.outages import ClusterReachability
 
 # How long a shared offset request may take before its partitions are asked one by one. aiokafka retries a
 # partition it has no leader for (a deleted topic, say) until the request timeout: in a shared request, that
@@ -203,6 +204,7 @@ class SourceCluster:
         self._watched = anyio.Event()
         self._known: dict[TopicPartition, _PartitionOffsets] = {}  # the last round's answers
         self._rounds = 0  # rounds answered since the last failure
+        self.reachability = ClusterReachability(bootstrap_servers, clock)  # from every request's outcome
 
     async def start(self) -> None:
         if self._started:  # without the lock: anyio's yields even when free, and every query starts here
@@ -226,8 +228,9 @@ class SourceCluster:
                     )
                     reason, permanent = diagnosis.reason, diagnosis.permanent
                 # A credential or certificate problem stays; anything else may be a broker restarting.
-                kind = SourceError if permanent else SourceUnavailableError
-                raise kind(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
+                if permanent:
+                    raise SourceError(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
+                raise self._unavailable(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
             self._started = True
 
     async def check_partition(self, topic: str, partition: int) -> None:
@@ -249,11 +252,13 @@ class SourceCluster:
     async def _checked_metadata(self) -> Any:
         await self.start()
         try:
-            return await self._cluster_metadata()
+            metadata = await self._cluster_metadata()
         except (TimeoutError, KafkaError, OSError) as exc:
-            raise SourceUnavailableError(
+            raise self._unavailable(
                 f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
             ) from None
+        self.reachability.answered()
+        return metadata
 
     async def _cluster_metadata(self) -> Any:
         """The cluster's topics and partitions. Mirrors starting together share one fetch: each full
@@ -397,6 +402,8 @@ class SourceCluster:
             with anyio.move_on_after(BATCH_PATIENCE_SECONDS):
                 found = await self._request_offsets(tps, kinds)
                 answers = {tp: _combined(found, tp, self._known.get(tp)) for tp in tps}
+        if tps and not answers:
+            await self._probe()
         self._rounds = self._rounds + 1 if answers else 0  # after a failure, a full round
         self._known = answers
         for watch in watches:
@@ -405,6 +412,20 @@ class SourceCluster:
                 watch.not_answered()
             else:
                 watch.answered(asked_at, answer)
+
+    async def _probe(self) -> None:
+        """After a poll round without an answer: is the cluster down, or was one request slow? A metadata request
+        tells, at once when no broker accepts a connection (an offset request waits its whole timeout for a
+        leader instead); its outcome goes to the cluster's reachability."""
+        if not self._started:
+            return  # start() failed, and said so
+        try:
+            with anyio.fail_after(self._timeout_s):
+                await fetch_all_metadata(self._committed)
+        except (TimeoutError, KafkaError, OSError) as exc:
+            self._unavailable(f"source cluster {self.bootstrap_servers}: no broker answers: {_describe(exc)}")
+            return
+        self.reachability.answered()
 
     async def offset_for_time(self, topic: str, partition: int, timestamp_ms: int) -> int | None:
         """The first offset whose timestamp is at or after `timestamp_ms` (ListOffsets by time)."""
@@ -449,10 +470,17 @@ class SourceCluster:
             if not isinstance(failure, (TimeoutError, KafkaError, OSError)):
                 raise failure from None
             where = f"{tps[0].topic}-{tps[0].partition}" if len(tps) == 1 else f"{len(tps)} partitions"
-            raise SourceUnavailableError(
+            raise self._unavailable(
                 f"source {where} on {self.bootstrap_servers}: offset query failed: {_describe(failure)}"
             ) from None
+        self.reachability.answered()
         return found
+
+    def _unavailable(self, message: str) -> SourceUnavailableError:
+        """The error of a request the cluster did not answer; the cluster is down from now (if not already)."""
+        error = SourceUnavailableError(message)
+        self.reachability.failed(error)
+        return error
 
     async def close(self) -> None:
         # Queries waiting for a request fail; a request under way fails when its consumers stop.

@@ -1,5 +1,13 @@
-"""Riding out a short source outage (a broker restart, a rolling upgrade, a network blip) instead of failing
-the mirror at its first unanswered offset query.
+"""Source outages: seeing them (`ClusterReachability`), and riding out a short one (a broker restart, a rolling
+upgrade, a network blip) instead of failing the mirror at its first unanswered request (`OutageRider`).
+
+A cluster is *down* from the first request that went unanswered (`SourceUnavailableError`: refused, timed out, no
+leader) until a request is answered again. The estate poll asks every interval whatever the mirrors are doing, so
+an outage is seen within an interval (plus a request timeout for a cluster that stops answering without refusing),
+also while every mirror waits on a Spark read. Its transitions are what an operator needs: a WARN when it goes
+down, an INFO with how long it was down when it is back, a callback for the gauge and the readiness endpoint, and
+an event that wakes the mirrors, whose outage deadline counts from `Outage.since`. No I/O of its own; the clock is
+the actors' monotonic clock. Cost: a comparison per request outcome; the mirrors wake only at transitions.
 
 A query the source did not answer (`SourceUnavailableError`: refused, timed out, no leader) is asked again
 with capped exponential backoff until `source.outage-deadline-ms` has passed since the first failure of
@@ -18,6 +26,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import anyio
@@ -36,17 +45,76 @@ class RetryCounter(Protocol):
     def inc(self, amount: float = 1) -> None: ...
 
 
-class SourceOutageError(SourceUnavailableError):
-    """The source stayed unreachable past the outage deadline."""
+@dataclass(frozen=True)
+class Outage:
+    """A spell of a source cluster not answering: since when (monotonic) and the first failure's words."""
 
-    def __init__(self, cause: SourceUnavailableError, deadline_s: float, attempts: int) -> None:
-        self.deadline_s, self.attempts = deadline_s, attempts
-        super().__init__(f"{cause} (unreachable for over {deadline_s:g}s, source.outage-deadline-ms; {attempts} tries)")
+    cluster: str
+    since: float
+    cause: str
+
+
+class SourceOutageError(SourceUnavailableError):
+    """A source cluster stayed unreachable past `source.outage-deadline-ms`: down for `down_s`, first for `cause`."""
+
+    def __init__(self, cluster: str, deadline_s: float, down_s: float, cause: str) -> None:
+        self.cluster, self.deadline_s, self.down_s, self.cause = cluster, deadline_s, down_s, cause
+        super().__init__(
+            f"source cluster {cluster} unreachable for {down_s:.1f}s, past source.outage-deadline-ms "
+            f"({deadline_s * 1000:.0f}): {cause}"
+        )
+
+    @classmethod
+    def of(cls, outage: Outage, deadline_s: float, now: float) -> SourceOutageError:
+        return cls(outage.cluster, deadline_s, now - outage.since, outage.cause)
+
+
+class ClusterReachability:
+    """Whether one source cluster answers, from the outcomes of its requests (see the module's docstring)."""
+
+    def __init__(self, cluster: str, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cluster = cluster
+        self._clock = clock
+        self._listeners: list[Callable[[Outage | None], None]] = []
+        self.outage: Outage | None = None
+        self.change = anyio.Event()  # set at the next transition (a new event after each one)
+
+    def listen(self, listener: Callable[[Outage | None], None]) -> None:
+        """Call `listener` at every transition with the outage (None: back); at once with the current state."""
+        self._listeners.append(listener)
+        listener(self.outage)
+
+    def answered(self) -> None:
+        """A request of the cluster was answered: it is up."""
+        if self.outage is None:
+            return
+        down_s = self._clock() - self.outage.since
+        self.outage = None
+        log_event(log, logging.INFO, "source cluster reachable again", cluster=self.cluster, down_s=round(down_s, 1))
+        self._changed()
+
+    def failed(self, exc: SourceUnavailableError) -> None:
+        """A request of the cluster went unanswered: down, since now unless it was already."""
+        if self.outage is not None:
+            return
+        cause = str(exc).splitlines()[0]
+        for named in (f"source cluster {self.cluster}: ", f"source cluster {self.cluster} "):
+            cause = cause.removeprefix(named)  # the outage names its cluster already
+        self.outage = Outage(self.cluster, self._clock(), cause)
+        log_event(log, logging.WARNING, "source cluster unreachable", cluster=self.cluster, error=cause)
+        self._changed()
+
+    def _changed(self) -> None:
+        self.change.set()
+        self.change = anyio.Event()
+        for listener in self._listeners:
+            listener(self.outage)
 
 
 class OutageRider:
     def __init__(
         self,
+        cluster: str,
         deadline_s: float,
         retries: RetryCounter,
         log_fields: Mapping[str, object],
@@ -55,6 +123,7 @@ class OutageRider:
         clock: Callable[[], float] = time.monotonic,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
     ) -> None:
+        self._cluster = cluster
         self._deadline_s = deadline_s
         self._retries = retries
         self._fields = log_fields
@@ -66,10 +135,14 @@ class OutageRider:
     async def ride_out(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
         """`operation()`, asked again while the source is unavailable, up to the outage deadline."""
 
+        failing_for = [0.0]
+
         def exhausted(exc: SourceUnavailableError, attempts: int) -> SourceOutageError:
-            return SourceOutageError(exc, self._deadline_s, attempts)
+            down_s = max(failing_for[0], self._deadline_s)
+            return SourceOutageError(self._cluster, self._deadline_s, down_s, str(exc).splitlines()[0])
 
         def retrying(exc: SourceUnavailableError, retry: Retry) -> None:
+            failing_for[0] = retry.failing_for_s
             self._retries.inc()
             log_event(
                 log,

@@ -26,7 +26,7 @@ from core.logs import log_event
 from sinks.base import Sink
 from sinks.write_target import UNCUT, BlobLimits, Written
 from source.offsets import SourceOffsets
-from source.outages import OutageRider
+from source.outages import OutageRider, SourceOutageError
 from source.range_reader import OffsetsDeletedError
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
 from supervisor.metrics import MirrorMetrics
@@ -36,6 +36,7 @@ from supervisor.transaction_hold import TransactionHold
 log = logging.getLogger("mirror_v3.actor")
 # An answer asked at most this long ago is fresh enough to end a flush that max-time made due.
 FRESH_END_S = 0.05
+MIN_WAIT_S = 0.001  # the shortest sleep of the flush loop (see _flush_loop)
 
 
 @dataclass(frozen=True)
@@ -82,7 +83,10 @@ class MirrorActor(Generic[W]):
         self._last_flush_at: float | None = None
         self._source_end = 0
         self._parallelism = 1
-        self._outages = OutageRider(mirror.source.outage_deadline_ms / 1000, metrics.source_retries, self._ids)
+        self._outage_deadline_s = mirror.source.outage_deadline_ms / 1000
+        self._outages = OutageRider(
+            source.reachability.cluster, self._outage_deadline_s, metrics.source_retries, self._ids
+        )
         self._hold = TransactionHold()
         self._hold_warned = False
         # The timestamp of the last record committed while more was already readable: the oldest record
@@ -111,6 +115,7 @@ class MirrorActor(Generic[W]):
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._heartbeat)
                     tasks.start_soon(self._wake_on_stop)
+                    tasks.start_soon(self._fail_past_the_outage_deadline)
                     with anyio.CancelScope() as work:
                         tasks.start_soon(self._drain_deadline, work)
                         await self._flush_loop()
@@ -267,8 +272,10 @@ class MirrorActor(Generic[W]):
             # Woken by the poll when a record comes (nothing waits) or a full blob is readable (a flush is due at
             # a known time already): a busy partition is not woken at every poll to learn its end moved.
             self._source.wake_at(offsets.end + 1 if due_at is None else self._planner.size_due_end(backlog))
-            wait = math.inf if due_at is None else max(0.0, due_at - self._clock.monotonic())
-            await self._clock.wait_for(self._wake, min(wait, self._hold_alert_in()))
+            wait = math.inf if due_at is None else due_at - self._clock.monotonic()
+            # At least MIN_WAIT_S: a deadline that is a difference of floats can sit a hair before the planner's own
+            # check, and a wait of nothing would then spin (without time passing, on a fake clock) instead of sleep.
+            await self._clock.wait_for(self._wake, max(MIN_WAIT_S, min(wait, self._hold_alert_in())))
         await self._drain()
 
     def _offsets_moved(self) -> None:
@@ -292,6 +299,20 @@ class MirrorActor(Generic[W]):
         first, last = self._claimed
         task = PlannedTask(first, max(first, min(self._read_from, last + 1)), last + 1)
         return FlushPlan((task,), "claimed")
+
+    async def _fail_past_the_outage_deadline(self) -> None:
+        """Fail the mirror once its source cluster has been down for `source.outage-deadline-ms`, counted from the
+        cluster's first unanswered request, whatever this mirror is doing (a Spark read in flight waits on the
+        broker, and its own retries would count from later). Wakes only when the cluster goes down or up."""
+        reachability = self._source.reachability
+        while True:
+            outage, change = reachability.outage, reachability.change
+            if outage is None:
+                await change.wait()
+                continue
+            left_s = outage.since + self._outage_deadline_s - self._clock.monotonic()
+            if left_s <= 0 or not await self._clock.wait_for(change, left_s):  # no transition before the deadline
+                raise SourceOutageError.of(outage, self._outage_deadline_s, self._clock.monotonic())
 
     async def _drain_deadline(self, work: anyio.CancelScope) -> None:
         """From the stop on, the job in flight and the drain get `drain_timeout_secs` in all."""

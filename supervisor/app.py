@@ -27,6 +27,7 @@ from sinks.factory import SinkFactory, chain_name
 from sinks.leases import Holder, Leases
 from source.lookup import source_lookup
 from source.offsets import SourceClusters
+from source.outages import Outage
 from source.spark_session import SparkStartError, stop_spark
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.cluster_ids import loop_ids
@@ -82,6 +83,9 @@ class Supervisor:
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
+        self._cluster_of: dict[str, str] = {}  # mirror name → its source cluster's name
+        self._unreachable: dict[str, str] = {}  # source cluster's name → why it does not answer (while it does not)
+        self._unreachable_seen: set[str] = set()  # clusters whose reachability is listened to
         spark = config.spark
         self._spark = SparkRuntime(spark)
         # One scheduler for every mirror of the process: the small flushes that fall due together share a job.
@@ -116,6 +120,10 @@ class Supervisor:
         metrics.flush_max_time.set(flush.max_time_ms / 1000)
         metrics.transaction_hold_alert.set(spec.source.transaction_hold_alert_ms / 1000)
         cluster = self._clusters.get(spec.source, spec.source_field)
+        self._cluster_of[spec.name] = spec.cluster
+        if spec.cluster not in self._unreachable_seen:
+            self._unreachable_seen.add(spec.cluster)
+            cluster.reachability.listen(partial(self._reachability_changed, spec.cluster))
         on_durable = None
         if self._commits is not None and spec.commit_group is not None:
             group = CommitGroup(spec.cluster, spec.commit_group, spec.source, spec.source_field)
@@ -166,6 +174,8 @@ class Supervisor:
                 spark_ready=False,
                 max_lag=self._runtime.readiness_lag,
                 spark_load=self._scheduler.load,
+                source_down_of=lambda name: self._unreachable.get(self._cluster_of.get(name, "")),
+                unreachable=self._unreachable,
             ),
             self._runtime.metrics_port,
         )
@@ -216,6 +226,14 @@ class Supervisor:
             return exit_code_for(self._failure)
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
+
+    def _reachability_changed(self, cluster: str, outage: Outage | None) -> None:
+        """A source cluster went down or came back: its gauge, /readyz (degraded) and the mirrors' state in status."""
+        self._families.source_cluster_up.labels(cluster=cluster).set(0 if outage is not None else 1)
+        if outage is None:
+            self._unreachable.pop(cluster, None)
+        else:
+            self._unreachable[cluster] = outage.cause
 
     async def _take_leases(self, leases: Leases, plan: EstatePlan) -> bool:
         """Take the lease of every planned chain (a standby waits for them); False when the process must stop:

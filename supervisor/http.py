@@ -29,8 +29,10 @@ UNHEALTHY_LOOP_LAG_S = 10.0
 
 class MirrorState(msgspec.Struct, rename="kebab"):
     name: str
-    state: str  # starting | running | restarting (failed, a restart is due) | failed (stopped for good)
-    error: str | None = None  # why it failed (restarting, failed)
+    # starting | running | source-unreachable (running, its source cluster down) | restarting (failed, a restart is
+    # due) | failed (stopped for good)
+    state: str
+    error: str | None = None  # why it failed (restarting, failed), or why its source is unreachable
     restart_at: float | None = None  # Unix time the restart is due (restarting)
     held_since: float | None = None  # Unix time since which an open source transaction holds it at the LSO
 
@@ -70,6 +72,8 @@ class Readiness:
     held_since_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
     spark_load: Callable[[], SparkLoad | None] = lambda: None
+    source_down_of: Callable[[str], str | None] = lambda _: None  # mirror → why its source cluster is unreachable
+    unreachable: dict[str, str] = field(default_factory=dict)  # source cluster → why it is unreachable (degraded)
 
     def state(self) -> ProcessState:
         mirrors = []
@@ -78,6 +82,8 @@ class Readiness:
                 restart_at = self.restart_at.get(name)
                 state = "failed" if restart_at is None else "restarting"
                 mirrors.append(MirrorState(name, state, self.failed[name], restart_at))
+            elif name in self.started and (down := self.source_down_of(name)) is not None:
+                mirrors.append(MirrorState(name, "source-unreachable", down, held_since=self.held_since_of(name)))
             else:
                 state = "running" if name in self.started else "starting"
                 mirrors.append(MirrorState(name, state, held_since=self.held_since_of(name)))
@@ -87,6 +93,8 @@ class Readiness:
         if self.draining:
             return ["draining"]
         waiting = [] if self.spark_ready else ["spark: session starting"]
+        # Degraded: a readiness probe takes the pod out of rotation, never restarts it (liveness is /healthz).
+        waiting += [f"source cluster {name} unreachable: {why}" for name, why in sorted(self.unreachable.items())]
         waiting += [
             f"{name}: failed: {self.failed[name]}" if name in self.failed else f"{name}: not started"
             for name in self.mirrors

@@ -268,6 +268,12 @@ class MetricFamilies:
             CLUSTER_LABELS,
             registry=registry,
         )
+        self.source_cluster_up = Gauge(
+            "mirror_v3_source_cluster_up",
+            "1 while the source cluster answers, 0 from its first unanswered request until one is answered again.",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
         self.discovery_errors = Counter(
             "mirror_v3_discovery_errors",
             "Failed reads of a source cluster's topics and partitions (retried at the next interval).",

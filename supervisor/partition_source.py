@@ -13,7 +13,8 @@ from config.estate import MirrorSpec
 from config.model import SparkConfig
 from kafka_clients.settings import librdkafka_properties
 from sinks.write_target import BlobLimits, TaskRange, WriteTarget, Written
-from source.offsets import OffsetWatch, PolledOffsets, SourceCluster, SourceOffsets
+from source.offsets import BATCH_PATIENCE_SECONDS, OffsetWatch, PolledOffsets, SourceCluster, SourceOffsets
+from source.outages import ClusterReachability
 from source.range_reader import SourcePartition
 from source.spark_session import current_spark, get_spark
 from supervisor.flush_planner import PlannedTask
@@ -22,6 +23,9 @@ from supervisor.metrics import MetricFamilies
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem, cancel_job, run_write_job
 
 W = TypeVar("W", bound=Written)
+# How long after a request timed out the estate poll has seen an outage at the latest: its patience with a round,
+# then a probe that fails at once when no broker accepts a connection (source.offsets).
+OUTAGE_SEEN_WITHIN_S = BATCH_PATIENCE_SECONDS + 2.0
 
 
 class PartitionSource(Protocol):
@@ -49,6 +53,11 @@ class PartitionSource(Protocol):
 
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         """The first offset whose record timestamp is at or after `timestamp_ms`; None when there is none."""
+        ...
+
+    @property
+    def reachability(self) -> ClusterReachability:
+        """Whether the source cluster answers (shared by every mirror of it)."""
         ...
 
     async def parallelism(self) -> int:
@@ -82,7 +91,14 @@ def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourceP
         isolation_level=mirror.source.isolation_level,
         group_id=group_id or mirror.source.group_id or f"mirror-v3.{mirror.name}",
         # A read that makes no progress waits out an outage as long as the offset queries do.
-        stall_timeout_s=max(mirror.source.request_timeout_ms, mirror.source.outage_deadline_ms) / 1000,
+        # Past the outage deadline by more than the driver needs to see an outage (a request timeout, then a
+        # metadata probe): a read stalled by a down cluster fails as the outage it is (named, on time, by the
+        # actor), and this limit is left for a read that cannot progress while the cluster answers.
+        stall_timeout_s=(
+            max(mirror.source.request_timeout_ms, mirror.source.outage_deadline_ms) + mirror.source.request_timeout_ms
+        )
+        / 1000
+        + OUTAGE_SEEN_WITHIN_S,
         client_properties=librdkafka_properties(
             mirror.source.security, f"{mirror.source_field}.security", mirror.source.client_properties
         ),
@@ -159,6 +175,10 @@ class SparkPartitionSource:
 
     async def offset_for_time(self, timestamp_ms: int) -> int | None:
         return await self._cluster.offset_for_time(self._mirror.topic, self._mirror.partition, timestamp_ms)
+
+    @property
+    def reachability(self) -> ClusterReachability:
+        return self._cluster.reachability
 
     async def parallelism(self) -> int:
         return await self._runtime.parallelism()

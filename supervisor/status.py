@@ -79,14 +79,18 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     state: Annotated[
         str | None,
         about(
-            "The mirror in the running process: starting, running, restarting (failed, a restart is due), failed "
-            "(stopped for good) or absent (the process does not run it: another shard's, or not discovered yet); "
-            "null when no process answered. data-lost, whatever the process says: the source deleted records the "
-            "destination still needs and source.on-data-loss is fail, so every start of the mirror fails (`lost` "
-            "says which)."
+            "The mirror in the running process: starting, running, source-unreachable (running, but its source "
+            "cluster does not answer: `failure` says why; it fails at source.outage-deadline-ms), restarting (failed, "
+            "a restart is due), failed (stopped for good) or absent (the process does not run it: another shard's, "
+            "or not discovered yet); null when no process answered. data-lost, whatever the process says: the "
+            "source deleted records the destination still needs and source.on-data-loss is fail, so every start of "
+            "the mirror fails (`lost` says which)."
         ),
     ] = None
-    failure: Annotated[str | None, about("Why the running process reports the mirror failed or restarting.")] = None
+    failure: Annotated[
+        str | None,
+        about("Why the running process reports the mirror failed or restarting, or its source cluster unreachable."),
+    ] = None
     lost: Annotated[
         str | None,
         about(

@@ -21,6 +21,7 @@ from sinks.retry import TransientDestinationError
 from sinks.staging import BlobFormat, StagedBlob
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.offsets import PolledOffsets, Sighting, SourceOffsets
+from source.outages import ClusterReachability
 from source.range_reader import SharedConsumers, SourcePartition
 from supervisor.flush_planner import PlannedTask
 from supervisor.metrics import MetricFamilies, MirrorMetrics
@@ -300,6 +301,7 @@ class FakePartitionSource:
         self.cancelled = False
         self._watchers: list[Callable[[], None]] = []
         self._seen: list[Sighting] = []
+        self.reachability = ClusterReachability("fake:9092", lambda: self.clock.now if self.clock else time.monotonic())
 
     def _poll_saw(self) -> None:
         """A poll at this moment: what it showed, as the estate poll records it."""

@@ -15,11 +15,12 @@ import pytest
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
 from core.clock import SYSTEM_CLOCK
-from core.errors import DataLossError, SourceBehindDestinationError
+from core.errors import DataLossError, SourceBehindDestinationError, SourceUnavailableError
 from sinks.blob_chain import blob_name, parse_blob_name
 from sinks.blob_sink import BlobSink
 from sinks.staging import StagedBlob
 from source.offsets import PolledOffsets, SourceOffsets
+from source.outages import SourceOutageError
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
@@ -428,3 +429,50 @@ async def test_a_flush_due_by_max_time_ends_at_what_is_readable_now_and_an_older
         await clock.run_for(1.0)  # later loops see only the old poll answer: the mirror goes on
         stop.set()
     assert read_back(store) == expected_rows(source)
+
+
+async def test_an_outage_fails_the_mirror_at_the_deadline_counted_from_the_clusters_first_failure() -> None:
+    """Even with a Spark read in flight (which waits on the broker): the deadline counts from the first request the
+    cluster did not answer, not from the mirror's own first failure."""
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
+    source.append(100)
+    source.job_delay = 3600.0  # a read that hangs on the down broker
+    mirror = dataclasses.replace(MIRROR, source=msgspec.structs.replace(MIRROR.source, outage_deadline_ms=10_000))
+    actor, _, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=50), mirror=mirror, clock=clock)
+    failures: list[BaseException] = []
+
+    async def run() -> None:
+        try:
+            await actor.run()
+        except SourceOutageError as exc:
+            failures.append(exc)
+
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(run)
+        await actor.started.wait()
+        await clock.run_until(lambda: bool(source.jobs))
+        clock.advance(1.0)
+        source.reachability.failed(SourceUnavailableError("offset query failed: refused"))
+        down_at = clock.now
+        await clock.run_until(lambda: bool(failures), step_s=0.01)
+    (failure,) = failures
+    assert isinstance(failure, SourceOutageError) and failure.cluster == "fake:9092"
+    assert clock.now - down_at == pytest.approx(10.0, abs=0.05) and failure.down_s == pytest.approx(10.0, abs=0.05)
+    assert not store.blobs
+
+
+async def test_an_outage_shorter_than_the_deadline_is_ridden_out() -> None:
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
+    source.append(100)
+    mirror = dataclasses.replace(MIRROR, source=msgspec.structs.replace(MIRROR.source, outage_deadline_ms=10_000))
+    actor, stop, _ = make_actor(source, store, mirror=mirror, clock=clock)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        await actor.started.wait()
+        source.reachability.failed(SourceUnavailableError("refused"))
+        await clock.run_until(lambda: clock.now >= 9.0, step_s=0.05)
+        source.reachability.answered()
+        await clock.run_until(lambda: clock.now >= 30.0, step_s=0.05)
+        source.append(10)
+        await clock.run_until(lambda: destination_next(store) == 110)
+        stop.set()

@@ -46,6 +46,21 @@ async def test_endpoints(port: int) -> None:
         assert status == 503 and "b: lag 500 > 100" in body
         lags["b"] = 3.0
         assert await get(port, "/readyz") == (200, "ready\n")
+        # A source cluster down: degraded (not ready), and its mirrors say so.
+        readiness.unreachable["east"] = "offset query failed: refused"
+        readiness.source_down_of = {"b": "offset query failed: refused"}.get
+        assert await get(port, "/readyz") == (
+            503,
+            "not ready: source cluster east unreachable: offset query failed: refused\n",
+        )
+        states = json.loads((await get(port, "/mirrors"))[1])["mirrors"]
+        assert [(m["state"], m["error"]) for m in states] == [
+            ("running", None),
+            ("source-unreachable", "offset query failed: refused"),
+        ]
+        readiness.unreachable.clear()
+        readiness.source_down_of = lambda _: None
+        assert await get(port, "/readyz") == (200, "ready\n")
         readiness.draining = True
         assert (await get(port, "/readyz"))[0] == 503
 
