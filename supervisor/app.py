@@ -19,20 +19,20 @@ from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.model import Config, KafkaDestination
 from config.runtime import RuntimeSettings
 from config.secrets import ConfigReferenceError
-from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, exit_code_for
+from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, SourceError, exit_code_for
 from core.logs import log_event, quiet_aiokafka_leaks
 from kafka_clients.admin import SourceAdmins
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory, chain_name
 from sinks.leases import Holder, Leases
 from source.lookup import source_lookup
-from source.offsets import SourceClusters
+from source.offsets import SourceCluster, SourceClusters
 from source.outages import Outage
 from source.spark_session import SparkStartError, stop_spark
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.cluster_ids import loop_ids
 from supervisor.describe import describe_error
-from supervisor.discovery import ClusterRead, plan_estate, read_clusters
+from supervisor.discovery import ClusterRead, plan_readable, read_clusters
 from supervisor.failures import RestartPolicy, is_permanent
 from supervisor.flush_planner import FlushLimits
 from supervisor.flush_scheduler import SchedulerLimits
@@ -86,6 +86,7 @@ class Supervisor:
         self._cluster_of: dict[str, str] = {}  # mirror name → its source cluster's name
         self._unreachable: dict[str, str] = {}  # source cluster's name → why it does not answer (while it does not)
         self._unreachable_seen: set[str] = set()  # clusters whose reachability is listened to
+        self._discovery_failing: set[str] = set()  # clusters the last discovery could not read
         spark = config.spark
         self._spark = SparkRuntime(spark)
         # One scheduler for every mirror of the process: the small flushes that fall due together share a job.
@@ -121,9 +122,7 @@ class Supervisor:
         metrics.transaction_hold_alert.set(spec.source.transaction_hold_alert_ms / 1000)
         cluster = self._clusters.get(spec.source, spec.source_field)
         self._cluster_of[spec.name] = spec.cluster
-        if spec.cluster not in self._unreachable_seen:
-            self._unreachable_seen.add(spec.cluster)
-            cluster.reachability.listen(partial(self._reachability_changed, spec.cluster))
+        self._listen(spec.cluster, cluster)
         on_durable = None
         if self._commits is not None and spec.commit_group is not None:
             group = CommitGroup(spec.cluster, spec.commit_group, spec.source, spec.source_field)
@@ -143,7 +142,13 @@ class Supervisor:
     async def run(self) -> int:
         quiet_aiokafka_leaks()
         try:
-            plan = await plan_estate(self._clusters, self._entries, self._shard)
+            plan, unreadable = await plan_readable(self._clusters, self._entries, self._shard)
+            if unreadable and len(unreadable) == len({e.cluster for e in self._entries}):
+                raise next(iter(unreadable.values()))  # no cluster answers: nothing could run
+            for entry in self._entries:  # every cluster's reachability, the unreadable ones' too
+                self._listen(entry.cluster, self._clusters.get(entry.source, entry.source_field))
+            # Its selections start when discovery can read it; the other clusters' mirrors go on.
+            self._discovery_failed(unreadable)
             destination = self._config.destination
             if isinstance(destination, KafkaDestination) and destination.offsets == "renumber":
                 sources = {entry.cluster: (entry.source, entry.source_field) for entry in self._entries}
@@ -227,6 +232,20 @@ class Supervisor:
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
         return EXIT_OK
 
+    def _discovery_failed(self, errors: dict[str, SourceError]) -> None:
+        """Count each cluster discovery could not read; a WARN at the first failure of a spell only (the cluster's
+        reachability says when it is back)."""
+        for cluster, error in errors.items():
+            self._families.discovery_errors.labels(cluster=cluster).inc()
+            if cluster not in self._discovery_failing:
+                log_event(log, logging.WARNING, "discovery failed, retrying", cluster=cluster, error=str(error))
+        self._discovery_failing = set(errors)
+
+    def _listen(self, name: str, cluster: SourceCluster) -> None:
+        if name not in self._unreachable_seen:
+            self._unreachable_seen.add(name)
+            cluster.reachability.listen(partial(self._reachability_changed, name))
+
     def _reachability_changed(self, cluster: str, outage: Outage | None) -> None:
         """A source cluster went down or came back: its gauge, /readyz (degraded) and the mirrors' state in status."""
         self._families.source_cluster_up.labels(cluster=cluster).set(0 if outage is not None else 1)
@@ -295,9 +314,7 @@ class Supervisor:
             if self.stop_requested.is_set():
                 return
             read = await read_clusters(self._clusters, self._entries)
-            for cluster, error in read.errors.items():
-                self._families.discovery_errors.labels(cluster=cluster).inc()
-                log_event(log, logging.WARNING, "discovery failed, retrying", cluster=cluster, error=str(error))
+            self._discovery_failed(read.errors)
             try:
                 plan = expand(self._entries, read.topics, self._shard)
             except ConfigError as exc:  # a new topic would write a destination another already writes

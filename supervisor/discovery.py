@@ -34,9 +34,19 @@ async def read_clusters(clusters: SourceClusters, entries: Iterable[Entry]) -> C
 
 
 async def plan_estate(clusters: SourceClusters, entries: tuple[Entry, ...], shard: Shard | None) -> EstatePlan:
-    """The estate as the clusters hold it now; the first unreadable cluster is an error (at start, and for
-    `plan` and `status`: nothing is running yet that could wait for it)."""
-    read = await read_clusters(clusters, entries)
-    for error in read.errors.values():
+    """The estate as the clusters hold it now; the first unreadable cluster is an error (`plan`, `verify`: they
+    answer for the whole estate or not at all)."""
+    plan, errors = await plan_readable(clusters, entries, shard)
+    for error in errors.values():
         raise error
-    return expand(entries, read.topics, shard)
+    return plan
+
+
+async def plan_readable(
+    clusters: SourceClusters, entries: tuple[Entry, ...], shard: Shard | None
+) -> tuple[EstatePlan, dict[str, SourceError]]:
+    """The estate as the clusters that answer hold it now, and why each other cluster could not be read: its
+    selections select nothing until it answers (`run` starts the rest and discovers it later, `status` lists
+    the rest and names it)."""
+    read = await read_clusters(clusters, entries)
+    return expand(entries, read.topics, shard), read.errors

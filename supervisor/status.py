@@ -13,7 +13,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import aiohttp
@@ -29,7 +29,7 @@ from sinks.factory import SinkFactory
 from source.lookup import source_lookup
 from source.offsets import SourceClusters
 from supervisor.describe import describe_error
-from supervisor.discovery import plan_estate
+from supervisor.discovery import plan_readable
 from supervisor.http import ProcessState, SparkLoad
 from supervisor.output import about, document_schema, table_lines
 
@@ -115,6 +115,13 @@ class StatusDocument(msgspec.Struct):
             "when no process answered."
         ),
     ] = None
+    unreadable_clusters: Annotated[
+        dict[str, str],
+        about(
+            "Source clusters whose topics could not be read (cluster: why): the partitions their selections match "
+            "are not listed, and `ok` is false. Explicit partitions of such a cluster are listed, with their error."
+        ),
+    ] = msgspec.field(default_factory=dict, name="unreadable-clusters")
 
 
 FAILED_STATES = ("restarting", "failed", "data-lost")
@@ -126,10 +133,11 @@ class StatusReport:
     rows: list[MirrorStatus]
     process: str | None = None  # the /mirrors endpoint that answered
     spark: SparkLoad | None = None  # the process's Spark jobs, as it reported them
+    unreadable: dict[str, str] = field(default_factory=dict)  # source cluster → why its topics could not be read
 
     @property
     def ok(self) -> bool:
-        return all(row.error is None and row.state not in FAILED_STATES for row in self.rows)
+        return not self.unreadable and all(row.error is None and row.state not in FAILED_STATES for row in self.rows)
 
 
 def default_process(port: int) -> str | None:
@@ -187,11 +195,13 @@ async def collect_status(
     """One row per mirror the config selects now (selections are matched against the clusters' metadata),
     with each one's state in the process at `process` (a base URL) if it answers.
 
-    Raises SourceError when a cluster a selection reads from cannot be read, ConfigError on a collision."""
+    A cluster whose topics cannot be read is named in the report (its selections' rows are missing); raises
+    ConfigError on a collision."""
     clusters = SourceClusters()
     try:
         with anyio.fail_after(timeout_s):
-            plan = await plan_estate(clusters, compile_entries(config), None)  # every shard's: owner is a column
+            # Every shard's (the owner is a column).
+            plan, errors = await plan_readable(clusters, compile_entries(config), None)
     except TimeoutError:
         await clusters.close()
         raise SourceError(f"reading the source clusters' topics timed out after {timeout_s:g}s") from None
@@ -226,9 +236,10 @@ async def collect_status(
     finally:
         await clusters.close()
     apply_states(rows, state)
+    unreadable = {cluster: str(error).splitlines()[0] for cluster, error in errors.items()}
     if state is None:
-        return StatusReport(rows)
-    return StatusReport(rows, process, state.spark)
+        return StatusReport(rows, unreadable=unreadable)
+    return StatusReport(rows, process, state.spark, unreadable)
 
 
 async def watch_status(
@@ -365,6 +376,10 @@ def render_table(report: StatusReport) -> str:
         for row in report.rows
     ]
     lines = table_lines(headers, body)
+    lines += [
+        f"cluster {cluster}: unreadable, its selections' partitions are not listed: {why}"
+        for cluster, why in sorted(report.unreadable.items())
+    ]
     if report.spark is not None:
         lines.append(spark_line(report.spark))
     return "\n".join(lines)
@@ -382,7 +397,13 @@ def spark_line(load: SparkLoad) -> str:
 
 
 def render_json(report: StatusReport) -> str:
-    document = StatusDocument(ok=report.ok, process=report.process, mirrors=report.rows, spark=report.spark)
+    document = StatusDocument(
+        ok=report.ok,
+        process=report.process,
+        mirrors=report.rows,
+        spark=report.spark,
+        unreadable_clusters=report.unreadable,
+    )
     return msgspec.json.encode(document).decode()
 
 
