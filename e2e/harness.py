@@ -4,6 +4,7 @@ suite's defaults, a run to a given destination offset, the exactly-once comparis
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,19 @@ def refused(config: Path, log: Path, target: Target, code: int = 1, **env: str) 
     """Run the mirror, which must stop by itself with `code`, no traceback and one ERROR line; returns that line."""
     with start(config, log, target, **env) as run:
         return run.expect_failure(code)
+
+
+def refused_beside(holder: MirrorRun, config: Path, log: Path, target: Target) -> str:
+    """Start a second process on `holder`'s chains: it must exit 1 within 10 s, before Spark starts, with one ERROR
+    line naming the holder and what to do; returns that line."""
+    began = time.monotonic()
+    with start(config, log, target) as second:
+        line = second.expect_failure(1, timeout=60)
+    assert time.monotonic() - began < 10, "the refusal came late"
+    assert "another writer holds this chain's lease" in line, line
+    assert f"pid {holder.pid} since " in line and "--standby" in line, line
+    assert "spark session ready" not in second.log_text(), "the refused process started Spark first"
+    return line
 
 
 def run_until(config: Path, log: Path, target: Target, name: str, ends: Mapping[int, int], **env: str) -> MirrorRun:

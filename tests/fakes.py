@@ -18,6 +18,7 @@ from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
 from sinks.retry import TransientDestinationError
+from sinks.s3_staging import S3Settings
 from sinks.staging import BlobFormat, StagedBlob
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.offsets import PolledOffsets, Sighting, SourceOffsets
@@ -502,3 +503,19 @@ def sample(families: MetricFamilies, name: str, topic: str = "t", partition: int
     labels = {"cluster": "c", "topic": topic, "partition": str(partition), "destination": topic}
     value = families.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
+
+
+def moto_settings(endpoint: str, bucket: str, part_size: int = 8 * 1024 * 1024, **options: Any) -> S3Settings:
+    """The settings of a bucket on the tests' moto server (any key and secret do)."""
+    return S3Settings(
+        bucket=bucket,
+        region="us-east-1",
+        endpoint=endpoint,
+        path_style=True,
+        access_key_id="k",
+        secret_access_key="s",
+        session_token=None,
+        part_size=part_size,
+        request_timeout_s=10,
+        **options,
+    )

@@ -39,10 +39,9 @@ from sinks.blob_chain import (
 from sinks.filesystem import FilesystemStore
 from sinks.retry import RetryPolicy
 from sinks.s3 import S3Connection, S3Store
-from sinks.s3_staging import S3Settings
 from sinks.staging import BlobFormat, BlobStaging, StagedBlob
 from testkit.http_fault_proxy import FaultProxy, RequestInfo
-from tests.fakes import InMemoryStore, MemoryStaging
+from tests.fakes import InMemoryStore, MemoryStaging, moto_settings
 
 KINDS = ["memory", "filesystem", "s3"]
 
@@ -134,18 +133,7 @@ async def _s3(endpoint: str, bucket: str) -> AsyncIterator[StoreUnderTest]:
     with FaultProxy(endpoint) as proxy:
 
         def store_via(url: str) -> S3Store:
-            settings = S3Settings(
-                bucket=bucket,
-                region="us-east-1",
-                endpoint=url,
-                path_style=True,
-                access_key_id="k",
-                secret_access_key="s",
-                session_token=None,
-                part_size=8 * 1024 * 1024,
-                request_timeout_s=10,
-            )
-            return S3Store(S3Connection(settings), prefix)
+            return S3Store(S3Connection(moto_settings(url, bucket)), prefix)
 
         def is_complete(request: RequestInfo) -> bool:
             return request.method == "POST" and "uploadId" in request.query

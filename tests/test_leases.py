@@ -22,7 +22,7 @@ from sinks.leases import Holder, LeaseHeldError, Leases, LeaseStore, Sighting, i
 from sinks.retry import RetryPolicy
 from sinks.s3 import S3Connection
 from sinks.s3_leases import S3Leases
-from sinks.s3_staging import S3Settings
+from tests.fakes import moto_settings
 
 ME = Holder(id="me", host="here", pid=100, since=1_700_000_000.0)
 RETRY = RetryPolicy(deadline_s=5)
@@ -79,17 +79,7 @@ async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
         "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
     )
     client.create_bucket(Bucket=bucket)
-    settings = S3Settings(
-        bucket=bucket,
-        region="us-east-1",
-        endpoint=endpoint,
-        path_style=True,
-        access_key_id="k",
-        secret_access_key="s",
-        session_token=None,
-        part_size=8 * 1024 * 1024,
-        request_timeout_s=10,
-    )
+    settings = moto_settings(endpoint, bucket)
     made: list[S3Leases] = []
 
     def new() -> S3Leases:

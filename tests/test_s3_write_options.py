@@ -17,6 +17,7 @@ from sinks.retry import RetryPolicy
 from sinks.s3 import S3Connection, S3Store, claims_prefix
 from sinks.s3_staging import S3Settings, S3Staging
 from testkit.http_fault_proxy import FaultProxy
+from tests.fakes import moto_settings
 
 PREFIX = "archive/t/0/"
 KMS_KEY = "arn:aws:kms:us-east-1:123456789012:key/0f6c2d6e-1111-2222-3333-444455556666"
@@ -31,18 +32,7 @@ def _client(endpoint: str) -> Any:
 
 
 def _settings(endpoint: str, bucket: str, **options: str | None) -> S3Settings:
-    return S3Settings(
-        bucket=bucket,
-        region="us-east-1",
-        endpoint=endpoint,
-        path_style=True,
-        access_key_id="k",
-        secret_access_key="s",
-        session_token=None,
-        part_size=5 * 1024 * 1024,
-        request_timeout_s=10,
-        **options,  # type: ignore[arg-type]
-    )
+    return moto_settings(endpoint, bucket, part_size=5 * 1024 * 1024, **options)
 
 
 async def _write_blob(settings: S3Settings) -> str:
