@@ -51,13 +51,18 @@ class S3Leases:
             self._client = await self._connection.acquire()
         return self._client
 
+    def _options(self) -> dict[str, str]:
+        """The blobs' encryption, but the default storage class: an object rewritten every few seconds would pay an
+        infrequent-access class's minimum storage duration at every rewrite."""
+        options = self._connection.settings.object_options()
+        options.pop("StorageClass", None)
+        return options
+
     async def beat(self, me: Holder) -> None:
         s3, key = await self._s3(), self._heartbeat(me)
         await self._connection.call(
             f"renew lease s3://{self._bucket}/{key}",
-            lambda: s3.put_object(
-                Bucket=self._bucket, Key=key, Body=me.encode(), **self._connection.settings.object_options()
-            ),
+            lambda: s3.put_object(Bucket=self._bucket, Key=key, Body=me.encode(), **self._options()),
         )
 
     async def stop_beating(self, me: Holder) -> None:
@@ -100,7 +105,7 @@ class S3Leases:
                         Key=key,
                         Body=me.encode(),
                         IfNoneMatch="*",
-                        **self._connection.settings.object_options(),
+                        **self._options(),
                     ),
                 )
             except PreconditionFailed:
