@@ -51,8 +51,9 @@ from sinks.write_target import BlobLimits, RecordSource, TaskRange, Written
 # librdkafka error codes (confluent_kafka.KafkaError) that mean another producer took the partition over.
 _FENCED = {-144, 47, 90}  # _FENCED, INVALID_PRODUCER_EPOCH, PRODUCER_FENCED
 # ... and that another attempt may not meet, beyond those librdkafka flags retriable: local timeouts, lost
-# connections, no broker up, a coordinator that is loading or moving.
-_TRANSIENT = {-185, -187, -195, -192, 7, 14, 15, 16}
+# connections, no broker up, a broker handle decommissioned during an outage (a watermark query met it; the
+# client is dropped, the next attempt gets a new one), a coordinator that is loading or moving.
+_TRANSIENT = {-185, -187, -195, -192, -137, 7, 14, 15, 16}
 _UNKNOWN_PARTITION = -190
 _FATAL = -150  # librdkafka's "the client is unusable"; the cause arrives through the error callback
 # Fatal producer errors that a new producer would meet again (authorization, an old broker): every other

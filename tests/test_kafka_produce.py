@@ -45,6 +45,7 @@ class FakeDestination:
     committed: dict[str, int] = field(default_factory=lambda: {"mirror-v3.copy.owner": WRITER})  # group -> offset
     foreign_records_before_delivery: int = 0  # another producer appends this many records mid-write
     fail_commits: list[KafkaError] = field(default_factory=list)  # raised by the next commit_transaction calls
+    fail_watermarks: list[KafkaError] = field(default_factory=list)  # raised by the next watermark queries
     aborted: int = 0
 
     def target(self, offsets: str, expected: int | None = None, **loop: Any) -> KafkaProduceTarget:
@@ -133,6 +134,8 @@ class FakeGroupConsumer:
         self._group = group
 
     def get_watermark_offsets(self, partition: Any, timeout: float, cached: bool) -> tuple[int, int]:
+        if self._destination.fail_watermarks:
+            raise KafkaException(self._destination.fail_watermarks.pop(0))
         return 0, len(self._destination.log)
 
     def committed(self, partitions: list[TopicPartition], timeout: float) -> list[TopicPartition]:
@@ -185,6 +188,18 @@ def test_a_preserve_write_gives_its_clients_back_and_a_failed_one_drops_its_prod
     with pytest.raises(PreserveHoleError):
         run(source, destination, TaskRange(9, 9, 20), "preserve", clients)
     assert clients.released[2:] == [("FakeGroupConsumer", False), ("FakeProducer", True)]
+
+
+def test_a_broker_handle_destroyed_during_an_outage_is_asked_again_with_a_new_consumer() -> None:
+    """CI saw a preserve mirror fail on "Local: Broker handle destroyed without termination" from the watermark query
+    during a destination outage: librdkafka had decommissioned that broker's handle; another consumer asks again."""
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(10)
+    destination.fail_watermarks.append(KafkaError(KafkaError._DESTROY_BROKER))
+    clients = FakeClients(source, destination, transactional=False)
+    run(source, destination, TaskRange(0, 0, 10), "preserve", clients)
+    assert [landed.offset for landed in destination.log] == list(range(10))
+    assert clients.released[:2] == [("FakeGroupConsumer", True), ("FakeGroupConsumer", False)]
 
 
 def test_kept_clients_are_shared_by_key_bounded_and_a_dropped_one_is_never_handed_out_again() -> None:
