@@ -51,7 +51,7 @@ Exhausted = Callable[[E, int], BaseException]
 class _Spell:
     """The retries of one operation: counts them and says when the deadline would pass."""
 
-    def __init__(self, policy: RetryPolicy, clock: Callable[[], float], rng: random.Random) -> None:
+    def __init__(self, policy: RetryPolicy, clock: Callable[[], float], rng: random.Random | None) -> None:
         self._policy, self._clock, self._rng = policy, clock, rng
         self._since: float | None = None
         self._retries = 0
@@ -61,6 +61,8 @@ class _Spell:
         now = self._clock()
         self._since = now if self._since is None else self._since
         self._retries += 1
+        if self._rng is None:  # made at the first failure: seeding one reads the OS's entropy, and most calls succeed
+            self._rng = random.Random()
         delay = self._policy.backoff(self._retries, self._rng)
         if now + delay - self._since > self._policy.deadline_s:
             return None
@@ -83,7 +85,7 @@ async def retry_async(
 ) -> T:
     """`operation()`, asked again after each `retryable` failure until `policy.deadline_s` has passed since
     the first; other exceptions pass through at once. `on_retry` hears of each retry before its wait."""
-    spell = _Spell(policy, clock, rng or random.Random())
+    spell = _Spell(policy, clock, rng)
     while True:
         try:
             return await operation()
@@ -106,7 +108,7 @@ def retry_blocking(
     rng: random.Random | None = None,
 ) -> T:
     """`retry_async` for code without an event loop (inside Spark tasks)."""
-    spell = _Spell(policy, clock, rng or random.Random())
+    spell = _Spell(policy, clock, rng)
     while True:
         try:
             return operation()

@@ -56,7 +56,11 @@ async def retry_transient(
 ) -> T:
     """Run `operation`, retrying TransientDestinationError until `policy.deadline_s` has passed."""
 
+    retried = False
+
     def retrying(exc: TransientDestinationError, retry: Retry) -> None:
+        nonlocal retried
+        retried = True
         on_retry(retry.number)
         fields = {
             **(log_fields or {}),
@@ -73,7 +77,8 @@ async def retry_transient(
             operation, TransientDestinationError, policy, _exhausted(what, policy), retrying, rng=rng
         )
     finally:
-        on_retry(0)
+        if retried:  # back to 0 (a gauge set per commit otherwise: most operations never retry)
+            on_retry(0)
 
 
 def retry_transient_sync(
