@@ -161,6 +161,9 @@ class Supervisor:
             if isinstance(destination, KafkaDestination) and destination.create_topics:
                 self._topics = TopicManager(destination)
                 await self._topics.prepare(plan.mirrors)
+            # Now, not with the first mirror: a destination's leases are kept renewed from the start even when the
+            # first mirrors come from discovery later.
+            self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder)
             for spec in plan.mirrors:
                 self.actors[spec.key] = self._actor(spec)
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
