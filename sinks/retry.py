@@ -56,11 +56,11 @@ async def retry_transient(
 ) -> T:
     """Run `operation`, retrying TransientDestinationError until `policy.deadline_s` has passed."""
 
-    retried = False
+    retried: Retry | None = None  # the last retry, if any
 
     def retrying(exc: TransientDestinationError, retry: Retry) -> None:
         nonlocal retried
-        retried = True
+        retried = retry
         on_retry(retry.number)
         fields = {
             **(log_fields or {}),
@@ -73,12 +73,17 @@ async def retry_transient(
         log.warning("destination operation failed, retrying", extra={"mirror_v3_fields": fields})
 
     try:
-        return await retry_async(
+        result = await retry_async(
             operation, TransientDestinationError, policy, _exhausted(what, policy), retrying, rng=rng
         )
     finally:
-        if retried:  # back to 0 (a gauge set per commit otherwise: most operations never retry)
+        if retried is not None:  # back to 0 (a gauge set per commit otherwise: most operations never retry)
             on_retry(0)
+    if retried is not None:  # the WARNs said it failed; this says for how long, and that it is over
+        fields = {**(log_fields or {}), "operation": what, "retries": retried.number}
+        fields["down_s"] = round(retried.failing_for_s + retried.delay_s, 1)
+        log.info("destination operation succeeded again", extra={"mirror_v3_fields": fields})
+    return result
 
 
 def retry_transient_sync(

@@ -3,6 +3,8 @@ a retried commit never duplicates or skips a blob."""
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 from sinks.base import DestinationError
@@ -52,12 +54,17 @@ async def make_sink(store: InMemoryStore, policy: RetryPolicy = FAST) -> tuple[R
     return sink, gauge
 
 
-async def test_transient_failures_are_retried_and_reported() -> None:
+async def test_transient_failures_are_retried_and_reported(caplog: pytest.LogCaptureFixture) -> None:
     store = FlakyStore(["503", "503", "ok"])
     sink, gauge = await make_sink(store)
+    caplog.set_level(logging.INFO)
     await sink.commit(staged(store, 0, 9))
     assert store.puts == 3
     assert gauge == [1, 2, 0]  # the retry number while retrying, back to 0 on success
+    warned = [r for r in caplog.records if r.getMessage() == "destination operation failed, retrying"]
+    (back,) = [r for r in caplog.records if r.getMessage() == "destination operation succeeded again"]
+    assert len(warned) == 2 and back.levelno == logging.INFO
+    assert back.mirror_v3_fields["retries"] == 2 and back.mirror_v3_fields["down_s"] >= 0  # type: ignore[attr-defined]
     assert list(store.blobs) == ["00000000000000000000-00000000000000000009.parquet"]
 
 
