@@ -113,8 +113,7 @@ class Supervisor:
             heartbeat_secs=self._runtime.heartbeat_secs,
             drain_timeout_secs=self._runtime.drain_timeout_secs,
         )
-        if self._sinks is None:
-            self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder)
+        assert self._sinks is not None, "run() makes the sink factory before any mirror"
         metrics = MirrorMetrics.for_mirror(
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )

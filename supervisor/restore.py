@@ -43,7 +43,7 @@ from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
-from sinks.kafka import KafkaSink
+from sinks.kafka import KafkaSink, KafkaSinkSettings
 from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
 from source.spark_session import get_spark
@@ -347,7 +347,7 @@ async def open_destinations(
     policy = retry_policy(config.destination.retry)
 
     async def _open_one(part: RestorePartition) -> None:
-        sink = KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
+        sink = _destination_sink(settings, part)
         part.sink = RetryingSink(
             sink,
             policy,
@@ -367,7 +367,7 @@ async def check_destinations(config: RestoreConfig, parts: list[RestorePartition
     settings, policy = kafka_settings(config.destination), retry_policy(config.destination.retry)
 
     async def check_one(part: RestorePartition) -> None:
-        sink = KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
+        sink = _destination_sink(settings, part)
         retrying = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
         try:
             part.position = _continue_at(part, (await retrying.inspect(deep=True)).next_offset)
@@ -375,6 +375,11 @@ async def check_destinations(config: RestoreConfig, parts: list[RestorePartition
             await retrying.close()
 
     await _for_each(parts, check_one)
+
+
+def _destination_sink(settings: KafkaSinkSettings, part: RestorePartition) -> KafkaSink:
+    """The destination partition of `part`, checked against the archive as a mirror's is against its source."""
+    return KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
 
 
 def _continue_at(part: RestorePartition, position: int | None) -> int:
