@@ -1,9 +1,11 @@
 """The Python worker processes: their zip importers keep their archive directories across PySpark's per-task cache
-invalidation, and the daemon takes pyspark's zips off sys.path only where the installed package holds the same code."""
+invalidation, and the daemon takes pyspark's zips off sys.path only where the installed package holds the same code
+and leaves its workers little for the garbage collector to walk."""
 
 from __future__ import annotations
 
 import importlib
+import subprocess
 import sys
 import zipfile
 import zipimport
@@ -92,3 +94,16 @@ def test_the_session_starts_its_python_workers_from_the_daemon_it_is_given() -> 
     )
     own = SparkConfig(conf={"spark.python.daemon.module": "pyspark.daemon"})  # the user's spark.conf wins
     assert session_conf(own, python_daemon="workers.spark_daemon")["spark.python.daemon.module"] == "pyspark.daemon"
+
+
+def test_the_daemon_leaves_its_workers_little_for_the_collector_to_walk() -> None:
+    # pyspark's daemon runs a full gc.collect() in a worker after every task: what the imports made must be frozen,
+    # so the walk covers only what tasks make (it was about 97 000 objects and 36 ms a task).
+    probe = (
+        "import gc, sys; from workers.spark_daemon import prepare_process, TASK_MODULES; prepare_process(); "
+        "assert all(m in sys.modules for m in TASK_MODULES); print(gc.get_freeze_count(), len(gc.get_objects()))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
+    frozen, walked = (int(word) for word in done.stdout.split())
+    assert frozen > 50_000
+    assert walked < 2_000
