@@ -7,10 +7,12 @@ the submission of the Spark work is shared:
 
 - **shared lane**: a flush of one write no larger than a task (`spark.bytes-per-task`, `spark.offsets-per-task`;
   a steady partition's flush at `max-time`) waits in a queue. One shared job runs at a time; whatever is queued
-  when it may start (after a short gathering window, `GATHER_S`, so flushes that fall due together go
-  together) goes into the next job, up to `spark.max-bytes-per-job`, packed into at most one task per core
-  (`workers.job_packing`). Every actor gets back exactly its own outcome: one partition's failure (data loss,
-  a fence, a chain conflict) is that partition's and never fails, delays or rolls back its neighbours.
+  when it may start goes into the next job. It may start once the queued flush with the least patience has
+  waited its share of its mirror's `max-time` (`GATHER_SHARE`), or when a job's worth is queued: flushes that
+  fall due within that window share the job. A job takes queued flushes up to `spark.max-bytes-per-job`,
+  packed into at most one task per core (`workers.job_packing`). Every actor gets back exactly its own outcome:
+  one partition's failure (data loss, a fence, a chain conflict) is that partition's and never fails, delays or
+  rolls back its neighbours.
 - **own lane**: a larger flush (a backlog: several tasks of whole blobs) runs as its own job, at once, in its
   mirror's FAIR pool, as before: it pays the job's cost over many records, and the pools keep one backlog from
   starving the shared lane, whose jobs have a pool of their own.
@@ -42,10 +44,22 @@ from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem
 
 log = logging.getLogger("mirror_v3.scheduler")
 
-# How long a shared job waits for more flushes once the first is queued and no job is running. Flushes of an
-# estate fall due spread over their max-time; those due within this window share the job. Short against any
-# max-time: it is added to every shared flush's latency at most once.
-GATHER_S = 0.025
+# How long a flush in the shared lane may wait for company: this share of its mirror's max-time, at most
+# GATHER_MAX_S. Flushes of an estate fall due spread over their max-time, and a job costs about 0.1 CPU-s of
+# Spark's whatever it carries (docs/spark-tuning.md): waiting for the flushes due within the window makes fewer,
+# fuller jobs. At 1 s that is 50 ms; at 10 s, 0.5 s (1 024 partitions at 10 s ran 2.7-3.8 jobs a second with a
+# fixed 25 ms window). It is added to a flush's latency at most once, and a flush queued behind a running job,
+# already older than its window when the job ends, waits no more.
+GATHER_SHARE = 0.05
+GATHER_MAX_S = 2.0
+GATHER_S = 0.025  # a flush whose caller does not say
+
+
+def gather_window(max_time_ms: int) -> float:
+    """How long a shared flush of a mirror with this max-time may wait for others to join its job, in seconds."""
+    return min(GATHER_MAX_S, GATHER_SHARE * max_time_ms / 1000)
+
+
 SHARED_POOL = "mirror-v3.shared"
 LOAD_WINDOW_S = 60.0  # what `load` summarises (status, /mirrors)
 
@@ -76,6 +90,7 @@ class _Queued:
     item: WriteItem
     weight: int  # estimated record bytes
     due_at: float
+    may_wait_s: float  # for company, from due_at on
     done: anyio.Event = field(default_factory=anyio.Event)
     outcome: Outcome[list[Written]] | None = None
     failure: BaseException | None = None  # the whole job failed (Spark gone, cancelled, Spark never started)
@@ -105,16 +120,21 @@ class FlushScheduler:
         limits = self._limits
         return len(items) == 1 and weight <= limits.task_bytes and items[0].task.offset_count <= limits.task_offsets
 
-    async def submit(self, owner: str, items: Sequence[WriteItem], weights: Sequence[int]) -> list[list[Written]]:
+    async def submit(
+        self, owner: str, items: Sequence[WriteItem], weights: Sequence[int], may_wait_s: float = GATHER_S
+    ) -> list[list[Written]]:
         """Run the writes of one flush of mirror `owner`; per write, what it wrote. Raises the first failed
-        write's error (by order), or the job's."""
+        write's error (by order), or the job's. A flush in the shared lane may wait up to `may_wait_s` for others
+        to join its job (`gather_window`)."""
         due_at = time.monotonic()
         if self.joins_shared_job(items, sum(weights)):
-            return [await self._shared(owner, items[0], weights[0], due_at)]
+            return [await self._shared(owner, items[0], weights[0], due_at, may_wait_s)]
         return await self._own(owner, items, due_at)
 
-    async def _shared(self, owner: str, item: WriteItem, weight: int, due_at: float) -> list[Written]:
-        queued = _Queued(owner, item, weight, due_at)
+    async def _shared(
+        self, owner: str, item: WriteItem, weight: int, due_at: float, may_wait_s: float
+    ) -> list[Written]:
+        queued = _Queued(owner, item, weight, due_at, may_wait_s)
         self._queue.append(queued)
         self._queued.set()
         try:
@@ -165,7 +185,7 @@ class FlushScheduler:
             self._queued = anyio.Event()
             if not self._queue:
                 continue
-            await anyio.sleep(GATHER_S)
+            await self._gather()
             batch = self._take()
             if not batch:
                 continue
@@ -178,6 +198,19 @@ class FlushScheduler:
                 self._fail(batch, exc)
                 continue
             await self._run_shared(batch, slots)
+
+    async def _gather(self) -> None:
+        """Wait until the queued flush with the least patience left has waited its window, or a job's worth is
+        queued (a flush queued meanwhile may have less patience: the wait is worked out again when one comes).
+        Cost: a pass over the queue per flush queued meanwhile."""
+        while self._queue:
+            start_at = min(queued.due_at + queued.may_wait_s for queued in self._queue)
+            left_s = start_at - time.monotonic()
+            if left_s <= 0 or sum(queued.weight for queued in self._queue) >= self._limits.job_bytes:
+                return
+            with anyio.move_on_after(left_s):
+                await self._queued.wait()
+            self._queued = anyio.Event()
 
     def _take(self) -> list[_Queued]:
         """The oldest queued writes up to the shared job's byte bound (at least one)."""

@@ -18,7 +18,7 @@ from source.outages import ClusterReachability
 from source.range_reader import SourcePartition
 from source.spark_session import current_spark, get_spark
 from supervisor.flush_planner import PlannedTask
-from supervisor.flush_scheduler import FlushScheduler, SchedulerLimits
+from supervisor.flush_scheduler import FlushScheduler, SchedulerLimits, gather_window
 from supervisor.metrics import MetricFamilies
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem, cancel_job, run_write_job
 
@@ -201,7 +201,8 @@ class SparkPartitionSource:
             WriteItem(self._partition, task, limits, target, weight)
             for task, weight in zip(ranges, weights, strict=True)
         ]
-        written = await self._scheduler.submit(self._mirror.name, items, weights)
+        may_wait_s = gather_window(self._mirror.flush.max_time_ms)
+        written = await self._scheduler.submit(self._mirror.name, items, weights, may_wait_s)
         # The writes of `target` are its own kind of Written (a staged blob, a produced range).
         return [cast(W, each) for per_item in written for each in per_item]
 

@@ -1,5 +1,6 @@
-"""The flush scheduler: small flushes that fall due together share one Spark job, each mirror gets exactly its
-own outcome, a backlog's flush runs as a job of its own, and cancelling a mirror touches only its own work."""
+"""The flush scheduler: small flushes that fall due together share one Spark job (each waits a share of its max-time
+for company), each mirror gets exactly its own outcome, a backlog's flush runs as a job of its own, and cancelling
+a mirror touches only its own work."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 
 from sinks.write_target import BlobLimits, TaskRange, Written
 from source.range_reader import OffsetsDeletedError, SourcePartition
-from supervisor.flush_scheduler import SHARED_POOL, FlushScheduler, SchedulerLimits
+from supervisor.flush_scheduler import GATHER_MAX_S, SHARED_POOL, FlushScheduler, SchedulerLimits, gather_window
 from supervisor.metrics import MetricFamilies
 from tests.fakes import fresh_metrics
 from workers.range_job import JobCancelled, JobSpec, Outcome, SparkGoneError, WriteItem
@@ -191,6 +192,59 @@ async def test_a_job_takes_queued_flushes_up_to_its_byte_bound() -> None:
         running.cancel_scope.cancel()
     assert [len(owners) for _, owners, _ in spark.jobs] == [11, 11, 3]
     assert len(found) == 25
+
+
+async def gathered(submits: list[tuple[float, str, int, float]]) -> tuple[FakeSpark, list[float]]:
+    """Flushes submitted at (seconds from the start, owner, estimated bytes, how long each may wait); the jobs,
+    and when each started (seconds from the start)."""
+    spark = FakeSpark()
+    flushes = scheduler(spark)
+    started: list[float] = []
+    begin = time.monotonic()
+    run_job = spark.run_job
+
+    def timed(*args: Any) -> list[Outcome[list[Written]]]:
+        started.append(time.monotonic() - begin)
+        return run_job(*args)
+
+    flushes._run_job = timed  # type: ignore[method-assign]
+
+    async def one(at_s: float, owner: str, weight: int, may_wait_s: float) -> None:
+        await anyio.sleep(at_s)
+        await flushes.submit(owner, [item(owner, 0, 10)], [weight], may_wait_s)
+
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        async with anyio.create_task_group() as all_submitted:
+            for each in submits:
+                all_submitted.start_soon(one, *each)
+        running.cancel_scope.cancel()
+    return spark, started
+
+
+async def test_a_flush_waits_its_window_for_company_then_goes() -> None:
+    spark, started = await gathered([(0.0, "m0", 100, 0.4), (0.15, "m1", 100, 0.4), (0.9, "m2", 100, 0.4)])
+    assert [sorted(owners) for _, owners, _ in spark.jobs] == [["m0", "m1"], ["m2"]]
+    assert started[0] >= 0.39  # m0's window, not m1's (which ends later) and not at once
+    assert started[1] >= 1.29
+
+
+async def test_a_flush_with_less_patience_starts_the_job_sooner() -> None:
+    spark, started = await gathered([(0.0, "m0", 100, 30.0), (0.1, "m1", 100, 0.05)])
+    assert [sorted(owners) for _, owners, _ in spark.jobs] == [["m0", "m1"]]
+    assert 0.14 <= started[0] < 5
+
+
+async def test_a_jobs_worth_of_flushes_goes_without_waiting() -> None:
+    spark, started = await gathered([(0.0, f"m{n}", 1_000, 30.0) for n in range(10)])  # 10 000 bytes: a job's worth
+    assert [len(owners) for _, owners, _ in spark.jobs] == [10]
+    assert started[0] < 5
+
+
+def test_a_flushs_window_is_a_share_of_its_max_time_and_bounded() -> None:
+    assert gather_window(1_000) == pytest.approx(0.05)
+    assert gather_window(10_000) == pytest.approx(0.5)
+    assert gather_window(600_000) == GATHER_MAX_S
 
 
 async def test_a_backlogs_flush_runs_as_a_job_of_its_own_in_its_mirrors_pool() -> None:
