@@ -104,10 +104,12 @@ def is_temp_name(name: str) -> bool:
 class BlobStore(Protocol):
     """Where one partition's blobs live (a directory, an S3 prefix)."""
 
-    # Whether to list behind the tail after every append to catch a second writer. Needed where a
-    # store may ignore conditional creates (S3-compatible stores); skipped where listing costs grow
-    # with the chain (a directory), since a second writer there still fails the chain check on start.
-    checks_for_foreign_blobs: bool
+    @property
+    def checks_for_foreign_blobs(self) -> bool:
+        """Whether to list behind the tail after every append to catch a second writer. Needed where a store
+        ignores conditional creates (some S3-compatible stores; known once the chain is open); skipped where creates
+        are no-clobber (a directory: link(2))."""
+        ...
 
     def location(self, name: str) -> str:
         """Full, secret-free address of a blob, for messages."""

@@ -47,7 +47,7 @@ class BlobTarget:
 
     @property
     def writes_at_once(self) -> int:
-        return 1  # compressing Parquet keeps a core busy: the task's one core is used already
+        return self.staging.stages_at_once
 
     def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> list[StagedBlob]:
         return stage_blobs(records, task, limits, self.staging)

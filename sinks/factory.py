@@ -69,7 +69,7 @@ class SinkFactory:
         self._kafka: KafkaSinkSettings | None = None
         self.leases: Leases | None = None
         if isinstance(destination, S3Destination):
-            self._s3 = S3Connection(s3_settings(destination))
+            self._s3 = S3Connection(s3_settings(destination), destination.prefix)
             if holder is not None:
                 store: LeaseStore = S3Leases(self._s3, destination.prefix)
                 self.leases = Leases(store, holder, retry_policy(destination.retry))

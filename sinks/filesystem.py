@@ -245,6 +245,10 @@ class FilesystemStaging:
     directory: str
     blob_format: BlobFormat = field(default_factory=BlobFormat)
 
+    @property
+    def stages_at_once(self) -> int:
+        return 1  # compressing Parquet and writing it keeps a core busy: the task's one core is used already
+
     def open(self, first: int) -> FilesystemBlobOutput:
         directory = Path(self.directory)
         if self.directory not in _durable_dirs:

@@ -18,11 +18,17 @@ the two steps leaves a claim without its blob: the next writer finds it on open
 (`interrupted_commit`) and writes exactly that blob next. Claims live beside the chain, never in it,
 under a name that Spark, Hive and Athena skip (a leading underscore). Cost: one small PUT per blob,
 one LIST per open. Errors are classified for the retry layer (`sinks.s3_errors`).
+
+Some S3-compatible stores ignore `If-None-Match` (VersityGW, s3rver): there, each commit also lists right behind
+the previous tail, where another writer shows up within one flush. Whether the store honours it is asked once per
+process and destination, when the first chain opens (`S3Connection.conditional_creates`: the same new key created
+twice, the second must be refused); a store that honours it is spared a LIST per flush.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -43,6 +49,7 @@ from botocore.exceptions import (
     HTTPClientError as BotoHTTPClientError,
 )
 
+from core.logs import log_event
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, ChainProblem, CorruptChainError, blob_name, parse_blob_name
 from sinks.retry import RetryPolicy, TransientDestinationError
@@ -58,7 +65,10 @@ from sinks.staging import BlobFormat, StagedBlob
 
 T = TypeVar("T")
 
+log = logging.getLogger("mirror_v3.s3")
+
 CLAIMS_DIRECTORY = "_claims"
+PROBES_DIRECTORY = "_mirror-v3/probes"  # under the destination's prefix: the conditional-create probe's key
 START_CLAIM = "start"  # the claim of an empty chain's first blob; sorts after every offset's claim
 
 
@@ -90,13 +100,64 @@ def _drop_expect_continue(request: Any, **_: Any) -> None:
 class S3Connection:
     """One aiobotocore client shared by every mirror of a destination."""
 
-    def __init__(self, settings: S3Settings) -> None:
+    def __init__(self, settings: S3Settings, prefix: str | None = None) -> None:
+        """`prefix`: the destination's own key prefix (where the conditional-create probe writes)."""
         self.settings = settings
         self.writer_id = uuid.uuid4().hex
+        self._root = f"{prefix.strip('/')}/" if prefix else ""
         self._client: Any = None
         self._stack: contextlib.AsyncExitStack | None = None
         self._users = 0
         self._lock = anyio.Lock()
+        self._probe_lock = anyio.Lock()
+        self.honours_conditional_creates: bool | None = None  # None: not asked yet (treated as "no")
+
+    async def conditional_creates(self) -> bool:
+        """Whether the store refuses a second create of a key with `If-None-Match: *`; asked once (a PUT of a new
+        key under `<prefix>/_mirror-v3/probes/`, the same PUT again, which must be refused, and its removal).
+        Any failure of the probe answers no: the chains then keep their listing after each commit."""
+        async with self._probe_lock:
+            if self.honours_conditional_creates is None:
+                self.honours_conditional_creates = await self._probe()
+                log_event(
+                    log,
+                    logging.INFO if self.honours_conditional_creates else logging.WARNING,
+                    "S3 store honours conditional creates"
+                    if self.honours_conditional_creates
+                    else "S3 store ignores conditional creates: every commit lists behind the chain's tail",
+                    bucket=self.settings.bucket,
+                    endpoint=self.settings.endpoint or "aws",
+                )
+            return self.honours_conditional_creates
+
+    async def _probe(self) -> bool:
+        client = await self.acquire()
+        key = f"{self._root}{PROBES_DIRECTORY}/{self.writer_id}"
+        where = f"s3://{self.settings.bucket}/{key}"
+
+        async def create() -> Any:
+            return await client.put_object(
+                Bucket=self.settings.bucket,
+                Key=key,
+                Body=b"",
+                IfNoneMatch="*",
+                **self.settings.short_lived_object_options(),
+            )
+
+        try:
+            await self.call(f"probe {where}", create)
+            try:
+                await self.call(f"probe {where} again", create)
+                return False
+            except PreconditionFailed:
+                return True
+        except DestinationError as exc:
+            log_event(log, logging.DEBUG, "conditional-create probe failed", where=where, error=str(exc))
+            return False
+        finally:
+            with contextlib.suppress(DestinationError):
+                await self.call(f"remove {where}", lambda: client.delete_object(Bucket=self.settings.bucket, Key=key))
+            await self.release()
 
     async def acquire(self) -> Any:
         async with self._lock:
@@ -153,8 +214,11 @@ class S3Connection:
 class S3Store:
     """The blobs of one partition under `s3://<bucket>/<key_prefix>`."""
 
-    # Some S3-compatible stores ignore If-None-Match: list behind the tail after every commit.
-    checks_for_foreign_blobs = True
+    @property
+    def checks_for_foreign_blobs(self) -> bool:
+        """List behind the tail after every commit unless the store is known to honour If-None-Match (asked when
+        the chain opens: `clean_leftovers`)."""
+        return self._connection.honours_conditional_creates is not True
 
     def __init__(self, connection: S3Connection, key_prefix: str) -> None:
         self._connection = connection
@@ -193,6 +257,8 @@ class S3Store:
         return names, bool(response.get("IsTruncated"))
 
     async def clean_leftovers(self) -> list[str]:
+        await self._s3()  # the probe shares this store's client
+        await self._connection.conditional_creates()
         return await self.abort_incomplete_uploads()
 
     async def modified_at(self, name: str) -> float | None:

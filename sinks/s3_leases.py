@@ -52,11 +52,7 @@ class S3Leases:
         return self._client
 
     def _options(self) -> dict[str, str]:
-        """The blobs' encryption, but the default storage class: an object rewritten every few seconds would pay an
-        infrequent-access class's minimum storage duration at every rewrite."""
-        options = self._connection.settings.object_options()
-        options.pop("StorageClass", None)
-        return options
+        return self._connection.settings.short_lived_object_options()
 
     async def beat(self, me: Holder) -> None:
         s3, key = await self._s3(), self._heartbeat(me)

@@ -64,4 +64,10 @@ class BlobStaging(Protocol):
     @property
     def blob_format(self) -> BlobFormat: ...
 
+    @property
+    def stages_at_once(self) -> int:
+        """How many blobs (of different partitions) one task may stage at the same time: 1 where staging computes
+        and writes locally, more where it mostly waits on the network."""
+        ...
+
     def open(self, first: int) -> BlobOutput: ...

@@ -398,6 +398,7 @@ class MemoryStaging:
     def __init__(self, store: InMemoryStore, blob_format: BlobFormat | None = None) -> None:
         self.store = store
         self.blob_format = blob_format or BlobFormat()
+        self.stages_at_once = 1
 
     def open(self, first: int) -> MemoryBlobOutput:
         return MemoryBlobOutput(self.store, temp_name(f"{first:020d}-staged.parquet", uuid.uuid4().hex))

@@ -170,3 +170,16 @@ def test_writes_that_run_at_once_read_their_ranges_one_at_a_time_from_the_tasks_
     assert all(o.error is None for o in found.values()), [o.error for o in found.values()]
     written = [(w.first, w.last, w.records) for i in sorted(found) for w in found[i].get()]
     assert written == [(task.first, task.end - 1, 35) for task in ranges]
+
+
+def test_a_task_of_one_write_streams_its_range_even_where_writes_may_overlap() -> None:
+    # Reading a range whole first is for writes that share the task's consumer; a backlog's one write (up to the
+    # task's bytes) must not be held in memory.
+    source = FakePartitionSource()
+    target = Transactions(MemoryStaging(InMemoryStore()))
+    alone = [WriteItem(source.partition_spec(), TaskRange(0, 0, 40), BlobLimits(10**9, 10**9), target)]
+    state: dict[str, Any] = {"consumers": SharedConsumers(lambda _: FakeConsumer(source))}
+    _announce(alone, state)
+    assert "reading" not in state
+    _announce(alone * 2, state)
+    assert "reading" in state

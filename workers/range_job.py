@@ -234,15 +234,17 @@ def _consumers(state: dict[str, Any]) -> SharedConsumers:
 
 def _announce(items: list[WriteItem], state: dict[str, Any]) -> None:
     consumers = _consumers(state)
-    state["reading"] = threading.Lock()  # writes that run at the same time take turns at the task's consumers
+    if min(len(items), _writes_at_once(items)) > 1:
+        state["reading"] = threading.Lock()  # writes that run at the same time take turns at the task's consumers
     for item in items:
         item.records.announce(consumers, item.task.read_from, item.task.end, item.estimated_bytes)
 
 
 def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
     records = item.records.open(_consumers(state))
-    if item.target.writes_at_once > 1:
-        records = _ReadFirst(records, item.task, state["reading"])
+    reading: threading.Lock | None = state.get("reading")
+    if reading is not None:
+        records = _ReadFirst(records, item.task, reading)
     written = list(item.target.write(records, item.task, item.limits))
     check_coverage(records.name, item.task, written)
     return written
@@ -250,8 +252,9 @@ def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
 
 class _ReadFirst:
     """A write's range read whole before it writes, with the task's read lock held, so writes that run at the same
-    time (network-bound transactions) never use the task's consumers together. Only writes of shared jobs run so,
-    and those ranges are small (at most the task's bytes)."""
+    time (network-bound: transactions, S3 uploads) never use the task's consumers together. Only a task of several
+    writes of shared jobs runs so, and those ranges are small (each at most the task's bytes); a task of one write
+    (a backlog's) streams its range."""
 
     def __init__(self, records: RecordSource, task: TaskRange, reading: threading.Lock) -> None:
         self._records, self._reading = records, reading
