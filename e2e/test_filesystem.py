@@ -33,7 +33,7 @@ from e2e.harness import (
     status_rows,
 )
 from sinks.blob_chain import blob_name, is_temp_name, temp_name
-from supervisor.status import TABLE_COLUMNS
+from supervisor.status_view import STANDARD_WIDTH, TABLE_COLUMNS, WIDE_COLUMNS
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, committed_offset, create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, log_time, run_cli
@@ -85,10 +85,17 @@ def test_round_trip_with_status_metrics_and_probes(
         for row in status_json(config)[1]["mirrors"]:
             flushed = time.mktime(time.strptime(row["last-flush"], "%Y-%m-%dT%H:%M:%SZ")) - time.timezone
             assert abs(time.time() - flushed) < 600, row["last-flush"]
-        table = run_cli("status", "--config", str(config))
+        table = run_cli("status", "--config", str(config), "--process", f"http://127.0.0.1:{port}")
         assert table.returncode == 0, table.stderr
-        header, *rows = table.stdout.splitlines()
-        assert tuple(header.split()) == TABLE_COLUMNS
+        summary, header, *rows = table.stdout.splitlines()
+        assert summary.startswith("3 mirrors: 0 lagging, 0 failed; lag 0 records, oldest pending "), summary
+        assert tuple(header.split()) == TABLE_COLUMNS and max(len(line) for line in rows) <= STANDARD_WIDTH
+        for partition, line in enumerate(rows):
+            assert re.match(rf"{re.escape(topic_name)}\s+{partition}\s+running\s+0\s+0\.0s\s+\d+s ago$", line), line
+        wide = run_cli("status", "--config", str(config), "--wide", "--topic", f"{re.escape(topic_name)}", "--lagging")
+        assert wide.returncode == 0 and wide.stdout.splitlines()[0].startswith("0 mirrors"), wide.stdout
+        _, header, *rows = run_cli("status", "--config", str(config), "--wide").stdout.splitlines()
+        assert tuple(header.split()) == WIDE_COLUMNS
         for partition, line in enumerate(rows):
             assert re.match(rf"\S+\s+{re.escape(topic_name)}\s+{partition}\s+0\s+10000\s+10000\s+0\s", line), line
 

@@ -111,7 +111,7 @@ def test_round_trip_with_status(
         for topic, end in holes.items():
             run.wait_for_offsets(lambda p, t=topic: destination.next_offset(t, p), {0: end})  # type: ignore[misc]
         code, during = status_json(config)
-        table = run_cli("status", "--config", str(config))
+        table = run_cli("status", "--config", str(config), "--wide")
         run.drain()
     assert code == 0 and during["ok"], during
     for row in during["mirrors"][:3]:

@@ -97,7 +97,7 @@ def test_faults_are_retried_and_the_chain_equals_the_source(
             assert status_rows(config, env=s3.env()) == [(15_000, 15_000, 0, None), (2_000, 2_000, 0, None)]
             for row in status_json(config, env=s3.env())[1]["mirrors"]:
                 assert row["last-flush"] is not None
-            table = run_cli("status", "--config", str(config), env=s3.env())
+            table = run_cli("status", "--config", str(config), "--wide", env=s3.env())
             assert table.returncode == 0 and re.search(
                 rf"{re.escape(topic_name)}\s+0\s+0\s+15000\s+15000\s+0\s", table.stdout
             )

@@ -84,6 +84,8 @@ class Supervisor:
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
         self._cluster_of: dict[str, str] = {}  # mirror name → its source cluster's name
+        # mirror name → its actor's key: /mirrors and /readyz ask per name, for every mirror
+        self._key_of: dict[str, MirrorKey] = {}
         self._unreachable: dict[str, str] = {}  # source cluster's name → why it does not answer (while it does not)
         self._unreachable_seen: set[str] = set()  # clusters whose reachability is listened to
         self._discovery_failing: set[str] = set()  # clusters the last discovery could not read
@@ -121,6 +123,7 @@ class Supervisor:
         metrics.transaction_hold_alert.set(spec.source.transaction_hold_alert_ms / 1000)
         cluster = self._clusters.get(spec.source, spec.source_field)
         self._cluster_of[spec.name] = spec.cluster
+        self._key_of[spec.name] = spec.key
         self._listen(spec.cluster, cluster)
         on_durable = None
         if self._commits is not None and spec.commit_group is not None:
@@ -178,6 +181,7 @@ class Supervisor:
                 failed=self._failed,
                 lag_of=self._lag_of,
                 held_since_of=self._held_since_of,
+                pending_age_of=self._pending_age_of,
                 spark_ready=False,
                 max_lag=self._runtime.readiness_lag,
                 spark_load=self._scheduler.load,
@@ -410,13 +414,21 @@ class Supervisor:
             if actor.started.is_set() and (spec := actor.mirror).name not in self._failed
         ]
 
+    def _actor_named(self, name: str) -> MirrorActor[Any] | None:
+        key = self._key_of.get(name)
+        return None if key is None else self.actors.get(key)
+
     def _lag_of(self, name: str) -> float | None:
-        actor = next((a for a in self.actors.values() if a.mirror.name == name), None)
+        actor = self._actor_named(name)
         return None if actor is None else float(actor.lag)
 
     def _held_since_of(self, name: str) -> float | None:
-        actor = next((a for a in self.actors.values() if a.mirror.name == name), None)
+        actor = self._actor_named(name)
         return None if actor is None else actor.held_since
+
+    def _pending_age_of(self, name: str) -> float | None:
+        actor = self._actor_named(name)
+        return None if actor is None else round(actor.pending_age(), 3)
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
         try:
@@ -536,6 +548,7 @@ class Supervisor:
         key, name = actor.mirror.key, actor.mirror.name
         self.actors.pop(key, None)
         self._scopes.pop(key, None)
+        self._key_of.pop(name, None)
         cluster_topic = (actor.mirror.cluster, actor.mirror.topic)
         last_of_topic = all(
             (other.mirror.cluster, other.mirror.topic) != cluster_topic for other in self.actors.values()

@@ -14,6 +14,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -28,6 +29,9 @@ from supervisor import early_signals
 from supervisor.config_files import load_config
 from supervisor.version import installed_version
 from workers import spark_daemon
+
+if TYPE_CHECKING:
+    from supervisor.status_view import StatusFilter
 
 log = logging.getLogger("mirror_v3.cli")
 
@@ -78,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument(
         "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
+    )
+    status.add_argument("--wide", action="store_true", help="every column (the default table fits 100 columns)")
+    status.add_argument("--cluster", help="only the mirrors of this source cluster")
+    status.add_argument("--topic", metavar="REGEX", help="only topics this regular expression matches whole")
+    status.add_argument("--lagging", action="store_true", help="only mirrors whose lag is above 0")
+    status.add_argument(
+        "--failed", action="store_true", help="only failed, restarting or data-lost mirrors and rows with an error"
     )
     status.add_argument(
         "--watch",
@@ -168,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "status":
         if args.watch is not None:
             return _watch_status(config, args, shard, runtime)
-        return _status(config, args.format, args.timeout, args.deep, shard, _process_url(args.process, runtime))
+        return _status(config, args, shard, _process_url(args.process, runtime))
     if args.command == "verify":
         return _verify(config, args, shard)
     if args.standby and isinstance(config.destination, KafkaDestination):
@@ -270,33 +281,53 @@ def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:
     return EXIT_OK
 
 
-def _status(config: Config, fmt: str, timeout: float, deep: bool, shard: Shard | None, url: str | None) -> int:
-    from supervisor.status import collect_status, render_json, render_table
+def _status_filter(args: argparse.Namespace) -> StatusFilter | ConfigError:
+    from supervisor.status_view import StatusFilter
 
+    if args.topic is not None:
+        try:
+            re.compile(args.topic)
+        except re.error as exc:
+            return ConfigError("--topic", f"not a regular expression: {exc}")
+    return StatusFilter(args.cluster, args.topic, args.lagging, args.failed)
+
+
+def _status(config: Config, args: argparse.Namespace, shard: Shard | None, url: str | None) -> int:
+    from supervisor.status import collect_status
+    from supervisor.status_view import render_json, render_table
+
+    shown = _status_filter(args)
+    if isinstance(shown, ConfigError):
+        return _report(shown, "status")
     try:
-        report = anyio.run(collect_status, config, timeout, deep, shard, url)
+        report = shown.apply(anyio.run(collect_status, config, args.timeout, args.deep, shard, url))
     except MirrorV3Error as exc:
         return _report(exc, "status")
-    print(render_json(report) if fmt == "json" else render_table(report))
+    print(render_json(report) if args.format == "json" else render_table(report, args.wide))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
 def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None, runtime: RuntimeSettings) -> int:
-    from supervisor.status import StatusReport, render_json, render_table, watch_status
+    from supervisor.status import StatusReport, watch_status
+    from supervisor.status_view import render_json, render_table
 
     if args.watch <= 0:
         return _report(ConfigError("--watch", "the refresh interval must be above 0 seconds"), "status")
+    shown = _status_filter(args)
+    if isinstance(shown, ConfigError):
+        return _report(shown, "status")
     url = _process_url(args.process, runtime)
     clear = sys.stdout.isatty() and args.format == "table"
 
-    def emit(report: StatusReport) -> None:
+    def emit(everything: StatusReport) -> None:
+        report = shown.apply(everything)
         if args.format == "json":
             print(render_json(report), flush=True)
             return
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         # A terminal shows one table, redrawn; a pipe or file gets each refresh after the previous one.
         print(("\x1b[H\x1b[2J" if clear else "\n") + f"{stamp}  every {args.watch:g}s, Ctrl-C to stop", flush=True)
-        print(render_table(report), flush=True)
+        print(render_table(report, args.wide), flush=True)
 
     failures: list[MirrorV3Error] = []
 

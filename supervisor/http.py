@@ -35,6 +35,7 @@ class MirrorState(msgspec.Struct, rename="kebab"):
     error: str | None = None  # why it failed (restarting, failed), or why its source is unreachable
     restart_at: float | None = None  # Unix time the restart is due (restarting)
     held_since: float | None = None  # Unix time since which an open source transaction holds it at the LSO
+    pending_age: float | None = None  # seconds the oldest record not yet durable has waited (0: caught up)
 
 
 class SparkLoad(msgspec.Struct, rename="kebab"):
@@ -70,6 +71,7 @@ class Readiness:
     spark_ready: bool = True  # run starts Spark beside its mirrors: not ready before the session is up
     lag_of: Callable[[str], float | None] = lambda _: None
     held_since_of: Callable[[str], float | None] = lambda _: None
+    pending_age_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
     spark_load: Callable[[], SparkLoad | None] = lambda: None
     source_down_of: Callable[[str], str | None] = lambda _: None  # mirror → why its source cluster is unreachable
@@ -83,10 +85,12 @@ class Readiness:
                 state = "failed" if restart_at is None else "restarting"
                 mirrors.append(MirrorState(name, state, self.failed[name], restart_at))
             elif name in self.started and (down := self.source_down_of(name)) is not None:
-                mirrors.append(MirrorState(name, "source-unreachable", down, held_since=self.held_since_of(name)))
+                held, age = self.held_since_of(name), self.pending_age_of(name)
+                mirrors.append(MirrorState(name, "source-unreachable", down, held_since=held, pending_age=age))
             else:
                 state = "running" if name in self.started else "starting"
-                mirrors.append(MirrorState(name, state, held_since=self.held_since_of(name)))
+                age = self.pending_age_of(name) if name in self.started else None
+                mirrors.append(MirrorState(name, state, held_since=self.held_since_of(name), pending_age=age))
         return ProcessState(self.draining, mirrors, self.spark_load())
 
     def problems(self) -> list[str]:

@@ -31,7 +31,7 @@ from source.offsets import SourceClusters
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_readable
 from supervisor.http import ProcessState, SparkLoad
-from supervisor.output import about, document_schema, table_lines
+from supervisor.output import about, document_schema
 
 
 class MirrorStatus(msgspec.Struct, rename="kebab"):
@@ -54,6 +54,13 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     lag: Annotated[
         int | None,
         about("source-end minus destination-next (or minus source-log-start when empty); null when either is unknown."),
+    ] = None
+    lag_seconds: Annotated[
+        float | None,
+        about(
+            "Age in seconds of the oldest source record not yet durable at the destination, as the running process "
+            "sees it (0 when caught up); null when no process answered or it does not run the mirror."
+        ),
     ] = None
     high_watermark_lag: Annotated[
         int | None,
@@ -101,11 +108,31 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     error: Annotated[str | None, about("Why the row is incomplete; null when every query succeeded.")] = None
 
 
+class StatusSummary(msgspec.Struct, rename="kebab"):
+    """The rows shown, in a few numbers (the first line of the table)."""
+
+    mirrors: Annotated[int, about("Rows shown (after the filters).")]
+    lagging: Annotated[int, about("Rows whose lag is above 0.")]
+    failed: Annotated[int, about("Rows whose state is restarting, failed or data-lost.")]
+    errors: Annotated[int, about("Rows that could not be queried completely (their `error` says why).")]
+    total_lag: Annotated[int, about("The sum of the known lags, in offsets.")]
+    oldest_pending_seconds: Annotated[
+        float | None, about("The largest lag-seconds of the rows; null when no process answered.")
+    ]
+
+
 class StatusDocument(msgspec.Struct):
     """`status --format json`: the exit code is 0 exactly when `ok` is true."""
 
-    ok: Annotated[bool, about("Every mirror was queried without error, and the running process reports none failed.")]
+    ok: Annotated[
+        bool,
+        about(
+            "Every mirror shown was queried without error, the running process reports none of them failed, and "
+            "every source cluster could be read."
+        ),
+    ]
     process: Annotated[str | None, about("The process whose /mirrors gave the states; null when none answered.")]
+    summary: StatusSummary
     mirrors: list[MirrorStatus]
     spark: Annotated[
         SparkLoad | None,
@@ -167,6 +194,7 @@ def apply_states(rows: list[MirrorStatus], state: ProcessState | None) -> None:
         in_process = None if state is None else "absent" if mirror is None else mirror.state
         row.state = "data-lost" if row.lost is not None else in_process
         row.failure = None if mirror is None else mirror.error
+        row.lag_seconds = None if mirror is None else mirror.pending_age
         if mirror is not None and mirror.held_since is not None:
             row.held_since = _iso_utc(mirror.held_since)
 
@@ -330,83 +358,6 @@ def _mark_lost(row: MirrorStatus, mirror: MirrorSpec) -> None:
         row.lost = f"{row.destination_next}..{row.source_log_start - 1}"
 
 
-TABLE_COLUMNS = (
-    "MIRROR",
-    "TOPIC",
-    "PARTITION",
-    "SOURCE-START",
-    "SOURCE-END",
-    "DEST-NEXT",
-    "LAG",
-    "LAG-HW",
-    "HELD-SINCE",
-    "RATE/S",
-    "ETA",
-    "LAST-FLUSH",
-    "STATE",
-    "CLUSTER",
-    "OWNER",
-    "DESTINATION",
-    "ERROR",
-)
-
-
-def render_table(report: StatusReport) -> str:
-    headers = list(TABLE_COLUMNS)
-    body = [
-        [
-            row.name,
-            row.topic,
-            str(row.partition),
-            _cell(row.source_log_start),
-            _cell(row.source_end),
-            "empty" if row.destination_next is None and row.error is None else _cell(row.destination_next),
-            _cell(row.lag),
-            _cell(row.high_watermark_lag),
-            row.held_since or ("held" if _held_here(row) else "-"),
-            "-" if row.rate is None else f"{row.rate:.0f}",
-            _duration(row.eta_seconds),
-            row.last_flush or "-",
-            row.state or "-",
-            row.cluster,
-            "-" if row.owner is None else str(row.owner),
-            row.destination,
-            "; ".join(e for e in (_lost_line(row), row.error, row.failure and f"process: {row.failure}") if e),
-        ]
-        for row in report.rows
-    ]
-    lines = table_lines(headers, body)
-    lines += [
-        f"cluster {cluster}: unreadable, its selections' partitions are not listed: {why}"
-        for cluster, why in sorted(report.unreadable.items())
-    ]
-    if report.spark is not None:
-        lines.append(spark_line(report.spark))
-    return "\n".join(lines)
-
-
-def spark_line(load: SparkLoad) -> str:
-    """One line under the table: whether the process's Spark jobs keep up (a wait near flush.max-time-ms says the
-    estate outgrows the machine)."""
-    wait = "-" if load.flush_wait_p50_seconds is None else f"{load.flush_wait_p50_seconds:g}s"
-    longest = "-" if load.flush_wait_max_seconds is None else f"{load.flush_wait_max_seconds:g}s"
-    return (
-        f"spark (last {load.window_seconds:g}s): {load.jobs_per_second:g} jobs/s ({load.shared_jobs_per_second:g} "
-        f"shared), {load.partitions_per_job:g} partitions per job, flush wait p50 {wait} max {longest}"
-    )
-
-
-def render_json(report: StatusReport) -> str:
-    document = StatusDocument(
-        ok=report.ok,
-        process=report.process,
-        mirrors=report.rows,
-        spark=report.spark,
-        unreadable_clusters=report.unreadable,
-    )
-    return msgspec.json.encode(document).decode()
-
-
 def render_schema() -> str:
     schema = document_schema(StatusDocument, "mirror-v3 status --format json")
     return json.dumps(schema, indent=2, sort_keys=True) + "\n"
@@ -424,28 +375,16 @@ def _position(row: MirrorStatus) -> int | None:
     return row.source_log_start if row.lag is not None else None
 
 
-def _held_here(row: MirrorStatus) -> bool:
+def held_here(row: MirrorStatus) -> bool:
     """Caught up to the last stable offset with records behind it: an open transaction holds the mirror
     (since when, only the running process knows)."""
     return row.lag == 0 and (row.high_watermark_lag or 0) > 0
 
 
-def _lost_line(row: MirrorStatus) -> str | None:
+def lost_line(row: MirrorStatus) -> str | None:
     if row.lost is None:
         return None
     return (
         f"source offsets {row.lost} were deleted before they were mirrored: every start fails (source.on-data-loss: "
         "fail); set on-data-loss: skip to go on without them"
     )
-
-
-def _cell(value: int | None) -> str:
-    return "-" if value is None else str(value)
-
-
-def _duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    whole = round(seconds)
-    hours, rest = divmod(whole, 3600)
-    return f"{hours}h{rest // 60:02d}m" if hours else f"{rest // 60}m{rest % 60:02d}s"

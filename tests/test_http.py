@@ -27,7 +27,10 @@ async def test_endpoints(port: int) -> None:
     Gauge("mirror_v3_test_gauge", "a test gauge", registry=registry).set(7)
     lags = {"a": 0.0, "b": 500.0}
     held = {"b": 1_700_000_000.0}
-    readiness = Readiness(mirrors=["a", "b"], lag_of=lags.get, max_lag=100, held_since_of=held.get)
+    ages = {"a": 0.0, "b": 2.5}  # a: failed below, so no age is reported for it
+    readiness = Readiness(
+        mirrors=["a", "b"], lag_of=lags.get, max_lag=100, held_since_of=held.get, pending_age_of=ages.get
+    )
     endpoint = HttpEndpoint(registry, readiness, port)
     assert await endpoint.start() == port
     try:
@@ -75,8 +78,16 @@ async def test_endpoints(port: int) -> None:
                     "error": "destination /x: not a directory",
                     "restart-at": 1234.5,
                     "held-since": None,
+                    "pending-age": None,
                 },
-                {"name": "b", "state": "running", "error": None, "restart-at": None, "held-since": 1_700_000_000.0},
+                {
+                    "name": "b",
+                    "state": "running",
+                    "error": None,
+                    "restart-at": None,
+                    "held-since": 1_700_000_000.0,
+                    "pending-age": 2.5,
+                },
             ],
             "spark": None,
         }
