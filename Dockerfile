@@ -10,7 +10,8 @@ RUN apt-get update \
 ENV MIRROR_V3_VENV=/opt/mirror-v3/venv \
     PIP_NO_CACHE_DIR=1
 WORKDIR /src
-COPY pyproject.toml README.md ./
+# The package's metadata names its licence files (PEP 639): the build needs them beside pyproject.toml.
+COPY pyproject.toml README.md LICENSE NOTICE CHANGELOG.md ./
 COPY core ./core
 COPY config ./config
 COPY kafka_clients ./kafka_clients
@@ -36,9 +37,10 @@ ENV PATH=/opt/mirror-v3/venv/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     MIRROR_V3_JVM_CACHE=/opt/mirror-v3/jvm
 # The Spark JVM's class archive, made with this stage's JDK (read-only for the runtime user; see prepare-jvm).
-RUN python -m supervisor prepare-jvm
+RUN mirror-v3 prepare-jvm
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 9090
-ENTRYPOINT ["python", "-m", "supervisor"]
+# The package's own command (the same CLI as `python -m supervisor`): `docker run mirror-v3 run --config ...`.
+ENTRYPOINT ["mirror-v3"]
 CMD ["--help"]

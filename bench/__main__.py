@@ -5,7 +5,8 @@
     python -m bench --only estate-steady     # some parts of the table (see --help)
     python -m bench estate-steady --set partitions=64 --set seconds=20   # one row of a kind alone, changed
 
-A run that is not the whole table unchanged (--quick, a KIND, --set) writes its report into WORKDIR, not docs/.
+A run that is not the whole table unchanged (--quick, a KIND, --set, --only, --paths) writes its report into WORKDIR,
+not docs/: the page is one run's, whole.
 """
 
 from __future__ import annotations
@@ -92,9 +93,7 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--timeout", type=float, default=1800, help="seconds allowed for each wait of a scenario (1800)")
     p.add_argument("--workdir", type=Path, help="an empty or new directory for results, configs and logs (a temp dir)")
-    p.add_argument(
-        "--output", type=Path, help=f"the report (default {DOCUMENT}; --quick, a KIND or --set: WORKDIR/benchmarks.md)"
-    )
+    p.add_argument("--output", type=Path, help=f"the report (default {DOCUMENT}; a partial run: WORKDIR/benchmarks.md)")
     p.add_argument(
         "--report-only", type=Path, metavar="WORKDIR", help="render the report of an earlier run, measure nothing"
     )
@@ -140,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         table, workdir, repeat=args.repeat, profile=args.profile, timeout=args.timeout, spark=dict(args.spark)
     )
     runner.append(workdir, {"kind": "end", "finished": time.time(), "load": os.getloadavg(), "failed": failed})
-    partial = args.quick or args.kind is not None or bool(args.settings)
+    # docs/benchmarks.md is one whole run: a run of some parts or paths would replace it with those parts alone.
+    partial = args.quick or args.kind is not None or bool(args.settings) or args.only != list(PARTS) or bool(args.paths)
     output = (args.output or (workdir / "benchmarks.md" if partial else DOCUMENT)).resolve()
     report.render(workdir, output)
     print(f"results in {workdir / runner.RESULTS}; wrote {output}")

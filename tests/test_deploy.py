@@ -1,4 +1,5 @@
-"""deploy/: the manifests parse, say what SPEC §7 asks, and only use metrics the code exports."""
+"""deploy/: every kustomization builds (kubectl kustomize) into objects that validate against Kubernetes' own
+schemas, the manifests say what SPEC §7 and the adoption checklist ask, and only use metrics the code exports."""
 
 from __future__ import annotations
 
@@ -18,13 +19,29 @@ from supervisor.metrics import MetricFamilies, MirrorMetrics
 from testkit.tools import promtool
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
-MANIFESTS = sorted((DEPLOY / "kubernetes").rglob("*.yaml"))
+# Every YAML file under deploy/kubernetes but the mirror's own config (a ConfigMap's source, not a manifest).
+MANIFESTS = sorted(p for p in (DEPLOY / "kubernetes").rglob("*.yaml") if p.name != "config.yaml")
 DASHBOARD = DEPLOY / "grafana" / "mirror-v3-dashboard.json"
 METRIC_NAME = re.compile(r"\b((?:mirror_v3|process)_[a-z0-9_]+)\b")
 
 
+KUSTOMIZATIONS = sorted(path.parent for path in (DEPLOY / "kubernetes").rglob("kustomization.yaml"))
+# What `kubectl apply -k` is pointed at (base is only ever part of them).
+APPLIED = [DEPLOY / "kubernetes", DEPLOY / "kubernetes" / "sharded", DEPLOY / "kubernetes" / "spark-cluster"]
+# Prometheus Operator's kinds: not in Kubernetes' schemas (their own checks are below).
+CUSTOM_KINDS = {"PodMonitor", "PrometheusRule"}
+KUBERNETES_VERSION = "1.32.0"  # the oldest release still maintained upstream when this was written
+
+
 def documents(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((DEPLOY / "kubernetes" / name).read_text()) if d is not None]
+
+
+def built(directory: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize` of a directory: the objects `kubectl apply -k` would send."""
+    done = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
 
 
 def exported_metric_names() -> set[str]:
@@ -47,10 +64,54 @@ def test_manifests_parse(path: Path) -> None:
     assert docs and all({"apiVersion", "kind"} <= d.keys() or d.get("kind") == "Kustomization" for d in docs)
 
 
-def test_kustomization_lists_existing_files() -> None:
-    (kustomization,) = documents("kustomization.yaml")
-    for resource in kustomization["resources"]:
-        assert (DEPLOY / "kubernetes" / resource).is_file(), resource
+@pytest.mark.parametrize("directory", KUSTOMIZATIONS, ids=[str(p.relative_to(DEPLOY)) for p in KUSTOMIZATIONS])
+def test_every_kustomization_builds_into_objects_kubernetes_schemas_accept(directory: Path) -> None:
+    import kubernetes_validate
+
+    objects = built(directory)
+    assert objects
+    for manifest in objects:
+        if manifest["kind"] in CUSTOM_KINDS:
+            continue
+        # Strict: an unknown or misspelt field is an error, as the API server's field validation would say.
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+def test_the_pods_identity_budget_and_network_policy() -> None:
+    for directory in APPLIED[:2]:
+        objects = {(o["kind"], o["metadata"]["name"]): o for o in built(directory)}
+        workload = next(o for (kind, _), o in objects.items() if kind in ("Deployment", "StatefulSet"))
+        pod = workload["spec"]["template"]["spec"]
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        account = objects[("ServiceAccount", pod["serviceAccountName"])]
+        assert account["automountServiceAccountToken"] is False and pod["automountServiceAccountToken"] is False
+        budget = objects[("PodDisruptionBudget", "mirror-v3")]
+        assert budget["spec"]["selector"]["matchLabels"].items() <= labels.items()
+        assert budget["spec"]["maxUnavailable"] == 1
+        policy = objects[("NetworkPolicy", "mirror-v3")]
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+        assert set(policy["spec"]["policyTypes"]) == {"Ingress", "Egress"}
+        (container,) = pod["containers"]
+        metrics = next(p["containerPort"] for p in container["ports"] if p["name"] == "metrics")
+        assert [p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]] == [metrics]
+        egress = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+        assert {53, 9092, 443} <= egress
+        context = container["securityContext"]
+        assert context["readOnlyRootFilesystem"] is True and context["capabilities"]["drop"] == ["ALL"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+
+
+def test_a_config_change_rolls_the_pods() -> None:
+    # The ConfigMap is generated from base/config.yaml: its name carries a hash of the file, and the pods' volume
+    # names it, so an edited config changes the pod template.
+    for directory in APPLIED[:2]:
+        objects = built(directory)
+        (configmap,) = [o for o in objects if o["kind"] == "ConfigMap"]
+        name = configmap["metadata"]["name"]
+        assert re.fullmatch(r"mirror-v3-config-[a-z0-9]{10}", name), name
+        workload = next(o for o in objects if o["kind"] in ("Deployment", "StatefulSet"))
+        volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+        assert volumes["config"]["configMap"]["name"] == name
 
 
 def test_the_cluster_overlay_exposes_the_drivers_fixed_ports_to_the_executors() -> None:
@@ -90,10 +151,9 @@ def test_deployment_runs_one_non_root_replica_with_probes() -> None:
     assert volumes["config"]["configMap"]["name"] == "mirror-v3-config"
 
 
-def test_configmap_holds_a_valid_config_without_secrets() -> None:
-    (configmap,) = documents("configmap.yaml")
-    text = configmap["data"]["config.yaml"]
-    config = parse_config(text, source="configmap.yaml", env={})
+def test_the_config_is_valid_and_holds_no_secrets() -> None:
+    text = (DEPLOY / "kubernetes" / "base" / "config.yaml").read_text()
+    config = parse_config(text, source="config.yaml", env={})
     assert config.mirrors
     (secret,) = documents("secret.example.yaml")
     for variable in secret["stringData"]:
@@ -101,7 +161,7 @@ def test_configmap_holds_a_valid_config_without_secrets() -> None:
 
 
 def test_alerts_cover_what_operators_need() -> None:
-    (rule,) = documents("prometheusrule.yaml")
+    (rule,) = documents("base/prometheusrule.yaml")
     alerts = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
     assert {
         "MirrorV3DestinationRetrying",
@@ -128,7 +188,7 @@ def test_alerts_cover_what_operators_need() -> None:
 
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     """Every expression parses as PromQL and every rule is well formed, as Prometheus itself would load them."""
-    (rule,) = documents("prometheusrule.yaml")
+    (rule,) = documents("base/prometheusrule.yaml")
     rules = tmp_path / "rules.yaml"
     rules.write_text(yaml.safe_dump(rule["spec"]))
     checked = subprocess.run([promtool(), "check", "rules", str(rules)], capture_output=True, text=True)
@@ -137,7 +197,7 @@ def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
 
 def test_rules_and_dashboard_use_only_exported_metrics() -> None:
     exported = exported_metric_names()
-    (rule,) = documents("prometheusrule.yaml")
+    (rule,) = documents("base/prometheusrule.yaml")
     expressions = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
     dashboard = json.loads(DASHBOARD.read_text())
     expressions += [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
@@ -167,7 +227,7 @@ def test_rules_and_dashboard_use_only_exported_metrics() -> None:
 
 
 def test_podmonitor_scrapes_the_metrics_port() -> None:
-    (monitor,) = documents("podmonitor.yaml")
+    (monitor,) = documents("base/podmonitor.yaml")
     (deployment,) = documents("deployment.yaml")
     assert monitor["spec"]["selector"]["matchLabels"] == deployment["spec"]["selector"]["matchLabels"]
     (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
@@ -185,10 +245,17 @@ def test_dockerfile_builds_with_the_ci_install_script_and_runs_as_non_root() -> 
     assert "scripts/setup.sh" in ci
     users = [args[0] for keyword, *args in instructions if keyword == "USER"]
     assert users and not users[-1].startswith(("0", "root")), users
-    assert 'ENTRYPOINT ["python", "-m", "supervisor"]' in dockerfile
+    assert 'ENTRYPOINT ["mirror-v3"]' in dockerfile
     # The class archive is made by the runtime stage's own JDK, where the runtime looks for it.
     final = dockerfile.rsplit("\nFROM ", 1)[1]
-    assert "MIRROR_V3_JVM_CACHE=/opt/mirror-v3/jvm" in final and "RUN python -m supervisor prepare-jvm" in final
+    assert "MIRROR_V3_JVM_CACHE=/opt/mirror-v3/jvm" in final and "RUN mirror-v3 prepare-jvm" in final
+    # Everything the package build reads is copied in (its licence files included).
+    copied = " ".join(" ".join(args) for keyword, *args in instructions if keyword == "COPY")
+    project = (DEPLOY.parent / "pyproject.toml").read_text()
+    licences = re.findall(r'"([A-Z]+)"', project.split("license-files", 1)[1].splitlines()[0])
+    assert licences == ["LICENSE", "NOTICE"]
+    for needed in ("pyproject.toml", "README.md", *licences):
+        assert needed in copied, needed
 
 
 def test_the_sharded_overlay_runs_one_shard_per_replica() -> None:
