@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ def documents(name: str) -> list[dict[str, Any]]:
 
 def built(directory: Path) -> list[dict[str, Any]]:
     """`kubectl kustomize` of a directory: the objects `kubectl apply -k` would send."""
+    if shutil.which("kubectl") is None:
+        pytest.fail("kubectl (with its built-in kustomize v5) is part of this machine image and is needed here")
     done = subprocess.run(["kubectl", "kustomize", str(directory)], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
