@@ -33,7 +33,7 @@ from e2e.harness import (
     status_rows,
 )
 from sinks.blob_chain import blob_name, is_temp_name, temp_name
-from supervisor.status_view import STANDARD_WIDTH, TABLE_COLUMNS, WIDE_COLUMNS
+from supervisor.status_view import STANDARD_WIDTH, TABLE_COLUMNS, TOPIC_WIDTH, WIDE_COLUMNS
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, committed_offset, create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, log_time, run_cli
@@ -87,11 +87,13 @@ def test_round_trip_with_status_metrics_and_probes(
             assert abs(time.time() - flushed) < 600, row["last-flush"]
         table = run_cli("status", "--config", str(config), "--process", f"http://127.0.0.1:{port}")
         assert table.returncode == 0, table.stderr
-        summary, header, *rows = table.stdout.splitlines()
+        summary, header, *rows, spark = table.stdout.splitlines()
+        assert spark.startswith("spark (last "), spark
         assert summary.startswith("3 mirrors: 0 lagging, 0 failed; lag 0 records, oldest pending "), summary
         assert tuple(header.split()) == TABLE_COLUMNS and max(len(line) for line in rows) <= STANDARD_WIDTH
+        shown = topic_name if len(topic_name) <= TOPIC_WIDTH else topic_name[: TOPIC_WIDTH - 1] + "…"
         for partition, line in enumerate(rows):
-            assert re.match(rf"{re.escape(topic_name)}\s+{partition}\s+running\s+0\s+0\.0s\s+\d+s ago$", line), line
+            assert re.match(rf"{re.escape(shown)}\s+{partition}\s+running\s+0\s+0\.0s\s+[\d.]+s ago$", line), line
         wide = run_cli("status", "--config", str(config), "--wide", "--topic", f"{re.escape(topic_name)}", "--lagging")
         assert wide.returncode == 0 and wide.stdout.splitlines()[0].startswith("0 mirrors"), wide.stdout
         _, header, *rows = run_cli("status", "--config", str(config), "--wide").stdout.splitlines()
