@@ -76,8 +76,12 @@ class StatusFilter:
         return not self.failed or failing(row)
 
     def apply(self, report: StatusReport) -> StatusReport:
-        """The report with only the rows kept (its `ok` then speaks for them, and for unreadable clusters)."""
-        return replace(report, rows=[row for row in report.rows if self.keeps(row)])
+        """The report with only the rows kept, and with `--cluster` only that cluster if it was unreadable: its `ok`
+        then speaks for what is shown."""
+        unreadable = report.unreadable
+        if self.cluster is not None:
+            unreadable = {name: why for name, why in unreadable.items() if name == self.cluster}
+        return replace(report, rows=[row for row in report.rows if self.keeps(row)], unreadable=unreadable)
 
 
 def failing(row: MirrorStatus) -> bool:

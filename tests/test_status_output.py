@@ -4,6 +4,7 @@ table fits 100 columns under a summary line, `--wide` shows every column, and th
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import jsonschema
 
@@ -221,6 +222,8 @@ def test_filters_pick_rows_by_cluster_topic_lag_and_failure() -> None:
     assert names(StatusFilter(failed=True)) == ["orders-0", "orders-1"]
     assert names(StatusFilter(cluster="eu", failed=True)) == []
     assert StatusFilter(cluster="eu").apply(estate()).ok  # ok speaks for the rows shown
+    down = replace(estate(), unreadable={"us": "refused"})
+    assert StatusFilter(cluster="eu").apply(down).ok and not StatusFilter(failed=True).apply(down).ok
 
 
 def test_the_json_document_carries_the_summary() -> None:
