@@ -373,18 +373,3 @@ def _position(row: MirrorStatus) -> int | None:
     if row.destination_next is not None:
         return row.destination_next
     return row.source_log_start if row.lag is not None else None
-
-
-def held_here(row: MirrorStatus) -> bool:
-    """Caught up to the last stable offset with records behind it: an open transaction holds the mirror
-    (since when, only the running process knows)."""
-    return row.lag == 0 and (row.high_watermark_lag or 0) > 0
-
-
-def lost_line(row: MirrorStatus) -> str | None:
-    if row.lost is None:
-        return None
-    return (
-        f"source offsets {row.lost} were deleted before they were mirrored: every start fails (source.on-data-loss: "
-        "fail); set on-data-loss: skip to go on without them"
-    )

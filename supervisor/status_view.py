@@ -24,8 +24,6 @@ from supervisor.status import (
     StatusDocument,
     StatusReport,
     StatusSummary,
-    held_here,
-    lost_line,
 )
 
 STANDARD_WIDTH = 100
@@ -184,7 +182,7 @@ def _wide_lines(report: StatusReport, now: float) -> list[str]:
             _cell(row.lag),
             "-" if row.lag_seconds is None else age(row.lag_seconds),
             _cell(row.high_watermark_lag),
-            row.held_since or ("held" if held_here(row) else "-"),
+            row.held_since or ("held" if _held_here(row) else "-"),
             "-" if row.rate is None else f"{row.rate:.0f}",
             duration(row.eta_seconds),
             row.last_flush or "-",
@@ -200,7 +198,22 @@ def _wide_lines(report: StatusReport, now: float) -> list[str]:
 
 
 def _problem(row: MirrorStatus) -> str:
-    return "; ".join(e for e in (lost_line(row), row.error, row.failure and f"process: {row.failure}") if e)
+    return "; ".join(e for e in (_lost_line(row), row.error, row.failure and f"process: {row.failure}") if e)
+
+
+def _held_here(row: MirrorStatus) -> bool:
+    """Caught up to the last stable offset with records behind it: an open transaction holds the mirror
+    (since when, only the running process knows)."""
+    return row.lag == 0 and (row.high_watermark_lag or 0) > 0
+
+
+def _lost_line(row: MirrorStatus) -> str | None:
+    if row.lost is None:
+        return None
+    return (
+        f"source offsets {row.lost} were deleted before they were mirrored: every start fails (source.on-data-loss: "
+        "fail); set on-data-loss: skip to go on without them"
+    )
 
 
 def _since(iso_utc: str | None, now: float) -> str:

@@ -13,10 +13,9 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-FIRST_PARTY = {"core", "config", "kafka_clients", "source", "sinks", "workers", "supervisor", "testkit", "tests"}
-FIRST_PARTY |= {"e2e", "bench", "tools"}
 PRODUCT = ("core", "config", "kafka_clients", "source", "sinks", "workers", "supervisor")
 TESTING = ("testkit", "tests", "e2e", "bench", "tools")
+FIRST_PARTY = set(PRODUCT + TESTING)
 
 
 def _name(requirement: str) -> str:
