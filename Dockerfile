@@ -40,7 +40,7 @@ ENV PATH=/opt/mirror-v3/venv/bin:$PATH \
 RUN mirror-v3 prepare-jvm
 USER 10001:10001
 WORKDIR /tmp
-EXPOSE 9090
+EXPOSE 7780
 # The package's own command (the same CLI as `python -m supervisor`): `docker run mirror-v3 run --config ...`.
 ENTRYPOINT ["mirror-v3"]
 CMD ["--help"]

@@ -16,13 +16,13 @@ from config.errors import ConfigError
 
 LogFormat = Literal["kv", "json"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-DEFAULT_METRICS_PORT = 9090
+DEFAULT_METRICS_PORT = 7780
 
 # name → what it sets (the README's table says the same)
 VARIABLES = {
     "LOG_LEVEL": "log level: DEBUG, INFO (default), WARNING, ERROR",
     "LOG_FORMAT": "kv (default) or json",
-    "MIRROR_V3_METRICS_PORT": "port of /metrics, /healthz, /readyz and /mirrors (default 9090; 0 disables)",
+    "MIRROR_V3_METRICS_PORT": "port of /metrics, /healthz, /readyz and /mirrors (default 7780; 0 disables)",
     "MIRROR_V3_READINESS_LAG": "/readyz needs every mirror's lag at or below this many offsets (default: no bound)",
     "MIRROR_V3_HEARTBEAT_SECS": "seconds between DEBUG heartbeat lines (default 30; 0 disables)",
     "MIRROR_V3_DRAIN_TIMEOUT_SECS": "seconds the drain after SIGTERM may take (default 25)",

@@ -69,7 +69,7 @@ def test_a_regex_estate_is_planned_mirrored_and_followed_while_it_changes(
     with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
         for topic in (f"{base}-a", f"{base}-b", f"{base}-c"):
             run.wait_for_offsets(partial(next_offset, fs, topic), dict(enumerate(layout[topic])))
-        assert run.metric("mirror_v3_mirrors", cluster="prod") == 7
+        assert run.metric("mirror_v3_mirrors", source_cluster="prod") == 7
         assert run.metric("mirror_v3_destination_offset_verified", topic=f"{base}-a", partition=3) == 50
         pid = run.pid
 
@@ -86,15 +86,15 @@ def test_a_regex_estate_is_planned_mirrored_and_followed_while_it_changes(
             timeout=max(1.0, 2 * DISCOVERY_MS / 1000 - (time.monotonic() - changed_at)),
         )
         assert run.running and run.pid == pid
-        assert run.metric("mirror_v3_mirrors", cluster="prod") == 11
+        assert run.metric("mirror_v3_mirrors", source_cluster="prod") == 11
 
         # A deleted topic stops its mirrors with a WARN each; the others go on.
         delete_topic(kafka.bootstrap, f"{base}-c")
         run.wait_for_log(r'level=WARNING msg="mirror stopped: source topic was deleted"', count=2, timeout=60)
         produce(kafka.bootstrap, f"{base}-a", 0, generate_records(40, seed=40))
         run.wait_for_offsets(lambda p: fs.next_offset(f"{base}-a", p), {0: 340})
-        run.wait_until(lambda: run.metric("mirror_v3_mirrors", cluster="prod") == 9, 30, "9 running mirrors")
-        assert run.metric("mirror_v3_discovery_removed_partitions_total", cluster="prod") == 2
+        run.wait_until(lambda: run.metric("mirror_v3_mirrors", source_cluster="prod") == 9, 30, "9 running mirrors")
+        assert run.metric("mirror_v3_discovery_removed_partitions_total", source_cluster="prod") == 2
         assert run.metric("mirror_v3_destination_offset_verified", topic=f"{base}-c", partition=0) is None
         run.drain()
     assert not run.errors(), run.tail()
@@ -133,16 +133,21 @@ def test_two_clusters_with_one_topic_name_write_two_chains_and_two_series(
         run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 300})
         run.wait_for_offsets(lambda p: fs.next_offset(f"{topic_name}.dr", p), {0: 500})
         verified = {
-            cluster: run.metric("mirror_v3_destination_offset_verified", cluster=cluster, topic=topic_name, partition=0)
+            cluster: run.metric(
+                "mirror_v3_destination_offset_verified", source_cluster=cluster, topic=topic_name, partition=0
+            )
             for cluster in ("prod", "dr")
         }
         assert verified == {"prod": 300, "dr": 500}
         records = {
-            cluster: run.metric("mirror_v3_destination_records_total", cluster=cluster, topic=topic_name)
+            cluster: run.metric("mirror_v3_destination_records_total", source_cluster=cluster, topic=topic_name)
             for cluster in ("prod", "dr")
         }
         assert records == {"prod": 300, "dr": 500}
-        assert run.metric("mirror_v3_destination_records_total", cluster="dr", destination=f"{topic_name}.dr") == 500
+        assert (
+            run.metric("mirror_v3_destination_records_total", source_cluster="dr", destination=f"{topic_name}.dr")
+            == 500
+        )
         run.drain()
     assert "cluster=dr" in run.log_text() and "cluster=prod" in run.log_text()
     assert_exactly_once(kafka.bootstrap, fs, topic_name)
@@ -174,8 +179,8 @@ def test_an_unreachable_cluster_degrades_only_its_own_mirrors(
             run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 300})
             (warned, *_) = run.events("discovery failed, retrying")
             assert warned["cluster"] == "dr", warned
-            assert run.metric("mirror_v3_source_cluster_up", cluster="dr") == 0
-            assert run.metric("mirror_v3_source_cluster_up", cluster="prod") == 1
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster="dr") == 0
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster="prod") == 1
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/mirrors", timeout=5) as response:
                 assert [m["name"] for m in json.loads(response.read())["mirrors"]] == [f"prod.{topic_name}-0"]
             code, status = status_json(config, "--process", f"http://127.0.0.1:{port}")
@@ -187,7 +192,7 @@ def test_an_unreachable_cluster_degrades_only_its_own_mirrors(
 
             dr.start()
             run.wait_for_offsets(lambda p: fs.next_offset(f"{topic_name}.dr", p), {0: 500}, timeout=120)
-            assert run.metric("mirror_v3_source_cluster_up", cluster="dr") == 1
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster="dr") == 1
             assert status_json(config)[0] == 0
             run.drain()
         assert run.errors() == [], run.errors()

@@ -137,10 +137,10 @@ def test_a_source_broker_down_for_20_seconds_mid_stream_is_ridden_out_by_the_sam
         with MirrorRun(config, tmp_path / "run.log", metrics_port=port, env=fs.env()) as run:
             run.wait_until(lambda: (fs.next_offset(topic_name, 0) or 0) >= 4_000, 120, "the first flushes")
             assert (fs.next_offset(topic_name, 0) or 0) < 30_000, "the backlog was done before the outage"
-            assert run.metric("mirror_v3_source_cluster_up", cluster=broker.bootstrap) == 1
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster=broker.bootstrap) == 1
             broker.kill()
             run.wait_for_log(r'msg="source cluster unreachable"', timeout=15)
-            assert run.metric("mirror_v3_source_cluster_up", cluster=broker.bootstrap) == 0
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster=broker.bootstrap) == 0
             code, body = readyz(port)
             assert code == 503 and f"source cluster {broker.bootstrap} unreachable" in body, body
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/mirrors", timeout=5) as response:
@@ -153,7 +153,7 @@ def test_a_source_broker_down_for_20_seconds_mid_stream_is_ridden_out_by_the_sam
             run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 31_000}, timeout=180)
             (back,) = run.events("source cluster reachable again")
             assert 18 <= float(back["down_s"]) <= 40, back
-            assert run.metric("mirror_v3_source_cluster_up", cluster=broker.bootstrap) == 1
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster=broker.bootstrap) == 1
             assert readyz(port)[0] == 200
             run.drain()
         # Riding it out is no error; librdkafka's refused connections stay out of the log (only the mirror's WARNs).

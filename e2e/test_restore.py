@@ -184,7 +184,7 @@ def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
         ) as run:
             if attempt == 0:  # the restore serves run's series while it works, labelled by the archived chain
                 series: dict[str, str | int] = {
-                    "cluster": "archive",
+                    "source_cluster": "archive",
                     "topic": topic_name,
                     "partition": 1,
                     "destination": restored,
@@ -192,13 +192,15 @@ def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
 
                 def scraped(series: dict[str, str | int] = series, run: MirrorRun = run) -> bool:
                     try:
-                        return run.metric("mirror_v3_source_end_offset", **series) is not None
+                        return run.metric("mirror_v3_source_log_start_offset", **series) is not None
                     except OSError:  # not listening yet
                         return False
 
                 run.wait_until(scraped, 60, "the restore's series on /metrics")
-                assert run.metric("mirror_v3_source_end_offset", **series) == counts[1]
                 assert run.metric("mirror_v3_source_log_start_offset", **series) == 0
+                verified = run.metric("mirror_v3_destination_offset_verified", **series)
+                lag = run.metric("mirror_v3_source_lag_offsets", **series)
+                assert verified is not None and lag is not None and verified + lag == counts[1]  # the archive's end
 
             # Kill soon after this run's first write landed, not after a fixed time: a fixed time either came
             # before Spark was up or after the whole restore on a fast machine (CI at 8ace0fd and 8241968).

@@ -147,8 +147,8 @@ class MirrorActor(Generic[W]):
             self._continue_claim(offsets)
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
-        # A restarted mirror's series live on from its failed predecessor: nothing of that one is in flight.
-        self._metrics.read_next.set(self._read_from)
+        # A restarted mirror's series (and share of its topic's sums) live on from its failed predecessor:
+        # nothing of that one is in flight.
         for gauge in (self._metrics.reading, self._metrics.staged_records, self._metrics.staged_bytes):
             gauge.set(0)
         log_event(
@@ -388,7 +388,6 @@ class MirrorActor(Generic[W]):
     async def _flush(self, plan: FlushPlan) -> None:
         """One Spark job over the plan's tasks, then its staged writes committed in offset order."""
         began = self._clock.monotonic()
-        self._metrics.read_next.set(plan.end)
         self._metrics.reading.set(plan.end - plan.first)
         try:
             # A claimed blob is written whole: the writer that claimed it cut it already.
@@ -512,7 +511,6 @@ class MirrorActor(Generic[W]):
     def _observe(self, offsets: SourceOffsets) -> None:
         self._source_end = offsets.end
         self._metrics.source_log_start.set(offsets.log_start)
-        self._metrics.source_end.set(offsets.end)
         self._metrics.source_lag.set(self.lag)
         self._metrics.high_watermark_lag.set(max(0, offsets.high_watermark - self._next))
         if self._source_end <= self._next:

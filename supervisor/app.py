@@ -119,8 +119,7 @@ class Supervisor:
         metrics = MirrorMetrics.for_mirror(
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )
-        metrics.flush_max_time.set(flush.max_time_ms / 1000)
-        metrics.transaction_hold_alert.set(spec.source.transaction_hold_alert_ms / 1000)
+        metrics.configure(flush.max_time_ms / 1000, spec.source.transaction_hold_alert_ms / 1000)
         cluster = self._clusters.get(spec.source, spec.source_field)
         self._cluster_of[spec.name] = spec.cluster
         self._key_of[spec.name] = spec.key
@@ -242,7 +241,7 @@ class Supervisor:
         """Count each cluster discovery could not read; a WARN at the first failure of a spell only (the cluster's
         reachability says when it is back)."""
         for cluster, error in errors.items():
-            self._families.discovery_errors.labels(cluster=cluster).inc()
+            self._families.discovery_errors.labels(source_cluster=cluster).inc()
             if cluster not in self._discovery_failing:
                 log_event(log, logging.WARNING, "discovery failed, retrying", cluster=cluster, error=str(error))
         self._discovery_failing = set(errors)
@@ -254,7 +253,7 @@ class Supervisor:
 
     def _reachability_changed(self, cluster: str, outage: Outage | None) -> None:
         """A source cluster went down or came back: its gauge, /readyz (degraded) and the mirrors' state in status."""
-        self._families.source_cluster_up.labels(cluster=cluster).set(0 if outage is not None else 1)
+        self._families.source_cluster_up.labels(source_cluster=cluster).set(0 if outage is not None else 1)
         if outage is None:
             self._unreachable.pop(cluster, None)
         else:
@@ -306,9 +305,9 @@ class Supervisor:
             if key in self._scopes and not self._scopes[key].cancel_called and actor.mirror.name not in self._failed
         ]
         for cluster in clusters:
-            self._families.mirrors.labels(cluster=cluster).set(sum(1 for key in running if key[0] == cluster))
+            self._families.mirrors.labels(source_cluster=cluster).set(sum(1 for key in running if key[0] == cluster))
             unassigned = sum(1 for key in self._selected if key[0] == cluster and key not in running)
-            self._families.unassigned.labels(cluster=cluster).set(unassigned)
+            self._families.unassigned.labels(source_cluster=cluster).set(unassigned)
 
     async def _discover(self) -> None:
         """Every discovery interval: start mirrors for new matching topics and partitions, stop those whose
@@ -373,7 +372,7 @@ class Supervisor:
         spec = actor.mirror
         if self._failed.pop(spec.name, None) is not None:  # stopped for good already: nothing left to end it
             self._forget(actor)
-        self._families.removed.labels(cluster=spec.cluster).inc()
+        self._families.removed.labels(source_cluster=spec.cluster).inc()
         log_event(
             log,
             logging.WARNING,
@@ -505,7 +504,7 @@ class Supervisor:
         ids = {"mirror": spec.name, "cluster": spec.cluster, "topic": spec.topic, "partition": spec.partition}
         self.http.readiness.started.discard(spec.name)
         self._failed[spec.name] = reason
-        self._families.failed.labels(**labels).set(1)
+        self._families.mark_failed(labels, True)
         self._update_gauges()
         if is_permanent(exc):
             log_event(log, logging.ERROR, "mirror stopped for good: not retried", **ids, error=reason)
@@ -520,7 +519,7 @@ class Supervisor:
         self.http.readiness.restart_at.pop(spec.name, None)  # failed (for now) until the replacement exists
         if self.stop_requested.is_set() or self.actors.get(spec.key) is not actor:
             return None  # stopping, or the mirror was dropped meanwhile (its topic is gone)
-        self._families.restarts.labels(**labels).inc()
+        self._families.count_restart(labels)
         try:
             replacement = self._actor(spec)
         except (ConfigReferenceError, DestinationError) as build_error:
@@ -528,7 +527,7 @@ class Supervisor:
             return None
         self.actors[spec.key] = replacement
         del self._failed[spec.name]
-        self._families.failed.labels(**labels).set(0)
+        self._families.mark_failed(labels, False)
         assert self._group is not None
         self._group.start_soon(self._mark_started, replacement)
         self._update_gauges()

@@ -105,11 +105,11 @@ class GroupSync:
         done = {}
         for cluster, partitions in sorted(by_cluster.items()):
             done[cluster] = result = await self._sync_cluster(partitions)
-            self._families.group_sync_groups.labels(cluster=cluster).set(result.synced)
-            self._families.group_sync_skipped.labels(cluster=cluster).set(result.skipped)
-            self._families.group_sync_offsets.labels(cluster=cluster).inc(result.offsets)
-            self._families.group_sync_failures.labels(cluster=cluster).inc(len(result.failures))
-            self._families.group_sync_last.labels(cluster=cluster).set(time.time())
+            self._families.group_sync_groups.labels(source_cluster=cluster).set(result.synced)
+            self._families.group_sync_skipped.labels(source_cluster=cluster).set(result.skipped)
+            self._families.group_sync_offsets.labels(source_cluster=cluster).inc(result.offsets)
+            self._families.group_sync_failures.labels(source_cluster=cluster).inc(len(result.failures))
+            self._families.group_sync_last.labels(source_cluster=cluster).set(time.time())
             for failure in result.failures:
                 log_event(log, logging.WARNING, "group offsets not synced, retrying", cluster=cluster, error=failure)
             log_event(

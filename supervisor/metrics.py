@@ -1,4 +1,5 @@
-"""Prometheus metrics (SPEC §6). Every mirror's series carries `cluster` (the source cluster's name),
+"""Prometheus metrics (SPEC §6). Every mirror's series carries `source_cluster` (the source cluster's name:
+not `cluster`, which multi-cluster Prometheus set-ups put on every series of the cluster that scrapes it),
 `topic`, `partition` (the source's, so joins with kafka_exporter on topic and partition work) and
 `destination` (the destination topic, directory or key segment): two mirrors of one process never
 share a series, not even the same topic and partition of two clusters."""
@@ -22,11 +23,13 @@ from supervisor.version import installed_version
 # Counters would each carry a `_created` series as well: twice the series for no use on a dashboard.
 disable_created_metrics()  # type: ignore[no-untyped-call]
 
-LABELS = ("cluster", "topic", "partition", "destination")
-CLUSTER_LABELS = ("cluster",)
+LABELS = ("source_cluster", "topic", "partition", "destination")
+CLUSTER_LABELS = ("source_cluster",)
+# Totals and sums over a topic's partitions, per destination (a topic may be mirrored to two destinations).
+TOPIC_SERIES_LABELS = ("source_cluster", "topic", "destination")
 # Histograms are per source topic, not per partition: a histogram is a dozen series, and an estate of
 # thousands of partitions would pay that per partition for a distribution nobody reads per partition.
-TOPIC_LABELS = ("cluster", "topic")
+TOPIC_LABELS = ("source_cluster", "topic")
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 21600, 86400)
 READ_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 FLUSH_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
@@ -82,8 +85,85 @@ class CountedHistogram(Collector):
         yield family
 
 
+class GaugeShare:
+    """One mirror's part of a gauge summed per topic (`SummedGauge`): the actor sets its own value."""
+
+    def __init__(self, family: SummedGauge, mirror: tuple[str, ...]) -> None:
+        self._family, self._mirror = family, mirror
+
+    def set(self, value: float) -> None:
+        self._family.set(self._mirror, value)
+
+    def inc(self, amount: float = 1) -> None:
+        self._family.set(self._mirror, self._family.share_of(self._mirror) + amount)
+
+    def dec(self, amount: float = 1) -> None:
+        self.inc(-amount)
+
+
+class SummedGauge:
+    """A gauge per (source_cluster, topic, destination) that is the sum of its mirrors' own values: the work in
+    flight of a topic's partitions, exported once per topic rather than once per partition. Each mirror keeps
+    its share (by its LABELS values), so a restarted mirror's `set(0)` takes its predecessor's part back out."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self.gauge = Gauge(name, documentation, TOPIC_SERIES_LABELS, registry=registry)
+        self._shares: dict[tuple[str, ...], float] = {}
+
+    def share(self, mirror: tuple[str, ...]) -> GaugeShare:
+        self.gauge.labels(*topic_of(mirror))
+        return GaugeShare(self, mirror)
+
+    def share_of(self, mirror: tuple[str, ...]) -> float:
+        return self._shares.get(mirror, 0.0)
+
+    def set(self, mirror: tuple[str, ...], value: float) -> None:
+        before = self._shares.get(mirror, 0.0)
+        self._shares[mirror] = value
+        self.gauge.labels(*topic_of(mirror)).inc(value - before)
+
+    def drop(self, mirror: tuple[str, ...]) -> None:
+        """The mirror is gone: its share leaves the sum."""
+        before = self._shares.pop(mirror, 0.0)
+        with contextlib.suppress(KeyError):
+            if before:
+                self.gauge.labels(*topic_of(mirror)).inc(-before)
+
+
+class TopicSetting:
+    """A configured value per topic (max-time, the transaction-hold alert), for alerts to compare with: a topic's
+    mirrors normally share one entry, and where entries differ the largest value is exported (an alert on that
+    topic waits for its most patient mirror)."""
+
+    def __init__(self, name: str, documentation: str, registry: CollectorRegistry) -> None:
+        self.gauge = Gauge(name, documentation, TOPIC_SERIES_LABELS, registry=registry)
+        self._values: dict[tuple[str, ...], float] = {}
+
+    def set(self, mirror: tuple[str, ...], value: float) -> None:
+        topic = topic_of(mirror)
+        largest = max(value, self._values.get(topic, value))
+        self._values[topic] = largest
+        self.gauge.labels(*topic).set(largest)
+
+    def drop_topic(self, topic: tuple[str, ...]) -> None:
+        self._values.pop(topic, None)
+
+
+def topic_of(mirror: tuple[str, ...]) -> tuple[str, str, str]:
+    """A mirror's LABELS values → its TOPIC_SERIES_LABELS values."""
+    cluster, topic, _partition, destination = mirror
+    return cluster, topic, destination
+
+
 class MetricFamilies:
-    """All families, registered once per registry."""
+    """All families, registered once per registry.
+
+    Per partition (LABELS) only what an operator reads per partition: where it is (verified offset, log start),
+    how far behind (lag in offsets and in time, what a transaction holds back), whether it writes (last flush,
+    records, the retry in flight) and whether it failed. Everything else is per topic (TOPIC_SERIES_LABELS: totals
+    and sums over its partitions, the configured limits alerts compare with) or per source cluster: an estate of
+    thousands of partitions pays 10 series a partition, not 25.
+    """
 
     def __init__(self, registry: CollectorRegistry = REGISTRY) -> None:
         def gauge(name: str, doc: str) -> Gauge:
@@ -92,7 +172,11 @@ class MetricFamilies:
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, LABELS, registry=registry)
 
+        def topic_counter(name: str, doc: str) -> Counter:
+            return Counter(name, doc, TOPIC_SERIES_LABELS, registry=registry)
+
         self.registry = registry
+        # Per partition.
         self.offset_verified = gauge(
             "mirror_v3_destination_offset_verified",
             "Next source offset the destination would accept; everything below is durable.",
@@ -101,48 +185,18 @@ class MetricFamilies:
             "mirror_v3_destination_offset_inflight_retry",
             "Zero-based retry count of the destination write in flight (0 when healthy).",
         )
-        self.staging_retries = counter(
-            "mirror_v3_destination_staging_retries",
-            "Transient destination failures retried inside Spark tasks (S3 part uploads, aborted Kafka transactions).",
-        )
         self.records = counter("mirror_v3_destination_records", "Records durably written to the destination.")
-        self.bytes = counter("mirror_v3_destination_bytes", "Bytes durably written to the destination.")
-        self.flushes = counter(
-            "mirror_v3_destination_flushes", "Durable destination writes (files, objects, Kafka batches/transactions)."
-        )
         self.last_flush = gauge(
             "mirror_v3_destination_last_flush_timestamp_seconds", "Unix time of the most recent durable write."
         )
-        self.flush_max_time = gauge(
-            "mirror_v3_destination_flush_max_time_seconds",
-            "The configured flush.max-time-ms, in seconds (alerts compare the flush age with it).",
-        )
-        self.gap_records = counter(
-            "mirror_v3_source_offset_gap_records",
-            "Source offsets read that hold no record (compaction, transaction markers, aborted records).",
-        )
-        self.lost_records = counter(
-            "mirror_v3_source_lost_records",
-            "Source offsets deleted before they were mirrored and skipped (on-data-loss: skip).",
-        )
         self.source_log_start = gauge(
-            "mirror_v3_source_log_start_offset", "Earliest offset the source partition still holds."
-        )
-        self.source_end = gauge(
-            "mirror_v3_source_end_offset",
-            "Offset a reader may read up to (last stable offset when read_committed).",
+            "mirror_v3_source_log_start_offset",
+            "Earliest offset the source partition still holds (offset_verified minus this: the margin before "
+            "retention deletes what the mirror has not copied yet).",
         )
         self.source_lag = gauge(
             "mirror_v3_source_lag_offsets",
-            "Source end offset minus mirror_v3_destination_offset_verified.",
-        )
-        self.loop_skipped = counter(
-            "mirror_v3_loop_skipped_records",
-            "renumber: records not copied because a mirror copied them from this destination cluster (two-way).",
-        )
-        self.restarts = counter(
-            "mirror_v3_mirror_restarts",
-            "Restarts of this mirror after a failure (on-mirror-failure: restart).",
+            "Source end offset (last stable offset when read_committed) minus mirror_v3_destination_offset_verified.",
         )
         self.failed = gauge(
             "mirror_v3_mirror_failed",
@@ -158,57 +212,95 @@ class MetricFamilies:
             "How long the mirror has waited at the source's last stable offset for an open transaction to end "
             "(0 when not held).",
         )
-        self.transaction_hold_alert = gauge(
-            "mirror_v3_source_transaction_hold_alert_seconds",
-            "The configured source.transaction-hold-alert-ms, in seconds (the alert compares the hold with it).",
-        )
         self.pending_age = gauge(
             "mirror_v3_oldest_pending_age_seconds",
             "Age of the oldest source record not yet durable at the destination (0 when caught up).",
         )
-        self.read_next = gauge(
-            "mirror_v3_read_next_offset", "Next source offset to read: the end of what is read or being read."
-        )
-        self.reading = gauge(
-            "mirror_v3_read_inflight_offsets", "Source offsets the Spark job in flight is reading and staging."
-        )
-        self.staged_records = gauge(
-            "mirror_v3_staged_records", "Records written by the Spark job and not yet committed (durable)."
-        )
-        self.staged_bytes = gauge(
-            "mirror_v3_staged_bytes", "Record bytes written by the Spark job and not yet committed (durable)."
-        )
-        self.source_retries = counter(
-            "mirror_v3_source_retries",
-            "Source offset and metadata queries asked again because the source did not answer (outage ridden out).",
-        )
         self.families = [
-            self.source_retries,
-            self.high_watermark_lag,
-            self.transaction_held,
-            self.transaction_hold_alert,
-            self.pending_age,
-            self.read_next,
-            self.reading,
-            self.staged_records,
-            self.staged_bytes,
-            self.restarts,
-            self.failed,
             self.offset_verified,
             self.inflight_retry,
-            self.staging_retries,
             self.records,
+            self.last_flush,
+            self.source_log_start,
+            self.source_lag,
+            self.failed,
+            self.high_watermark_lag,
+            self.transaction_held,
+            self.pending_age,
+        ]
+
+        # Per source topic and destination: totals over its partitions.
+        self.staging_retries = topic_counter(
+            "mirror_v3_destination_staging_retries",
+            "Transient destination failures retried inside Spark tasks (S3 part uploads, aborted Kafka transactions).",
+        )
+        self.bytes = topic_counter("mirror_v3_destination_bytes", "Bytes durably written to the destination.")
+        self.flushes = topic_counter(
+            "mirror_v3_destination_flushes", "Durable destination writes (files, objects, Kafka batches/transactions)."
+        )
+        self.gap_records = topic_counter(
+            "mirror_v3_source_offset_gap_records",
+            "Source offsets read that hold no record (compaction, transaction markers, aborted records).",
+        )
+        self.lost_records = topic_counter(
+            "mirror_v3_source_lost_records",
+            "Source offsets deleted before they were mirrored and skipped (on-data-loss: skip); the WARN line "
+            "names the partition and offsets.",
+        )
+        self.loop_skipped = topic_counter(
+            "mirror_v3_loop_skipped_records",
+            "renumber: records not copied because a mirror copied them from this destination cluster (two-way).",
+        )
+        self.restarts = topic_counter(
+            "mirror_v3_mirror_restarts",
+            "Restarts of this topic's mirrors after a failure (on-mirror-failure: restart); mirror_v3_mirror_failed "
+            "names the partition.",
+        )
+        self.reading = SummedGauge(
+            "mirror_v3_read_inflight_offsets",
+            "Source offsets the Spark jobs in flight are reading and staging, over the topic's partitions.",
+            registry,
+        )
+        self.staged_records = SummedGauge(
+            "mirror_v3_staged_records",
+            "Records written by Spark jobs and not yet committed (durable), over the topic's partitions.",
+            registry,
+        )
+        self.staged_bytes = SummedGauge(
+            "mirror_v3_staged_bytes",
+            "Record bytes written by Spark jobs and not yet committed (durable), over the topic's partitions.",
+            registry,
+        )
+        self.flush_max_time = TopicSetting(
+            "mirror_v3_destination_flush_max_time_seconds",
+            "The configured flush.max-time-ms, in seconds (alerts compare the flush age with it).",
+            registry,
+        )
+        self.transaction_hold_alert = TopicSetting(
+            "mirror_v3_source_transaction_hold_alert_seconds",
+            "The configured source.transaction-hold-alert-ms, in seconds (the alert compares the hold with it).",
+            registry,
+        )
+        self.topic_families = [
+            self.staging_retries,
             self.bytes,
             self.flushes,
-            self.last_flush,
-            self.flush_max_time,
             self.gap_records,
-            self.loop_skipped,
             self.lost_records,
-            self.source_log_start,
-            self.source_end,
-            self.source_lag,
+            self.loop_skipped,
+            self.restarts,
         ]
+        self.summed = [self.reading, self.staged_records, self.staged_bytes]
+        self.settings = [self.flush_max_time, self.transaction_hold_alert]
+
+        # Per source cluster.
+        self.source_retries = Counter(
+            "mirror_v3_source_retries",
+            "Source offset and metadata queries asked again because the source did not answer (outage ridden out).",
+            CLUSTER_LABELS,
+            registry=registry,
+        )
+
         # Per source topic: distributions.
         self.latency = CountedHistogram(
             "mirror_v3_replication_latency_seconds",
@@ -335,16 +427,32 @@ class MetricFamilies:
 
     def forget(self, labels: dict[str, str], topic_too: bool = False) -> None:
         """Drop one mirror's series (its source topic is gone): no stale values linger on dashboards.
-        `topic_too`: it was the topic's last mirror, so its histograms go as well."""
+        `topic_too`: it was the topic's last mirror, so its per-topic series and histograms go as well."""
+        mirror = tuple(labels[name] for name in LABELS)
         for family in self.families:
             with contextlib.suppress(KeyError):
-                family.remove(*(labels[name] for name in LABELS))
+                family.remove(*mirror)
+        for summed in self.summed:
+            summed.drop(mirror)
         if topic_too:
+            series = topic_of(mirror)
+            gauges = [summed.gauge for summed in self.summed] + [setting.gauge for setting in self.settings]
+            for each in [*self.topic_families, *gauges]:
+                with contextlib.suppress(KeyError):
+                    each.remove(*series)
+            for setting in self.settings:
+                setting.drop_topic(series)
             topic = tuple(labels[name] for name in TOPIC_LABELS)
             self.latency.remove(topic)
             for histogram in (self.read_seconds, self.flush_seconds):
                 with contextlib.suppress(KeyError):
                     histogram.remove(*topic)
+
+    def mark_failed(self, labels: dict[str, str], failed: bool) -> None:
+        self.failed.labels(**labels).set(1 if failed else 0)
+
+    def count_restart(self, labels: dict[str, str]) -> None:
+        self.restarts.labels(*topic_of(tuple(labels[name] for name in LABELS))).inc()
 
 
 def build_labels() -> dict[str, str]:
@@ -357,75 +465,82 @@ def build_labels() -> dict[str, str]:
 
 @dataclass
 class MirrorMetrics:
-    """The label children of one mirror, so the actor never deals with labels."""
+    """The label children of one mirror (its own, its topic's, its cluster's), so the actor never deals with
+    labels."""
 
+    # This mirror's.
     offset_verified: Gauge
     inflight_retry: Gauge
-    staging_retries: Counter
     records: Counter
+    last_flush: Gauge
+    source_log_start: Gauge
+    source_lag: Gauge
+    high_watermark_lag: Gauge
+    transaction_held: Gauge
+    pending_age: Gauge
+    # Its topic's: totals, and its share of the sums.
+    staging_retries: Counter
     bytes: Counter
     flushes: Counter
-    last_flush: Gauge
-    flush_max_time: Gauge
     gap_records: Counter
     loop_skipped: Counter
     lost_records: Counter
-    source_log_start: Gauge
-    source_end: Gauge
-    source_lag: Gauge
-    high_watermark_lag: Gauge
-    source_retries: Counter
-    transaction_held: Gauge
-    transaction_hold_alert: Gauge
-    pending_age: Gauge
-    read_next: Gauge
-    reading: Gauge
-    staged_records: Gauge
-    staged_bytes: Gauge
+    reading: GaugeShare
+    staged_records: GaugeShare
+    staged_bytes: GaugeShare
     read_seconds: Histogram
     flush_seconds: Histogram
     latency_family: CountedHistogram
+    # Its source cluster's.
+    source_retries: Counter
 
     labels: dict[str, str]
+    families: MetricFamilies
 
     def observe_latency(self, times: RecordTimes, committed_at_ms: int) -> None:
         """Every record of a committed range, by its timestamp."""
-        topic = (self.labels["cluster"], self.labels["topic"])
+        topic = (self.labels["source_cluster"], self.labels["topic"])
         for seconds, records in times.latencies(committed_at_ms):
             self.latency_family.observe(topic, seconds, records)
+
+    def configure(self, flush_max_time_s: float, transaction_hold_alert_s: float) -> None:
+        """The mirror's configured limits, for alerts to compare with (per topic: the largest of its mirrors')."""
+        mirror = tuple(self.labels[name] for name in LABELS)
+        self.families.flush_max_time.set(mirror, flush_max_time_s)
+        self.families.transaction_hold_alert.set(mirror, transaction_hold_alert_s)
 
     @classmethod
     def for_mirror(
         cls, families: MetricFamilies, cluster: str, topic: str, partition: int, destination: str
     ) -> MirrorMetrics:
-        labels = {"cluster": cluster, "topic": topic, "partition": str(partition), "destination": destination}
+        labels = {"source_cluster": cluster, "topic": topic, "partition": str(partition), "destination": destination}
+        mirror = (cluster, topic, str(partition), destination)
+        series = topic_of(mirror)
         families.latency.labels((cluster, topic))
+        families.failed.labels(*mirror)  # 0 from the start: "not failed" is a value, not a missing series
         return cls(
             labels=labels,
-            offset_verified=families.offset_verified.labels(**labels),
-            inflight_retry=families.inflight_retry.labels(**labels),
-            staging_retries=families.staging_retries.labels(**labels),
-            records=families.records.labels(**labels),
-            bytes=families.bytes.labels(**labels),
-            flushes=families.flushes.labels(**labels),
-            last_flush=families.last_flush.labels(**labels),
-            flush_max_time=families.flush_max_time.labels(**labels),
-            gap_records=families.gap_records.labels(**labels),
-            loop_skipped=families.loop_skipped.labels(**labels),
-            lost_records=families.lost_records.labels(**labels),
-            source_log_start=families.source_log_start.labels(**labels),
-            source_end=families.source_end.labels(**labels),
-            source_lag=families.source_lag.labels(**labels),
-            high_watermark_lag=families.high_watermark_lag.labels(**labels),
-            source_retries=families.source_retries.labels(**labels),
-            transaction_held=families.transaction_held.labels(**labels),
-            transaction_hold_alert=families.transaction_hold_alert.labels(**labels),
-            pending_age=families.pending_age.labels(**labels),
-            read_next=families.read_next.labels(**labels),
-            reading=families.reading.labels(**labels),
-            staged_records=families.staged_records.labels(**labels),
-            staged_bytes=families.staged_bytes.labels(**labels),
-            read_seconds=families.read_seconds.labels(cluster=cluster, topic=topic),
-            flush_seconds=families.flush_seconds.labels(cluster=cluster, topic=topic),
+            families=families,
+            offset_verified=families.offset_verified.labels(*mirror),
+            inflight_retry=families.inflight_retry.labels(*mirror),
+            records=families.records.labels(*mirror),
+            last_flush=families.last_flush.labels(*mirror),
+            source_log_start=families.source_log_start.labels(*mirror),
+            source_lag=families.source_lag.labels(*mirror),
+            high_watermark_lag=families.high_watermark_lag.labels(*mirror),
+            transaction_held=families.transaction_held.labels(*mirror),
+            pending_age=families.pending_age.labels(*mirror),
+            staging_retries=families.staging_retries.labels(*series),
+            bytes=families.bytes.labels(*series),
+            flushes=families.flushes.labels(*series),
+            gap_records=families.gap_records.labels(*series),
+            loop_skipped=families.loop_skipped.labels(*series),
+            lost_records=families.lost_records.labels(*series),
+            reading=families.reading.share(mirror),
+            staged_records=families.staged_records.share(mirror),
+            staged_bytes=families.staged_bytes.share(mirror),
+            read_seconds=families.read_seconds.labels(cluster, topic),
+            flush_seconds=families.flush_seconds.labels(cluster, topic),
             latency_family=families.latency,
+            source_retries=families.source_retries.labels(cluster),
         )

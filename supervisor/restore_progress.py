@@ -7,7 +7,6 @@ offset the destination holds (`position`), and what this run produced.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import sys
 import time
@@ -15,7 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from sinks.kafka_produce import ProducedRange
-from supervisor.metrics import LABELS, MetricFamilies, MirrorMetrics
+from supervisor.metrics import MetricFamilies, MirrorMetrics
 
 log = logging.getLogger("mirror_v3.restore")
 
@@ -105,18 +104,14 @@ class RestoreMetrics:
         found = self._mirrors.get(part.name)
         if found is None:
             found = MirrorMetrics.for_mirror(self._families, ARCHIVE_CLUSTER, part.archived, part.partition, part.topic)
-            # A restore has no flush timer: an exported 0 would read as "flushes are always late".
-            # Nor a source transaction to wait for.
-            for family in (self._families.flush_max_time, self._families.transaction_hold_alert):
-                with contextlib.suppress(KeyError):
-                    family.remove(*(found.labels[name] for name in LABELS))
+            # A restore has no flush timer and no source transaction to wait for: it configures neither limit
+            # (an exported 0 would read as "flushes are always late").
             self._mirrors[part.name] = found
         return found
 
     def opened(self, part: RestoreState) -> None:
         metrics = self.of(part)
         metrics.source_log_start.set(part.first)
-        metrics.source_end.set(part.end)
         self._position(part, metrics)
 
     def retrying(self, part: RestoreState, attempt: int) -> None:

@@ -83,7 +83,7 @@ class SourceOffsetCommitter:
                 await self._admins.get(group.source, group.field).commit_group_offsets(group.group, offsets)
             except AdminRequestError as exc:
                 ok = False
-                self._families.source_commit_failures.labels(cluster=group.cluster).inc()
+                self._families.source_commit_failures.labels(source_cluster=group.cluster).inc()
                 newer = self._pending.setdefault(group, {})
                 for key, position in offsets.items():
                     newer.setdefault(key, position)
@@ -99,7 +99,7 @@ class SourceOffsetCommitter:
                         note="informational only: the destination still decides where mirrors continue",
                     )
                 continue
-            self._families.source_commits.labels(cluster=group.cluster).inc(len(offsets))
+            self._families.source_commits.labels(source_cluster=group.cluster).inc(len(offsets))
             if group in self._failing:
                 self._failing.discard(group)
                 log_event(

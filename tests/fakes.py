@@ -501,8 +501,11 @@ def fresh_metrics(topic: str = "t", partition: int = 0) -> tuple[MetricFamilies,
 
 
 def sample(families: MetricFamilies, name: str, topic: str = "t", partition: int = 0) -> float:
-    labels = {"cluster": "c", "topic": topic, "partition": str(partition), "destination": topic}
-    value = families.registry.get_sample_value(name, labels)
+    """The partition's series of `name`, or its topic's where the family is per topic (a total over partitions)."""
+    labels = {"source_cluster": "c", "topic": topic, "destination": topic}
+    value = families.registry.get_sample_value(name, {**labels, "partition": str(partition)})
+    if value is None:
+        value = families.registry.get_sample_value(name, labels)
     return 0.0 if value is None else value
 
 

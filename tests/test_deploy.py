@@ -52,9 +52,9 @@ def exported_metric_names() -> set[str]:
     registry = CollectorRegistry()
     ProcessCollector(registry=registry)
     families = MetricFamilies(registry)
-    MirrorMetrics.for_mirror(families, "c", "t", 0, "t")
+    MirrorMetrics.for_mirror(families, "c", "t", 0, "t").configure(1.0, 300.0)
     for family in (families.mirrors, families.unassigned, families.discovery_errors, families.removed):
-        family.labels(cluster="c")
+        family.labels(source_cluster="c")
     from prometheus_client import generate_latest
 
     text = generate_latest(registry).decode()
@@ -169,7 +169,8 @@ def test_alerts_cover_what_operators_need() -> None:
     assert {
         "MirrorV3DestinationRetrying",
         "MirrorV3LagGrowing",
-        "MirrorV3NoRecentFlush",
+        "MirrorV3Failed",
+        "MirrorV3Stalled",
         "MirrorV3Restarting",
         "MirrorV3RecordsWaitingTooLong",
         "MirrorV3TransactionHeld",
@@ -179,7 +180,7 @@ def test_alerts_cover_what_operators_need() -> None:
     } <= set(alerts)
     assert alerts["MirrorV3DestinationRetrying"]["for"] == "5m"
     assert "mirror_v3_destination_offset_inflight_retry" in alerts["MirrorV3DestinationRetrying"]["expr"]
-    assert "2 * mirror_v3_destination_flush_max_time_seconds" in alerts["MirrorV3NoRecentFlush"]["expr"]
+    assert "2 * mirror_v3_destination_flush_max_time_seconds" in alerts["MirrorV3Stalled"]["expr"]
     held = alerts["MirrorV3TransactionHeld"]["expr"]
     assert "mirror_v3_source_transaction_hold_alert_seconds" in held  # the configured time, not a fixed one
     assert "mirror_v3_source_lost_records_total" in alerts["MirrorV3DataLossAccepted"]["expr"]
@@ -187,6 +188,81 @@ def test_alerts_cover_what_operators_need() -> None:
     for name, alert in alerts.items():
         assert alert["labels"]["severity"] in ("warning", "critical"), name
         assert alert["annotations"]["summary"], name
+    for name in ("MirrorV3Failed", "MirrorV3Stalled"):
+        assert "status --" in alerts[name]["annotations"]["runbook"], name
+
+
+# Series of one pod as Prometheus would scrape them (labels of the pod and of mirror-v3), for `promtool test rules`.
+POD = 'namespace="mirror-v3", pod="mirror-v3-0", job="mirror-v3/mirror-v3"'
+PARTITION = POD + ', source_cluster="prod", topic="orders", destination="orders"'
+
+
+def test_the_failed_and_stalled_alerts_fire_on_series_that_mean_it(tmp_path: Path) -> None:
+    """Prometheus' own rule engine (`promtool test rules`) over the rules as shipped: a partition failed for five
+    minutes fires MirrorV3Failed and not MirrorV3Stalled; one whose flushes stop while records wait fires
+    MirrorV3Stalled after twice its topic's max-time plus the rule's `for`; a healthy one fires neither."""
+    (rule,) = documents("base/prometheusrule.yaml")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    failed, stalled, healthy = (f'{{{PARTITION}, partition="{p}"}}' for p in (0, 1, 2))
+    # Minute samples from t=0: the last flush of partition 1 is at 60 s and never again; partition 2 flushes
+    # every minute; partition 0 flushed at 60 s and has been failed since minute 2.
+    series = [
+        {"series": f"mirror_v3_destination_flush_max_time_seconds{{{PARTITION}}}", "values": "10x20"},
+        {"series": f"mirror_v3_destination_last_flush_timestamp_seconds{failed}", "values": "0 60x19"},
+        {"series": f"mirror_v3_destination_last_flush_timestamp_seconds{stalled}", "values": "0 60x19"},
+        {"series": f"mirror_v3_destination_last_flush_timestamp_seconds{healthy}", "values": "0+60x20"},
+        {"series": f"mirror_v3_source_lag_offsets{failed}", "values": "500x20"},
+        {"series": f"mirror_v3_source_lag_offsets{stalled}", "values": "500x20"},
+        {"series": f"mirror_v3_source_lag_offsets{healthy}", "values": "500x20"},
+        {"series": f"mirror_v3_mirror_failed{failed}", "values": "0 0 1x18"},
+        {"series": f"mirror_v3_mirror_failed{stalled}", "values": "0x20"},
+        {"series": f"mirror_v3_mirror_failed{healthy}", "values": "0x20"},
+    ]
+    labels = {"namespace": "mirror-v3", "pod": "mirror-v3-0", "source_cluster": "prod", "topic": "orders"}
+    rules = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+
+    def alert(name: str, **extra: str) -> dict[str, Any]:
+        """The alert as it should fire: its labels, and its annotations with the labels filled in."""
+        fired = {**labels, **extra}
+        annotations = {
+            key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: fired[m.group(1)], text)
+            for key, text in rules[name]["annotations"].items()
+        }
+        return {"exp_labels": {**fired, **rules[name]["labels"]}, "exp_annotations": annotations}
+
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    # Failed from minute 2: pending until minute 7.
+                    {"eval_time": "6m", "alertname": "MirrorV3Failed", "exp_alerts": []},
+                    {
+                        "eval_time": "8m",
+                        "alertname": "MirrorV3Failed",
+                        "exp_alerts": [alert("MirrorV3Failed", partition="0")],
+                    },
+                    # Partition 1's last flush is 60 s old at minute 2 (> 2 x 10 s): firing after its 2 min `for`.
+                    {"eval_time": "3m", "alertname": "MirrorV3Stalled", "exp_alerts": []},
+                    {
+                        "eval_time": "8m",
+                        "alertname": "MirrorV3Stalled",
+                        "exp_alerts": [
+                            alert("MirrorV3Stalled", job="mirror-v3/mirror-v3", destination="orders", partition="1")
+                        ],
+                    },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    checked = subprocess.run(
+        [promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:

@@ -64,8 +64,8 @@ async def test_preserve_moves_selected_groups_capped_by_the_position_and_never_b
     assert destination.commits == [("app", {("orders-copy", 0): 40, ("orders-copy", 1): 60})]
     result = done["a"]
     assert (result.groups, result.synced, result.skipped, result.offsets) == (3, 1, 1, 2)
-    assert registry.get_sample_value("mirror_v3_group_sync_offsets_total", {"cluster": "a"}) == 2
-    assert registry.get_sample_value("mirror_v3_group_sync_skipped_groups", {"cluster": "a"}) == 1
+    assert registry.get_sample_value("mirror_v3_group_sync_offsets_total", {"source_cluster": "a"}) == 2
+    assert registry.get_sample_value("mirror_v3_group_sync_skipped_groups", {"source_cluster": "a"}) == 1
     await sync.sync_once([mirrored(0, 50), mirrored(1, 60)])
     assert len(destination.commits) == 1  # nothing changed: nothing written again
 

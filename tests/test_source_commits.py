@@ -32,7 +32,7 @@ class FakeAdmin:
 
 
 def counter(registry: CollectorRegistry, name: str) -> float | None:
-    return registry.get_sample_value(name, {"cluster": "prod"})
+    return registry.get_sample_value(name, {"source_cluster": "prod"})
 
 
 async def test_positions_noted_between_rounds_travel_in_one_request_per_group() -> None:

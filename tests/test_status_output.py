@@ -95,14 +95,14 @@ def test_states_from_the_running_process_join_by_mirror_name_and_a_failed_one_is
     apply_states(rows, state)
     assert [(r.state, r.failure) for r in rows] == [("restarting", "destination /a: not a directory"), ("absent", None)]
     rows[1].error = None
-    report_ = StatusReport(rows, "http://127.0.0.1:9090")
+    report_ = StatusReport(rows, "http://127.0.0.1:7780")
     assert not report_.ok
     document = json.loads(render_json(report_))
-    assert document["process"] == "http://127.0.0.1:9090" and document["mirrors"][0]["state"] == "restarting"
+    assert document["process"] == "http://127.0.0.1:7780" and document["mirrors"][0]["state"] == "restarting"
     first = render_table(report_, wide=True).splitlines()[2]
     assert first.split()[13] == "restarting" and first.endswith("process: destination /a: not a directory")
     rows[0].state, rows[0].failure = "running", None
-    assert StatusReport(rows, "http://127.0.0.1:9090").ok
+    assert StatusReport(rows, "http://127.0.0.1:7780").ok
 
 
 def test_a_table_without_rows_is_its_summary_and_header() -> None:
@@ -139,7 +139,7 @@ def test_an_unknown_destination_position_leaves_the_lag_unknown_and_a_hold_shows
 
 def test_the_running_processs_spark_load_is_one_line_under_the_table_and_in_the_json() -> None:
     load = SparkLoad(60.0, 1.5, 1.25, 42.5, 0.12, 0.9)
-    with_load = StatusReport(report().rows, "http://127.0.0.1:9090", load)
+    with_load = StatusReport(report().rows, "http://127.0.0.1:7780", load)
     assert render_table(with_load).splitlines()[-1] == (
         "spark (last 60s): 1.5 jobs/s (1.25 shared), 42.5 partitions per job, flush wait p50 0.12s max 0.9s"
     )
@@ -155,7 +155,7 @@ def test_records_deleted_before_they_were_mirrored_make_the_row_data_lost_and_st
     apply_states(rows, ProcessState(draining=False, mirrors=[MirrorState("orders-0", "running")]))
     assert rows[0].state == "data-lost"  # whatever the process says: every start will fail
     rows[1].error = None
-    report_ = StatusReport(rows, "http://127.0.0.1:9090")
+    report_ = StatusReport(rows, "http://127.0.0.1:7780")
     assert not report_.ok
     line = render_table(report_, wide=True).splitlines()[2]
     assert "data-lost" in line.split() and "source offsets 1000..1499 were deleted" in line
@@ -178,7 +178,7 @@ def estate() -> StatusReport:
         )
     )
     rows.append(MirrorStatus("orders-1", "orders", 1, "-", "us", error="source cluster us unreachable: " + "y" * 200))
-    return StatusReport(rows, "http://127.0.0.1:9090")
+    return StatusReport(rows, "http://127.0.0.1:7780")
 
 
 NOW = 1_795_651_200.0  # 2026-11-26T00:00:00Z
