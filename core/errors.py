@@ -46,6 +46,16 @@ def _rebuild(cls: type[MirrorV3Error], args: tuple[object, ...], state: dict[str
     return exc
 
 
+def first_line(exc: BaseException, *, named: bool = False) -> str:
+    """The first line of an exception's message (a multi-line message, a Java stack): what one log line or one
+    error field carries. `named`: prefixed with the exception's type. No message: the type's name."""
+    text = str(exc).strip()
+    line = text.splitlines()[0] if text else ""
+    if not line:
+        return type(exc).__name__
+    return f"{type(exc).__name__}: {line}" if named else line
+
+
 def exit_code_for(exc: BaseException) -> int:
     """The exit code of a command that ends with `exc`: its own for the family, EXIT_FAILURE for anything else."""
     return exc.exit_code if isinstance(exc, MirrorV3Error) else EXIT_FAILURE

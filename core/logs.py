@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from core.errors import first_line
 from core.secrets import redact
 
 _FIELDS = "mirror_v3_fields"
@@ -111,7 +112,7 @@ def quiet_aiokafka_leaks() -> None:
         exception = context.get("exception")
         fields: dict[str, object] = {"report": message.splitlines()[0] if message else "unnamed"}
         if exception is not None:
-            fields["error"] = f"{type(exception).__name__}: {exception}".splitlines()[0]
+            fields["error"] = first_line(exception, named=True)
         log_event(reports, logging.WARNING, "asyncio report", **fields)
         reports.debug("asyncio report detail: %s", context, exc_info=exception)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from config.model import OAuthAwsMskIam, OAuthUnsecuredJwt
-from core.errors import MirrorV3Error
+from core.errors import MirrorV3Error, first_line
 
 # How a task's librdkafka client makes its token: these keys are mirror-v3's, never librdkafka's.
 TOKEN_PREFIX = "mirror-v3.oauthbearer."
@@ -174,14 +174,9 @@ def msk_iam_token(
             value, expiry_ms = MSKAuthTokenProvider.generate_auth_token(region)
     except Exception as exc:  # botocore raises many kinds; every one means "no IAM credentials"
         raise TokenError(
-            f"AWS MSK IAM for region {region}", f"made no token: {_first_line(exc)}", permanent=False
+            f"AWS MSK IAM for region {region}", f"made no token: {first_line(exc, named=True)}", permanent=False
         ) from None
     return Token(str(value), expiry_ms / 1000)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
 
 
 # ------------------------------------------------------------------------ plain settings for Spark tasks

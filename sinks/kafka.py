@@ -35,6 +35,7 @@ from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError, ProducerFenced
 
 from core.kafka_records import parse_source_offset
+from core.logs import log_event
 from kafka_clients.clients import KafkaClients, KafkaRecord, new_producer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from sinks.base import Committed, DestinationError, FencedError, Inspection
@@ -246,12 +247,14 @@ class KafkaSink:
         committed = await self._clients.committed_offset(self.group_id, self._tp)
         from_header = await self._last_header_position(search_all=committed is None)
         if committed is None and from_header is not None:
-            # Same structured fields as every other line (core.logs formats them).
-            fields = {"destination": self.description, "group": self.group_id, "last_source_offset": from_header - 1}
-            log.warning(
+            log_event(
+                log,
+                logging.WARNING,
                 "no committed position in consumer group (expired after offsets.retention.minutes?); "
                 "continuing after the last mirrored record",
-                extra={"mirror_v3_fields": fields},
+                destination=self.description,
+                group=self.group_id,
+                last_source_offset=from_header - 1,
             )
         candidates = [p for p in (committed, from_header) if p is not None]
         return (max(candidates) if candidates else None), committed

@@ -38,7 +38,7 @@ from typing import ClassVar, Protocol
 
 import anyio
 
-from core.errors import MirrorV3Error
+from core.errors import MirrorV3Error, first_line
 from core.logs import log_event
 from sinks.base import DestinationError
 from sinks.retry import RetryPolicy, retry_transient
@@ -265,7 +265,7 @@ class Leases:
             except MirrorV3Error as exc:
                 if failing_since is None:
                     failing_since = time.monotonic()
-                    log_event(log, logging.WARNING, "lease renewal failing", error=str(exc).splitlines()[0])
+                    log_event(log, logging.WARNING, "lease renewal failing", error=first_line(exc))
                 continue
             if failing_since is not None:
                 log_event(log, logging.INFO, "lease renewed again", down_s=round(time.monotonic() - failing_since, 1))

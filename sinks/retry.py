@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from core.logs import log_event
 from core.retry import Retry, RetryPolicy, retry_async, retry_blocking
 from sinks.base import Committed, DestinationError, Inspection, Sink
 from sinks.write_target import WriteTarget, Written
@@ -69,8 +70,7 @@ async def retry_transient(
             "backoff_ms": round(retry.delay_s * 1000),
             "error": str(exc),
         }
-        # `mirror_v3_fields` is what the process's log formatter renders as key=value pairs.
-        log.warning("destination operation failed, retrying", extra={"mirror_v3_fields": fields})
+        log_event(log, logging.WARNING, "destination operation failed, retrying", **fields)
 
     try:
         result = await retry_async(
@@ -82,7 +82,7 @@ async def retry_transient(
     if retried is not None:  # the WARNs said it failed; this says for how long, and that it is over
         fields = {**(log_fields or {}), "operation": what, "retries": retried.number}
         fields["down_s"] = round(retried.failing_for_s + retried.delay_s, 1)
-        log.info("destination operation succeeded again", extra={"mirror_v3_fields": fields})
+        log_event(log, logging.INFO, "destination operation succeeded again", **fields)
     return result
 
 
@@ -98,6 +98,7 @@ def retry_transient_sync(
     the task's log on the executor shows its retries)."""
 
     def retrying(exc: TransientDestinationError, retry: Retry) -> None:
+        # Not log_event: Spark's Python workers do not install the process's formatter, so the facts go in the text.
         log.warning("%s failed, retry %d in %.1fs: %s", what, retry.number, retry.delay_s, exc)
         on_retry(retry.number)
 

@@ -49,6 +49,7 @@ from botocore.exceptions import (
     HTTPClientError as BotoHTTPClientError,
 )
 
+from core.errors import first_line
 from core.logs import log_event
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, ChainProblem, CorruptChainError, blob_name, parse_blob_name
@@ -58,7 +59,6 @@ from sinks.s3_errors import (
     NotImplementedByStore,
     PreconditionFailed,
     classify_client_error,
-    first_line,
 )
 from sinks.s3_staging import SHA256_METADATA, WRITER_METADATA, S3Settings, S3Staging
 from sinks.staging import BlobFormat, StagedBlob

@@ -24,6 +24,7 @@ from botocore.exceptions import (
     HTTPClientError as BotoHTTPClientError,
 )
 
+from core.errors import first_line
 from sinks.base import DestinationError
 from sinks.retry import TransientDestinationError
 
@@ -79,11 +80,6 @@ def classify_client_error(exc: ClientError, what: str, bucket: str) -> Destinati
     if status == 403 or code in {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"}:
         return DestinationError(f"{what}: access denied ({code}: {message})")
     return DestinationError(f"{what}: HTTP {status} {code}: {message}")
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def call_blocking(what: str, operation: Callable[[], T], bucket: str) -> T:

@@ -23,7 +23,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError
 from anyio.abc import TaskGroup
 
 from config.model import SourceConfig
-from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError, first_error
+from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError, first_error, first_line
 from kafka_clients.clients import fetch_all_metadata, new_consumer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.settings import aiokafka_settings
@@ -561,5 +561,4 @@ def _describe(exc: BaseException) -> str:
         return "timed out"
     if isinstance(exc, KafkaConnectionError):
         return "no bootstrap server answered"
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0]
+    return first_line(exc)

@@ -31,7 +31,7 @@ from typing import Protocol, TypeVar
 
 import anyio
 
-from core.errors import SourceUnavailableError
+from core.errors import SourceUnavailableError, first_line
 from core.logs import log_event
 from core.retry import Retry, RetryPolicy, retry_async
 
@@ -97,7 +97,7 @@ class ClusterReachability:
         """A request of the cluster went unanswered: down, since now unless it was already."""
         if self.outage is not None:
             return
-        cause = str(exc).splitlines()[0]
+        cause = first_line(exc)
         for named in (f"source cluster {self.cluster}: ", f"source cluster {self.cluster} "):
             cause = cause.removeprefix(named)  # the outage names its cluster already
         self.outage = Outage(self.cluster, self._clock(), cause)
@@ -139,7 +139,7 @@ class OutageRider:
 
         def exhausted(exc: SourceUnavailableError, attempts: int) -> SourceOutageError:
             down_s = max(failing_for[0], self._deadline_s)
-            return SourceOutageError(self._cluster, self._deadline_s, down_s, str(exc).splitlines()[0])
+            return SourceOutageError(self._cluster, self._deadline_s, down_s, first_line(exc))
 
         def retrying(exc: SourceUnavailableError, retry: Retry) -> None:
             failing_for[0] = retry.failing_for_s

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from config.model import SparkConfig
-from core.errors import EXIT_ENVIRONMENT, MirrorV3Error
+from core.errors import EXIT_ENVIRONMENT, MirrorV3Error, first_line
 from core.secrets import SECRET_KEY_PATTERN, remember
 from source.jvm_class_cache import archive_path, recording_option, sharing_option
 from source.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
@@ -129,7 +129,7 @@ def get_spark(
             _launch_jvm(conf, on_jvm_event)
             session = builder.getOrCreate()
         except Exception as exc:
-            reason = _first_line(exc)
+            reason = first_line(exc, named=True)
             if config.master.startswith("spark://"):
                 # Spark's own words are about its calls; the operator needs to know which master would not take us.
                 reason = f"spark.master {config.master}: the master did not accept the application ({reason})"
@@ -190,11 +190,6 @@ class SparkStartError(MirrorV3Error):
 
     exit_code = EXIT_ENVIRONMENT
     headline = "cannot start Spark"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0]}" if text else type(exc).__name__
 
 
 def current_spark() -> SparkSession | None:

@@ -33,12 +33,13 @@ from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.cluster_ids import loop_ids
 from supervisor.describe import describe_error
 from supervisor.discovery import ClusterRead, plan_readable, read_clusters
-from supervisor.failures import RestartPolicy, is_permanent
+from supervisor.failures import Collapse, Restart, RestartPolicy, StopForGood, after_failure
 from supervisor.flush_planner import FlushLimits
 from supervisor.flush_scheduler import SchedulerLimits
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.metrics import MetricFamilies, MirrorMetrics
+from supervisor.mirror_record import MirrorRecord
 from supervisor.partition_source import SparkPartitionSource, SparkRuntime
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
@@ -72,20 +73,15 @@ class Supervisor:
         self._sinks: SinkFactory | None = None
         self.stop_requested = anyio.Event()
         self.spark_abandoned = False  # the process ended while Spark still started (see supervisor.cli._run)
-        self.actors: dict[MirrorKey, MirrorActor[Any]] = {}
-        self._scopes: dict[MirrorKey, anyio.CancelScope] = {}
+        self.mirrors: dict[MirrorKey, MirrorRecord] = {}  # one record per mirror: its actor, scope and fate
         self._selected: set[MirrorKey] = set()  # this shard's partitions that the last plan selected
         self._missing_logged: set[tuple[str, str]] = set()
-        self._failed: dict[str, str] = {}  # mirror → why, while failed (on-mirror-failure: restart); /readyz shows it
         self._group: TaskGroup | None = None
         self._failure: BaseException | None = None  # the first failure: the cause, and so the exit code
         self._topics: TopicManager | None = None  # create-topics, once run() has built it
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
-        self._cluster_of: dict[str, str] = {}  # mirror name → its source cluster's name
-        # mirror name → its actor's key: /mirrors and /readyz ask per name, for every mirror
-        self._key_of: dict[str, MirrorKey] = {}
         self._unreachable: dict[str, str] = {}  # source cluster's name → why it does not answer (while it does not)
         self._unreachable_seen: set[str] = set()  # clusters whose reachability is listened to
         self._discovery_failing: set[str] = set()  # clusters the last discovery could not read
@@ -121,8 +117,6 @@ class Supervisor:
         )
         metrics.configure(flush.max_time_ms / 1000, spec.source.transaction_hold_alert_ms / 1000)
         cluster = self._clusters.get(spec.source, spec.source_field)
-        self._cluster_of[spec.name] = spec.cluster
-        self._key_of[spec.name] = spec.key
         self._listen(spec.cluster, cluster)
         on_durable = None
         if self._commits is not None and spec.commit_group is not None:
@@ -166,7 +160,7 @@ class Supervisor:
             # first mirrors come from discovery later.
             self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder)
             for spec in plan.mirrors:
-                self.actors[spec.key] = self._actor(spec)
+                self.mirrors[spec.key] = MirrorRecord(spec, self._actor(spec))
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
             self._fail(None, exc, exc.headline or "cannot start")
         if self._failure is not None:
@@ -176,15 +170,10 @@ class Supervisor:
         self.http = HttpEndpoint(
             self._families.registry,
             Readiness(
-                mirrors=[actor.mirror.name for actor in self.actors.values()],
-                failed=self._failed,
-                lag_of=self._lag_of,
-                held_since_of=self._held_since_of,
-                pending_age_of=self._pending_age_of,
+                mirrors=self.mirrors.values,
                 spark_ready=False,
                 max_lag=self._runtime.readiness_lag,
                 spark_load=self._scheduler.load,
-                source_down_of=lambda name: self._unreachable.get(self._cluster_of.get(name, "")),
                 unreachable=self._unreachable,
             ),
             self._runtime.metrics_port,
@@ -214,8 +203,8 @@ class Supervisor:
                     # Spark starts (seconds) while the actors check their source and destination, so a
                     # corrupt chain or an unreachable broker is reported without waiting for it.
                     actors.start_soon(self._start_spark, actors.cancel_scope)
-                    for actor in self.actors.values():
-                        self._launch(actor)
+                    for record in self.mirrors.values():
+                        self._launch(record)
                     self._update_gauges()
                     if self._discovers:
                         actors.start_soon(self._discover)
@@ -234,7 +223,7 @@ class Supervisor:
                 await self.http.stop()
         if self._failure is not None:
             return exit_code_for(self._failure)
-        log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.actors))
+        log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.mirrors))
         return EXIT_OK
 
     def _discovery_failed(self, errors: dict[str, SourceError]) -> None:
@@ -273,12 +262,11 @@ class Supervisor:
             return False
         return True
 
-    def _launch(self, actor: MirrorActor[Any]) -> None:
+    def _launch(self, record: MirrorRecord) -> None:
         assert self._group is not None
-        scope = anyio.CancelScope()
-        self._scopes[actor.mirror.key] = scope
-        self._group.start_soon(self._run_actor, actor, scope, self._group.cancel_scope)
-        self._group.start_soon(self._mark_started, actor)
+        record.scope = anyio.CancelScope()
+        self._group.start_soon(self._run_mirror, record, self._group.cancel_scope)
+        self._group.start_soon(self._mark_started, record, record.actor)
 
     def _planned(self, plan: EstatePlan) -> None:
         """Remember what the plan selected, say what it could not find, update the estate's gauges."""
@@ -299,11 +287,7 @@ class Supervisor:
 
     def _update_gauges(self) -> None:
         clusters = {entry.cluster for entry in self._entries}
-        running = [
-            key
-            for key, actor in self.actors.items()
-            if key in self._scopes and not self._scopes[key].cancel_called and actor.mirror.name not in self._failed
-        ]
+        running = [key for key, record in self.mirrors.items() if record.running]
         for cluster in clusters:
             self._families.mirrors.labels(source_cluster=cluster).set(sum(1 for key in running if key[0] == cluster))
             unassigned = sum(1 for key in self._selected if key[0] == cluster and key not in running)
@@ -330,20 +314,19 @@ class Supervisor:
             if self.stop_requested.is_set():
                 return
             if self._topics is not None:  # new mirrors' topics and partitions exist before they start
-                await self._topics.prepare(spec for key, spec in plan.by_key().items() if key not in self.actors)
+                await self._topics.prepare(spec for key, spec in plan.by_key().items() if key not in self.mirrors)
             self._apply(plan, read)
 
     def _apply(self, plan: EstatePlan, read: ClusterRead) -> None:
         specs = plan.by_key()
         for key, spec in specs.items():
-            if key not in self.actors:
+            if key not in self.mirrors:
                 try:
-                    actor = self._actor(spec)
+                    record = MirrorRecord(spec, self._actor(spec))
                 except (ConfigReferenceError, DestinationError) as exc:
                     log_event(log, logging.ERROR, "cannot start discovered mirror", mirror=spec.name, error=str(exc))
                     continue
-                self.actors[key] = actor
-                self.http.readiness.mirrors.append(spec.name)
+                self.mirrors[key] = record
                 log_event(
                     log,
                     logging.INFO,
@@ -354,24 +337,23 @@ class Supervisor:
                     partition=spec.partition,
                     destination=spec.destination_name,
                 )
-                self._launch(actor)
-        for key, actor in list(self.actors.items()):
+                self._launch(record)
+        for key, record in list(self.mirrors.items()):
             cluster, topic, _ = key
             gone = cluster in read.topics and topic not in read.topics[cluster]
-            if gone and not actor.mirror.single:
-                self._remove(actor, "source topic was deleted")
+            if gone and not record.spec.single:
+                self._remove(record, "source topic was deleted")
         self._planned(plan)
 
-    def _remove(self, actor: MirrorActor[Any], reason: str) -> None:
-        key = actor.mirror.key
-        scope = self._scopes.get(key)
+    def _remove(self, record: MirrorRecord, reason: str) -> None:
+        scope = record.scope
         if scope is None or scope.cancel_called:
             return
         scope.cancel()
-        actor.cancel_jobs()
-        spec = actor.mirror
-        if self._failed.pop(spec.name, None) is not None:  # stopped for good already: nothing left to end it
-            self._forget(actor)
+        record.actor.cancel_jobs()
+        spec = record.spec
+        if record.failure is not None:  # stopped for good already: nothing left to end it
+            self._forget(record)
         self._families.removed.labels(source_cluster=spec.cluster).inc()
         log_event(
             log,
@@ -383,7 +365,7 @@ class Supervisor:
             partition=spec.partition,
         )
 
-    async def _mark_started(self, actor: MirrorActor[Any]) -> None:
+    async def _mark_started(self, record: MirrorRecord, actor: MirrorActor[Any]) -> None:
         """Ready once the actor has started; gives up at the stop (an actor may fail or go before it starts)."""
         async with anyio.create_task_group() as waiting:
 
@@ -394,8 +376,8 @@ class Supervisor:
             waiting.start_soon(stop_waiting)
             await actor.started.wait()
             waiting.cancel_scope.cancel()
-        if actor.started.is_set() and self.actors.get(actor.mirror.key) is actor:
-            self.http.readiness.started.add(actor.mirror.name)
+        if actor.started.is_set() and record.actor is actor and self.mirrors.get(record.spec.key) is record:
+            record.started = True
 
     def _mirrored(self) -> list[MirroredPartition]:
         """The running mirrors and how far their destinations are, for the group offset sync."""
@@ -407,27 +389,12 @@ class Supervisor:
                 spec.topic,
                 spec.partition,
                 spec.destination_name,
-                actor.position,
+                record.actor.position,
             )
-            for actor in self.actors.values()
-            if actor.started.is_set() and (spec := actor.mirror).name not in self._failed
+            for record in self.mirrors.values()
+            if record.actor.started.is_set() and record.failure is None
+            for spec in (record.spec,)
         ]
-
-    def _actor_named(self, name: str) -> MirrorActor[Any] | None:
-        key = self._key_of.get(name)
-        return None if key is None else self.actors.get(key)
-
-    def _lag_of(self, name: str) -> float | None:
-        actor = self._actor_named(name)
-        return None if actor is None else float(actor.lag)
-
-    def _held_since_of(self, name: str) -> float | None:
-        actor = self._actor_named(name)
-        return None if actor is None else actor.held_since
-
-    def _pending_age_of(self, name: str) -> float | None:
-        actor = self._actor_named(name)
-        return None if actor is None else round(actor.pending_age(), 3)
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
         try:
@@ -454,11 +421,13 @@ class Supervisor:
         log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))
         log.debug("failure detail", exc_info=exc)
 
-    async def _run_actor(self, actor: MirrorActor[Any], own: anyio.CancelScope, everyone: anyio.CancelScope) -> None:
-        spec = actor.mirror
-        restarts, rng = 0, random.Random()
+    async def _run_mirror(self, record: MirrorRecord, everyone: anyio.CancelScope) -> None:
+        """Run the record's actor; when it fails, what `after_failure` says: collapse the process, stop the mirror
+        for good, or restart it with a new actor after the backoff."""
+        spec, restarts, rng = record.spec, 0, random.Random()
         while True:
-            began = time.monotonic()
+            own, actor, began = record.scope, record.actor, time.monotonic()
+            assert own is not None, "launched records have a scope"
             try:
                 with own:
                     await actor.run()
@@ -469,69 +438,75 @@ class Supervisor:
                 return
             except Exception as exc:
                 if own.cancel_called:  # stopped on purpose (its topic is gone): what it raised on the way out
-                    self._forget(actor)
+                    self._forget(record)
                     return
                 if not spec.single and await self._topic_deleted(spec):
-                    self._remove(actor, "source topic was deleted")
-                    self._forget(actor)
+                    self._remove(record, "source topic was deleted")
+                    self._forget(record)
                     return
-                if self._config.on_mirror_failure == "exit" or self.stop_requested.is_set():
+                decision = after_failure(
+                    exc,
+                    on_mirror_failure=self._config.on_mirror_failure,
+                    stopping=self.stop_requested.is_set(),
+                    restarts_before=restarts,
+                    ran_for_s=time.monotonic() - began,
+                    policy=RESTARTS,
+                    rng=rng,
+                )
+                if isinstance(decision, Collapse):
                     self._fail(spec.name, exc, cluster=spec.cluster, topic=spec.topic, partition=spec.partition)
-                    # One failed mirror collapses the process; the orchestrator restarts it and every
-                    # mirror recovers its position from its destination.
                     everyone.cancel()
                     return
-                if time.monotonic() - began > RESTARTS.healthy_after_s:
-                    restarts = 0
-                restarts += 1
-                next_actor = await self._restart(actor, exc, restarts, rng)
-                if next_actor is None:
+                if not await self._restart(record, exc, decision):
                     return
-                actor, own = next_actor, anyio.CancelScope()
-                self._scopes[spec.key] = own
+                restarts = decision.restart if isinstance(decision, Restart) else restarts
                 continue
             if own.cancel_called:
-                self._forget(actor)
+                self._forget(record)
             return
 
-    async def _restart(
-        self, actor: MirrorActor[Any], exc: Exception, restarts: int, rng: random.Random
-    ) -> MirrorActor[Any] | None:
-        """Report the failure; after the backoff, a new actor for the same mirror (None: stopped for good, or
-        the process is stopping)."""
-        spec, labels = actor.mirror, actor.metrics_labels
+    async def _restart(self, record: MirrorRecord, exc: Exception, decision: StopForGood | Restart) -> bool:
+        """Report the failure; after the backoff, a new actor in the record (False: stopped for good, or the
+        process is stopping, or the mirror was dropped meanwhile)."""
+        spec, failed, labels = record.spec, record.actor, record.actor.metrics_labels
         reason = describe_error(exc)
         ids = {"mirror": spec.name, "cluster": spec.cluster, "topic": spec.topic, "partition": spec.partition}
-        self.http.readiness.started.discard(spec.name)
-        self._failed[spec.name] = reason
+        if isinstance(decision, StopForGood):
+            record.fail(reason, restart_at=None)
+            self._families.mark_failed(labels, True)
+            self._update_gauges()
+            log_event(log, logging.ERROR, "mirror stopped for good: not retried", **ids, error=reason)
+            return False
+        record.fail(reason, restart_at=time.time() + decision.delay_s)
         self._families.mark_failed(labels, True)
         self._update_gauges()
-        if is_permanent(exc):
-            log_event(log, logging.ERROR, "mirror stopped for good: not retried", **ids, error=reason)
-            return None
-        delay = RESTARTS.delay(restarts, rng)
-        self.http.readiness.restart_at[spec.name] = time.time() + delay
         log_event(
-            log, logging.ERROR, "mirror failed, restarting", **ids, error=reason, restart=restarts, in_s=round(delay, 1)
+            log,
+            logging.ERROR,
+            "mirror failed, restarting",
+            **ids,
+            error=reason,
+            restart=decision.restart,
+            in_s=round(decision.delay_s, 1),
         )
-        with anyio.move_on_after(delay):
+        with anyio.move_on_after(decision.delay_s):
             await self.stop_requested.wait()
-        self.http.readiness.restart_at.pop(spec.name, None)  # failed (for now) until the replacement exists
-        if self.stop_requested.is_set() or self.actors.get(spec.key) is not actor:
-            return None  # stopping, or the mirror was dropped meanwhile (its topic is gone)
+        record.restart_at = None  # failed (for now) until the replacement exists
+        if self.stop_requested.is_set() or self.mirrors.get(spec.key) is not record or record.actor is not failed:
+            return False  # stopping, or the mirror was dropped meanwhile (its topic is gone)
         self._families.count_restart(labels)
         try:
             replacement = self._actor(spec)
         except (ConfigReferenceError, DestinationError) as build_error:
             log_event(log, logging.ERROR, "mirror cannot restart", **ids, error=describe_error(build_error))
-            return None
-        self.actors[spec.key] = replacement
-        del self._failed[spec.name]
+            return False
+        record.replace(replacement)
+        record.scope = anyio.CancelScope()
         self._families.mark_failed(labels, False)
         assert self._group is not None
-        self._group.start_soon(self._mark_started, replacement)
+        self._group.start_soon(self._mark_started, record, replacement)
         self._update_gauges()
-        return replacement
+        return True
 
     async def _topic_deleted(self, spec: MirrorSpec) -> bool:
         """Whether a selected mirror failed because its topic is gone (discovery may not have run yet)."""
@@ -542,20 +517,15 @@ class Supervisor:
             return False  # cannot tell: the failure stands
         return spec.topic not in topics
 
-    def _forget(self, actor: MirrorActor[Any]) -> None:
+    def _forget(self, record: MirrorRecord) -> None:
         """A stopped mirror leaves no series, readiness entry or actor behind."""
-        key, name = actor.mirror.key, actor.mirror.name
-        self.actors.pop(key, None)
-        self._scopes.pop(key, None)
-        self._key_of.pop(name, None)
-        cluster_topic = (actor.mirror.cluster, actor.mirror.topic)
+        spec = record.spec
+        if self.mirrors.get(spec.key) is record:
+            del self.mirrors[spec.key]
         last_of_topic = all(
-            (other.mirror.cluster, other.mirror.topic) != cluster_topic for other in self.actors.values()
+            (other.spec.cluster, other.spec.topic) != (spec.cluster, spec.topic) for other in self.mirrors.values()
         )
-        self._families.forget(actor.metrics_labels, topic_too=last_of_topic)
-        if name in self.http.readiness.mirrors:
-            self.http.readiness.mirrors.remove(name)
-        self.http.readiness.started.discard(name)
+        self._families.forget(record.actor.metrics_labels, topic_too=last_of_topic)
         self._update_gauges()
 
     async def _watch_signals(self) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from core.errors import MirrorV3Error
+from core.errors import MirrorV3Error, first_line
 
 
 def describe_error(exc: BaseException) -> str:
@@ -11,9 +11,7 @@ def describe_error(exc: BaseException) -> str:
     java = getattr(exc, "java_exception", None)
     if java is not None:
         return _describe_java(java)
-    text = str(exc).strip()
-    first = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    return first_line(exc, named=True)
 
 
 def _describe_java(java: object) -> str:

@@ -52,3 +52,43 @@ class RestartPolicy:
     def delay(self, restart: int, rng: random.Random) -> float:
         """Delay before restart number `restart` (1-based)."""
         return RetryPolicy(self.initial_s, self.max_s, multiplier=self.multiplier).backoff(restart, rng)
+
+
+@dataclass(frozen=True)
+class Collapse:
+    """End the process: one failed mirror collapses it (`on-mirror-failure: exit`, or a drain under way); the
+    orchestrator restarts it and every mirror finds its position in its destination again."""
+
+
+@dataclass(frozen=True)
+class StopForGood:
+    """Keep the process, stop this mirror and report it: another attempt would meet the same facts."""
+
+
+@dataclass(frozen=True)
+class Restart:
+    """Run the mirror again after `delay_s`; `restart` counts this mirror's restarts since it last ran healthily."""
+
+    restart: int
+    delay_s: float
+
+
+def after_failure(
+    exc: BaseException,
+    *,
+    on_mirror_failure: str,
+    stopping: bool,
+    restarts_before: int,
+    ran_for_s: float,
+    policy: RestartPolicy,
+    rng: random.Random,
+) -> Collapse | StopForGood | Restart:
+    """What the supervisor does about a mirror that failed with `exc` after running `ran_for_s` (pure: the caller
+    measures the time and owns the randomness). A mirror that ran `healthy_after_s` before failing starts its
+    backoff over."""
+    if on_mirror_failure == "exit" or stopping:
+        return Collapse()
+    if is_permanent(exc):
+        return StopForGood()
+    restart = 1 if ran_for_s > policy.healthy_after_s else restarts_before + 1
+    return Restart(restart, policy.delay(restart, rng))

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import anyio
 import msgspec
@@ -58,40 +59,79 @@ class ProcessState(msgspec.Struct):
     spark: SparkLoad | None = None
 
 
+class MirrorView(Protocol):
+    """What /readyz and /mirrors read of one mirror: `run`'s records (supervisor.mirror_record), a restore's
+    partitions (`PlainMirror`)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def started(self) -> bool: ...
+    @property
+    def failure(self) -> str | None: ...  # why it failed, while failed
+    @property
+    def restart_at(self) -> float | None: ...  # Unix time its restart is due (failed, restarting)
+    @property
+    def source_cluster(self) -> str | None: ...  # whose reachability it depends on (None: no source cluster)
+    def lag(self) -> float | None: ...
+    def held_since(self) -> float | None: ...
+    def pending_age(self) -> float | None: ...
+
+
+@dataclass
+class PlainMirror:
+    """A mirror that is only named and started (a restore's partition), or given fixed values (tests)."""
+
+    name: str
+    started: bool = False
+    failure: str | None = None
+    restart_at: float | None = None
+    source_cluster: str | None = None
+    lag_offsets: float | None = None
+    held_since_at: float | None = None
+    pending_age_s: float | None = None
+
+    def lag(self) -> float | None:
+        return self.lag_offsets
+
+    def held_since(self) -> float | None:
+        return self.held_since_at
+
+    def pending_age(self) -> float | None:
+        return self.pending_age_s
+
+
 @dataclass
 class Readiness:
     """What /readyz reports: the Spark session up, every mirror started, not draining, lag under the optional
-    bound."""
+    bound. `mirrors` lists the process's mirrors as they are now, in the order /mirrors shows them."""
 
-    mirrors: list[str]
-    started: set[str] = field(default_factory=set)
-    failed: dict[str, str] = field(default_factory=dict)  # mirror → why (restarting, or stopped for good)
-    restart_at: dict[str, float] = field(default_factory=dict)  # failed mirror → Unix time its restart is due
+    mirrors: Callable[[], Iterable[MirrorView]]
     draining: bool = False
     spark_ready: bool = True  # run starts Spark beside its mirrors: not ready before the session is up
-    lag_of: Callable[[str], float | None] = lambda _: None
-    held_since_of: Callable[[str], float | None] = lambda _: None
-    pending_age_of: Callable[[str], float | None] = lambda _: None
     max_lag: float | None = None
     spark_load: Callable[[], SparkLoad | None] = lambda: None
-    source_down_of: Callable[[str], str | None] = lambda _: None  # mirror → why its source cluster is unreachable
     unreachable: dict[str, str] = field(default_factory=dict)  # source cluster → why it is unreachable (degraded)
 
     def state(self) -> ProcessState:
         mirrors = []
-        for name in self.mirrors:
-            if name in self.failed:
-                restart_at = self.restart_at.get(name)
+        for mirror in self.mirrors():
+            name = mirror.name
+            if mirror.failure is not None:
+                restart_at = mirror.restart_at
                 state = "failed" if restart_at is None else "restarting"
-                mirrors.append(MirrorState(name, state, self.failed[name], restart_at))
-            elif name in self.started and (down := self.source_down_of(name)) is not None:
-                held, age = self.held_since_of(name), self.pending_age_of(name)
+                mirrors.append(MirrorState(name, state, mirror.failure, restart_at))
+            elif mirror.started and (down := self._down(mirror)) is not None:
+                held, age = mirror.held_since(), mirror.pending_age()
                 mirrors.append(MirrorState(name, "source-unreachable", down, held_since=held, pending_age=age))
             else:
-                state = "running" if name in self.started else "starting"
-                age = self.pending_age_of(name) if name in self.started else None
-                mirrors.append(MirrorState(name, state, held_since=self.held_since_of(name), pending_age=age))
+                state = "running" if mirror.started else "starting"
+                age = mirror.pending_age() if mirror.started else None
+                mirrors.append(MirrorState(name, state, held_since=mirror.held_since(), pending_age=age))
         return ProcessState(self.draining, mirrors, self.spark_load())
+
+    def _down(self, mirror: MirrorView) -> str | None:
+        return None if mirror.source_cluster is None else self.unreachable.get(mirror.source_cluster)
 
     def problems(self) -> list[str]:
         if self.draining:
@@ -99,16 +139,17 @@ class Readiness:
         waiting = [] if self.spark_ready else ["spark: session starting"]
         # Degraded: a readiness probe takes the pod out of rotation, never restarts it (liveness is /healthz).
         waiting += [f"source cluster {name} unreachable: {why}" for name, why in sorted(self.unreachable.items())]
+        mirrors = list(self.mirrors())
         waiting += [
-            f"{name}: failed: {self.failed[name]}" if name in self.failed else f"{name}: not started"
-            for name in self.mirrors
-            if name not in self.started or name in self.failed
+            f"{m.name}: failed: {m.failure}" if m.failure is not None else f"{m.name}: not started"
+            for m in mirrors
+            if not m.started or m.failure is not None
         ]
         if self.max_lag is not None:
-            for name in self.mirrors:
-                lag = self.lag_of(name)
+            for mirror in mirrors:
+                lag = mirror.lag()
                 if lag is not None and lag > self.max_lag:
-                    waiting.append(f"{name}: lag {lag:g} > {self.max_lag:g}")
+                    waiting.append(f"{mirror.name}: lag {lag:g} > {self.max_lag:g}")
         return waiting
 
 

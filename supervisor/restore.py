@@ -38,6 +38,7 @@ from config.errors import ConfigError
 from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
 from core.errors import MirrorV3Error
+from core.logs import log_event
 from kafka_clients.clients import KafkaRecord
 from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.blob_chain import BlobRange, verify_all
@@ -48,7 +49,7 @@ from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
 from source.spark_session import get_spark
 from supervisor.describe import describe_error
-from supervisor.http import HttpEndpoint, Readiness
+from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from supervisor.metrics import MetricFamilies
 from supervisor.output import table_lines
 from supervisor.restore_progress import Progress, RestoreMetrics
@@ -284,17 +285,15 @@ async def narrow_by_time(config: RestoreConfig, parts: list[RestorePartition]) -
     for part in bounded:
         first = part.first if part.since_ms is None else since.get(part.name, part.end)
         end = until.get(part.name, part.end)
-        log.info(
+        log_event(
+            log,
+            logging.INFO,
             "timestamp bounds found",
-            extra={
-                "mirror_v3_fields": {
-                    "chain": part.name,
-                    "from_ms": part.since_ms,
-                    "to_ms": part.until_ms,
-                    "first": first,
-                    "end": end,
-                }
-            },
+            chain=part.name,
+            from_ms=part.since_ms,
+            to_ms=part.until_ms,
+            first=first,
+            end=end,
         )
         part.first, part.end = first, max(first, end)
         part.since_ms = part.until_ms = None
@@ -340,9 +339,10 @@ def refuse_holes_for_preserve(parts: list[RestorePartition]) -> None:
 
 
 async def open_destinations(
-    config: RestoreConfig, parts: list[RestorePartition], metrics: RestoreMetrics, readiness: Readiness
+    config: RestoreConfig, parts: list[RestorePartition], metrics: RestoreMetrics, views: dict[str, PlainMirror]
 ) -> None:
-    """Open each destination partition and find where its restore continues."""
+    """Open each destination partition and find where its restore continues (each is then `started` in `views`,
+    what /readyz reads)."""
     settings = kafka_settings(config.destination)
     policy = retry_policy(config.destination.retry)
 
@@ -356,7 +356,7 @@ async def open_destinations(
         )
         part.position = _continue_at(part, await part.sink.open())
         metrics.opened(part)
-        readiness.started.add(part.name)
+        views[part.name].started = True
 
     await _for_each(parts, _open_one)
 
@@ -505,10 +505,12 @@ async def log_append_time_topics(parts: list[RestorePartition]) -> list[str]:
     for topic, part in sorted(first_of.items()):
         assert part.sink is not None and isinstance(part.sink.inner, KafkaSink)
         if await part.sink.inner.stamps_log_append_time():
-            log.warning(
+            log_event(
+                log,
+                logging.WARNING,
                 "destination topic stamps LogAppendTime: restored records get the broker's time, not their archived "
                 "timestamps",
-                extra={"mirror_v3_fields": {"topic": topic}},
+                topic=topic,
             )
             found.append(topic)
     return found
@@ -534,12 +536,12 @@ async def run_restore(
         await check_destinations(config, parts)
         return render_dry_run(parts, mode)
     metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
-    readiness = Readiness(mirrors=[part.name for part in parts])
-    endpoint = None if families is None else HttpEndpoint(families.registry, readiness, metrics_port)
+    views = {part.name: PlainMirror(part.name) for part in parts}
+    endpoint = None if families is None else HttpEndpoint(families.registry, Readiness(views.values), metrics_port)
     if endpoint is not None:
         await endpoint.start()
     try:
-        await open_destinations(config, parts, metrics, readiness)
+        await open_destinations(config, parts, metrics, views)
         stamped_by_broker = await log_append_time_topics(parts)
         summary = await restore_all(config, parts, Progress(parts), metrics)
     finally:
@@ -552,7 +554,7 @@ async def run_restore(
         "mb": round(summary.record_bytes / 1e6, 2),
         "seconds": round(summary.seconds, 1),
     }
-    log.info("restore finished", extra={"mirror_v3_fields": fields})
+    log_event(log, logging.INFO, "restore finished", **fields)
     rate = summary.records / summary.seconds if summary.seconds > 0 else 0.0
     lines = [
         f"restored {summary.records} records ({summary.record_bytes / 1e6:.1f} MB) into {summary.partitions} "

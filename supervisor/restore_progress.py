@@ -13,6 +13,7 @@ import time
 from collections.abc import Sequence
 from typing import Protocol
 
+from core.logs import log_event
 from sinks.kafka_produce import ProducedRange
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 
@@ -78,7 +79,7 @@ class Progress:
             "mb_per_s": round(megabytes, 2),
             "eta_s": None if eta is None else round(eta),
         }
-        log.info("restoring", extra={"mirror_v3_fields": fields})
+        log_event(log, logging.INFO, "restoring", **fields)
 
     def finish(self, parts: Sequence[RestoreState]) -> None:
         if self._tty:

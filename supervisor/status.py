@@ -23,7 +23,7 @@ import msgspec
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
 from config.secrets import ConfigReferenceError
-from core.errors import SourceError
+from core.errors import SourceError, first_line
 from sinks.base import DestinationError, Sink
 from sinks.factory import SinkFactory
 from source.lookup import source_lookup
@@ -264,7 +264,7 @@ async def collect_status(
     finally:
         await clusters.close()
     apply_states(rows, state)
-    unreadable = {cluster: str(error).splitlines()[0] for cluster, error in errors.items()}
+    unreadable = {cluster: first_line(error) for cluster, error in errors.items()}
     if state is None:
         return StatusReport(rows, unreadable=unreadable)
     return StatusReport(rows, process, state.spark, unreadable)

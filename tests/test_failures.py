@@ -14,7 +14,7 @@ from sinks.kafka_produce import DestinationMovedError, PreserveHoleError, Produc
 from sinks.retry import RetriesExhaustedError, TransientDestinationError
 from sinks.s3_errors import PreconditionFailed
 from source.range_reader import OffsetsDeletedError, SourceRangeError
-from supervisor.failures import RestartPolicy, is_permanent
+from supervisor.failures import Collapse, Restart, RestartPolicy, StopForGood, after_failure, is_permanent
 from workers.range_job import SparkTaskError
 
 
@@ -62,3 +62,36 @@ def test_backoff_doubles_up_to_its_cap_with_jitter() -> None:
     delays = [policy.delay(n, rng) for n in range(1, 10)]
     ceilings = [1, 2, 4, 8, 16, 32, 60, 60, 60]
     assert all(c / 2 <= d <= c for d, c in zip(delays, ceilings, strict=True))
+
+
+def decide(exc: Exception, mode: str = "restart", stopping: bool = False, before: int = 0, ran: float = 1.0) -> object:
+    policy = RestartPolicy(initial_s=1, max_s=60, healthy_after_s=300)
+    return after_failure(
+        exc,
+        on_mirror_failure=mode,
+        stopping=stopping,
+        restarts_before=before,
+        ran_for_s=ran,
+        policy=policy,
+        rng=random.Random(3),
+    )
+
+
+def test_after_a_failure_the_process_collapses_when_told_to_or_when_it_drains() -> None:
+    transient = SourceError("broker unreachable")
+    assert decide(transient, mode="exit") == Collapse()
+    assert decide(CorruptChainError(ChainProblem.GAP, ["a.parquet"]), mode="exit") == Collapse()
+    assert decide(transient, stopping=True) == Collapse()  # a drain does not wait for a backoff
+
+
+def test_a_permanent_failure_stops_the_mirror_for_good_and_a_transient_one_backs_off() -> None:
+    assert decide(DataLossError("orders", 0, 20, 10)) == StopForGood()
+    first = decide(SourceError("broker unreachable"))
+    assert isinstance(first, Restart) and first.restart == 1 and 0.5 <= first.delay_s <= 1
+    # A mirror that keeps failing quickly backs off further each time, up to the cap...
+    decisions = [decide(SourceError("down"), before=n, ran=2.0) for n in range(1, 9)]
+    assert [d.restart for d in decisions if isinstance(d, Restart)] == list(range(2, 10))
+    assert all(isinstance(d, Restart) and d.delay_s <= 60 for d in decisions)
+    # ...and one that ran healthily before it failed starts over.
+    again = decide(SourceError("down"), before=8, ran=301.0)
+    assert isinstance(again, Restart) and again.restart == 1 and again.delay_s <= 1

@@ -8,7 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from supervisor.http import HttpEndpoint, Readiness
+from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from testkit.ports import free_port
 
 
@@ -25,12 +25,9 @@ async def get(port: int, path: str) -> tuple[int, str]:
 async def test_endpoints(port: int) -> None:
     registry = CollectorRegistry()
     Gauge("mirror_v3_test_gauge", "a test gauge", registry=registry).set(7)
-    lags = {"a": 0.0, "b": 500.0}
-    held = {"b": 1_700_000_000.0}
-    ages = {"a": 0.0, "b": 2.5}  # a: failed below, so no age is reported for it
-    readiness = Readiness(
-        mirrors=["a", "b"], lag_of=lags.get, max_lag=100, held_since_of=held.get, pending_age_of=ages.get
-    )
+    a = PlainMirror("a", source_cluster="west", lag_offsets=0.0, pending_age_s=0.0)  # failed below: no age shown
+    b = PlainMirror("b", source_cluster="east", lag_offsets=500.0, held_since_at=1_700_000_000.0, pending_age_s=2.5)
+    readiness = Readiness(mirrors=lambda: [a, b], max_lag=100)
     endpoint = HttpEndpoint(registry, readiness, port)
     assert await endpoint.start() == port
     try:
@@ -41,17 +38,16 @@ async def test_endpoints(port: int) -> None:
         readiness.spark_ready = False
         status, body = await get(port, "/readyz")
         assert status == 503 and "a: not started" in body and "b: not started" in body
-        readiness.started.update({"a", "b"})
+        a.started = b.started = True
         status, body = await get(port, "/readyz")
         assert status == 503 and body == "not ready: spark: session starting; b: lag 500 > 100\n"
         readiness.spark_ready = True
         status, body = await get(port, "/readyz")
         assert status == 503 and "b: lag 500 > 100" in body
-        lags["b"] = 3.0
+        b.lag_offsets = 3.0
         assert await get(port, "/readyz") == (200, "ready\n")
         # A source cluster down: degraded (not ready), and its mirrors say so.
-        readiness.unreachable["east"] = "offset query failed: refused"
-        readiness.source_down_of = {"b": "offset query failed: refused"}.get
+        readiness.unreachable["east"] = "offset query failed: refused"  # b's source cluster
         assert await get(port, "/readyz") == (
             503,
             "not ready: source cluster east unreachable: offset query failed: refused\n",
@@ -62,12 +58,11 @@ async def test_endpoints(port: int) -> None:
             ("source-unreachable", "offset query failed: refused"),
         ]
         readiness.unreachable.clear()
-        readiness.source_down_of = lambda _: None
         assert await get(port, "/readyz") == (200, "ready\n")
         readiness.draining = True
         assert (await get(port, "/readyz"))[0] == 503
 
-        readiness.failed["a"], readiness.restart_at["a"] = "destination /x: not a directory", 1234.5
+        a.failure, a.restart_at = "destination /x: not a directory", 1234.5
         status, body = await get(port, "/mirrors")
         assert status == 200 and json.loads(body) == {
             "draining": True,
@@ -91,7 +86,7 @@ async def test_endpoints(port: int) -> None:
             ],
             "spark": None,
         }
-        del readiness.restart_at["a"]
+        a.restart_at = None
         assert json.loads((await get(port, "/mirrors"))[1])["mirrors"][0]["state"] == "failed"
 
         endpoint.loop_lag_s = 60.0
@@ -101,14 +96,14 @@ async def test_endpoints(port: int) -> None:
 
 
 async def test_port_zero_disables() -> None:
-    assert await HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]), 0).start() is None
+    assert await HttpEndpoint(CollectorRegistry(), Readiness(mirrors=list), 0).start() is None
 
 
 async def test_port_in_use_is_a_warning_not_fatal(port: int, caplog: pytest.LogCaptureFixture) -> None:
-    first = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]), port)
+    first = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=list), port)
     assert await first.start() == port
     try:
-        second = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=[]), port)
+        second = HttpEndpoint(CollectorRegistry(), Readiness(mirrors=list), port)
         assert await second.start() is None
         assert any(r.levelname == "WARNING" and "not started" in r.getMessage() for r in caplog.records)
     finally:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 import pyarrow as pa
 from py4j.protocol import Py4JNetworkError
 
-from core.errors import MirrorV3Error
+from core.errors import MirrorV3Error, first_line
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.range_reader import SharedConsumers
 from workers.job_packing import pack
@@ -179,7 +179,7 @@ def _outcome_of(run_item: Callable[[Any, dict[str, Any]], Any], item: Any, state
     except MirrorV3Error as exc:
         error: MirrorV3Error = exc
     except Exception as exc:  # reported as this item's failure, so its neighbours are not failed with it
-        error = SparkTaskError(type(exc).__name__, str(exc).splitlines()[0] if str(exc) else "")
+        error = SparkTaskError(type(exc).__name__, first_line(exc) if str(exc).strip() else "")
     try:
         return pickle.dumps(("error", error))
     except Exception:  # an attribute that cannot be pickled: the type and the sentence still travel

@@ -1,0 +1,56 @@
+"""One mirror's life in a running process, in one place: what it mirrors, the actor that runs it now, its task's
+cancel scope, and how it fares (started, failed and why, when its restart is due, how often it restarted).
+
+The supervisor keeps one `MirrorRecord` per mirror (by `MirrorSpec.key`) and replaces only the actor when it
+restarts one; /readyz and /mirrors read the same records (`supervisor.http.MirrorView`), so there is nothing
+to keep in step by hand.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+
+from config.estate import MirrorSpec
+from supervisor.actor import MirrorActor
+
+
+@dataclass(eq=False)
+class MirrorRecord:
+    spec: MirrorSpec
+    actor: MirrorActor[Any]  # the one running now: a restart replaces it, the record stays
+    scope: anyio.CancelScope | None = None  # its task's, once launched; cancelled: stopped on purpose
+    started: bool = False  # the current actor has started: its position is known
+    failure: str | None = None  # why it failed, while it is failed (restarting, or stopped for good)
+    restart_at: float | None = None  # Unix time its restart is due (failed, restarting)
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    @property
+    def source_cluster(self) -> str:
+        return self.spec.cluster
+
+    @property
+    def running(self) -> bool:
+        """Launched, not stopped on purpose, not failed: what the `mirror_v3_mirrors` gauge counts."""
+        return self.scope is not None and not self.scope.cancel_called and self.failure is None
+
+    def lag(self) -> float | None:
+        return float(self.actor.lag)
+
+    def held_since(self) -> float | None:
+        return self.actor.held_since
+
+    def pending_age(self) -> float | None:
+        return round(self.actor.pending_age(), 3)
+
+    def fail(self, why: str, restart_at: float | None) -> None:
+        self.failure, self.restart_at, self.started = why, restart_at, False
+
+    def replace(self, actor: MirrorActor[Any]) -> None:
+        """A new actor runs the mirror (a restart): not failed, not started yet."""
+        self.actor, self.failure, self.restart_at, self.started = actor, None, None, False
