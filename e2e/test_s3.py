@@ -90,6 +90,12 @@ def test_faults_are_retried_and_the_chain_equals_the_source(
             staging_retries = run.metric("mirror_v3_destination_staging_retries_total", topic=topic_name) or 0.0
             assert staging_retries >= 9, "the tasks' retries of part uploads were not counted"
             assert run.metric("mirror_v3_destination_offset_inflight_retry", topic=topic_name, partition=0) == 0
+            assert run.metric("mirror_v3_destination_up") == 1  # the commits' retries are over
+            # Each spell of retried commits: one WARN when the destination stopped taking them, one INFO when it
+            # took them again.
+            down, back = run.events("destination unreachable"), run.events("destination reachable again")
+            assert down and len(back) == len(down), run.tail()
+            assert all(float(event["down_s"]) >= 0 for event in back)
             # Status of the running mirrors, through the same proxy.
             assert status_rows(config, env=s3.env()) == [(15_000, 15_000, 0, None), (2_000, 2_000, 0, None)]
             for row in status_json(config, env=s3.env())[1]["mirrors"]:

@@ -6,6 +6,7 @@ Every sink is wrapped in the retry layer; S3 sinks of one process share one clie
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from sinks.base import Sink
 from sinks.blob_chain import BlobStore
 from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader
 from sinks.blob_sink import BlobSink
+from sinks.destination_health import DestinationHealth
 from sinks.filesystem import filesystem_sink
 from sinks.filesystem_leases import FilesystemLeases
 from sinks.kafka import KafkaSink, KafkaSinkSettings, SourceLookup
@@ -41,6 +43,15 @@ def location(destination: Destination, destination_name: str, partition: int) ->
     if isinstance(destination, S3Destination):
         return f"s3://{destination.bucket}/{_s3_key_prefix(destination, destination_name, partition)}/"
     return f"kafka://{destination.bootstrap_servers}/{destination_name}/{partition} ({destination.offsets})"
+
+
+def root_location(destination: Destination) -> str:
+    """The destination as a whole (its outages are the process's, `DestinationHealth`)."""
+    if isinstance(destination, FilesystemDestination):
+        return f"filesystem:{Path(destination.root).expanduser().resolve()}"
+    if isinstance(destination, S3Destination):
+        return f"s3://{destination.bucket}/{destination.prefix}"
+    return f"kafka://{destination.bootstrap_servers}"
 
 
 def _s3_key_prefix(destination: S3Destination, destination_name: str, partition: int) -> str:
@@ -68,6 +79,7 @@ class SinkFactory:
         self._s3: S3Connection | None = None
         self._kafka: KafkaSinkSettings | None = None
         self.leases: Leases | None = None
+        self.health = DestinationHealth(root_location(destination))  # from every built sink's retries
         if isinstance(destination, S3Destination):
             self._s3 = S3Connection(s3_settings(destination), destination.prefix)
             if holder is not None:
@@ -150,11 +162,19 @@ class SinkFactory:
             raise TypeError(f"unsupported destination {type(destination).__name__}")
         if not retries:
             return sink
+        health = self.health
+
+        def retry_changed(number: int) -> None:
+            on_retry(number)
+            if number == 0:  # the spell is over
+                health.recovered(mirror.name)
+
         return RetryingSink(
             sink,
             retry_policy(destination.retry),
-            on_retry,
+            retry_changed,
             log_fields={"mirror": mirror.name, "cluster": mirror.cluster},
+            on_failure=partial(health.failing, mirror.name),
         )
 
 

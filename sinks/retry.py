@@ -19,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from core.errors import first_line
 from core.logs import log_event
 from core.retry import Retry, RetryPolicy, retry_async, retry_blocking
 from sinks.base import Committed, DestinationError, Inspection, Sink
@@ -54,8 +55,11 @@ async def retry_transient(
     on_retry: Callable[[int], None] = lambda _: None,
     rng: random.Random | None = None,
     log_fields: dict[str, object] | None = None,
+    on_failure: Callable[[str], None] = lambda _: None,
 ) -> T:
-    """Run `operation`, retrying TransientDestinationError until `policy.deadline_s` has passed."""
+    """Run `operation`, retrying TransientDestinationError until `policy.deadline_s` has passed. `on_retry` hears
+    each retry's number and 0 when the spell is over (succeeded, gave up or cancelled); `on_failure` each failure's
+    first line."""
 
     retried: Retry | None = None  # the last retry, if any
 
@@ -63,6 +67,7 @@ async def retry_transient(
         nonlocal retried
         retried = retry
         on_retry(retry.number)
+        on_failure(first_line(exc))
         fields = {
             **(log_fields or {}),
             "operation": what,
@@ -116,10 +121,12 @@ class RetryingSink(Generic[W]):
         policy: RetryPolicy,
         on_retry: Callable[[int], None] = lambda _: None,
         log_fields: dict[str, object] | None = None,
+        on_failure: Callable[[str], None] = lambda _: None,
     ) -> None:
         self._inner = inner
         self._policy = policy
         self._on_retry = on_retry
+        self._on_failure = on_failure
         self._log_fields = log_fields or {}
 
     @property
@@ -152,4 +159,6 @@ class RetryingSink(Generic[W]):
         await self._inner.close()
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        return await retry_transient(operation, self._policy, what, self._on_retry, log_fields=self._log_fields)
+        return await retry_transient(
+            operation, self._policy, what, self._on_retry, log_fields=self._log_fields, on_failure=self._on_failure
+        )

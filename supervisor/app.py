@@ -159,6 +159,8 @@ class Supervisor:
             # Now, not with the first mirror: a destination's leases are kept renewed from the start even when the
             # first mirrors come from discovery later.
             self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder)
+            up = self._families.destination_up.labels(self._sinks.health.location)
+            self._sinks.health.listen(lambda outage: up.set(0 if outage else 1))
             for spec in plan.mirrors:
                 self.mirrors[spec.key] = MirrorRecord(spec, self._actor(spec))
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
@@ -175,6 +177,7 @@ class Supervisor:
                 max_lag=self._runtime.readiness_lag,
                 spark_load=self._scheduler.load,
                 unreachable=self._unreachable,
+                destination=None if self._sinks is None else self._sinks.health,
             ),
             self._runtime.metrics_port,
         )

@@ -22,6 +22,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from core.logs import log_event
+from sinks.destination_health import DestinationHealth
 
 log = logging.getLogger("mirror_v3.http")
 WATCHDOG_INTERVAL_S = 0.5
@@ -30,8 +31,8 @@ UNHEALTHY_LOOP_LAG_S = 10.0
 
 class MirrorState(msgspec.Struct, rename="kebab"):
     name: str
-    # starting | running | source-unreachable (running, its source cluster down) | restarting (failed, a restart is
-    # due) | failed (stopped for good)
+    # starting | running | source-unreachable (running, its source cluster down) | destination-unreachable (running,
+    # its writes being retried) | restarting (failed, a restart is due) | failed (stopped for good)
     state: str
     error: str | None = None  # why it failed (restarting, failed), or why its source is unreachable
     restart_at: float | None = None  # Unix time the restart is due (restarting)
@@ -112,6 +113,7 @@ class Readiness:
     max_lag: float | None = None
     spark_load: Callable[[], SparkLoad | None] = lambda: None
     unreachable: dict[str, str] = field(default_factory=dict)  # source cluster → why it is unreachable (degraded)
+    destination: DestinationHealth | None = None  # run's: whether its writes are being retried (degraded)
 
     def state(self) -> ProcessState:
         mirrors = []
@@ -124,6 +126,9 @@ class Readiness:
             elif mirror.started and (down := self._down(mirror)) is not None:
                 held, age = mirror.held_since(), mirror.pending_age()
                 mirrors.append(MirrorState(name, "source-unreachable", down, held_since=held, pending_age=age))
+            elif mirror.started and self.destination is not None and (why := self.destination.retrying(name)):
+                held, age = mirror.held_since(), mirror.pending_age()
+                mirrors.append(MirrorState(name, "destination-unreachable", why, held_since=held, pending_age=age))
             else:
                 state = "running" if mirror.started else "starting"
                 age = mirror.pending_age() if mirror.started else None
@@ -139,6 +144,9 @@ class Readiness:
         waiting = [] if self.spark_ready else ["spark: session starting"]
         # Degraded: a readiness probe takes the pod out of rotation, never restarts it (liveness is /healthz).
         waiting += [f"source cluster {name} unreachable: {why}" for name, why in sorted(self.unreachable.items())]
+        outage = None if self.destination is None else self.destination.outage
+        if outage is not None:
+            waiting.append(f"destination unreachable: {outage.cause} (mirrors retrying: {outage.retrying})")
         mirrors = list(self.mirrors())
         waiting += [
             f"{m.name}: failed: {m.failure}" if m.failure is not None else f"{m.name}: not started"

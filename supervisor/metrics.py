@@ -293,6 +293,16 @@ class MetricFamilies:
         self.summed = [self.reading, self.staged_records, self.staged_bytes]
         self.settings = [self.flush_max_time, self.transaction_hold_alert]
 
+        # The process's destination.
+        self.destination_up = Gauge(
+            "mirror_v3_destination_up",
+            "1 while the destination takes writes, 0 while any mirror is retrying one (from the first retry of a "
+            "spell until no mirror retries); `location`: the destination's root (directory, bucket and prefix, "
+            "or bootstrap servers).",
+            ["location"],
+            registry=registry,
+        )
+
         # Per source cluster.
         self.source_retries = Counter(
             "mirror_v3_source_retries",

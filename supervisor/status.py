@@ -87,7 +87,9 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
         str | None,
         about(
             "The mirror in the running process: starting, running, source-unreachable (running, but its source "
-            "cluster does not answer: `failure` says why; it fails at source.outage-deadline-ms), restarting (failed, "
+            "cluster does not answer: `failure` says why; it fails at source.outage-deadline-ms), "
+            "destination-unreachable (running, its writes being retried: `failure` says why; it fails at "
+            "destination.retry.deadline-ms), restarting (failed, "
             "a restart is due), failed (stopped for good) or absent (the process does not run it: another shard's, "
             "or not discovered yet); null when no process answered. data-lost, whatever the process says: the "
             "source deleted records the destination still needs and source.on-data-loss is fail, so every start of "

@@ -8,6 +8,7 @@ import aiohttp
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
+from sinks.destination_health import DestinationHealth
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from testkit.ports import free_port
 
@@ -58,6 +59,20 @@ async def test_endpoints(port: int) -> None:
             ("source-unreachable", "offset query failed: refused"),
         ]
         readiness.unreachable.clear()
+        assert await get(port, "/readyz") == (200, "ready\n")
+        # The destination failing b's writes: degraded, and b says so.
+        readiness.destination = DestinationHealth("kafka://dest:9092")
+        readiness.destination.failing("b", "produce timed out")
+        assert await get(port, "/readyz") == (
+            503,
+            "not ready: destination unreachable: produce timed out (mirrors retrying: 1)\n",
+        )
+        states = json.loads((await get(port, "/mirrors"))[1])["mirrors"]
+        assert [(m["state"], m["error"]) for m in states] == [
+            ("running", None),
+            ("destination-unreachable", "produce timed out"),
+        ]
+        readiness.destination.recovered("b")
         assert await get(port, "/readyz") == (200, "ready\n")
         readiness.draining = True
         assert (await get(port, "/readyz"))[0] == 503
