@@ -7,6 +7,7 @@ import json
 import re
 import shutil
 import subprocess
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from config import parse_config
 from supervisor.metrics import MetricFamilies, MirrorMetrics
-from testkit.tools import promtool
+from testkit.tools import helm, promtool
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 # Every YAML file under deploy/kubernetes but the mirror's own config (a ConfigMap's source, not a manifest).
@@ -350,3 +351,84 @@ def test_the_sharded_overlay_runs_one_shard_per_replica() -> None:
     assert index == "metadata.labels['apps.kubernetes.io/pod-index']"
     assert env["MIRROR_V3_SHARD"]["value"] == f"$(POD_INDEX)/{spec['replicas']}"
     assert list(env).index("POD_INDEX") < list(env).index("MIRROR_V3_SHARD")  # $(VAR) sees earlier entries only
+
+
+CHART = DEPLOY / "helm" / "mirror-v3"
+
+
+def rendered(
+    *settings: str, values: dict[str, Any] | None = None, tmp_path: Path | None = None
+) -> list[dict[str, Any]]:
+    """`helm template` of the chart with `--set` settings (and a values file): the objects `helm install` sends."""
+    command = [helm(), "template", "mirror-v3", str(CHART), "--namespace", "mirror-v3"]
+    for setting in settings:
+        command += ["--set", setting]
+    if values is not None:
+        assert tmp_path is not None
+        (tmp_path / "values.yaml").write_text(yaml.safe_dump(values))
+        command += ["--values", str(tmp_path / "values.yaml")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return [d for d in yaml.safe_load_all(done.stdout) if d is not None]
+
+
+def test_the_helm_chart_lints_and_renders_objects_kubernetes_schemas_accept() -> None:
+    import kubernetes_validate
+
+    linted = subprocess.run([helm(), "lint", "--strict", str(CHART)], capture_output=True, text=True, timeout=60)
+    assert linted.returncode == 0, linted.stdout + linted.stderr
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["appVersion"] == tomllib.loads((DEPLOY.parent / "pyproject.toml").read_text())["project"]["version"]
+    for settings in ([], ["shards=3", "podMonitor.enabled=true", "prometheusRule.enabled=true"]):
+        objects = rendered(*settings)
+        for manifest in objects:
+            if manifest["kind"] not in CUSTOM_KINDS:
+                kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
+        assert parse_config(config_map["data"]["config.yaml"]).mirrors
+
+
+def workload(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] in ("Deployment", "StatefulSet")]
+    return found
+
+
+def test_the_chart_runs_one_replica_or_one_shard_per_pod_non_root_with_the_probes() -> None:
+    single = workload(rendered())
+    assert single["kind"] == "Deployment" and single["spec"]["replicas"] == 1
+    assert single["spec"]["strategy"]["type"] == "Recreate"
+    sharded_objects = rendered("shards=3")
+    sharded = workload(sharded_objects)
+    assert sharded["kind"] == "StatefulSet" and sharded["spec"]["replicas"] == 3
+    (service,) = [o for o in sharded_objects if o["kind"] == "Service"]
+    assert service["spec"]["clusterIP"] == "None" and sharded["spec"]["serviceName"] == service["metadata"]["name"]
+    env = {e["name"]: e for e in sharded["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MIRROR_V3_SHARD"]["value"] == "$(POD_INDEX)/3"  # N in one place: the replica count's value
+    assert "pod-index" in env["POD_INDEX"]["valueFrom"]["fieldRef"]["fieldPath"]
+    for pod in (single["spec"]["template"]["spec"], sharded["spec"]["template"]["spec"]):
+        (container,) = pod["containers"]
+        assert pod["securityContext"]["runAsNonRoot"] and pod["automountServiceAccountToken"] is False
+        assert container["securityContext"]["readOnlyRootFilesystem"]
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert container["args"] == ["run", "--config", "/etc/mirror-v3/config.yaml"]
+        assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+        assert [p["containerPort"] for p in container["ports"]] == [7780]
+
+
+def test_a_config_change_through_the_chart_rolls_the_pods(tmp_path: Path) -> None:
+    def checksum(objects: list[dict[str, Any]]) -> str:
+        return str(workload(objects)["spec"]["template"]["metadata"]["annotations"]["checksum/config"])
+
+    default = yaml.safe_load((CHART / "values.yaml").read_text())["config"]
+    changed = {**default, "spark": {"driver-memory": "3g"}}
+    assert checksum(rendered()) == checksum(rendered(values={"config": default}, tmp_path=tmp_path))
+    assert checksum(rendered()) != checksum(rendered(values={"config": changed}, tmp_path=tmp_path))
+
+
+def test_the_charts_alert_rules_are_the_kustomize_bases() -> None:
+    (rule,) = documents("base/prometheusrule.yaml")
+    (charted,) = [o for o in rendered("prometheusRule.enabled=true") if o["kind"] == "PrometheusRule"]
+    assert charted["spec"] == rule["spec"]
+    (monitor,) = [o for o in rendered("podMonitor.enabled=true") if o["kind"] == "PodMonitor"]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == "metrics"
