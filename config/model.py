@@ -253,6 +253,16 @@ class _BlobDestination(_Strict, frozen=True, kw_only=True):
         ),
     ] = None
     retry: RetryConfig = msgspec.field(default_factory=RetryConfig)
+    topic_metadata_interval_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="How often each archived topic's partition count, replication factor, topic ID and the "
+            "configs set on it are read from its source cluster; when they differ from the archive's newest record, "
+            "a new one is added beside the topic's chains (`<dest-name>/_topic/<ms>.json`). Read at once when a "
+            "topic's mirrors start. 0: never.",
+        ),
+    ] = 60_000
 
 
 class FilesystemDestination(_BlobDestination, tag_field="type", tag="filesystem", frozen=True, kw_only=True):

@@ -6,6 +6,7 @@ serves several independent topics, each checked through its own metric series an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from e2e.harness import backlog, mirror_config, refused, run_until, status_json
@@ -97,6 +98,12 @@ def test_holes_transactions_and_deleted_records_in_one_process(
         run.drain()
     # A clean shutdown logs no ERROR line (Spark's shutdown noise included): alerting on ERROR stays meaningful.
     assert run.errors() == [], run.errors()
+    # Beside its chains, the archive keeps what each topic is (issue 34): one document per topic, as it was seen.
+    (document,) = [json.loads(p.read_text()) for p in sorted((fs.root / compacted / "_topic").glob("*.json"))]
+    assert (document["source-topic"], document["partitions"], document["replication-factor"]) == (compacted, 1, 1)
+    assert document["cleanup-policy"] == "compact" and document["configs"] == compacted_topic_config()
+    assert document["topic-id"] and document["seen-at-ms"] > 0
+    assert len(run.events("topic metadata archived")) == len(ends)  # one per topic, and nothing changed after
 
     # Compaction: every archived record is the source's at that offset, every record still there is archived (the
     # cleaner may go on compacting while we mirror), and the holes are counted.

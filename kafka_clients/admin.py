@@ -8,16 +8,17 @@ blocks. Config changes are incremental (IncrementalAlterConfigs): configs outsid
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import anyio.to_thread
-from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, KafkaException, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient
 from confluent_kafka.admin._config import AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource
 from confluent_kafka.admin._resource import ResourceType
+from confluent_kafka.admin._topic import TopicDescription
 from confluent_kafka.cimpl import NewPartitions, NewTopic
 
 from config.model import KafkaDestination, SourceConfig
@@ -36,6 +37,17 @@ class TopicState:
     partitions: int
     configs: dict[str, str] = field(default_factory=dict)  # set on the topic itself (not broker defaults)
     cleanup_policy: str = "delete"  # in effect, wherever it comes from
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """A topic as an archive keeps it (`sinks.topic_metadata`): what rebuilding it elsewhere needs."""
+
+    partitions: int
+    replication_factor: int
+    topic_id: str  # Kafka's id of this incarnation of the topic (a deleted and recreated topic has a new one)
+    configs: dict[str, str]  # set on the topic itself (not broker defaults)
+    cleanup_policy: str  # in effect, wherever it comes from
 
 
 class AdminRequestError(MirrorV3Error):
@@ -87,15 +99,51 @@ class ClusterAdmin:
         entries: dict[str, ConfigEntry] = await self._wait(
             f"topic {topic!r}", "describe configs of", lambda: self._client.describe_configs([resource])[resource]
         )
-        configs = {
-            name: entry.value
-            for name, entry in entries.items()
-            # confluent-kafka types `source` as ConfigSource but hands over the bare int.
-            if getattr(entry.source, "value", entry.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
-            and entry.value is not None
-        }
         policy = entries.get(CLEANUP_POLICY)
-        return TopicState(len(described.partitions), configs, policy.value if policy and policy.value else "delete")
+        return TopicState(
+            len(described.partitions), _set_on_topic(entries), policy.value if policy and policy.value else "delete"
+        )
+
+    async def layouts(self, topics: Sequence[str]) -> dict[str, TopicLayout]:
+        """Every one of `topics` that exists, as an archive keeps it, in two requests whatever their number (the
+        topics' descriptions, then their configs); a topic that does not exist is left out."""
+        if not topics:
+            return {}
+        described = self._client.describe_topics(TopicCollection(list(topics)))
+
+        def existing() -> dict[str, TopicDescription]:
+            found = {}
+            for topic, future in described.items():
+                try:
+                    found[topic] = future.result(timeout=self._timeout_s)
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else exc
+                    if isinstance(error, KafkaError) and error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                        continue
+                    raise AdminRequestError(self._where, f"topic {topic!r}", "describe", _reason(error)) from None
+                except TimeoutError:
+                    raise AdminRequestError(
+                        self._where, f"topic {topic!r}", "describe", f"no answer within {self._timeout_s:g}s"
+                    ) from None
+            return found
+
+        found = await anyio.to_thread.run_sync(existing)
+        resources = {topic: ConfigResource(ResourceType.TOPIC, topic) for topic in found}
+        configured = self._client.describe_configs(list(resources.values())) if resources else {}
+        layouts = {}
+        for topic, description in found.items():
+            entries: dict[str, ConfigEntry] = await self._wait(
+                f"topic {topic!r}", "describe configs of", _given(configured[resources[topic]])
+            )
+            policy = entries.get(CLEANUP_POLICY)
+            layouts[topic] = TopicLayout(
+                partitions=len(description.partitions),
+                replication_factor=len(description.partitions[0].replicas) if description.partitions else 0,
+                topic_id=str(description.topic_id),
+                configs=_set_on_topic(entries),
+                cleanup_policy=policy.value if policy and policy.value else "delete",
+            )
+        return layouts
 
     async def create(self, topic: str, state: TopicState, replication_factor: int) -> None:
         new = NewTopic(
@@ -162,6 +210,22 @@ class ClusterAdmin:
         await self._wait(
             f"group {group!r}", "commit offsets of", lambda: self._client.alter_consumer_group_offsets(request)[group]
         )
+
+
+def _given(future: Future[T]) -> Callable[[], Future[T]]:
+    """A call that hands over a future made already (one of a batch request's)."""
+    return lambda: future
+
+
+def _set_on_topic(entries: dict[str, ConfigEntry]) -> dict[str, str]:
+    """The configs set on the topic itself, not the broker's defaults."""
+    return {
+        name: entry.value
+        for name, entry in entries.items()
+        # confluent-kafka types `source` as ConfigSource but hands over the bare int.
+        if getattr(entry.source, "value", entry.source) == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
+        and entry.value is not None
+    }
 
 
 def destination_admin(destination: KafkaDestination) -> ClusterAdmin:

@@ -34,6 +34,7 @@ from sinks.s3 import S3Connection, S3Store
 from sinks.s3_leases import S3Leases
 from sinks.s3_staging import S3Settings
 from sinks.staging import BlobFormat
+from sinks.topic_metadata import FilesystemTopicMetadata, S3TopicMetadata, TopicMetadataStore
 
 
 def location(destination: Destination, destination_name: str, partition: int) -> str:
@@ -113,6 +114,16 @@ class SinkFactory:
             assert self._s3 is not None
             key_prefix = _s3_key_prefix(destination, destination_name, partition) + "/"
             return S3BlobReader(self._s3.settings, key_prefix, retry_policy(destination.retry))
+        return None
+
+    def topic_metadata(self) -> TopicMetadataStore | None:
+        """Where a blob destination keeps its topics' metadata (`sinks.topic_metadata`); None for Kafka."""
+        destination = self._destination
+        if isinstance(destination, FilesystemDestination):
+            return FilesystemTopicMetadata(destination.root)
+        if isinstance(destination, S3Destination):
+            assert self._s3 is not None
+            return S3TopicMetadata(self._s3, destination.prefix)
         return None
 
     def chain_store(self, destination_name: str, partition: int) -> BlobStore:

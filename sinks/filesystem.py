@@ -154,7 +154,7 @@ def _commit_locked(directory: Path, temp: Path, final: Path, after: str | None, 
             # matches). On a first attempt a taken name always means another writer.
             if not (unsure and _is_staged_file(final, temp, size)):
                 raise
-        _fsync_directory(directory)
+        fsync_directory(directory)
     finally:
         os.close(fd)  # releases the lock
 
@@ -224,10 +224,10 @@ def make_durable_dirs(directory: Path) -> None:
     for path in reversed(missing):
         with contextlib.suppress(FileExistsError):
             path.mkdir()
-        _fsync_directory(path.parent)
+        fsync_directory(path.parent)
 
 
-def _fsync_directory(directory: Path) -> None:
+def fsync_directory(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
     try:
         os.fsync(fd)

@@ -43,6 +43,7 @@ from supervisor.mirror_record import MirrorRecord
 from supervisor.partition_source import SparkPartitionSource, SparkRuntime
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
+from supervisor.topic_archiver import TopicArchiver
 from supervisor.topic_manager import TopicManager
 
 log = logging.getLogger("mirror_v3.supervisor")
@@ -80,6 +81,7 @@ class Supervisor:
         self._failure: BaseException | None = None  # the first failure: the cause, and so the exit code
         self._topics: TopicManager | None = None  # create-topics, once run() has built it
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
+        self._archiver: TopicArchiver | None = None  # a blob archive's topic metadata, once run() has built it
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
         self._unreachable: dict[str, str] = {}  # source cluster's name → why it does not answer (while it does not)
@@ -163,6 +165,9 @@ class Supervisor:
             self._sinks.health.listen(lambda outage: up.set(0 if outage else 1))
             for spec in plan.mirrors:
                 self.mirrors[spec.key] = MirrorRecord(spec, self._actor(spec))
+            self._archiver = self._topic_archiver()
+            if self._archiver is not None:
+                self._archiver.watch(plan.mirrors)
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
             self._fail(None, exc, exc.headline or "cannot start")
         if self._failure is not None:
@@ -197,6 +202,8 @@ class Supervisor:
                 outer.start_soon(self._clusters.poll_forever)  # the offsets of every partition mirrored
                 if self._topics is not None:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)
+                if self._archiver is not None:
+                    outer.start_soon(self._archiver.run_forever, self.stop_requested)
                 if self._groups is not None:
                     outer.start_soon(self._groups.run_forever, self._mirrored, self.stop_requested)
                 if self._commits is not None:
@@ -220,6 +227,8 @@ class Supervisor:
                 self.http.readiness.draining = True
                 if leases is not None:
                     await leases.release()
+                if self._archiver is not None:
+                    await self._archiver.close()
                 await self._clusters.close()
                 # A refusal (or a signal) while Spark still starts does not wait for it: the JVM exits with us.
                 self.spark_abandoned = not await anyio.to_thread.run_sync(partial(stop_spark, wait_for_start=False))
@@ -228,6 +237,15 @@ class Supervisor:
             return exit_code_for(self._failure)
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.mirrors))
         return EXIT_OK
+
+    def _topic_archiver(self) -> TopicArchiver | None:
+        """A blob destination's topic metadata keeper (`supervisor.topic_archiver`), unless turned off."""
+        destination = self._config.destination
+        store = None if self._sinks is None else self._sinks.topic_metadata()
+        if store is None or isinstance(destination, KafkaDestination) or destination.topic_metadata_interval_ms == 0:
+            return None
+        timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000
+        return TopicArchiver(store, SourceAdmins(timeout_s), destination.topic_metadata_interval_ms / 1000)
 
     def _discovery_failed(self, errors: dict[str, SourceError]) -> None:
         """Count each cluster discovery could not read; a WARN at the first failure of a spell only (the cluster's
@@ -330,6 +348,8 @@ class Supervisor:
                     log_event(log, logging.ERROR, "cannot start discovered mirror", mirror=spec.name, error=str(exc))
                     continue
                 self.mirrors[key] = record
+                if self._archiver is not None:
+                    self._archiver.watch([spec])
                 log_event(
                     log,
                     logging.INFO,

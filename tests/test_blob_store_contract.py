@@ -86,7 +86,7 @@ def _memory() -> StoreUnderTest:
 
 
 def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderTest:
-    fsync_directory = sinks.filesystem._fsync_directory
+    fsync_directory = sinks.filesystem.fsync_directory
 
     def lose_next_answer() -> None:
         # The link has made the blob visible; the directory fsync then fails (EIO): the caller cannot know.
@@ -100,7 +100,7 @@ def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderT
                 raise OSError(errno.EIO, "Input/output error")
             fsync_directory(path)
 
-        monkeypatch.setattr(sinks.filesystem, "_fsync_directory", failing_once)
+        monkeypatch.setattr(sinks.filesystem, "fsync_directory", failing_once)
 
     def leave(name: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)

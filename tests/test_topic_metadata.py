@@ -1,0 +1,94 @@
+"""Topic metadata in a blob archive: documents added whole, never changed, read back oldest first; the same on a
+directory and on S3 (moto in this process)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sinks.s3 import S3Connection
+from sinks.topic_metadata import (
+    ArchivedTopic,
+    FilesystemTopicMetadata,
+    S3TopicMetadata,
+    TopicMetadataStore,
+    decode,
+    encode,
+    newest,
+    seen_at,
+)
+from tests.fakes import moto_settings
+
+_buckets = itertools.count()
+
+
+def archived(ms: int, **changes: Any) -> ArchivedTopic:
+    fields: dict[str, Any] = {
+        "source_cluster": "prod",
+        "source_topic": "orders",
+        "seen_at": seen_at(ms),
+        "seen_at_ms": ms,
+        "partitions": 6,
+        "replication_factor": 3,
+        "topic_id": "kL3t0Rr4QyWb2wqS9cL1Ag",
+        "cleanup_policy": "compact",
+        "configs": {"cleanup.policy": "compact", "retention.ms": "604800000"},
+        **changes,
+    }
+    return ArchivedTopic(**fields)
+
+
+def test_a_document_is_plain_json_and_says_when_and_what() -> None:
+    topic = archived(1_764_115_200_123)
+    document = json.loads(encode(topic))
+    assert document["seen-at"] == "2025-11-26T00:00:00.123Z" and document["partitions"] == 6
+    assert document["configs"]["retention.ms"] == "604800000" and document["format"] == 1
+    assert decode(encode(topic)) == topic
+    assert decode(b"{not json") is None and decode(encode(archived(1, format=2))) is None  # a later format: skipped
+    assert topic.same_topic(archived(5)) and not topic.same_topic(archived(5, partitions=12))
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TopicMetadataStore]:
+    if request.param == "filesystem":
+        yield FilesystemTopicMetadata(str(tmp_path))
+        return
+    import boto3
+
+    endpoint, bucket = request.getfixturevalue("moto_endpoint"), f"topics-{next(_buckets)}"
+    boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+    ).create_bucket(Bucket=bucket)
+    s3 = S3TopicMetadata(S3Connection(moto_settings(endpoint, bucket)), "archive")
+    try:
+        yield s3
+    finally:
+        await s3.close()
+
+
+async def test_documents_are_added_and_read_back_oldest_first(store: TopicMetadataStore) -> None:
+    assert await store.history("orders") == [] and await newest(store, "orders") is None
+    first, grown = archived(1_000), archived(2_000, partitions=12)
+    await store.add("orders", grown)
+    await store.add("orders", first)
+    await store.add("orders", first)  # the same moment again (a retried write): nothing changes
+    assert await store.history("orders") == [first, grown]
+    assert await newest(store, "orders") == grown
+    assert await store.history("payments") == []  # per archived topic
+    assert store.location("orders").rstrip("/").endswith("orders/_topic")
+
+
+async def test_a_directory_keeps_only_whole_documents(tmp_path: Path) -> None:
+    store = FilesystemTopicMetadata(str(tmp_path))
+    await store.add("orders", archived(1_000))
+    directory = tmp_path / "orders" / "_topic"
+    assert os.listdir(directory) == ["0000000001000.json"]  # no temporary left
+    (directory / ".0000000002000.json.tmp-x").write_bytes(b'{"half": ')  # a crash's leftover: never read
+    (directory / "notes.txt").write_text("by hand")
+    assert await store.history("orders") == [archived(1_000)]
