@@ -124,11 +124,6 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int], library_check: Li
     ):
         missing = "secret-access-key-env" if archive.secret_access_key_env is None else "access-key-id-env"
         raise error(("archive", missing), "set both access-key-id-env and secret-access-key-env, or neither")
-    if config.destination.create_topics:
-        raise error(
-            ("destination", "create-topics"),
-            "a restore does not create topics (an archive holds no partition count or configs): create them first",
-        )
     if config.destination.sync_groups is not None:
         raise error(("destination", "sync-groups"), "a restore has no source consumer groups to sync: remove it")
     problem = security_problem(config.destination.security)

@@ -22,8 +22,10 @@ from testkit.kafka_data import (
     create_topic,
     generate_records,
     offset_for_time,
+    partition_count,
     produce,
     produce_transactional,
+    topic_configs,
     wait_for_compaction,
     watermarks,
 )
@@ -35,9 +37,15 @@ FLUSH = {"max-time-ms": 1_000, "max-offsets": 1_500}
 
 
 def archive(
-    kafka: KafkaBroker, target: Target, topic: str, counts: list[int], tmp_path: Path, flush: dict[str, int] = FLUSH
+    kafka: KafkaBroker,
+    target: Target,
+    topic: str,
+    counts: list[int],
+    tmp_path: Path,
+    flush: dict[str, int] = FLUSH,
+    topic_config: dict[str, str] | None = None,
 ) -> None:
-    backlog(kafka.bootstrap, topic, counts, seed=71)
+    backlog(kafka.bootstrap, topic, counts, seed=71, config=topic_config)
     config = mirror_config(
         tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic, len(counts)), flush=flush
     )
@@ -63,21 +71,34 @@ def test_an_archive_round_trips_into_fresh_topics_in_both_modes(
     kafka: KafkaBroker, where: str, request: pytest.FixtureRequest, topic_name: str, tmp_path: Path
 ) -> None:
     """205 000 records over 3 partitions (null keys and values, duplicate and null headers, out-of-order
-    timestamps), archived by a mirror, restored whole in each mode and restored again by a time window."""
+    timestamps), archived by a mirror, restored whole in each mode and restored again by a time window. Renumber
+    restores into a topic it creates from the archived topic metadata (partitions, configs); preserve into an
+    existing topic, which it checks against the archive."""
     target: Target = request.getfixturevalue("fs" if where == "filesystem" else "s3")
     counts = [70_000, 70_000, 65_000]
-    archive(kafka, target, topic_name, counts, tmp_path, flush={"max-time-ms": 1_000, "max-offsets": 20_000})
+    configs = {"retention.ms": "864000000", "max.message.bytes": "2000000"}
+    flush = {"max-time-ms": 1_000, "max-offsets": 20_000}
+    archive(kafka, target, topic_name, counts, tmp_path, flush=flush, topic_config=configs)
     source = {partition: source_records(kafka.bootstrap, topic_name, partition) for partition in range(3)}
     for offsets in ("preserve", "renumber"):
         restored = f"{topic_name}-{offsets}"
-        create_topic(kafka.bootstrap, restored, partitions=3)
+        create = offsets == "renumber"
+        if not create:
+            create_topic(kafka.bootstrap, restored, partitions=3)
         entries = [{"topic": topic_name, "rename": restored}]
         config = restore_config(tmp_path / f"{offsets}.yaml", kafka, target, entries, offsets)
-        done = run_cli("restore", "--config", str(config), env=target.env(), timeout=600)
+        command = ["restore", "--config", str(config), *(["--create-topics"] if create else [])]
+        done = run_cli(*command, env=target.env(), timeout=600)
         assert done.returncode == 0, done.stderr
         assert f"restored {sum(counts)} records" in done.stdout, done.stdout
         for partition, expected in source.items():
             assert_same_records(KafkaTarget(kafka.bootstrap, offsets).records(restored, partition), expected)
+        if create:  # as the archive saw the source: 3 partitions, its configs
+            assert partition_count(kafka.bootstrap, restored) == 3
+            assert configs.items() <= topic_configs(kafka.bootstrap, restored).items()
+            assert 'msg="destination topic created"' in done.stderr, done.stderr
+        else:  # the existing topic lacks them: said, not changed
+            assert "destination topic differs from the archive" in done.stderr and "retention.ms" in done.stderr
 
     # A time window: from the first record stamped at or after `since` up to the first stamped at or after
     # `until`, which is what the broker's offsets-for-times answers for the source.

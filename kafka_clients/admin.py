@@ -145,11 +145,14 @@ class ClusterAdmin:
             )
         return layouts
 
-    async def create(self, topic: str, state: TopicState, replication_factor: int) -> None:
+    async def create(self, topic: str, state: TopicState, replication_factor: int, validate_only: bool = False) -> None:
+        """Create the topic (`validate_only`: only ask whether the broker would)."""
         new = NewTopic(
             topic, num_partitions=state.partitions, replication_factor=replication_factor, config=state.configs
         )
-        await self._wait(f"topic {topic!r}", "create", lambda: self._client.create_topics([new])[topic])
+        await self._wait(
+            f"topic {topic!r}", "create", lambda: self._client.create_topics([new], validate_only=validate_only)[topic]
+        )
 
     async def add_partitions(self, topic: str, total: int) -> None:
         await self._wait(

@@ -57,6 +57,16 @@ class SourceLookup(Protocol):
     async def record_at(self, offset: int) -> KafkaRecord | None: ...
 
 
+def refuse_preserve_into_empty(destination: str, source: str, source_start: int) -> None:
+    """offsets: preserve into an empty partition: its first record goes to offset 0, so the source must begin
+    there."""
+    if source_start != 0:
+        raise DestinationError(
+            f"{destination} is empty (end offset 0) but source {source} begins at offset {source_start}: offsets: "
+            f"preserve cannot put source offset {source_start} at destination offset 0; use offsets: renumber"
+        )
+
+
 @dataclass(frozen=True)
 class KafkaSinkSettings:
     bootstrap_servers: str
@@ -195,7 +205,7 @@ class KafkaSink:
         if partitions is None:
             raise DestinationError(
                 f"destination topic {self._tp.topic!r} does not exist on {where}: create it with at least "
-                f"{self._tp.partition + 1} partition(s) (mirror-v3 does not create topics)"
+                f"{self._tp.partition + 1} partition(s), or set destination.create-topics: true"
             )
         if partitions <= self._tp.partition:
             raise DestinationError(
@@ -206,13 +216,7 @@ class KafkaSink:
     async def _preserve_position(self, verify: bool) -> int:
         log_start, end = await self._clients.watermarks(self._tp, "read_uncommitted")
         if end == 0:
-            source_start = await self._source.log_start()
-            if source_start != 0:
-                raise DestinationError(
-                    f"{self._name} is empty (end offset 0) but source {self._source_name} begins at offset "
-                    f"{source_start}: offsets: preserve cannot put source offset {source_start} at destination "
-                    "offset 0; use offsets: renumber"
-                )
+            refuse_preserve_into_empty(self._name, self._source_name, await self._source.log_start())
             return 0
         if verify:
             await self._check_alignment(end, log_start)

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import anyio
+import msgspec
+import msgspec.structs
 
 from config import ConfigError
 from config.estate import Shard
@@ -125,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="make every check of the real run, read-only; print the partitions, ranges, records and holes, and "
         "write nothing",
+    )
+    restore.add_argument(
+        "--create-topics",
+        action="store_true",
+        help="create missing destination topics as the archive saw their sources (partition count and the "
+        "destination's topic-configs); the same as destination.create-topics: true",
     )
     commands.add_parser(
         "prepare-jvm",
@@ -258,6 +266,10 @@ def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
 
     try:
         config = load_restore_config(args.config)
+        if args.create_topics:
+            config = msgspec.structs.replace(
+                config, destination=msgspec.structs.replace(config.destination, create_topics=True)
+            )
         families = None if args.dry_run else MetricFamilies()
         restore = partial(
             run_restore, config, dry_run=args.dry_run, families=families, metrics_port=runtime.metrics_port

@@ -44,7 +44,7 @@ from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
-from sinks.kafka import KafkaSink, KafkaSinkSettings
+from sinks.kafka import KafkaSink, KafkaSinkSettings, refuse_preserve_into_empty
 from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
 from source.spark_session import get_spark
@@ -53,6 +53,7 @@ from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from supervisor.metrics import MetricFamilies
 from supervisor.output import table_lines
 from supervisor.restore_progress import Progress, RestoreMetrics
+from supervisor.restore_topics import prepare_topics, restored_topics
 from supervisor.spark_start import start_spark
 from workers.archive_records import ArchiveSurvey, read_archived
 from workers.restore_job import (
@@ -361,10 +362,18 @@ async def open_destinations(
     await _for_each(parts, _open_one)
 
 
-async def check_destinations(config: RestoreConfig, parts: list[RestorePartition]) -> None:
+async def check_destinations(
+    config: RestoreConfig, parts: list[RestorePartition], created: dict[str, str] | None = None
+) -> None:
     """What open_destinations checks, read-only (`--dry-run`): no producer starts, no group offset is committed,
-    so nothing is fenced or written. Sets each part's position: where a real run would continue."""
+    so nothing is fenced or written. Sets each part's position: where a real run would continue. `created`: the
+    topics the real run would create (empty, so only their preserve rule is checked)."""
     settings, policy = kafka_settings(config.destination), retry_policy(config.destination.retry)
+    for part in [p for p in parts if created and p.topic in created]:
+        if config.destination.offsets == "preserve":
+            refuse_preserve_into_empty(f"{part.topic}/{part.partition}", part.name, part.first)
+        part.position = _continue_at(part, None)
+    parts = [p for p in parts if not created or p.topic not in created]
 
     async def check_one(part: RestorePartition) -> None:
         sink = _destination_sink(settings, part)
@@ -525,6 +534,12 @@ async def run_restore(
     parts = await select_partitions(config, factory)
     if not parts:
         raise ConfigError(("restore",), "the entries select no archived chain")
+    store = factory.topic_metadata()
+    try:
+        topics = await restored_topics(config, [(p.archived, p.topic, p.partition) for p in parts], store)
+    finally:
+        if store is not None:
+            await store.close()
     await start_spark(config.spark)  # before the clock of restore_all starts, in every mode
     await narrow_by_time(config, parts)
     mode = config.destination.offsets
@@ -532,9 +547,10 @@ async def run_restore(
         await survey(config, parts)
     if mode == "preserve":
         refuse_holes_for_preserve(parts)
+    created = await prepare_topics(config, topics, dry_run=dry_run)
     if dry_run:  # every check the real run makes before it writes, read-only
-        await check_destinations(config, parts)
-        return render_dry_run(parts, mode)
+        await check_destinations(config, parts, created)
+        return "\n".join([*created.values(), render_dry_run(parts, mode)])
     metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
     views = {part.name: PlainMirror(part.name) for part in parts}
     endpoint = None if families is None else HttpEndpoint(families.registry, Readiness(views.values), metrics_port)

@@ -62,11 +62,9 @@ def test_rename_puts_the_archived_name_in_place_of_topic() -> None:
     assert config.restore[0].destination_topic("o-eu") == "back-o-eu"
 
 
-def test_a_restore_does_not_create_topics() -> None:
+def test_a_restore_may_create_its_topics_from_the_archives_metadata() -> None:
     text = BASE.replace("offsets: renumber}", "offsets: renumber, create-topics: true}") + "restore: [{topic: a}]\n"
-    with pytest.raises(ConfigError) as caught:
-        parse_restore_config(text, env={})
-    assert str(caught.value).startswith("destination.create-topics: a restore does not create topics")
+    assert parse_restore_config(text, env={}).destination.create_topics  # (supervisor.restore_topics)
 
 
 def test_timestamps_are_epoch_milliseconds_or_times_with_a_zone() -> None:
