@@ -404,19 +404,18 @@ class Supervisor:
 
     def _mirrored(self) -> list[MirroredPartition]:
         """The running mirrors and how far their destinations are, for the group offset sync."""
+        running = [r for r in self.mirrors.values() if r.actor.started.is_set() and r.failure is None]
         return [
             MirroredPartition(
-                spec.cluster,
-                spec.source,
-                spec.source_field,
-                spec.topic,
-                spec.partition,
-                spec.destination_name,
-                record.actor.position,
+                r.spec.cluster,
+                r.spec.source,
+                r.spec.source_field,
+                r.spec.topic,
+                r.spec.partition,
+                r.spec.destination_name,
+                r.actor.position,
             )
-            for record in self.mirrors.values()
-            if record.actor.started.is_set() and record.failure is None
-            for spec in (record.spec,)
+            for r in running
         ]
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
