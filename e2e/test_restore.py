@@ -277,11 +277,14 @@ def test_a_dry_run_is_refused_exactly_where_the_real_run_is(
         # preserve cannot put archived offset 1 000 at offset 0 of an empty topic
         ("preserve", [{"topic": topic_name, "rename": empty, "from-offset": 1_000}], "offsets: preserve cannot put"),
         ("renumber", [{"topic": topic_name, "rename": missing}], f"destination topic '{missing}' does not exist"),
+        # the same into a topic the restore would create (--create-topics below): empty too
+        ("preserve", [{"topic": topic_name, "rename": missing, "from-offset": 1_000}], "offsets: preserve cannot put"),
     ]
     for i, (offsets, entries, reason) in enumerate(cases):
         config = restore_config(tmp_path / f"case{i}.yaml", kafka, fs, entries, offsets)
-        dry = run_cli("restore", "--config", str(config), "--dry-run", env=fs.env(), timeout=300)
-        real = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
+        create = ["--create-topics"] if i == 2 else []
+        dry = run_cli("restore", "--config", str(config), "--dry-run", *create, env=fs.env(), timeout=300)
+        real = run_cli("restore", "--config", str(config), *create, env=fs.env(), timeout=300)
         assert dry.returncode == real.returncode == 1, dry.stderr + real.stderr
         dry_line, real_line = (r.stderr.strip().splitlines()[-1] for r in (dry, real))
         assert dry_line == real_line and reason in dry_line, (dry_line, real_line)

@@ -57,6 +57,11 @@ class SourceLookup(Protocol):
     async def record_at(self, offset: int) -> KafkaRecord | None: ...
 
 
+def partition_name(topic: str, partition: int) -> str:
+    """How messages name a destination partition."""
+    return f"destination {topic}-{partition}"
+
+
 def refuse_preserve_into_empty(destination: str, source: str, source_start: int) -> None:
     """offsets: preserve into an empty partition: its first record goes to offset 0, so the source must begin
     there."""
@@ -154,7 +159,7 @@ class KafkaSink:
 
     @property
     def _name(self) -> str:
-        return f"destination {self._tp.topic}-{self._tp.partition}"
+        return partition_name(self._tp.topic, self._tp.partition)
 
     # -- open / inspect ------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
-from sinks.kafka import KafkaSink, KafkaSinkSettings, refuse_preserve_into_empty
+from sinks.kafka import KafkaSink, KafkaSinkSettings, partition_name, refuse_preserve_into_empty
 from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
 from source.spark_session import get_spark
@@ -369,13 +369,13 @@ async def check_destinations(
     so nothing is fenced or written. Sets each part's position: where a real run would continue. `created`: the
     topics the real run would create (empty, so only their preserve rule is checked)."""
     settings, policy = kafka_settings(config.destination), retry_policy(config.destination.retry)
-    for part in [p for p in parts if created and p.topic in created]:
-        if config.destination.offsets == "preserve":
-            refuse_preserve_into_empty(f"{part.topic}/{part.partition}", part.name, part.first)
-        part.position = _continue_at(part, None)
-    parts = [p for p in parts if not created or p.topic not in created]
 
     async def check_one(part: RestorePartition) -> None:
+        if created and part.topic in created:  # the real run makes it: empty, so only preserve's offset rule applies
+            if config.destination.offsets == "preserve":
+                refuse_preserve_into_empty(partition_name(part.topic, part.partition), part.name, part.first)
+            part.position = _continue_at(part, None)
+            return
         sink = _destination_sink(settings, part)
         retrying = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
         try:
