@@ -145,8 +145,9 @@ def estate_targets(rows: list[Row]) -> list[tuple[str, str, bool]]:
         where = f"P = {p:,}, max-time {max_time:g} s, {DESTINATIONS.get(path, path)}"
         kept = median(mine, lambda r: r["lag_window_end"] - r["lag_window_start"]) <= first["rate"] * max_time
         found.append((f"keeps up: lag grows by ≤ 1 max-time of records over the window ({where})", lag(mine), kept))
-        bound = 2.5 if max_time <= 1 else 12.0
-        found.append((f"p99 produce → durable ≤ {bound:g} s ({where})", seconds(p99), p99 <= bound))
+        if path != "s3":  # issue 32 asks S3 (on moto, sharing the cores) only to keep up
+            bound = 2.5 if max_time <= 1 else 12.0
+            found.append((f"p99 produce → durable ≤ {bound:g} s ({where})", seconds(p99), p99 <= bound))
         if path == "filesystem":
             limit = 1.0 if max_time <= 1 else 0.5
             found.append((f"mirror CPU ≤ {limit:g} core ({where})", f"{tree:.2f} cores", tree <= limit))
