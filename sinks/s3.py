@@ -211,29 +211,13 @@ class S3Connection:
             raise TransientDestinationError(f"{what}: connection failed: {first_line(exc)}") from None
 
 
-class S3Store:
-    """The blobs of one partition under `s3://<bucket>/<key_prefix>`."""
+class ConnectionUser:
+    """One user of a shared S3Connection: its client acquired at first use, released once at close."""
 
-    @property
-    def checks_for_foreign_blobs(self) -> bool:
-        """List behind the tail after every commit unless the store is known to honour If-None-Match (asked when
-        the chain opens: `clean_leftovers`)."""
-        return self._connection.honours_conditional_creates is not True
-
-    def __init__(self, connection: S3Connection, key_prefix: str) -> None:
+    def __init__(self, connection: S3Connection) -> None:
         self._connection = connection
         self._bucket = connection.settings.bucket
-        self._prefix = key_prefix
-        self._claims = claims_prefix(key_prefix)
         self._client: Any = None
-        self.list_calls = 0
-
-    @property
-    def key_prefix(self) -> str:
-        return self._prefix
-
-    def location(self, name: str) -> str:
-        return f"s3://{self._bucket}/{self._prefix}{name}"
 
     async def _s3(self) -> Any:
         if self._client is None:
@@ -244,6 +228,29 @@ class S3Store:
         if self._client is not None:
             self._client = None
             await self._connection.release()
+
+
+class S3Store(ConnectionUser):
+    """The blobs of one partition under `s3://<bucket>/<key_prefix>`."""
+
+    @property
+    def checks_for_foreign_blobs(self) -> bool:
+        """List behind the tail after every commit unless the store is known to honour If-None-Match (asked when
+        the chain opens: `clean_leftovers`)."""
+        return self._connection.honours_conditional_creates is not True
+
+    def __init__(self, connection: S3Connection, key_prefix: str) -> None:
+        super().__init__(connection)
+        self._prefix = key_prefix
+        self._claims = claims_prefix(key_prefix)
+        self.list_calls = 0
+
+    @property
+    def key_prefix(self) -> str:
+        return self._prefix
+
+    def location(self, name: str) -> str:
+        return f"s3://{self._bucket}/{self._prefix}{name}"
 
     async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
         """Up to max_keys names after `start_after` (exclusive), in order; and whether more follow."""

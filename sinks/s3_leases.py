@@ -19,7 +19,7 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, is_live
-from sinks.s3 import S3Connection
+from sinks.s3 import ConnectionUser, S3Connection
 from sinks.s3_errors import NoSuchKey, PreconditionFailed
 
 HOLDERS_DIRECTORY = "_mirror-v3/holders"
@@ -33,23 +33,16 @@ def lease_prefix(root: str, chain: str) -> str:
     return f"{root}{name}/{LEASES_DIRECTORY}/{partition}/"
 
 
-class S3Leases:
+class S3Leases(ConnectionUser):
     def __init__(self, connection: S3Connection, prefix: str | None) -> None:
-        self._connection = connection
-        self._bucket = connection.settings.bucket
+        super().__init__(connection)
         self._root = f"{prefix.strip('/')}/" if prefix else ""
-        self._client: Any = None
 
     def location(self, chain: str) -> str:
         return f"s3://{self._bucket}/{lease_prefix(self._root, chain)}"
 
     def _heartbeat(self, holder: Holder) -> str:
         return f"{self._root}{HOLDERS_DIRECTORY}/{holder.id}.json"
-
-    async def _s3(self) -> Any:
-        if self._client is None:
-            self._client = await self._connection.acquire()
-        return self._client
 
     def _options(self) -> dict[str, str]:
         return self._connection.settings.short_lived_object_options()
@@ -134,11 +127,6 @@ class S3Leases:
             return Holder.decode(await self._connection.call(f"read lease s3://{self._bucket}/{key}", read))
         except NoSuchKey:
             return None  # deleted by its successor's taker meanwhile: the next look finds the successor
-
-    async def close(self) -> None:
-        if self._client is not None:
-            self._client = None
-            await self._connection.release()
 
 
 def _generation_name(generation: int) -> str:

@@ -29,7 +29,7 @@ import msgspec
 import msgspec.structs
 
 from sinks.filesystem import fsync_directory, make_durable_dirs
-from sinks.s3 import S3Connection
+from sinks.s3 import ConnectionUser, S3Connection
 from sinks.s3_errors import PreconditionFailed
 
 TOPIC_DIRECTORY = "_topic"
@@ -153,23 +153,16 @@ class FilesystemTopicMetadata:
         fsync_directory(directory)
 
 
-class S3TopicMetadata:
+class S3TopicMetadata(ConnectionUser):
     def __init__(self, connection: S3Connection, prefix: str | None) -> None:
-        self._connection = connection
-        self._bucket = connection.settings.bucket
+        super().__init__(connection)
         self._root = f"{prefix.strip('/')}/" if prefix else ""
-        self._client: Any = None
 
     def _prefix(self, destination_name: str) -> str:
         return f"{self._root}{destination_name}/{TOPIC_DIRECTORY}/"
 
     def location(self, destination_name: str) -> str:
         return f"s3://{self._bucket}/{self._prefix(destination_name)}"
-
-    async def _s3(self) -> Any:
-        if self._client is None:
-            self._client = await self._connection.acquire()
-        return self._client
 
     async def history(self, destination_name: str) -> list[ArchivedTopic]:
         s3, prefix = await self._s3(), self._prefix(destination_name)
@@ -206,8 +199,3 @@ class S3TopicMetadata:
                 f"write s3://{self._bucket}/{key}",
                 lambda: s3.put_object(Bucket=self._bucket, Key=key, Body=encode(topic), IfNoneMatch="*", **options),
             )
-
-    async def close(self) -> None:
-        if self._client is not None:
-            self._client = None
-            await self._connection.release()
