@@ -61,15 +61,23 @@ class DestinationHealth:
             log_event(log, logging.WARNING, "destination unreachable", destination=self.location, error=cause)
             self._changed()
 
-    def recovered(self, mirror: str) -> None:
-        """`mirror`'s spell is over: its write succeeded, or it gave up (its failure is reported as its own), or the
-        mirror stopped."""
+    def ended(self, mirror: str, succeeded: bool) -> None:
+        """`mirror`'s spell is over: its write succeeded, or it gave up or stopped (its failure, if any, is
+        reported as its own). The outage ends with the last spell; "reachable again" is said only when that one
+        succeeded."""
         if self._failing.pop(mirror, None) is None or self._failing or self._since is None:
             return
         down_s = self._clock() - self._since
         self._since = None
-        log_event(log, logging.INFO, "destination reachable again", destination=self.location, down_s=round(down_s, 1))
+        if succeeded:
+            log_event(
+                log, logging.INFO, "destination reachable again", destination=self.location, down_s=round(down_s, 1)
+            )
         self._changed()
+
+    def spells(self, mirror: str) -> MirrorSpells:
+        """What one mirror's sink reports its retries to (`sinks.retry.RetrySpells`)."""
+        return MirrorSpells(self, mirror)
 
     def retrying(self, mirror: str) -> str | None:
         """Why `mirror` is retrying its destination now (None: it is not)."""
@@ -79,3 +87,15 @@ class DestinationHealth:
         outage = self.outage
         for listener in self._listeners:
             listener(outage)
+
+
+@dataclass(frozen=True)
+class MirrorSpells:
+    health: DestinationHealth
+    mirror: str
+
+    def failing(self, cause: str) -> None:
+        self.health.failing(self.mirror, cause)
+
+    def ended(self, succeeded: bool) -> None:
+        self.health.ended(self.mirror, succeeded)

@@ -6,7 +6,6 @@ Every sink is wrapped in the retry layer; S3 sinks of one process share one clie
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -173,19 +172,12 @@ class SinkFactory:
             raise TypeError(f"unsupported destination {type(destination).__name__}")
         if not retries:
             return sink
-        health = self.health
-
-        def retry_changed(number: int) -> None:
-            on_retry(number)
-            if number == 0:  # the spell is over
-                health.recovered(mirror.name)
-
         return RetryingSink(
             sink,
             retry_policy(destination.retry),
-            retry_changed,
+            on_retry,
             log_fields={"mirror": mirror.name, "cluster": mirror.cluster},
-            on_failure=partial(health.failing, mirror.name),
+            spells=self.health.spells(mirror.name),
         )
 
 

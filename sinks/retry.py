@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from core.errors import first_line
 from core.logs import log_event
@@ -112,6 +112,18 @@ def retry_transient_sync(
     )
 
 
+class RetrySpells(Protocol):
+    """Hears a sink's spells of retries (`sinks.destination_health`)."""
+
+    def failing(self, cause: str) -> None:
+        """An operation failed transiently and will be retried (the first line of the error)."""
+        ...
+
+    def ended(self, succeeded: bool) -> None:
+        """The spell is over: the operation succeeded, or it was given up (or cancelled)."""
+        ...
+
+
 class RetryingSink(Generic[W]):
     """Wraps any Sink so that its transient failures are retried."""
 
@@ -121,12 +133,12 @@ class RetryingSink(Generic[W]):
         policy: RetryPolicy,
         on_retry: Callable[[int], None] = lambda _: None,
         log_fields: dict[str, object] | None = None,
-        on_failure: Callable[[str], None] = lambda _: None,
+        spells: RetrySpells | None = None,
     ) -> None:
         self._inner = inner
         self._policy = policy
         self._on_retry = on_retry
-        self._on_failure = on_failure
+        self._spells = spells
         self._log_fields = log_fields or {}
 
     @property
@@ -159,6 +171,23 @@ class RetryingSink(Generic[W]):
         await self._inner.close()
 
     async def _retry(self, operation: Callable[[], Awaitable[T]], what: str) -> T:
-        return await retry_transient(
-            operation, self._policy, what, self._on_retry, log_fields=self._log_fields, on_failure=self._on_failure
-        )
+        spells = self._spells
+        if spells is None:
+            return await retry_transient(operation, self._policy, what, self._on_retry, log_fields=self._log_fields)
+        failed = False
+
+        def failing(cause: str) -> None:
+            nonlocal failed
+            failed = True
+            spells.failing(cause)
+
+        succeeded = False
+        try:
+            result = await retry_transient(
+                operation, self._policy, what, self._on_retry, log_fields=self._log_fields, on_failure=failing
+            )
+            succeeded = True
+            return result
+        finally:
+            if failed:
+                spells.ended(succeeded)

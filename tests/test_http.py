@@ -72,7 +72,7 @@ async def test_endpoints(port: int) -> None:
             ("running", None),
             ("destination-unreachable", "produce timed out"),
         ]
-        readiness.destination.recovered("b")
+        readiness.destination.ended("b", succeeded=True)
         assert await get(port, "/readyz") == (200, "ready\n")
         readiness.draining = True
         assert (await get(port, "/readyz"))[0] == 503

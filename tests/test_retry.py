@@ -46,11 +46,28 @@ def staged(store: InMemoryStore, first: int, last: int) -> StagedBlob:
     return stage_bytes(store, b"parquet bytes", first, last)
 
 
+class Spells:
+    """What the sink tells the destination's health (sinks.destination_health) of its spells of retries."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, object]] = []
+
+    def failing(self, cause: str) -> None:
+        self.heard.append(("failing", cause))
+
+    def ended(self, succeeded: bool) -> None:
+        self.heard.append(("ended", succeeded))
+
+
+SPELLS = Spells()
+
+
 async def make_sink(store: InMemoryStore, policy: RetryPolicy = FAST) -> tuple[RetryingSink[StagedBlob], list[int]]:
     gauge: list[int] = []
-    sink = RetryingSink(BlobSink(store, "mem", MemoryStaging(store)), policy, on_retry=gauge.append)
+    sink = RetryingSink(BlobSink(store, "mem", MemoryStaging(store)), policy, on_retry=gauge.append, spells=SPELLS)
     await sink.open()
     gauge.clear()
+    SPELLS.heard.clear()
     return sink, gauge
 
 
@@ -66,6 +83,7 @@ async def test_transient_failures_are_retried_and_reported(caplog: pytest.LogCap
     assert len(warned) == 2 and back.levelno == logging.INFO
     assert back.mirror_v3_fields["retries"] == 2 and back.mirror_v3_fields["down_s"] >= 0  # type: ignore[attr-defined]
     assert list(store.blobs) == ["00000000000000000000-00000000000000000009.parquet"]
+    assert SPELLS.heard == [("failing", "HTTP 503 SlowDown")] * 2 + [("ended", True)]
 
 
 async def test_lost_answer_is_not_a_duplicate() -> None:
@@ -85,6 +103,7 @@ async def test_permanent_failures_fail_at_once() -> None:
     with pytest.raises(DestinationError) as caught:
         await sink.commit(staged(store, 0, 9))
     assert caught.value is store.raised[0] and store.puts == 1 and gauge == []  # no retry: the gauge is not touched
+    assert SPELLS.heard == []  # nor is there a spell
 
 
 async def test_another_writer_is_permanent() -> None:
@@ -104,6 +123,7 @@ async def test_deadline_ends_the_retries() -> None:
     assert caught.value.attempts == store.puts >= 2 and caught.value.deadline_s == 0.1
     assert isinstance(caught.value.cause, TransientDestinationError)
     assert gauge[-1] == 0 and max(gauge) >= 2
+    assert SPELLS.heard[-1] == ("ended", False) and len(SPELLS.heard) == store.puts  # a failing per attempt
     assert not [name for name in store.blobs if not is_temp_name(name)]
 
 
