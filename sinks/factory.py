@@ -19,6 +19,7 @@ from config.model import (
 )
 from config.secrets import env_secret
 from kafka_clients.settings import aiokafka_settings, librdkafka_properties
+from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents
 from sinks.base import Sink
 from sinks.blob_chain import BlobStore
 from sinks.blob_reading import BlobReader, FilesystemBlobReader, S3BlobReader
@@ -33,7 +34,6 @@ from sinks.s3 import S3Connection, S3Store
 from sinks.s3_leases import S3Leases
 from sinks.s3_staging import S3Settings
 from sinks.staging import BlobFormat
-from sinks.topic_metadata import FilesystemTopicMetadata, S3TopicMetadata, TopicMetadataStore
 
 
 def location(destination: Destination, destination_name: str, partition: int) -> str:
@@ -115,14 +115,14 @@ class SinkFactory:
             return S3BlobReader(self._s3.settings, key_prefix, retry_policy(destination.retry))
         return None
 
-    def topic_metadata(self) -> TopicMetadataStore | None:
-        """Where a blob destination keeps its topics' metadata (`sinks.topic_metadata`); None for Kafka."""
+    def documents(self) -> ArchiveDocuments | None:
+        """Where a blob destination keeps its documents (topic metadata, group positions); None for Kafka."""
         destination = self._destination
         if isinstance(destination, FilesystemDestination):
-            return FilesystemTopicMetadata(destination.root)
+            return FilesystemDocuments(destination.root)
         if isinstance(destination, S3Destination):
             assert self._s3 is not None
-            return S3TopicMetadata(self._s3, destination.prefix)
+            return S3Documents(self._s3, destination.prefix)
         return None
 
     def chain_store(self, destination_name: str, partition: int) -> BlobStore:

@@ -241,7 +241,7 @@ class Supervisor:
     def _topic_archiver(self) -> TopicArchiver | None:
         """A blob destination's topic metadata keeper (`supervisor.topic_archiver`), unless turned off."""
         destination = self._config.destination
-        store = None if self._sinks is None else self._sinks.topic_metadata()
+        store = None if self._sinks is None else self._sinks.documents()
         if store is None or isinstance(destination, KafkaDestination) or destination.topic_metadata_interval_ms == 0:
             return None
         timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000

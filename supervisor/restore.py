@@ -534,7 +534,7 @@ async def run_restore(
     parts = await select_partitions(config, factory)
     if not parts:
         raise ConfigError(("restore",), "the entries select no archived chain")
-    store = factory.topic_metadata()
+    store = factory.documents()
     try:
         topics = await restored_topics(config, [(p.archived, p.topic, p.partition) for p in parts], store)
     finally:

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from config.restore import RestoreConfig
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, ClusterAdmin, TopicState, destination_admin
-from sinks.topic_metadata import ArchivedTopic, TopicMetadataStore, newest
+from sinks.archive_documents import ArchiveDocuments
+from sinks.topic_metadata import ArchivedTopic, newest
 
 log = logging.getLogger("mirror_v3.restore")
 
@@ -72,7 +73,7 @@ def plan_restored_topic(
 
 
 async def restored_topics(
-    config: RestoreConfig, chosen: Sequence[tuple[str, str, int]], store: TopicMetadataStore | None
+    config: RestoreConfig, chosen: Sequence[tuple[str, str, int]], store: ArchiveDocuments | None
 ) -> list[RestoredTopic]:
     """`chosen`: (archived name, destination topic, partition) of every selected chain."""
     needed: dict[tuple[str, str], int] = {}

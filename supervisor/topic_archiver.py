@@ -25,7 +25,9 @@ from config.model import SourceConfig
 from core.errors import MirrorV3Error, first_line
 from core.logs import log_event
 from kafka_clients.admin import SourceAdmins, TopicLayout
-from sinks.topic_metadata import ArchivedTopic, TopicMetadataStore, newest, seen_at
+from sinks import topic_metadata
+from sinks.archive_documents import ArchiveDocuments
+from sinks.topic_metadata import ArchivedTopic, newest, seen_at
 
 log = logging.getLogger("mirror_v3.topics")
 
@@ -41,7 +43,7 @@ class _Watched:
 class TopicArchiver:
     def __init__(
         self,
-        store: TopicMetadataStore,
+        store: ArchiveDocuments,
         admins: SourceAdmins,
         interval_s: float,
         clock: Callable[[], float] = time.time,
@@ -121,7 +123,7 @@ class TopicArchiver:
             if known is not None and seen.same_topic(known):
                 self._archived[name] = known
                 continue
-            await self._store.add(name, seen)
+            await topic_metadata.add(self._store, name, seen)
             self._archived[name] = seen
             log_event(
                 log,
@@ -132,7 +134,7 @@ class TopicArchiver:
                 partitions=layout.partitions,
                 configs=len(layout.configs),
                 change="first" if known is None else _what_changed(known, seen),
-                at=self._store.location(name),
+                at=topic_metadata.location(self._store, name),
             )
 
 

@@ -14,7 +14,8 @@ from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
 from core.errors import MirrorV3Error
 from kafka_clients.admin import TopicLayout
-from sinks.topic_metadata import FilesystemTopicMetadata
+from sinks.archive_documents import FilesystemDocuments
+from sinks.topic_metadata import history
 from supervisor.topic_archiver import TopicArchiver
 
 LAYOUT = TopicLayout(
@@ -51,7 +52,7 @@ def spec(topic: str, partition: int) -> MirrorSpec:
 async def test_a_topic_is_archived_when_first_seen_and_again_only_when_it_changes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store, admin, now = FilesystemTopicMetadata(str(tmp_path)), FakeAdmin(), [1_700_000_000.0]
+    store, admin, now = FilesystemDocuments(str(tmp_path)), FakeAdmin(), [1_700_000_000.0]
     archiver = TopicArchiver(store, FakeAdmins(admin), 60, clock=lambda: now[0])  # type: ignore[arg-type]
     archiver.watch([spec("orders", 0), spec("orders", 1), spec("gone", 0)])  # gone: no such topic at the source
     with caplog.at_level(logging.INFO, logger="mirror_v3.topics"):
@@ -61,25 +62,25 @@ async def test_a_topic_is_archived_when_first_seen_and_again_only_when_it_change
         admin.topics["orders"] = replace(LAYOUT, partitions=6, configs={"retention.ms": "2000"})
         now[0] += 60
         await archiver.capture()
-    history = await store.history("orders")
-    assert [(d.partitions, d.configs, d.seen_at_ms) for d in history] == [
+    documents = await history(store, "orders")
+    assert [(d.partitions, d.configs, d.seen_at_ms) for d in documents] == [
         (3, {"retention.ms": "1000"}, 1_700_000_000_000),
         (6, {"retention.ms": "2000"}, 1_700_000_120_000),
     ]
-    assert await store.history("gone") == []
+    assert await history(store, "gone") == []
     changes = [r.mirror_v3_fields["change"] for r in caplog.records]  # type: ignore[attr-defined]
     assert changes == ["first", "partitions,retention.ms"]
     # A new process reads the archive's newest document once and adds nothing while the topic stays the same.
     again = TopicArchiver(store, FakeAdmins(admin), 60, clock=lambda: now[0] + 600)  # type: ignore[arg-type]
     again.watch([spec("orders", 0)])
     await again.capture()
-    assert len(await store.history("orders")) == 2
+    assert len(await history(store, "orders")) == 2
 
 
 async def test_a_cluster_that_cannot_be_read_is_one_warning_and_is_tried_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store, admin = FilesystemTopicMetadata(str(tmp_path)), FakeAdmin()
+    store, admin = FilesystemDocuments(str(tmp_path)), FakeAdmin()
     archiver = TopicArchiver(store, FakeAdmins(admin), 60)  # type: ignore[arg-type]
     archiver.watch([spec("orders", 0)])
     admin.failing = "describe topic 'orders' on k:9092: no answer within 30s"
@@ -94,4 +95,4 @@ async def test_a_cluster_that_cannot_be_read_is_one_warning_and_is_tried_again(
         ("INFO", "topic metadata archived"),
         ("INFO", "topic metadata archived again"),
     ]
-    assert len(await store.history("orders")) == 1
+    assert len(await history(store, "orders")) == 1

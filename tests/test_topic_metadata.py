@@ -12,17 +12,9 @@ from typing import Any
 
 import pytest
 
+from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents
 from sinks.s3 import S3Connection
-from sinks.topic_metadata import (
-    ArchivedTopic,
-    FilesystemTopicMetadata,
-    S3TopicMetadata,
-    TopicMetadataStore,
-    decode,
-    encode,
-    newest,
-    seen_at,
-)
+from sinks.topic_metadata import ArchivedTopic, add, decode, encode, history, location, newest, seen_at
 from tests.fakes import moto_settings
 
 _buckets = itertools.count()
@@ -55,9 +47,9 @@ def test_a_document_is_plain_json_and_says_when_and_what() -> None:
 
 
 @pytest.fixture(params=["filesystem", "s3"])
-async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[TopicMetadataStore]:
+async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ArchiveDocuments]:
     if request.param == "filesystem":
-        yield FilesystemTopicMetadata(str(tmp_path))
+        yield FilesystemDocuments(str(tmp_path))
         return
     import boto3
 
@@ -65,30 +57,30 @@ async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     boto3.client(
         "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
     ).create_bucket(Bucket=bucket)
-    s3 = S3TopicMetadata(S3Connection(moto_settings(endpoint, bucket)), "archive")
+    s3 = S3Documents(S3Connection(moto_settings(endpoint, bucket)), "archive")
     try:
         yield s3
     finally:
         await s3.close()
 
 
-async def test_documents_are_added_and_read_back_oldest_first(store: TopicMetadataStore) -> None:
-    assert await store.history("orders") == [] and await newest(store, "orders") is None
+async def test_documents_are_added_and_read_back_oldest_first(store: ArchiveDocuments) -> None:
+    assert await history(store, "orders") == [] and await newest(store, "orders") is None
     first, grown = archived(1_000), archived(2_000, partitions=12)
-    await store.add("orders", grown)
-    await store.add("orders", first)
-    await store.add("orders", first)  # the same moment again (a retried write): nothing changes
-    assert await store.history("orders") == [first, grown]
+    await add(store, "orders", grown)
+    await add(store, "orders", first)
+    await add(store, "orders", first)  # the same moment again (a retried write): nothing changes
+    assert await history(store, "orders") == [first, grown]
     assert await newest(store, "orders") == grown
-    assert await store.history("payments") == []  # per archived topic
-    assert store.location("orders").rstrip("/").endswith("orders/_topic")
+    assert await history(store, "payments") == []  # per archived topic
+    assert location(store, "orders").rstrip("/").endswith("orders/_topic")
 
 
 async def test_a_directory_keeps_only_whole_documents(tmp_path: Path) -> None:
-    store = FilesystemTopicMetadata(str(tmp_path))
-    await store.add("orders", archived(1_000))
+    store = FilesystemDocuments(str(tmp_path))
+    await add(store, "orders", archived(1_000))
     directory = tmp_path / "orders" / "_topic"
     assert os.listdir(directory) == ["0000000001000.json"]  # no temporary left
     (directory / ".0000000002000.json.tmp-x").write_bytes(b'{"half": ')  # a crash's leftover: never read
     (directory / "notes.txt").write_text("by hand")
-    assert await store.history("orders") == [archived(1_000)]
+    assert await history(store, "orders") == [archived(1_000)]
