@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -32,7 +32,9 @@ from config.deprecated_keys import DEPRECATED_KEYS, Renamed, Retired
 from config.errors import ConfigError, FieldPath, PathPart, YamlSyntaxError, format_path
 from config.estate import check_offline, compile_entries
 from config.model import (
+    ArchiveGroupsConfig,
     Config,
+    GroupSyncConfig,
     KafkaDestination,
     KafkaSecurity,
     OAuthAwsMskIam,
@@ -576,16 +578,9 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
         if refused is not None:
             raise error(("destination", "client-properties", refused[0]), refused[1])
         if destination.sync_groups is not None:
-            for key, patterns in (
-                ("groups", destination.sync_groups.groups),
-                ("groups-exclude", destination.sync_groups.groups_exclude),
-            ):
-                for index, pattern in enumerate(patterns):
-                    try:
-                        re.compile(pattern)
-                    except re.error as exc:
-                        path = ("destination", "sync-groups", key, index)
-                        raise error(path, f"not a regular expression: {exc}") from None
+            _check_patterns(("destination", "sync-groups"), destination.sync_groups, error)
+    elif destination.archive_groups is not None:
+        _check_patterns(("destination", "archive-groups"), destination.archive_groups, error)
 
     sources: list[tuple[FieldPath, SourceConfig]] = [(("clusters", name), c) for name, c in config.clusters.items()]
     sources += [(("mirrors", i, "source"), m.source) for i, m in enumerate(config.mirrors) if m.source is not None]
@@ -629,6 +624,17 @@ def s3_write_options_problem(destination: S3Destination) -> tuple[str, str] | No
             "use GLACIER_IR, or move old blobs with a lifecycle rule",
         )
     return None
+
+
+def _check_patterns(
+    at: FieldPath, selection: GroupSyncConfig | ArchiveGroupsConfig, error: Callable[[FieldPath, str], ConfigError]
+) -> None:
+    for key, patterns in (("groups", selection.groups), ("groups-exclude", selection.groups_exclude)):
+        for index, pattern in enumerate(patterns):
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise error((*at, key, index), f"not a regular expression: {exc}") from None
 
 
 def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:

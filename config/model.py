@@ -6,6 +6,7 @@ The JSON Schema in `schemas/mirror-v3.config.schema.json` is generated from thes
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 import msgspec
@@ -263,6 +264,10 @@ class _BlobDestination(_Strict, frozen=True, kw_only=True):
             "topic's mirrors start. 0: never.",
         ),
     ] = 60_000
+    archive_groups: Annotated[
+        ArchiveGroupsConfig | None,
+        msgspec.Meta(description="Keep the committed offsets of these source consumer groups in the archive."),
+    ] = None
 
 
 class FilesystemDestination(_BlobDestination, tag_field="type", tag="filesystem", frozen=True, kw_only=True):
@@ -391,6 +396,34 @@ class GroupSyncConfig(_Strict, frozen=True):
         msgspec.Meta(description="Regular expressions: a group one of them matches in full is never synced."),
     ] = msgspec.field(default_factory=list)
     interval_ms: Annotated[int, msgspec.Meta(ge=100, description="How often the offsets are synced.")] = 10_000
+
+    def selects(self, group: str) -> bool:
+        return selects(self.groups, self.groups_exclude, group)
+
+
+class ArchiveGroupsConfig(_Strict, frozen=True):
+    """Consumer-group positions kept in a blob archive: the committed offsets of the selected source groups on
+    the archived partitions, read every `interval-ms` and added when they changed (`_groups/<cluster>/<ms>.json`)."""
+
+    groups: Annotated[
+        list[NonEmptyStr],
+        msgspec.Meta(min_length=1, description="Regular expressions: a source group is kept if one matches in full."),
+    ]
+    groups_exclude: Annotated[
+        list[NonEmptyStr],
+        msgspec.Meta(description="Regular expressions: a group one of them matches in full is never kept."),
+    ] = msgspec.field(default_factory=list)
+    interval_ms: Annotated[
+        int, msgspec.Meta(ge=1000, description="How often the positions are read (one request per group).")
+    ] = 60_000
+
+    def selects(self, group: str) -> bool:
+        return selects(self.groups, self.groups_exclude, group)
+
+
+def selects(include: list[str], exclude: list[str], group: str) -> bool:
+    """A group one `include` pattern matches in full and no `exclude` pattern does."""
+    return any(re.fullmatch(p, group) for p in include) and not any(re.fullmatch(p, group) for p in exclude)
 
 
 class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_only=True):

@@ -9,10 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from e2e.harness import backlog, mirror_config, refused, run_until, status_json
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
     Record,
+    commit_offset,
     compacted_topic_config,
     create_topic,
     delete_records,
@@ -69,6 +72,16 @@ def test_holes_transactions_and_deleted_records_in_one_process(
         spark={"max-offsets-per-job": 700},
     )
     ends = {compacted: compacted_end, transactional: txn_end, trimmed: 3_000, held: 100}
+    # The archive keeps the positions of group "billing" (selected; "billing-test" is excluded) every second.
+    document = yaml.safe_load(config.read_text())
+    document["destination"]["archive-groups"] = {
+        "groups": ["billing.*"],
+        "groups-exclude": ["billing-test"],
+        "interval-ms": 1000,
+    }
+    config.write_text(yaml.safe_dump(document))
+    commit_offset(kafka.bootstrap, "billing", trimmed, 0, 1_500)
+    commit_offset(kafka.bootstrap, "billing-test", trimmed, 0, 1_300)
     port = free_port()
     first: dict[str, str | int] = {"partition": 0}
     with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
@@ -87,6 +100,8 @@ def test_holes_transactions_and_deleted_records_in_one_process(
             _, document = status_json(config, "--process", f"http://127.0.0.1:{port}")
             (row,) = [r for r in document["mirrors"] if r["topic"] == held]
             assert row["lag"] == 0 and row["high-watermark-lag"] >= 150 and row["held-since"] is not None, row
+        commit_offset(kafka.bootstrap, "billing", trimmed, 0, 2_500)  # a consumer moved on: archived within a second
+        run.wait_until(lambda: len(run.events("group positions archived")) >= 2, 30, "the new billing position")
         # Aborted: the records are holes, the markers are read past, and the hold is over.
         aborted_end = watermarks(kafka.bootstrap, held, 0)[1]
         run.wait_until(lambda: fs.next_offset(held, 0) == aborted_end, 60, f"{held} at {aborted_end}")
@@ -104,6 +119,13 @@ def test_holes_transactions_and_deleted_records_in_one_process(
     assert document["cleanup-policy"] == "compact" and document["configs"] == compacted_topic_config()
     assert document["topic-id"] and document["seen-at-ms"] > 0
     assert len(run.events("topic metadata archived")) == len(ends)  # one per topic, and nothing changed after
+    # And the group's positions on the archived partitions, as they moved: 1 500, then 2 500.
+    positions = [json.loads(p.read_text()) for p in sorted((fs.root / "_groups").glob("*/*.json"))]
+    assert [d["groups"] for d in positions] == [
+        {"billing": {trimmed: {"0": 1_500}}},
+        {"billing": {trimmed: {"0": 2_500}}},
+    ], positions
+    assert positions[-1]["archived"][trimmed]["0"] == 3_000  # how far the archive was when it was read
 
     # Compaction: every archived record is the source's at that offset, every record still there is archived (the
     # cleaner may go on compacting while we mirror), and the holes are counted.

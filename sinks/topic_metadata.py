@@ -75,8 +75,12 @@ async def history(store: ArchiveDocuments, destination_name: str) -> list[Archiv
 
 
 async def newest(store: ArchiveDocuments, destination_name: str) -> ArchivedTopic | None:
-    found = await history(store, destination_name)
-    return found[-1] if found else None
+    directory = topic_directory(destination_name)
+    for name in reversed(await store.names(directory)):  # the newest readable one: one read in the usual case
+        found = decode(await store.read(directory, name))
+        if found is not None:
+            return found
+    return None
 
 
 async def add(store: ArchiveDocuments, destination_name: str, topic: ArchivedTopic) -> None:

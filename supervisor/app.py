@@ -36,6 +36,7 @@ from supervisor.discovery import ClusterRead, plan_readable, read_clusters
 from supervisor.failures import Collapse, Restart, RestartPolicy, StopForGood, after_failure
 from supervisor.flush_planner import FlushLimits
 from supervisor.flush_scheduler import SchedulerLimits
+from supervisor.group_archiver import GroupArchiver
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.http import HttpEndpoint, Readiness
 from supervisor.metrics import MetricFamilies, MirrorMetrics
@@ -82,6 +83,7 @@ class Supervisor:
         self._topics: TopicManager | None = None  # create-topics, once run() has built it
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
         self._archiver: TopicArchiver | None = None  # a blob archive's topic metadata, once run() has built it
+        self._positions: GroupArchiver | None = None  # a blob archive's group positions (archive-groups)
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
         self._unreachable: dict[str, str] = {}  # source cluster's name → why it does not answer (while it does not)
@@ -168,6 +170,7 @@ class Supervisor:
             self._archiver = self._topic_archiver()
             if self._archiver is not None:
                 self._archiver.watch(plan.mirrors)
+            self._positions = self._group_archiver()
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
             self._fail(None, exc, exc.headline or "cannot start")
         if self._failure is not None:
@@ -204,6 +207,8 @@ class Supervisor:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)
                 if self._archiver is not None:
                     outer.start_soon(self._archiver.run_forever, self.stop_requested)
+                if self._positions is not None:
+                    outer.start_soon(self._positions.run_forever, self._mirrored, self.stop_requested)
                 if self._groups is not None:
                     outer.start_soon(self._groups.run_forever, self._mirrored, self.stop_requested)
                 if self._commits is not None:
@@ -227,8 +232,9 @@ class Supervisor:
                 self.http.readiness.draining = True
                 if leases is not None:
                     await leases.release()
-                if self._archiver is not None:
-                    await self._archiver.close()
+                for keeper in (self._archiver, self._positions):
+                    if keeper is not None:
+                        await keeper.close()
                 await self._clusters.close()
                 # A refusal (or a signal) while Spark still starts does not wait for it: the JVM exits with us.
                 self.spark_abandoned = not await anyio.to_thread.run_sync(partial(stop_spark, wait_for_start=False))
@@ -246,6 +252,16 @@ class Supervisor:
             return None
         timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000
         return TopicArchiver(store, SourceAdmins(timeout_s), destination.topic_metadata_interval_ms / 1000)
+
+    def _group_archiver(self) -> GroupArchiver | None:
+        """A blob destination's keeper of consumer-group positions (`destination.archive-groups`), if asked for."""
+        destination = self._config.destination
+        if isinstance(destination, KafkaDestination) or destination.archive_groups is None or self._sinks is None:
+            return None
+        store = self._sinks.documents()
+        assert store is not None, "a blob destination keeps documents"
+        timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000
+        return GroupArchiver(store, SourceAdmins(timeout_s), destination.archive_groups)
 
     def _discovery_failed(self, errors: dict[str, SourceError]) -> None:
         """Count each cluster discovery could not read; a WARN at the first failure of a spell only (the cluster's

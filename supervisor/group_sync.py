@@ -19,7 +19,6 @@ next interval.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,8 +73,6 @@ class GroupSync:
         self._settings = destination.sync_groups
         self._mode = destination.offsets
         self._timeout_s = destination.request_timeout_ms / 1000
-        self._include = [re.compile(pattern) for pattern in self._settings.groups]
-        self._exclude = [re.compile(pattern) for pattern in self._settings.groups_exclude]
         self._families = families
         self._admin = destination_admin(destination)
         self._clients = KafkaClients(
@@ -86,7 +83,7 @@ class GroupSync:
         self._sources = SourceAdmins(self._timeout_s)
 
     def selects(self, group: str) -> bool:
-        return any(p.fullmatch(group) for p in self._include) and not any(p.fullmatch(group) for p in self._exclude)
+        return self._settings.selects(group)
 
     async def run_forever(self, mirrored: Callable[[], Sequence[MirroredPartition]], stop: anyio.Event) -> None:
         interval = self._settings.interval_ms / 1000

@@ -1,0 +1,76 @@
+"""Consumer-group positions in a blob archive: the committed offsets of selected source groups on the archived
+partitions, as seen at a moment, next to how far the archive reached then. A restore can put consumers back where
+they were (`supervisor.group_archiver` writes them, `destination.archive-groups` selects the groups).
+
+    <root or prefix>/_groups/<source cluster>/<seen at, ms, 13 digits>.json
+
+One document per source cluster and capture that found something changed: `groups` maps each group to archived
+names (the mirrors' destination names) and partitions to its committed offset; `archived` maps the same partitions
+to the offset the archive was durable up to (the mirror's verified position) when the positions were read, so a
+position the archive had not reached yet can be told apart. Documents are added whole and never changed
+(`sinks.archive_documents`); `jq . _groups/<cluster>/*.json` reads them.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import msgspec.structs
+
+from sinks.archive_documents import ArchiveDocuments, document_name
+
+GROUPS_DIRECTORY = "_groups"
+FORMAT = 1
+
+Offsets = dict[str, dict[str, int]]  # archived name → partition (a string: a JSON key) → offset
+
+
+class ArchivedPositions(msgspec.Struct, frozen=True, rename="kebab", forbid_unknown_fields=False):
+    source_cluster: str
+    seen_at: str  # RFC 3339 UTC
+    seen_at_ms: int
+    groups: dict[str, Offsets]  # group → its committed offsets on the archived partitions
+    archived: Offsets  # how far the archive was durable on those partitions at the moment
+    format: int = FORMAT
+
+    def same_positions(self, other: ArchivedPositions) -> bool:
+        """Whether `other` holds the same positions (whenever it was seen, however far the archive was)."""
+        return (self.source_cluster, self.groups) == (other.source_cluster, other.groups)
+
+
+def cluster_directory(cluster: str) -> str:
+    """`_groups/<cluster>`, the name made safe for a path or key (bootstrap lists hold commas and colons)."""
+    return f"{GROUPS_DIRECTORY}/{re.sub(r'[^A-Za-z0-9._-]', '_', cluster)}"
+
+
+def encode(positions: ArchivedPositions) -> bytes:
+    return msgspec.json.format(msgspec.json.encode(positions), indent=2) + b"\n"
+
+
+def decode(data: bytes) -> ArchivedPositions | None:
+    try:
+        found = msgspec.json.decode(data, type=ArchivedPositions)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return found if found.format == FORMAT else None
+
+
+async def history(store: ArchiveDocuments, cluster: str) -> list[ArchivedPositions]:
+    directory = cluster_directory(cluster)
+    found = [decode(await store.read(directory, name)) for name in await store.names(directory)]
+    return [positions for positions in found if positions is not None]
+
+
+async def newest(store: ArchiveDocuments, cluster: str) -> ArchivedPositions | None:
+    directory = cluster_directory(cluster)
+    names = await store.names(directory)
+    for name in reversed(names):  # the newest readable one: one read in the usual case
+        found = decode(await store.read(directory, name))
+        if found is not None:
+            return found
+    return None
+
+
+async def add(store: ArchiveDocuments, positions: ArchivedPositions) -> None:
+    await store.add(cluster_directory(positions.source_cluster), document_name(positions.seen_at_ms), encode(positions))
