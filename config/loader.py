@@ -32,9 +32,8 @@ from config.deprecated_keys import DEPRECATED_KEYS, Renamed, Retired
 from config.errors import ConfigError, FieldPath, PathPart, YamlSyntaxError, format_path
 from config.estate import check_offline, compile_entries
 from config.model import (
-    ArchiveGroupsConfig,
     Config,
-    GroupSyncConfig,
+    GroupSelection,
     KafkaDestination,
     KafkaSecurity,
     OAuthAwsMskIam,
@@ -578,9 +577,9 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
         if refused is not None:
             raise error(("destination", "client-properties", refused[0]), refused[1])
         if destination.sync_groups is not None:
-            _check_patterns(("destination", "sync-groups"), destination.sync_groups, error)
+            check_group_patterns(("destination", "sync-groups"), destination.sync_groups, error)
     elif destination.archive_groups is not None:
-        _check_patterns(("destination", "archive-groups"), destination.archive_groups, error)
+        check_group_patterns(("destination", "archive-groups"), destination.archive_groups, error)
 
     sources: list[tuple[FieldPath, SourceConfig]] = [(("clusters", name), c) for name, c in config.clusters.items()]
     sources += [(("mirrors", i, "source"), m.source) for i, m in enumerate(config.mirrors) if m.source is not None]
@@ -626,9 +625,10 @@ def s3_write_options_problem(destination: S3Destination) -> tuple[str, str] | No
     return None
 
 
-def _check_patterns(
-    at: FieldPath, selection: GroupSyncConfig | ArchiveGroupsConfig, error: Callable[[FieldPath, str], ConfigError]
+def check_group_patterns(
+    at: FieldPath, selection: GroupSelection, error: Callable[[FieldPath, str], ConfigError]
 ) -> None:
+    """Every pattern of a group selection compiles (ConfigError at the first that does not)."""
     for key, patterns in (("groups", selection.groups), ("groups-exclude", selection.groups_exclude)):
         for index, pattern in enumerate(patterns):
             try:

@@ -383,47 +383,38 @@ DEFAULT_TOPIC_CONFIGS = (
 )
 
 
-class GroupSyncConfig(_Strict, frozen=True):
+class GroupSelection(_Strict, frozen=True):
+    """Consumer groups by name: those one of `groups` matches in full and none of `groups-exclude` does."""
+
+    groups: Annotated[
+        list[NonEmptyStr],
+        msgspec.Meta(min_length=1, description="Regular expressions: a group is selected if one matches in full."),
+    ]
+    groups_exclude: Annotated[
+        list[NonEmptyStr],
+        msgspec.Meta(description="Regular expressions: a group one of them matches in full is never selected."),
+    ] = msgspec.field(default_factory=list)
+
+    def selects(self, group: str) -> bool:
+        return any(re.fullmatch(p, group) for p in self.groups) and not any(
+            re.fullmatch(p, group) for p in self.groups_exclude
+        )
+
+
+class GroupSyncConfig(GroupSelection, frozen=True):
     """Consumer-group offset sync: source groups' committed offsets of mirrored partitions written to the same
     groups on the destination, so consumers can move there."""
 
-    groups: Annotated[
-        list[NonEmptyStr],
-        msgspec.Meta(min_length=1, description="Regular expressions: a source group is synced if one matches in full."),
-    ]
-    groups_exclude: Annotated[
-        list[NonEmptyStr],
-        msgspec.Meta(description="Regular expressions: a group one of them matches in full is never synced."),
-    ] = msgspec.field(default_factory=list)
     interval_ms: Annotated[int, msgspec.Meta(ge=100, description="How often the offsets are synced.")] = 10_000
 
-    def selects(self, group: str) -> bool:
-        return selects(self.groups, self.groups_exclude, group)
 
-
-class ArchiveGroupsConfig(_Strict, frozen=True):
+class ArchiveGroupsConfig(GroupSelection, frozen=True):
     """Consumer-group positions kept in a blob archive: the committed offsets of the selected source groups on
     the archived partitions, read every `interval-ms` and added when they changed (`_groups/<cluster>/<ms>.json`)."""
 
-    groups: Annotated[
-        list[NonEmptyStr],
-        msgspec.Meta(min_length=1, description="Regular expressions: a source group is kept if one matches in full."),
-    ]
-    groups_exclude: Annotated[
-        list[NonEmptyStr],
-        msgspec.Meta(description="Regular expressions: a group one of them matches in full is never kept."),
-    ] = msgspec.field(default_factory=list)
     interval_ms: Annotated[
         int, msgspec.Meta(ge=1000, description="How often the positions are read (one request per group).")
     ] = 60_000
-
-    def selects(self, group: str) -> bool:
-        return selects(self.groups, self.groups_exclude, group)
-
-
-def selects(include: list[str], exclude: list[str], group: str) -> bool:
-    """A group one `include` pattern matches in full and no `exclude` pattern does."""
-    return any(re.fullmatch(p, group) for p in include) and not any(re.fullmatch(p, group) for p in exclude)
 
 
 class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_only=True):

@@ -17,9 +17,10 @@ import msgspec
 
 from config.client_properties import LibraryCheck, client_properties_problem
 from config.errors import ConfigError, FieldPath
-from config.loader import check_spark_master, line_of, parse_document, security_problem
+from config.loader import check_group_patterns, check_spark_master, line_of, parse_document, security_problem
 from config.model import (
     FilesystemDestination,
+    GroupSelection,
     KafkaDestination,
     NonNegativeInt,
     S3Destination,
@@ -100,6 +101,14 @@ class RestoreConfig(_Strict, frozen=True):
     restore: Annotated[list[RestoreEntry], msgspec.Meta(min_length=1)]
     destination: KafkaDestination
     spark: SparkConfig = msgspec.field(default_factory=SparkConfig)
+    group_positions: Annotated[
+        GroupSelection | None,
+        msgspec.Meta(
+            description="After the records, commit these consumer groups' archived positions (`archive-groups`) on "
+            "the destination: preserve as archived, renumber translated to the first restored record at or after "
+            "each; clipped to what was restored. A group with members on the destination is left alone."
+        ),
+    ] = None
 
 
 def parse_restore_config(
@@ -124,6 +133,8 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int], library_check: Li
     ):
         missing = "secret-access-key-env" if archive.secret_access_key_env is None else "access-key-id-env"
         raise error(("archive", missing), "set both access-key-id-env and secret-access-key-env, or neither")
+    if config.group_positions is not None:
+        check_group_patterns(("group-positions",), config.group_positions, error)
     if config.destination.sync_groups is not None:
         raise error(("destination", "sync-groups"), "a restore has no source consumer groups to sync: remove it")
     problem = security_problem(config.destination.security)

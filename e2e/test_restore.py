@@ -14,11 +14,15 @@ from typing import Any
 import pytest
 import yaml
 
+from core.kafka_records import parse_source_offset
 from e2e.harness import assert_exactly_once, backlog, mirror_config, partitions_of, run_until
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
     BASE_TIMESTAMP_MS,
+    commit_offset,
+    committed_offset,
     compacted_topic_config,
+    consume_all,
     create_topic,
     generate_records,
     offset_for_time,
@@ -31,7 +35,14 @@ from testkit.kafka_data import (
 )
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
-from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target, assert_same_records, source_records
+from testkit.targets import (
+    FilesystemTarget,
+    KafkaTarget,
+    S3Target,
+    Target,
+    assert_same_records,
+    source_records,
+)
 
 FLUSH = {"max-time-ms": 1_000, "max-offsets": 1_500}
 
@@ -44,11 +55,21 @@ def archive(
     tmp_path: Path,
     flush: dict[str, int] = FLUSH,
     topic_config: dict[str, str] | None = None,
+    groups: dict[str, dict[int, int]] | None = None,
 ) -> None:
+    """A backlog archived by a mirror; `groups`: consumer groups committed on the source first (partition →
+    offset), whose positions the archive keeps (`archive-groups`)."""
     backlog(kafka.bootstrap, topic, counts, seed=71, config=topic_config)
+    for group, offsets in (groups or {}).items():
+        for partition, offset in offsets.items():
+            commit_offset(kafka.bootstrap, group, topic, partition, offset)
     config = mirror_config(
         tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic, len(counts)), flush=flush
     )
+    if groups:
+        document = yaml.safe_load(config.read_text())
+        document["destination"]["archive-groups"] = {"groups": sorted(groups)}
+        config.write_text(yaml.safe_dump(document))
     run_until(config, tmp_path / "mirror.log", target, topic, dict(enumerate(counts)))
 
 
@@ -73,12 +94,13 @@ def test_an_archive_round_trips_into_fresh_topics_in_both_modes(
     """205 000 records over 3 partitions (null keys and values, duplicate and null headers, out-of-order
     timestamps), archived by a mirror, restored whole in each mode and restored again by a time window. Renumber
     restores into a topic it creates from the archived topic metadata (partitions, configs); preserve into an
-    existing topic, which it checks against the archive."""
+    existing topic, which it checks against the archive. Both commit the archived position of group "billing"."""
     target: Target = request.getfixturevalue("fs" if where == "filesystem" else "s3")
     counts = [70_000, 70_000, 65_000]
     configs = {"retention.ms": "-1", "max.message.bytes": "2000000"}  # (the records are stamped years ago)
     flush = {"max-time-ms": 1_000, "max-offsets": 20_000}
-    archive(kafka, target, topic_name, counts, tmp_path, flush=flush, topic_config=configs)
+    billing = {0: 40_000, 2: 65_000}  # partway, and at the end
+    archive(kafka, target, topic_name, counts, tmp_path, flush=flush, topic_config=configs, groups={"billing": billing})
     source = {partition: source_records(kafka.bootstrap, topic_name, partition) for partition in range(3)}
     for offsets in ("preserve", "renumber"):
         restored = f"{topic_name}-{offsets}"
@@ -87,12 +109,28 @@ def test_an_archive_round_trips_into_fresh_topics_in_both_modes(
             create_topic(kafka.bootstrap, restored, partitions=3)
         entries = [{"topic": topic_name, "rename": restored}]
         config = restore_config(tmp_path / f"{offsets}.yaml", kafka, target, entries, offsets)
+        document = yaml.safe_load(config.read_text())
+        document["group-positions"] = {"groups": ["billing"]}
+        config.write_text(yaml.safe_dump(document))
         command = ["restore", "--config", str(config), *(["--create-topics"] if create else [])]
         done = run_cli(*command, env=target.env(), timeout=600)
         assert done.returncode == 0, done.stderr
         assert f"restored {sum(counts)} records" in done.stdout, done.stdout
         for partition, expected in source.items():
             assert_same_records(KafkaTarget(kafka.bootstrap, offsets).records(restored, partition), expected)
+        # The group continues where it was: at the record it would have read next at the source (renumber: the
+        # restored record carrying that source offset; transaction markers shift the destination's offsets).
+        for partition, offset in billing.items():
+            position = committed_offset(kafka.bootstrap, "billing", restored, partition)
+            assert position is not None, done.stdout
+            if offsets == "preserve" or offset == counts[partition]:
+                assert position == (
+                    offset if offsets == "preserve" else watermarks(kafka.bootstrap, restored, partition)[1]
+                )
+            else:
+                after = [r for r in consume_all(kafka.bootstrap, restored, partition) if r.offset >= position]
+                assert parse_source_offset(after[0].headers) == offset, after[0]
+        assert committed_offset(kafka.bootstrap, "billing", restored, 1) is None  # nothing archived for it
         if create:  # as the archive saw the source: 3 partitions, its configs
             assert partition_count(kafka.bootstrap, restored) == 3
             assert configs.items() <= topic_configs(kafka.bootstrap, restored).items()

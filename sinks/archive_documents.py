@@ -48,6 +48,10 @@ class ArchiveDocuments(Protocol):
 
     async def read(self, directory: str, name: str) -> bytes: ...
 
+    async def subdirectories(self, directory: str) -> list[str]:
+        """The directories right below `directory`, by name, sorted."""
+        ...
+
     async def add(self, directory: str, name: str, data: bytes) -> None:
         """Create the document unless one of that name exists (it says the same: the same moment)."""
         ...
@@ -73,6 +77,15 @@ class FilesystemDocuments:
 
     async def read(self, directory: str, name: str) -> bytes:
         return await anyio.to_thread.run_sync((self._root / directory / name).read_bytes)
+
+    async def subdirectories(self, directory: str) -> list[str]:
+        def listed() -> list[str]:
+            try:
+                return sorted(entry.name for entry in (self._root / directory).iterdir() if entry.is_dir())
+            except FileNotFoundError:
+                return []
+
+        return await anyio.to_thread.run_sync(listed)
 
     async def add(self, directory: str, name: str, data: bytes) -> None:
         await anyio.to_thread.run_sync(_add_durably, self._root / directory, name, data)
@@ -123,6 +136,21 @@ class S3Documents(ConnectionUser):
             if not page.get("IsTruncated") or token is None:
                 break
         return sorted(name for name in names if is_document(name))
+
+    async def subdirectories(self, directory: str) -> list[str]:
+        s3, prefix = await self._s3(), self._prefix(directory)
+        found: list[str] = []
+        token: str | None = None
+        while True:
+            params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "Delimiter": "/", "MaxKeys": 1000}
+            if token is not None:
+                params["ContinuationToken"] = token
+            page = await self._connection.call(f"list {self.location(directory)}", _listing(s3, params))
+            found += [entry["Prefix"][len(prefix) :].rstrip("/") for entry in page.get("CommonPrefixes", [])]
+            token = page.get("NextContinuationToken")
+            if not page.get("IsTruncated") or token is None:
+                break
+        return sorted(found)
 
     async def read(self, directory: str, name: str) -> bytes:
         s3, key = await self._s3(), self._prefix(directory) + name

@@ -72,5 +72,18 @@ async def newest(store: ArchiveDocuments, cluster: str) -> ArchivedPositions | N
     return None
 
 
+async def newest_of_every_cluster(store: ArchiveDocuments) -> list[ArchivedPositions]:
+    """The newest document of each source cluster the archive keeps positions of."""
+    found = []
+    for directory in await store.subdirectories(GROUPS_DIRECTORY):
+        names = await store.names(f"{GROUPS_DIRECTORY}/{directory}")
+        for name in reversed(names):
+            positions = decode(await store.read(f"{GROUPS_DIRECTORY}/{directory}", name))
+            if positions is not None:
+                found.append(positions)
+                break
+    return found
+
+
 async def add(store: ArchiveDocuments, positions: ArchivedPositions) -> None:
     await store.add(cluster_directory(positions.source_cluster), document_name(positions.seen_at_ms), encode(positions))

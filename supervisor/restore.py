@@ -41,6 +41,7 @@ from core.errors import MirrorV3Error
 from core.logs import log_event
 from kafka_clients.clients import KafkaRecord
 from sinks.archive_catalog import filesystem_chains, s3_chains
+from sinks.archive_documents import ArchiveDocuments
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
@@ -52,6 +53,7 @@ from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from supervisor.metrics import MetricFamilies
 from supervisor.output import table_lines
+from supervisor.restore_groups import RestoredRange, restore_positions
 from supervisor.restore_progress import Progress, RestoreMetrics
 from supervisor.restore_topics import prepare_topics, restored_topics
 from supervisor.spark_start import start_spark
@@ -535,11 +537,22 @@ async def run_restore(
     if not parts:
         raise ConfigError(("restore",), "the entries select no archived chain")
     store = factory.documents()
+    assert store is not None, "an archive is a blob destination"
     try:
-        topics = await restored_topics(config, [(p.archived, p.topic, p.partition) for p in parts], store)
+        return await _restore(config, parts, store, dry_run, families, metrics_port)
     finally:
-        if store is not None:
-            await store.close()
+        await store.close()
+
+
+async def _restore(
+    config: RestoreConfig,
+    parts: list[RestorePartition],
+    store: ArchiveDocuments,
+    dry_run: bool,
+    families: MetricFamilies | None,
+    metrics_port: int,
+) -> str:
+    topics = await restored_topics(config, [(p.archived, p.topic, p.partition) for p in parts], store)
     await start_spark(config.spark)  # before the clock of restore_all starts, in every mode
     await narrow_by_time(config, parts)
     mode = config.destination.offsets
@@ -548,9 +561,11 @@ async def run_restore(
     if mode == "preserve":
         refuse_holes_for_preserve(parts)
     created = await prepare_topics(config, topics, dry_run=dry_run)
+    ranges = [RestoredRange(p.archived, p.partition, p.topic, p.first, p.end) for p in parts]
     if dry_run:  # every check the real run makes before it writes, read-only
         await check_destinations(config, parts, created)
-        return "\n".join([*created.values(), render_dry_run(parts, mode)])
+        positions = await restore_positions(config, ranges, store, dry_run=True)
+        return "\n".join([*created.values(), render_dry_run(parts, mode), *positions])
     metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
     views = {part.name: PlainMirror(part.name) for part in parts}
     endpoint = None if families is None else HttpEndpoint(families.registry, Readiness(views.values), metrics_port)
@@ -581,4 +596,5 @@ async def run_restore(
             f"timestamps not restored: {', '.join(stamped_by_broker)} stamp LogAppendTime, so the broker set its "
             "own time on every record"
         )
+    lines += await restore_positions(config, ranges, store, dry_run=False)  # the records are in: consumers may come
     return "\n".join(lines)

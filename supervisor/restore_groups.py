@@ -1,0 +1,111 @@
+"""A restore's consumer-group positions (`group-positions`): where the selected groups were, from the archive's
+newest positions of each source cluster (`sinks.group_positions`), committed on the destination once the records
+are in, so consumers continue there as they would have at the source.
+
+Each position is clipped to the restored range of its partition (`[first, end]`: a consumer behind the range
+starts at its first record, one past it at its end). preserve commits it as it is (the offsets are the archived
+ones); renumber commits the destination offset of the first restored record at or after it (its
+`mirror-v3.source-offset` header), the rule of the group sync of failover. A group with members on the
+destination owns its offsets there: it is left alone, with one WARN line.
+
+Decided by `plan_positions` (frozen data in and out, no I/O); acted on by `restore_positions`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from aiokafka import TopicPartition
+
+from config.model import GroupSelection
+from config.restore import RestoreConfig
+from core.logs import log_event
+from kafka_clients.admin import destination_admin
+from kafka_clients.clients import KafkaClients
+from kafka_clients.settings import aiokafka_settings
+from sinks.archive_documents import ArchiveDocuments
+from sinks.group_positions import ArchivedPositions, newest_of_every_cluster
+from sinks.kafka import destination_offset_for
+
+log = logging.getLogger("mirror_v3.restore")
+
+Positions = dict[str, dict[tuple[str, int], int]]  # group → (destination topic, partition) → archived offset
+
+
+@dataclass(frozen=True)
+class RestoredRange:
+    archived: str  # the chain's archived name
+    partition: int
+    topic: str  # the destination topic
+    first: int  # the restored range of archived offsets: [first, end)
+    end: int
+
+
+def plan_positions(
+    documents: Sequence[ArchivedPositions], ranges: Sequence[RestoredRange], selection: GroupSelection
+) -> Positions:
+    """Each selected group's archived offsets on the restored partitions, clipped to the restored ranges."""
+    restored = {(r.archived, r.partition): r for r in ranges}
+    planned: Positions = {}
+    for document in documents:
+        for group, archived in sorted(document.groups.items()):
+            if not selection.selects(group):
+                continue
+            for name, offsets in archived.items():
+                for partition, offset in offsets.items():
+                    found = restored.get((name, int(partition)))
+                    if found is not None:
+                        clipped = min(max(offset, found.first), found.end)
+                        planned.setdefault(group, {})[(found.topic, found.partition)] = clipped
+    return planned
+
+
+async def restore_positions(
+    config: RestoreConfig, ranges: Sequence[RestoredRange], store: ArchiveDocuments, *, dry_run: bool
+) -> list[str]:
+    """Commit (unless `dry_run`) each selected group's position; returns the lines the command prints."""
+    selection = config.group_positions
+    if selection is None:
+        return []
+    planned = plan_positions(await newest_of_every_cluster(store), ranges, selection)
+    if not planned:
+        return [f"no archived position of a group {_patterns(selection)} on the restored partitions"]
+    destination = config.destination
+    admin = destination_admin(destination)
+    clients = KafkaClients(
+        destination.bootstrap_servers,
+        aiokafka_settings(destination.security, "destination.security"),
+        destination.request_timeout_ms,
+    )
+    lines = []
+    for group, positions in sorted(planned.items()):
+        if await admin.group_has_members(group):
+            log_event(
+                log, logging.WARNING, "group has members on the destination: its position is not restored", group=group
+            )
+            lines.append(f"group {group}: not restored (it has members on the destination)")
+            continue
+        if dry_run:
+            how = "as archived" if destination.offsets == "preserve" else "translated once the records are in"
+            lines.append(f"would commit group {group} at {_listed(positions)} ({how})")
+            continue
+        targets = positions
+        if destination.offsets == "renumber":
+            targets = {
+                (topic, partition): await destination_offset_for(clients, TopicPartition(topic, partition), offset)
+                for (topic, partition), offset in positions.items()
+            }
+        await admin.commit_group_offsets(group, targets)
+        log_event(log, logging.INFO, "group position restored", group=group, offsets=_listed(targets))
+        lines.append(f"group {group}: committed {_listed(targets)}")
+    return lines
+
+
+def _listed(offsets: dict[tuple[str, int], int]) -> str:
+    return ",".join(f"{topic}-{partition}@{offset}" for (topic, partition), offset in sorted(offsets.items()))
+
+
+def _patterns(selection: GroupSelection) -> str:
+    return "matching " + " or ".join(repr(p) for p in selection.groups)
