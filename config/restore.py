@@ -101,6 +101,14 @@ class RestoreConfig(_Strict, frozen=True):
     restore: Annotated[list[RestoreEntry], msgspec.Meta(min_length=1)]
     destination: KafkaDestination
     spark: SparkConfig = msgspec.field(default_factory=SparkConfig)
+    as_of: Annotated[
+        Timestamp | None,
+        msgspec.Meta(
+            description="Restore the archive as it was at this moment (milliseconds since the epoch, or RFC 3339 "
+            "with a zone): each chain up to its last blob committed by then, the topic metadata and group positions "
+            "last archived by then (`restore --as-of` sets it too)."
+        ),
+    ] = None
     group_positions: Annotated[
         GroupSelection | None,
         msgspec.Meta(
@@ -109,6 +117,25 @@ class RestoreConfig(_Strict, frozen=True):
             "each; clipped to what was restored. A group with members on the destination is left alone."
         ),
     ] = None
+
+    @property
+    def as_of_ms(self) -> int | None:
+        return timestamp_ms(self.as_of)
+
+
+def parse_as_of(text: str) -> int:
+    """`--as-of`: milliseconds since the epoch, or an RFC 3339 time with its zone; ConfigError otherwise."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        moment = None
+    if moment is None or moment.tzinfo is None:
+        raise ConfigError(
+            ("--as-of",), f"{text!r} is not a time: give milliseconds since the epoch or RFC 3339 with a zone"
+        )
+    return int(moment.timestamp() * 1000)
 
 
 def parse_restore_config(

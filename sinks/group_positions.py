@@ -72,11 +72,14 @@ async def newest(store: ArchiveDocuments, cluster: str) -> ArchivedPositions | N
     return None
 
 
-async def newest_of_every_cluster(store: ArchiveDocuments) -> list[ArchivedPositions]:
-    """The newest document of each source cluster the archive keeps positions of."""
+async def newest_of_every_cluster(store: ArchiveDocuments, as_of_ms: int | None = None) -> list[ArchivedPositions]:
+    """The newest document of each source cluster the archive keeps positions of (as of `as_of_ms`: the newest
+    seen at or before it; a cluster with none that old is left out)."""
     found = []
     for directory in await store.subdirectories(GROUPS_DIRECTORY):
         names = await store.names(f"{GROUPS_DIRECTORY}/{directory}")
+        if as_of_ms is not None:  # a name is its moment
+            names = [name for name in names if int(name.removesuffix(".json")) <= as_of_ms]
         for name in reversed(names):
             positions = decode(await store.read(f"{GROUPS_DIRECTORY}/{directory}", name))
             if positions is not None:

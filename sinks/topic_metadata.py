@@ -83,6 +83,16 @@ async def newest(store: ArchiveDocuments, destination_name: str) -> ArchivedTopi
     return None
 
 
+async def as_of(store: ArchiveDocuments, destination_name: str, moment_ms: int | None) -> ArchivedTopic | None:
+    """The topic as last seen at or before `moment_ms` (None: the newest); when it was first seen after that
+    moment, its oldest document (the archive knows nothing older of it)."""
+    if moment_ms is None:
+        return await newest(store, destination_name)
+    found = await history(store, destination_name)
+    before = [topic for topic in found if topic.seen_at_ms <= moment_ms]
+    return before[-1] if before else (found[0] if found else None)
+
+
 async def add(store: ArchiveDocuments, destination_name: str, topic: ArchivedTopic) -> None:
     await store.add(topic_directory(destination_name), document_name(topic.seen_at_ms), encode(topic))
 

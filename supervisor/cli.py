@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         "write nothing",
     )
     restore.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="restore the archive as it was at TIME (milliseconds since the epoch, or RFC 3339 with a zone): each "
+        "chain up to its last blob committed by then, the topic metadata and group positions of then",
+    )
+    restore.add_argument(
         "--create-topics",
         action="store_true",
         help="create missing destination topics as the archive saw their sources (partition count and the "
@@ -259,6 +265,7 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
 
 
 def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
+    from config.restore import parse_as_of
     from source.spark_session import stop_spark
     from supervisor.config_files import load_restore_config
     from supervisor.metrics import MetricFamilies
@@ -270,6 +277,8 @@ def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
             config = msgspec.structs.replace(
                 config, destination=msgspec.structs.replace(config.destination, create_topics=True)
             )
+        if args.as_of is not None:
+            config = msgspec.structs.replace(config, as_of=parse_as_of(args.as_of))
         families = None if args.dry_run else MetricFamilies()
         restore = partial(
             run_restore, config, dry_run=args.dry_run, families=families, metrics_port=runtime.metrics_port

@@ -42,12 +42,13 @@ from core.logs import log_event
 from kafka_clients.clients import KafkaRecord
 from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.archive_documents import ArchiveDocuments
-from sinks.blob_chain import BlobRange, verify_all
+from sinks.blob_chain import BlobRange, BlobStore, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
 from sinks.kafka import KafkaSink, KafkaSinkSettings, partition_name, refuse_preserve_into_empty
 from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
+from sinks.topic_metadata import seen_at
 from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
@@ -193,6 +194,8 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
             store = factory.chain_store(name, partition)
             try:
                 chain = await verify_all(store)
+                if config.as_of_ms is not None:
+                    chain = await held_at(store, chain, config.as_of_ms / 1000)
             except Exception as exc:  # reported after the others finish, as one error (not an exception group)
                 failures.append(RestoreFailedError(f"{name}/{partition}: {describe_error(exc)}"))
                 return
@@ -224,6 +227,22 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
     if failures:
         raise failures[0]
     return [part for part in found if part is not None]
+
+
+async def held_at(store: BlobStore, chain: list[BlobRange], moment_s: float) -> list[BlobRange]:
+    """The blobs of `chain` the archive held at `moment_s`: those committed by then. A chain grows in offset
+    order, so they are a prefix, found by a binary search over the blobs' times (O(log n) looks: HEADs on S3). A
+    blob's time is its object's (S3: the upload's completion; filesystem: when its data was written, a moment
+    before its commit)."""
+    lower, upper = 0, len(chain)  # the answer: how many blobs were held
+    while lower < upper:
+        middle = (lower + upper) // 2
+        written = await store.modified_at(chain[middle].name)
+        if written is not None and written <= moment_s:
+            lower = middle + 1
+        else:
+            upper = middle
+    return chain[:lower]
 
 
 def _names(index: int, entry: RestoreEntry, catalog: dict[str, list[int]], where: str) -> list[str]:
@@ -552,7 +571,8 @@ async def _restore(
     families: MetricFamilies | None,
     metrics_port: int,
 ) -> str:
-    topics = await restored_topics(config, [(p.archived, p.topic, p.partition) for p in parts], store)
+    chosen = [(p.archived, p.topic, p.partition) for p in parts]
+    topics = await restored_topics(config, chosen, store, config.as_of_ms)
     await start_spark(config.spark)  # before the clock of restore_all starts, in every mode
     await narrow_by_time(config, parts)
     mode = config.destination.offsets
@@ -565,7 +585,8 @@ async def _restore(
     if dry_run:  # every check the real run makes before it writes, read-only
         await check_destinations(config, parts, created)
         positions = await restore_positions(config, ranges, store, dry_run=True)
-        return "\n".join([*created.values(), render_dry_run(parts, mode), *positions])
+        as_of = [] if config.as_of_ms is None else [f"as of {seen_at(config.as_of_ms)}"]
+        return "\n".join([*as_of, *created.values(), render_dry_run(parts, mode), *positions])
     metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
     views = {part.name: PlainMirror(part.name) for part in parts}
     endpoint = None if families is None else HttpEndpoint(families.registry, Readiness(views.values), metrics_port)

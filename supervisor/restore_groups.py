@@ -69,7 +69,7 @@ async def restore_positions(
     selection = config.group_positions
     if selection is None:
         return []
-    planned = plan_positions(await newest_of_every_cluster(store), ranges, selection)
+    planned = plan_positions(await newest_of_every_cluster(store, config.as_of_ms), ranges, selection)
     if not planned:
         return [f"no archived position of a group {_patterns(selection)} on the restored partitions"]
     destination = config.destination

@@ -19,7 +19,7 @@ from config.restore import RestoreConfig
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, ClusterAdmin, TopicState, destination_admin
 from sinks.archive_documents import ArchiveDocuments
-from sinks.topic_metadata import ArchivedTopic, newest
+from sinks.topic_metadata import ArchivedTopic, as_of
 
 log = logging.getLogger("mirror_v3.restore")
 
@@ -73,15 +73,19 @@ def plan_restored_topic(
 
 
 async def restored_topics(
-    config: RestoreConfig, chosen: Sequence[tuple[str, str, int]], store: ArchiveDocuments | None
+    config: RestoreConfig,
+    chosen: Sequence[tuple[str, str, int]],
+    store: ArchiveDocuments | None,
+    as_of_ms: int | None = None,
 ) -> list[RestoredTopic]:
-    """`chosen`: (archived name, destination topic, partition) of every selected chain."""
+    """`chosen`: (archived name, destination topic, partition) of every selected chain; each topic with the newest
+    document of its metadata (as of `as_of_ms`: the newest seen by then, else its oldest)."""
     needed: dict[tuple[str, str], int] = {}
     for archived, topic, partition in chosen:
         needed[archived, topic] = max(needed.get((archived, topic), 0), partition + 1)
     found = []
     for (archived, topic), partitions in sorted(needed.items(), key=lambda item: item[0][1]):
-        metadata = None if store is None else await newest(store, archived)
+        metadata = None if store is None else await as_of(store, archived, as_of_ms)
         found.append(RestoredTopic(topic, archived, partitions, metadata))
     return found
 
