@@ -50,10 +50,18 @@ class GroupArchiver:
         await self._store.close()
 
     async def run_forever(self, mirrored: Callable[[], Sequence[MirroredPartition]], stop: anyio.Event) -> None:
-        while not stop.is_set():
-            await self.capture(mirrored())
-            with anyio.move_on_after(self._settings.interval_ms / 1000):
+        """A round every interval, the first as soon as mirrors run (they start in seconds), and a last one when
+        the process is asked to stop (a drain), so the newest positions are in the archive it leaves behind."""
+        interval = self._settings.interval_ms / 1000
+        while True:
+            running = mirrored()
+            if running:
+                await self.capture(running)
+            with anyio.move_on_after(interval if running else min(1.0, interval)):
                 await stop.wait()
+            if stop.is_set():
+                await self.capture(mirrored())
+                return
 
     async def capture(self, mirrored: Sequence[MirroredPartition]) -> None:
         """One round over the source clusters of `mirrored` (the running mirrors and their archive positions)."""

@@ -4,8 +4,10 @@ far the archive was; a document only when a position changed; a cluster that can
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
+import anyio
 import pytest
 
 from config.model import ArchiveGroupsConfig, SourceConfig
@@ -97,3 +99,22 @@ async def test_a_cluster_that_cannot_be_read_is_one_warning(tmp_path: Path, capl
 
 def test_a_cluster_named_by_its_bootstrap_servers_is_a_safe_directory() -> None:
     assert cluster_directory("10.0.0.1:9092,10.0.0.2:9092") == "_groups/10.0.0.1_9092_10.0.0.2_9092"
+
+
+async def test_the_first_round_waits_for_running_mirrors_and_a_drain_takes_a_last_one(tmp_path: Path) -> None:
+    store, admin = FilesystemDocuments(str(tmp_path)), FakeAdmin()
+    archiver = GroupArchiver(store, FakeAdmins(admin), SETTINGS)  # type: ignore[arg-type]  # interval: a minute
+    calls: Iterator[list[MirroredPartition]] = iter([[]])  # no mirror has started yet at the first look
+
+    def running() -> list[MirroredPartition]:
+        return next(calls, mirrored())
+
+    stop = anyio.Event()
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(archiver.run_forever, running, stop)
+        with anyio.fail_after(5):  # a second after the empty look, not a minute
+            while not await history(store, "prod"):
+                await anyio.sleep(0.05)
+        admin.committed["billing"][("orders", 0)] = 130  # committed just before the process is stopped
+        stop.set()
+    assert [d.groups["billing"]["orders-archive"]["0"] for d in await history(store, "prod")] == [120, 130]
