@@ -117,3 +117,22 @@ def quiet_aiokafka_leaks() -> None:
         reports.debug("asyncio report detail: %s", context, exc_info=exception)
 
     loop.set_exception_handler(handler)
+
+
+class SpellLog:
+    """One WARN when a key (a source cluster) starts failing, one INFO when it works again: a helper that retries
+    every interval says so once per spell, not once per round."""
+
+    def __init__(self, logger: logging.Logger, failing: str, back: str) -> None:
+        self._logger, self._failing_message, self._back_message = logger, failing, back
+        self._failing: set[str] = set()
+
+    def failed(self, key: str, **fields: Any) -> None:
+        if key not in self._failing:
+            self._failing.add(key)
+            log_event(self._logger, logging.WARNING, self._failing_message, cluster=key, **fields)
+
+    def worked(self, key: str) -> None:
+        if key in self._failing:
+            self._failing.discard(key)
+            log_event(self._logger, logging.INFO, self._back_message, cluster=key)

@@ -17,15 +17,32 @@ import contextlib
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import anyio.to_thread
+import msgspec
 
 from sinks.filesystem import fsync_directory, make_durable_dirs
 from sinks.s3 import ConnectionUser, S3Connection
 from sinks.s3_errors import PreconditionFailed
 
 _MS_DIGITS = 13
+D = TypeVar("D", bound=msgspec.Struct)
+
+
+def encode(document: msgspec.Struct) -> bytes:
+    """Indented JSON, one document per file: what `jq` and people read."""
+    return msgspec.json.format(msgspec.json.encode(document), indent=2) + b"\n"
+
+
+def decode(data: bytes, kind: type[D], known_format: int) -> D | None:
+    """None for anything that is not a document of `kind` in `known_format` (a later format, a file put there by
+    hand): readers skip those."""
+    try:
+        found = msgspec.json.decode(data, type=kind)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return None
+    return found if getattr(found, "format", None) == known_format else None
 
 
 def document_name(moment_ms: int) -> str:

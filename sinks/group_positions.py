@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 
 import msgspec
-import msgspec.structs
 
+from sinks import archive_documents
 from sinks.archive_documents import ArchiveDocuments, document_name
 
 GROUPS_DIRECTORY = "_groups"
@@ -45,15 +45,11 @@ def cluster_directory(cluster: str) -> str:
 
 
 def encode(positions: ArchivedPositions) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(positions), indent=2) + b"\n"
+    return archive_documents.encode(positions)
 
 
 def decode(data: bytes) -> ArchivedPositions | None:
-    try:
-        found = msgspec.json.decode(data, type=ArchivedPositions)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
-    return found if found.format == FORMAT else None
+    return archive_documents.decode(data, ArchivedPositions, FORMAT)
 
 
 async def history(store: ArchiveDocuments, cluster: str) -> list[ArchivedPositions]:

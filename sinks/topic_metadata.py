@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 import msgspec
 import msgspec.structs
 
+from sinks import archive_documents
 from sinks.archive_documents import ArchiveDocuments, document_name
 
 TOPIC_DIRECTORY = "_topic"
@@ -51,16 +52,11 @@ def seen_at(ms: int) -> str:
 
 
 def encode(topic: ArchivedTopic) -> bytes:
-    return msgspec.json.format(msgspec.json.encode(topic), indent=2) + b"\n"
+    return archive_documents.encode(topic)
 
 
 def decode(data: bytes) -> ArchivedTopic | None:
-    """None for anything that is not a document this version reads (a later format, a file put there by hand)."""
-    try:
-        found = msgspec.json.decode(data, type=ArchivedTopic)
-    except (msgspec.ValidationError, msgspec.DecodeError):
-        return None
-    return found if found.format == FORMAT else None
+    return archive_documents.decode(data, ArchivedTopic, FORMAT)
 
 
 def topic_directory(destination_name: str) -> str:

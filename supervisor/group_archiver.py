@@ -20,7 +20,7 @@ import anyio
 
 from config.model import ArchiveGroupsConfig
 from core.errors import MirrorV3Error, first_line
-from core.logs import log_event
+from core.logs import SpellLog, log_event
 from kafka_clients.admin import SourceAdmins
 from sinks import group_positions
 from sinks.archive_documents import ArchiveDocuments
@@ -44,7 +44,7 @@ class GroupArchiver:
         self._settings = settings
         self._clock = clock
         self._archived: dict[str, ArchivedPositions | None] = {}  # cluster → its newest document (read once)
-        self._failing: set[str] = set()
+        self._spells = SpellLog(log, "group positions not archived, retrying", "group positions archived again")
 
     async def close(self) -> None:
         await self._store.close()
@@ -72,20 +72,9 @@ class GroupArchiver:
             try:
                 await self._capture_cluster(cluster, partitions)
             except MirrorV3Error as exc:
-                if cluster not in self._failing:
-                    self._failing.add(cluster)
-                    log_event(
-                        log,
-                        logging.WARNING,
-                        "group positions not archived, retrying",
-                        cluster=cluster,
-                        error=first_line(exc),
-                        retry_in_s=self._settings.interval_ms / 1000,
-                    )
+                self._spells.failed(cluster, error=first_line(exc), retry_in_s=self._settings.interval_ms / 1000)
                 continue
-            if cluster in self._failing:
-                self._failing.discard(cluster)
-                log_event(log, logging.INFO, "group positions archived again", cluster=cluster)
+            self._spells.worked(cluster)
 
     async def _capture_cluster(self, cluster: str, partitions: list[MirroredPartition]) -> None:
         first = partitions[0]

@@ -23,7 +23,7 @@ import anyio
 from config.estate import MirrorSpec
 from config.model import SourceConfig
 from core.errors import MirrorV3Error, first_line
-from core.logs import log_event
+from core.logs import SpellLog, log_event
 from kafka_clients.admin import SourceAdmins, TopicLayout
 from sinks import topic_metadata
 from sinks.archive_documents import ArchiveDocuments
@@ -54,7 +54,7 @@ class TopicArchiver:
         self._clock = clock
         self._watched: dict[str, _Watched] = {}  # destination name → the source topic archived under it
         self._archived: dict[str, ArchivedTopic] = {}  # destination name → its newest document
-        self._failing: set[str] = set()  # clusters whose last round failed (their WARN is said)
+        self._spells = SpellLog(log, "topic metadata not archived, retrying", "topic metadata archived again")
         self._new = anyio.Event()  # topics to capture now
 
     def watch(self, mirrors: Iterable[MirrorSpec]) -> None:
@@ -92,20 +92,9 @@ class TopicArchiver:
             try:
                 await self._capture_cluster(cluster, names)
             except MirrorV3Error as exc:
-                if cluster not in self._failing:
-                    self._failing.add(cluster)
-                    log_event(
-                        log,
-                        logging.WARNING,
-                        "topic metadata not archived, retrying",
-                        cluster=cluster,
-                        error=first_line(exc),
-                        retry_in_s=self._interval_s,
-                    )
+                self._spells.failed(cluster, error=first_line(exc), retry_in_s=self._interval_s)
                 continue
-            if cluster in self._failing:
-                self._failing.discard(cluster)
-                log_event(log, logging.INFO, "topic metadata archived again", cluster=cluster)
+            self._spells.worked(cluster)
 
     async def _capture_cluster(self, cluster: str, names: dict[str, _Watched]) -> None:
         first = next(iter(names.values()))
