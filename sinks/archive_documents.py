@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
@@ -52,6 +53,16 @@ def document_name(moment_ms: int) -> str:
 def is_document(name: str) -> bool:
     stem = name.removesuffix(".json")
     return name.endswith(".json") and len(stem) == _MS_DIGITS and stem.isdigit()
+
+
+def moment_of(name: str) -> int:
+    """A document's moment (ms since the epoch): its name says it."""
+    return int(name.removesuffix(".json"))
+
+
+def moment_text(ms: int) -> str:
+    """The same moment for people: RFC 3339, UTC, milliseconds."""
+    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 class ArchiveDocuments(Protocol):
@@ -111,6 +122,27 @@ class FilesystemDocuments:
         return None
 
 
+async def read_all(store: ArchiveDocuments, directory: str, kind: type[D], known_format: int) -> list[D]:
+    """Every readable document of `directory`, oldest first."""
+    found = [decode(await store.read(directory, name), kind, known_format) for name in await store.names(directory)]
+    return [document for document in found if document is not None]
+
+
+async def read_newest(
+    store: ArchiveDocuments, directory: str, kind: type[D], known_format: int, at_most_ms: int | None = None
+) -> D | None:
+    """The newest readable document of `directory` (of a moment at or before `at_most_ms`): one read in the usual
+    case."""
+    names = await store.names(directory)
+    if at_most_ms is not None:
+        names = [name for name in names if moment_of(name) <= at_most_ms]
+    for name in reversed(names):
+        found = decode(await store.read(directory, name), kind, known_format)
+        if found is not None:
+            return found
+    return None
+
+
 def _add_durably(directory: Path, name: str, data: bytes) -> None:
     make_durable_dirs(directory)
     temp = directory / f".{name}.tmp-{uuid.uuid4().hex}"
@@ -139,35 +171,33 @@ class S3Documents(ConnectionUser):
     def location(self, directory: str) -> str:
         return f"s3://{self._bucket}/{self._prefix(directory)}"
 
-    async def names(self, directory: str) -> list[str]:
+    async def _pages(self, directory: str, delimiter: bool) -> list[Any]:
+        """Every page of the listing under `directory` (with `delimiter`: one level, as CommonPrefixes)."""
         s3, prefix = await self._s3(), self._prefix(directory)
-        names: list[str] = []
+        pages: list[Any] = []
         token: str | None = None
         while True:
             params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "MaxKeys": 1000}
+            if delimiter:
+                params["Delimiter"] = "/"
             if token is not None:
                 params["ContinuationToken"] = token
             page = await self._connection.call(f"list {self.location(directory)}", _listing(s3, params))
-            names += [entry["Key"][len(prefix) :] for entry in page.get("Contents", [])]
+            pages.append(page)
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or token is None:
-                break
+                return pages
+
+    async def names(self, directory: str) -> list[str]:
+        prefix = self._prefix(directory)
+        pages = await self._pages(directory, delimiter=False)
+        names = [entry["Key"][len(prefix) :] for page in pages for entry in page.get("Contents", [])]
         return sorted(name for name in names if is_document(name))
 
     async def subdirectories(self, directory: str) -> list[str]:
-        s3, prefix = await self._s3(), self._prefix(directory)
-        found: list[str] = []
-        token: str | None = None
-        while True:
-            params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "Delimiter": "/", "MaxKeys": 1000}
-            if token is not None:
-                params["ContinuationToken"] = token
-            page = await self._connection.call(f"list {self.location(directory)}", _listing(s3, params))
-            found += [entry["Prefix"][len(prefix) :].rstrip("/") for entry in page.get("CommonPrefixes", [])]
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or token is None:
-                break
-        return sorted(found)
+        prefix = self._prefix(directory)
+        pages = await self._pages(directory, delimiter=True)
+        return sorted(e["Prefix"][len(prefix) :].rstrip("/") for page in pages for e in page.get("CommonPrefixes", []))
 
     async def read(self, directory: str, name: str) -> bytes:
         s3, key = await self._s3(), self._prefix(directory) + name

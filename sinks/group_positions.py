@@ -53,19 +53,11 @@ def decode(data: bytes) -> ArchivedPositions | None:
 
 
 async def history(store: ArchiveDocuments, cluster: str) -> list[ArchivedPositions]:
-    directory = cluster_directory(cluster)
-    found = [decode(await store.read(directory, name)) for name in await store.names(directory)]
-    return [positions for positions in found if positions is not None]
+    return await archive_documents.read_all(store, cluster_directory(cluster), ArchivedPositions, FORMAT)
 
 
 async def newest(store: ArchiveDocuments, cluster: str) -> ArchivedPositions | None:
-    directory = cluster_directory(cluster)
-    names = await store.names(directory)
-    for name in reversed(names):  # the newest readable one: one read in the usual case
-        found = decode(await store.read(directory, name))
-        if found is not None:
-            return found
-    return None
+    return await archive_documents.read_newest(store, cluster_directory(cluster), ArchivedPositions, FORMAT)
 
 
 async def newest_of_every_cluster(store: ArchiveDocuments, as_of_ms: int | None = None) -> list[ArchivedPositions]:
@@ -73,14 +65,11 @@ async def newest_of_every_cluster(store: ArchiveDocuments, as_of_ms: int | None 
     seen at or before it; a cluster with none that old is left out)."""
     found = []
     for directory in await store.subdirectories(GROUPS_DIRECTORY):
-        names = await store.names(f"{GROUPS_DIRECTORY}/{directory}")
-        if as_of_ms is not None:  # a name is its moment
-            names = [name for name in names if int(name.removesuffix(".json")) <= as_of_ms]
-        for name in reversed(names):
-            positions = decode(await store.read(f"{GROUPS_DIRECTORY}/{directory}", name))
-            if positions is not None:
-                found.append(positions)
-                break
+        positions = await archive_documents.read_newest(
+            store, f"{GROUPS_DIRECTORY}/{directory}", ArchivedPositions, FORMAT, as_of_ms
+        )
+        if positions is not None:
+            found.append(positions)
     return found
 
 

@@ -16,8 +16,6 @@ per document.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import msgspec
 import msgspec.structs
 
@@ -47,10 +45,6 @@ class ArchivedTopic(msgspec.Struct, frozen=True, rename="kebab", forbid_unknown_
         return msgspec.structs.replace(other, seen_at=self.seen_at, seen_at_ms=self.seen_at_ms) == self
 
 
-def seen_at(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
-
-
 def encode(topic: ArchivedTopic) -> bytes:
     return archive_documents.encode(topic)
 
@@ -65,28 +59,22 @@ def topic_directory(destination_name: str) -> str:
 
 async def history(store: ArchiveDocuments, destination_name: str) -> list[ArchivedTopic]:
     """Every document of the archived topic, oldest first (a document this version cannot read is skipped)."""
-    directory = topic_directory(destination_name)
-    found = [decode(await store.read(directory, name)) for name in await store.names(directory)]
-    return [topic for topic in found if topic is not None]
+    return await archive_documents.read_all(store, topic_directory(destination_name), ArchivedTopic, FORMAT)
 
 
 async def newest(store: ArchiveDocuments, destination_name: str) -> ArchivedTopic | None:
-    directory = topic_directory(destination_name)
-    for name in reversed(await store.names(directory)):  # the newest readable one: one read in the usual case
-        found = decode(await store.read(directory, name))
-        if found is not None:
-            return found
-    return None
+    return await archive_documents.read_newest(store, topic_directory(destination_name), ArchivedTopic, FORMAT)
 
 
 async def as_of(store: ArchiveDocuments, destination_name: str, moment_ms: int | None) -> ArchivedTopic | None:
     """The topic as last seen at or before `moment_ms` (None: the newest); when it was first seen after that
     moment, its oldest document (the archive knows nothing older of it)."""
-    if moment_ms is None:
-        return await newest(store, destination_name)
-    found = await history(store, destination_name)
-    before = [topic for topic in found if topic.seen_at_ms <= moment_ms]
-    return before[-1] if before else (found[0] if found else None)
+    directory = topic_directory(destination_name)
+    found = await archive_documents.read_newest(store, directory, ArchivedTopic, FORMAT, moment_ms)
+    if found is None and moment_ms is not None:
+        oldest = await history(store, destination_name)
+        return oldest[0] if oldest else None
+    return found
 
 
 async def add(store: ArchiveDocuments, destination_name: str, topic: ArchivedTopic) -> None:

@@ -23,9 +23,8 @@ from core.errors import MirrorV3Error, first_line
 from core.logs import SpellLog, log_event
 from kafka_clients.admin import SourceAdmins
 from sinks import group_positions
-from sinks.archive_documents import ArchiveDocuments
+from sinks.archive_documents import ArchiveDocuments, moment_text
 from sinks.group_positions import ArchivedPositions, Offsets
-from sinks.topic_metadata import seen_at
 from supervisor.group_sync import MirroredPartition
 
 log = logging.getLogger("mirror_v3.groups")
@@ -93,7 +92,7 @@ class GroupArchiver:
             if kept:
                 groups[group] = kept
         now_ms = int(self._clock() * 1000)
-        seen = ArchivedPositions(cluster, seen_at(now_ms), now_ms, groups, archived)
+        seen = ArchivedPositions(cluster, moment_text(now_ms), now_ms, groups, archived)
         if cluster not in self._archived:
             self._archived[cluster] = await group_positions.newest(self._store, cluster)
         known = self._archived[cluster]

@@ -41,14 +41,13 @@ from core.errors import MirrorV3Error
 from core.logs import log_event
 from kafka_clients.clients import KafkaRecord
 from sinks.archive_catalog import filesystem_chains, s3_chains
-from sinks.archive_documents import ArchiveDocuments
+from sinks.archive_documents import ArchiveDocuments, moment_text
 from sinks.blob_chain import BlobRange, BlobStore, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
 from sinks.kafka import KafkaSink, KafkaSinkSettings, partition_name, refuse_preserve_into_empty
 from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
-from sinks.topic_metadata import seen_at
 from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
@@ -585,7 +584,7 @@ async def _restore(
     if dry_run:  # every check the real run makes before it writes, read-only
         await check_destinations(config, parts, created)
         positions = await restore_positions(config, ranges, store, dry_run=True)
-        as_of = [] if config.as_of_ms is None else [f"as of {seen_at(config.as_of_ms)}"]
+        as_of = [] if config.as_of_ms is None else [f"as of {moment_text(config.as_of_ms)}"]
         return "\n".join([*as_of, *created.values(), render_dry_run(parts, mode), *positions])
     metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
     views = {part.name: PlainMirror(part.name) for part in parts}

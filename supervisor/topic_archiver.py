@@ -26,8 +26,8 @@ from core.errors import MirrorV3Error, first_line
 from core.logs import SpellLog, log_event
 from kafka_clients.admin import SourceAdmins, TopicLayout
 from sinks import topic_metadata
-from sinks.archive_documents import ArchiveDocuments
-from sinks.topic_metadata import ArchivedTopic, newest, seen_at
+from sinks.archive_documents import ArchiveDocuments, moment_text
+from sinks.topic_metadata import ArchivedTopic, newest
 
 log = logging.getLogger("mirror_v3.topics")
 
@@ -131,7 +131,7 @@ def _document(cluster: str, topic: str, layout: TopicLayout, now_ms: int) -> Arc
     return ArchivedTopic(
         source_cluster=cluster,
         source_topic=topic,
-        seen_at=seen_at(now_ms),
+        seen_at=moment_text(now_ms),
         seen_at_ms=now_ms,
         partitions=layout.partitions,
         replication_factor=layout.replication_factor,

@@ -9,11 +9,11 @@ import pytest
 
 from config.errors import ConfigError
 from config.restore import parse_as_of
-from sinks.archive_documents import FilesystemDocuments
+from sinks.archive_documents import FilesystemDocuments, moment_text
 from sinks.blob_chain import BlobRange
 from sinks.group_positions import ArchivedPositions, newest_of_every_cluster
 from sinks.group_positions import add as add_positions
-from sinks.topic_metadata import ArchivedTopic, as_of, seen_at
+from sinks.topic_metadata import ArchivedTopic, as_of
 from sinks.topic_metadata import add as add_topic
 from supervisor.restore import held_at
 from tests.fakes import InMemoryStore
@@ -31,7 +31,7 @@ async def test_a_chain_as_of_a_moment_is_the_blobs_committed_by_then() -> None:
 
 
 def topic(ms: int, partitions: int) -> ArchivedTopic:
-    return ArchivedTopic("prod", "orders", seen_at(ms), ms, partitions, 1, "t-1", "delete", {})
+    return ArchivedTopic("prod", "orders", moment_text(ms), ms, partitions, 1, "t-1", "delete", {})
 
 
 async def test_metadata_and_positions_as_of_a_moment(tmp_path: Path) -> None:
@@ -44,7 +44,7 @@ async def test_metadata_and_positions_as_of_a_moment(tmp_path: Path) -> None:
     assert (await as_of(store, "orders", 10)).partitions == 3  # type: ignore[union-attr]  # first seen later: oldest
     for cluster, ms, offset in (("prod", 1_000, 10), ("prod", 5_000, 50), ("dr", 6_000, 60)):
         groups = {"billing": {"orders": {"0": offset}}}
-        await add_positions(store, ArchivedPositions(cluster, seen_at(ms), ms, groups, {}))
+        await add_positions(store, ArchivedPositions(cluster, moment_text(ms), ms, groups, {}))
     at = {p.source_cluster: p.groups["billing"]["orders"]["0"] for p in await newest_of_every_cluster(store, 5_500)}
     assert at == {"prod": 50}  # dr's only document is later: left out
     assert len(await newest_of_every_cluster(store)) == 2

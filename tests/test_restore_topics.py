@@ -4,14 +4,15 @@ configs), made from the chains alone when nothing was archived, and an existing 
 from __future__ import annotations
 
 from kafka_clients.admin import TopicState
-from sinks.topic_metadata import ArchivedTopic, seen_at
+from sinks.archive_documents import moment_text
+from sinks.topic_metadata import ArchivedTopic
 from supervisor.restore_topics import RestoredTopic, TopicPlan, plan_restored_topic
 
 ALLOWED = ("cleanup.policy", "retention.ms", "max.message.bytes")
 METADATA = ArchivedTopic(
     source_cluster="prod",
     source_topic="orders",
-    seen_at=seen_at(1_000),
+    seen_at=moment_text(1_000),
     seen_at_ms=1_000,
     partitions=6,
     replication_factor=3,

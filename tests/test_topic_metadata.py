@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents
+from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents, moment_text
 from sinks.s3 import S3Connection
-from sinks.topic_metadata import ArchivedTopic, add, decode, encode, history, location, newest, seen_at
+from sinks.topic_metadata import ArchivedTopic, add, decode, encode, history, location, newest
 from tests.fakes import moto_settings
 
 _buckets = itertools.count()
@@ -24,7 +24,7 @@ def archived(ms: int, **changes: Any) -> ArchivedTopic:
     fields: dict[str, Any] = {
         "source_cluster": "prod",
         "source_topic": "orders",
-        "seen_at": seen_at(ms),
+        "seen_at": moment_text(ms),
         "seen_at_ms": ms,
         "partitions": 6,
         "replication_factor": 3,
