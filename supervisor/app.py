@@ -303,7 +303,6 @@ class Supervisor:
         assert self._group is not None
         record.scope = anyio.CancelScope()
         self._group.start_soon(self._run_mirror, record, self._group.cancel_scope)
-        self._group.start_soon(self._mark_started, record, record.actor)
 
     def _planned(self, plan: EstatePlan) -> None:
         """Remember what the plan selected, say what it could not find, update the estate's gauges."""
@@ -404,23 +403,9 @@ class Supervisor:
             partition=spec.partition,
         )
 
-    async def _mark_started(self, record: MirrorRecord, actor: MirrorActor[Any]) -> None:
-        """Ready once the actor has started; gives up at the stop (an actor may fail or go before it starts)."""
-        async with anyio.create_task_group() as waiting:
-
-            async def stop_waiting() -> None:
-                await self.stop_requested.wait()
-                waiting.cancel_scope.cancel()
-
-            waiting.start_soon(stop_waiting)
-            await actor.started.wait()
-            waiting.cancel_scope.cancel()
-        if actor.started.is_set() and record.actor is actor and self.mirrors.get(record.spec.key) is record:
-            record.started = True
-
     def _mirrored(self) -> list[MirroredPartition]:
         """The running mirrors and how far their destinations are, for the group offset sync."""
-        running = [r for r in self.mirrors.values() if r.actor.started.is_set() and r.failure is None]
+        running = [r for r in self.mirrors.values() if r.started]
         return [
             MirroredPartition(
                 r.spec.cluster,
@@ -541,8 +526,6 @@ class Supervisor:
         record.replace(replacement)
         record.scope = anyio.CancelScope()
         self._families.mark_failed(labels, False)
-        assert self._group is not None
-        self._group.start_soon(self._mark_started, record, replacement)
         self._update_gauges()
         return True
 

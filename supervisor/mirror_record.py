@@ -1,5 +1,5 @@
 """One mirror's life in a running process, in one place: what it mirrors, the actor that runs it now, its task's
-cancel scope, and how it fares (started, failed and why, when its restart is due, how often it restarted).
+cancel scope, and how it fares (started, failed and why, when its restart is due).
 
 The supervisor keeps one `MirrorRecord` per mirror (by `MirrorSpec.key`) and replaces only the actor when it
 restarts one; /readyz and /mirrors read the same records (`supervisor.http.MirrorView`), so there is nothing
@@ -22,7 +22,6 @@ class MirrorRecord:
     spec: MirrorSpec
     actor: MirrorActor[Any]  # the one running now: a restart replaces it, the record stays
     scope: anyio.CancelScope | None = None  # its task's, once launched; cancelled: stopped on purpose
-    started: bool = False  # the current actor has started: its position is known
     failure: str | None = None  # why it failed, while it is failed (restarting, or stopped for good)
     restart_at: float | None = None  # Unix time its restart is due (failed, restarting)
 
@@ -33,6 +32,11 @@ class MirrorRecord:
     @property
     def source_cluster(self) -> str:
         return self.spec.cluster
+
+    @property
+    def started(self) -> bool:
+        """The current actor has started (its position is known) and has not failed."""
+        return self.failure is None and self.actor.started.is_set()
 
     @property
     def running(self) -> bool:
@@ -49,8 +53,8 @@ class MirrorRecord:
         return round(self.actor.pending_age(), 3)
 
     def fail(self, why: str, restart_at: float | None) -> None:
-        self.failure, self.restart_at, self.started = why, restart_at, False
+        self.failure, self.restart_at = why, restart_at
 
     def replace(self, actor: MirrorActor[Any]) -> None:
         """A new actor runs the mirror (a restart): not failed, not started yet."""
-        self.actor, self.failure, self.restart_at, self.started = actor, None, None, False
+        self.actor, self.failure, self.restart_at = actor, None, None
