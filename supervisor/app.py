@@ -7,7 +7,7 @@ import os
 import random
 import signal
 import time
-from functools import partial
+from functools import cached_property, partial
 from typing import Any
 
 import anyio
@@ -155,8 +155,7 @@ class Supervisor:
             if isinstance(destination, KafkaDestination) and destination.sync_groups is not None:
                 self._groups = GroupSync(destination, self._families)
             if any(entry.source.commit_source_offsets for entry in self._entries):
-                timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000
-                self._commits = SourceOffsetCommitter(SourceAdmins(timeout_s), self._families)
+                self._commits = SourceOffsetCommitter(self._source_admins, self._families)
             if isinstance(destination, KafkaDestination) and destination.create_topics:
                 self._topics = TopicManager(destination)
                 await self._topics.prepare(plan.mirrors)
@@ -250,8 +249,7 @@ class Supervisor:
         store = None if self._sinks is None else self._sinks.documents()
         if store is None or isinstance(destination, KafkaDestination) or destination.topic_metadata_interval_ms == 0:
             return None
-        timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000
-        return TopicArchiver(store, SourceAdmins(timeout_s), destination.topic_metadata_interval_ms / 1000)
+        return TopicArchiver(store, self._source_admins, destination.topic_metadata_interval_ms / 1000)
 
     def _group_archiver(self) -> GroupArchiver | None:
         """A blob destination's keeper of consumer-group positions (`destination.archive-groups`), if asked for."""
@@ -260,8 +258,12 @@ class Supervisor:
             return None
         store = self._sinks.documents()
         assert store is not None, "a blob destination keeps documents"
-        timeout_s = max(entry.source.request_timeout_ms for entry in self._entries) / 1000
-        return GroupArchiver(store, SourceAdmins(timeout_s), destination.archive_groups)
+        return GroupArchiver(store, self._source_admins, destination.archive_groups)
+
+    @cached_property
+    def _source_admins(self) -> SourceAdmins:
+        """One admin client per source cluster for the process's helpers (source commits, the archivers)."""
+        return SourceAdmins(max(entry.source.request_timeout_ms for entry in self._entries) / 1000)
 
     def _discovery_failed(self, errors: dict[str, SourceError]) -> None:
         """Count each cluster discovery could not read; a WARN at the first failure of a spell only (the cluster's
