@@ -29,7 +29,6 @@ from testkit.kafka_data import (
     partition_count,
     produce,
     produce_transactional,
-    set_topic_config,
     topic_configs,
     wait_for_compaction,
     watermarks,
@@ -329,68 +328,3 @@ def test_a_dry_run_is_refused_exactly_where_the_real_run_is(
         assert dry_line == real_line and reason in dry_line, (dry_line, real_line)
         assert "records to restore" not in dry.stdout and "Traceback" not in dry.stderr + real.stderr
     assert watermarks(kafka.bootstrap, empty, 0)[1] == 0, "something was written"
-
-
-def test_a_restore_as_of_a_moment_brings_back_the_topic_records_and_group_position_of_then(
-    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
-) -> None:
-    """Point in time: an archive with topic metadata and group positions; then more records, a config change and
-    a group's commit. `restore --as-of` the moment in between into a fresh cluster's topic (here a fresh topic,
-    created by the restore): the records, the configs and the group's position of then, and nothing after."""
-    create_topic(kafka.bootstrap, topic_name, partitions=2, config={"retention.ms": "-1"})
-    before = {0: 1_000, 1: 500}
-    for partition, count in before.items():
-        produce(kafka.bootstrap, topic_name, partition, generate_records(count, seed=80 + partition))
-    commit_offset(kafka.bootstrap, "billing", topic_name, 0, 600)
-    config = mirror_config(
-        tmp_path / "mirror.yaml",
-        kafka.bootstrap,
-        fs,
-        partitions_of(topic_name, 2),
-        flush={"max-time-ms": 300, "max-offsets": 10_000},
-    )
-    document = yaml.safe_load(config.read_text())
-    document["destination"]["archive-groups"] = {"groups": ["billing"], "interval-ms": 1000}
-    document["destination"]["topic-metadata-interval-ms"] = 1000
-    config.write_text(yaml.safe_dump(document))
-    with MirrorRun(config, tmp_path / "mirror.log") as run:
-        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), before)
-        run.wait_until(lambda: run.events("group positions archived"), 30, "the group's position archived")
-        time.sleep(1.2)
-        moment_ms = int(time.time() * 1000)  # the archive holds `before`, billing at 600, the first configs
-        time.sleep(1.2)
-        for partition, count in {0: 700, 1: 300}.items():
-            produce(kafka.bootstrap, topic_name, partition, generate_records(count, seed=90 + partition))
-        commit_offset(kafka.bootstrap, "billing", topic_name, 0, 1_500)
-        set_topic_config(kafka.bootstrap, topic_name, "max.message.bytes", "2000000")
-        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 1_700, 1: 800})
-        run.wait_until(
-            lambda: (
-                len(run.events("group positions archived")) >= 2 and len(run.events("topic metadata archived")) >= 2
-            ),
-            30,
-            "the later position and configs archived",
-        )
-        run.drain()
-    restored = f"{topic_name}-as-of"
-    config = restore_config(
-        tmp_path / "restore.yaml", kafka, fs, [{"topic": topic_name, "rename": restored}], "renumber"
-    )
-    document = yaml.safe_load(config.read_text())
-    document["group-positions"] = {"groups": ["billing"]}
-    config.write_text(yaml.safe_dump(document))
-    command = ["restore", "--config", str(config), "--create-topics", "--as-of", str(moment_ms)]
-    dry = run_cli(*command, "--dry-run", env=fs.env(), timeout=300)
-    assert dry.returncode == 0 and "would commit group billing" in dry.stdout, dry.stdout + dry.stderr
-    done = run_cli(*command, env=fs.env(), timeout=300)
-    assert done.returncode == 0, done.stderr
-    assert f"restored {sum(before.values())} records" in done.stdout, done.stdout
-    for partition, count in before.items():
-        expected = [r for r in source_records(kafka.bootstrap, topic_name, partition) if r.offset < count]
-        assert_same_records(KafkaTarget(kafka.bootstrap, "renumber").records(restored, partition), expected)
-    configs = topic_configs(kafka.bootstrap, restored)
-    assert configs.get("retention.ms") == "-1" and "max.message.bytes" not in configs  # the configs of then
-    position = committed_offset(kafka.bootstrap, "billing", restored, 0)
-    assert position is not None
-    (first,) = [r for r in consume_all(kafka.bootstrap, restored, 0) if r.offset >= position][:1]
-    assert parse_source_offset(first.headers) == 600  # billing continues where it was then

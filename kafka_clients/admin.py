@@ -8,6 +8,7 @@ blocks. Config changes are incremental (IncrementalAlterConfigs): configs outsid
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
@@ -28,6 +29,10 @@ from kafka_clients.settings import librdkafka_properties
 
 T = TypeVar("T")
 CLEANUP_POLICY = "cleanup.policy"
+# A group's coordinator is elsewhere or not ready yet: the request was not processed, ask again.
+COORDINATOR_MOVING = frozenset(
+    {KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE}
+)
 
 
 @dataclass(frozen=True)
@@ -65,16 +70,28 @@ class ClusterAdmin:
         self._client = AdminClient({"bootstrap.servers": bootstrap_servers, **librdkafka_config(properties)})
 
     async def _wait(self, subject: str, action: str, call: Callable[[], Future[T]]) -> T:
+        """The call's answer. A group request the broker did not take because its coordinator is elsewhere or
+        still loading (a fresh cluster creates `__consumer_offsets` on the first group request) is asked again
+        until the timeout: the broker refused it unprocessed, so asking again cannot apply it twice."""
+        deadline = time.monotonic() + self._timeout_s
+
         def run() -> T:
-            try:
-                return call().result(timeout=self._timeout_s)
-            except KafkaException as exc:
-                error = exc.args[0] if exc.args else exc
-                raise AdminRequestError(self._where, subject, action, _reason(error)) from None
-            except TimeoutError:
-                raise AdminRequestError(
-                    self._where, subject, action, f"no answer within {self._timeout_s:g}s"
-                ) from None
+            pause = 0.1
+            while True:
+                try:
+                    return call().result(timeout=max(0.1, deadline - time.monotonic()))
+                except KafkaException as exc:
+                    error = exc.args[0] if exc.args else exc
+                    code = error.code() if isinstance(error, KafkaError) else None
+                    if code in COORDINATOR_MOVING and time.monotonic() + pause < deadline:
+                        time.sleep(pause)
+                        pause = min(1.0, pause * 2)
+                        continue
+                    raise AdminRequestError(self._where, subject, action, _reason(error)) from None
+                except TimeoutError:
+                    raise AdminRequestError(
+                        self._where, subject, action, f"no answer within {self._timeout_s:g}s"
+                    ) from None
 
         return await anyio.to_thread.run_sync(run)
 

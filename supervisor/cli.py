@@ -102,9 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
         "json, one document per line",
     )
     verify = commands.add_parser(
-        "verify", help="compare every mirror's destination with its source, record by record (a Spark job)"
+        "verify",
+        help="compare every mirror's destination with its source, record by record (a Spark job); with a restore "
+        "config, the restored topics, partitions and group positions with the archive",
     )
-    verify.add_argument("--config", required=True, help="path to the YAML config")
+    verify.add_argument("--config", required=True, help="path to the YAML config (a mirror or a restore config)")
     verify.add_argument("--format", choices=["table", "json"], default="table")
     verify.add_argument("--shard", help="I/N: only the partitions of shard I of N")
     verify.add_argument("--mirrors", help="a regex: only the mirrors whose name it matches in full")
@@ -117,6 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="Kafka renumber: destination records without a mirror-v3.source-offset header (written there by "
         "producers of the destination, as with two-way mirrors) are not counted as extra",
+    )
+    verify.add_argument(
+        "--as-of",
+        metavar="TIME",
+        help="a restore config: verify the restore as of TIME (as `restore --as-of`; overrides the config's as-of)",
     )
     restore = commands.add_parser(
         "restore", help="produce archived chains (filesystem or S3) back into Kafka topics, exactly once"
@@ -171,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     use_python_daemon(spark_daemon.__name__)
     if args.command == "restore":  # a config of its own
         return _restore(args, runtime)
+    if args.command == "verify" and _is_restore_config(args.config):
+        return _verify_restore(args)
     try:
         config = load_config(args.config)
         shard = _shard(getattr(args, "shard", None), runtime.shard)
@@ -195,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
             return _watch_status(config, args, shard, runtime)
         return _status(config, args, shard, _process_url(args.process, runtime))
     if args.command == "verify":
+        if args.as_of is not None:
+            return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
         return _verify(config, args, shard)
     if args.standby and isinstance(config.destination, KafkaDestination):
         return _report(
@@ -256,6 +267,41 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
                 ignore_unmapped=args.ignore_unmapped,
             )
         )
+    except MirrorV3Error as exc:
+        return _report(exc, "verify")
+    finally:
+        stop_spark()
+    print(render_json(report) if args.format == "json" else render_table(report))
+    return EXIT_OK if report.ok else EXIT_FAILURE
+
+
+def _is_restore_config(path: str) -> bool:
+    from supervisor.config_files import is_restore_config
+
+    try:
+        return is_restore_config(path)
+    except ConfigError:
+        return False  # load_config reports it
+
+
+def _verify_restore(args: argparse.Namespace) -> int:
+    from config.restore import parse_as_of
+    from source.spark_session import stop_spark
+    from supervisor.config_files import load_restore_config
+    from supervisor.restore_verify import render_json, render_table, verify_restore
+
+    for flag, given in (
+        ("--shard", args.shard),
+        ("--mirrors", args.mirrors),
+        ("--ignore-unmapped", args.ignore_unmapped),
+    ):
+        if given:
+            return _report(ConfigError(flag, "applies to a mirror config, not to a restore config"), "verify")
+    try:
+        config = load_restore_config(args.config)
+        if args.as_of is not None:
+            config = msgspec.structs.replace(config, as_of=parse_as_of(args.as_of))
+        report = anyio.run(verify_restore, config)
     except MirrorV3Error as exc:
         return _report(exc, "verify")
     finally:

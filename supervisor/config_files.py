@@ -6,6 +6,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import yaml
+
 from config.errors import ConfigError
 from config.loader import parse_config
 from config.model import Config
@@ -34,3 +36,13 @@ def read_config_text(path: str | os.PathLike[str]) -> str:
 
 def load_restore_config(path: str | os.PathLike[str]) -> RestoreConfig:
     return parse_restore_config(read_config_text(path), source=str(Path(path)), library_check=librdkafka_refusal)
+
+
+def is_restore_config(path: str | os.PathLike[str]) -> bool:
+    """Whether the file is a restore config (its top level names `archive` and `restore`), which `verify` checks
+    against the archive instead of a source. ConfigError when it cannot be read."""
+    try:
+        document = yaml.safe_load(read_config_text(path))
+    except yaml.YAMLError:
+        return False  # the loader names the syntax error
+    return isinstance(document, dict) and "archive" in document and "restore" in document

@@ -39,6 +39,7 @@ from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
 from core.errors import MirrorV3Error
 from core.logs import log_event
+from core.retry import RetryPolicy
 from kafka_clients.clients import KafkaRecord
 from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.archive_documents import ArchiveDocuments, moment_text
@@ -396,14 +397,20 @@ async def check_destinations(
                 refuse_preserve_into_empty(partition_name(part.topic, part.partition), part.name, part.first)
             part.position = _continue_at(part, None)
             return
-        sink = _destination_sink(settings, part)
-        retrying = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
-        try:
-            part.position = _continue_at(part, (await retrying.inspect(deep=True)).next_offset)
-        finally:
-            await retrying.close()
+        part.position = await destination_position(settings, policy, part)
 
     await _for_each(parts, check_one)
+
+
+async def destination_position(settings: KafkaSinkSettings, policy: RetryPolicy, part: RestorePartition) -> int:
+    """Where the restore of `part` continues (its `end`: done), read-only: the destination partition is inspected
+    as a mirror inspects it at start (its last record checked against the archive), no producer started."""
+    sink = _destination_sink(settings, part)
+    retrying = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
+    try:
+        return _continue_at(part, (await retrying.inspect(deep=True)).next_offset)
+    finally:
+        await retrying.close()
 
 
 def _destination_sink(settings: KafkaSinkSettings, part: RestorePartition) -> KafkaSink:

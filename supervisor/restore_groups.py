@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from aiokafka import TopicPartition
 
-from config.model import GroupSelection
+from config.model import GroupSelection, KafkaDestination
 from config.restore import RestoreConfig
 from core.logs import log_event
 from kafka_clients.admin import destination_admin
@@ -62,6 +62,37 @@ def plan_positions(
     return planned
 
 
+async def archived_positions(
+    config: RestoreConfig, ranges: Sequence[RestoredRange], store: ArchiveDocuments
+) -> Positions:
+    """Each selected group's archived position on the restored partitions (as of the restore's moment), clipped."""
+    if config.group_positions is None:
+        return {}
+    documents = await newest_of_every_cluster(store, config.as_of_ms)
+    return plan_positions(documents, ranges, config.group_positions)
+
+
+class DestinationPositions:
+    """Where a group's archived position lies on the destination: preserve as it is, renumber translated to the
+    first restored record at or after it (read from the destination, so only once the records are in)."""
+
+    def __init__(self, destination: KafkaDestination) -> None:
+        self._renumber = destination.offsets == "renumber"
+        self._clients = KafkaClients(
+            destination.bootstrap_servers,
+            aiokafka_settings(destination.security, "destination.security"),
+            destination.request_timeout_ms,
+        )
+
+    async def of(self, positions: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        if not self._renumber:
+            return dict(positions)
+        return {
+            (topic, partition): await destination_offset_for(self._clients, TopicPartition(topic, partition), offset)
+            for (topic, partition), offset in positions.items()
+        }
+
+
 async def restore_positions(
     config: RestoreConfig, ranges: Sequence[RestoredRange], store: ArchiveDocuments, *, dry_run: bool
 ) -> list[str]:
@@ -69,16 +100,12 @@ async def restore_positions(
     selection = config.group_positions
     if selection is None:
         return []
-    planned = plan_positions(await newest_of_every_cluster(store, config.as_of_ms), ranges, selection)
+    planned = await archived_positions(config, ranges, store)
     if not planned:
         return [f"no archived position of a group {_patterns(selection)} on the restored partitions"]
     destination = config.destination
     admin = destination_admin(destination)
-    clients = KafkaClients(
-        destination.bootstrap_servers,
-        aiokafka_settings(destination.security, "destination.security"),
-        destination.request_timeout_ms,
-    )
+    translate = DestinationPositions(destination)
     lines = []
     for group, positions in sorted(planned.items()):
         if await admin.group_has_members(group):
@@ -89,21 +116,16 @@ async def restore_positions(
             continue
         if dry_run:
             how = "as archived" if destination.offsets == "preserve" else "translated once the records are in"
-            lines.append(f"would commit group {group} at {_listed(positions)} ({how})")
+            lines.append(f"would commit group {group} at {listed(positions)} ({how})")
             continue
-        targets = positions
-        if destination.offsets == "renumber":
-            targets = {
-                (topic, partition): await destination_offset_for(clients, TopicPartition(topic, partition), offset)
-                for (topic, partition), offset in positions.items()
-            }
+        targets = await translate.of(positions)
         await admin.commit_group_offsets(group, targets)
-        log_event(log, logging.INFO, "group position restored", group=group, offsets=_listed(targets))
-        lines.append(f"group {group}: committed {_listed(targets)}")
+        log_event(log, logging.INFO, "group position restored", group=group, offsets=listed(targets))
+        lines.append(f"group {group}: committed {listed(targets)}")
     return lines
 
 
-def _listed(offsets: dict[tuple[str, int], int]) -> str:
+def listed(offsets: dict[tuple[str, int], int]) -> str:
     return ",".join(f"{topic}-{partition}@{offset}" for (topic, partition), offset in sorted(offsets.items()))
 
 

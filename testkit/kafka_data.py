@@ -426,30 +426,11 @@ def consume_as_group(
     bootstrap: str, group: str, topic: str, partition: int, *, timeout: float = 60.0
 ) -> list[ConsumedRecord]:
     """What a read_committed consumer of group `group` reads from the partition: from the group's committed
-    offset (the start when it has none) to the partition's end."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "logger": RDKAFKA_LOGGER,
-            "group.id": group,
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
-            "isolation.level": "read_committed",
-            "fetch.wait.max.ms": 10,
-        }
-    )
-    out: list[ConsumedRecord] = []
-    deadline = time.monotonic() + timeout
+    offset (the start when it has none) to the partition's end. Nothing is committed."""
+    consumer = _consumer(bootstrap, "read_committed", group=group)
     try:
         consumer.assign([TopicPartition(topic, partition, OFFSET_STORED)])
-        while True:
-            for msg in consumer.consume(num_messages=10_000, timeout=0.05):
-                if _is_eof(msg):
-                    return out
-                out.append(_to_consumed(msg))
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"consume_as_group({group}, {topic}[{partition}]): no end after {timeout}s")
+        return _read_to_end(consumer, topic, partition, timeout)
     finally:
         consumer.close()
 
@@ -502,23 +483,45 @@ def consume_all(
     compacted-away partition returns [] promptly.
     """
     consumer = _consumer(bootstrap, isolation)
-    out: list[ConsumedRecord] = []
-    deadline = time.monotonic() + timeout
     try:
         _assign_at_start(consumer, topic, partition, timeout)
-        while True:
-            # Short timeout: consume() waits the full timeout whenever fewer
-            # than num_messages are ready, which is always the case at the end.
-            for msg in consumer.consume(num_messages=10_000, timeout=0.05):
-                if _is_eof(msg):
-                    return out
-                out.append(_to_consumed(msg))
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"consume_all({topic}[{partition}]): no end of partition after {timeout}s ({len(out)} records read)"
-                )
+        return _read_to_end(consumer, topic, partition, timeout)
     finally:
         consumer.close()
+
+
+def _read_to_end(consumer: Consumer, topic: str, partition: int, timeout: float) -> list[ConsumedRecord]:
+    out: list[ConsumedRecord] = []
+    deadline = time.monotonic() + timeout
+    while True:
+        # Short timeout: consume() waits the full timeout whenever fewer
+        # than num_messages are ready, which is always the case at the end.
+        for msg in consumer.consume(num_messages=10_000, timeout=0.05):
+            if _is_eof(msg):
+                return out
+            out.append(_to_consumed(msg))
+        if time.monotonic() > deadline:
+            raise TimeoutError(
+                f"reading {topic}[{partition}]: no end of partition after {timeout}s ({len(out)} records read)"
+            )
+
+
+def record_at(
+    bootstrap: str, topic: str, partition: int, offset: int, *, timeout: float = 30.0
+) -> ConsumedRecord | None:
+    """The first committed record at or after `offset` (None: none before the partition's end)."""
+    consumer = _consumer(bootstrap, "read_committed")
+    deadline = time.monotonic() + timeout
+    try:
+        consumer.assign([TopicPartition(topic, partition, offset)])
+        while time.monotonic() < deadline:
+            msg = consumer.poll(0.1)
+            if msg is None:
+                continue
+            return None if _is_eof(msg) else _to_consumed(msg)
+    finally:
+        consumer.close()
+    raise TimeoutError(f"record_at({topic}[{partition}], {offset}): nothing after {timeout}s")
 
 
 def first_readable_offset(bootstrap: str, topic: str, partition: int, *, timeout: float = 30.0) -> int | None:
@@ -594,16 +597,16 @@ def admin_client(bootstrap: str) -> AdminClient:
     return AdminClient(config)
 
 
-def _consumer(bootstrap: str, isolation: Isolation) -> Consumer:
-    # A throwaway group id: we only assign() and never commit.
+def _consumer(bootstrap: str, isolation: Isolation, *, group: str | None = None, reset: str = "earliest") -> Consumer:
+    # By default a throwaway group id: we only assign() and never commit.
     return Consumer(
         {
             "bootstrap.servers": bootstrap,
             "logger": RDKAFKA_LOGGER,
-            "group.id": f"testkit-{uuid.uuid4().hex}",
+            "group.id": group or f"testkit-{uuid.uuid4().hex}",
             "enable.auto.commit": False,
             "enable.partition.eof": True,
-            "auto.offset.reset": "earliest",
+            "auto.offset.reset": reset,
             "isolation.level": isolation,
             "max.partition.fetch.bytes": 10_485_760,
             # At the end of the log the broker holds a fetch this long; keep it

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 
 from sinks.blob_chain import BlobRange, is_temp_name, parse_blob_name
 from sinks.filesystem import is_bookkeeping
-from testkit.kafka_data import ConsumedRecord, committed_offset, consume_all, watermarks
+from testkit.kafka_data import ConsumedRecord, committed_offset, consume_all, consume_as_group, watermarks
 
 SOURCE_OFFSET_HEADER = "mirror-v3.source-offset"
 SOURCE_CLUSTER_HEADER = "mirror-v3.source-cluster"  # renumber: the cluster a record was copied from
@@ -134,6 +134,10 @@ class BlobTarget(Target, Protocol):
 
     def read(self, name: str, partition: int, blob: str) -> bytes: ...
 
+    def documents(self, directory: str) -> list[bytes]:
+        """Every archive document under `directory` (`_topic`, `_groups/<cluster>`), in name order."""
+        ...
+
     def write_raw(self, name: str, partition: int, blob: str, data: bytes) -> None:
         """Put an arbitrary entry there (to corrupt a chain on purpose, or to prefill one)."""
         ...
@@ -228,6 +232,11 @@ class FilesystemTarget:
 
     def read(self, name: str, partition: int, blob: str) -> bytes:
         return (self.directory(name, partition) / blob).read_bytes()
+
+    def documents(self, directory: str) -> list[bytes]:
+        """Every file under `directory` of the archive (`_topic`, `_groups/<cluster>`), in name order."""
+        found = sorted((self.root / directory).glob("*.json"))
+        return [path.read_bytes() for path in found]
 
     def write_raw(self, name: str, partition: int, blob: str, data: bytes) -> None:
         directory = self.directory(name, partition)
@@ -327,6 +336,17 @@ class S3Target:
         finally:
             body.close()
 
+    def documents(self, directory: str) -> list[bytes]:
+        """Every object under `directory` of the archive (`_topic`, `_groups/<cluster>`), in key order."""
+        found = []
+        for key in sorted(self._keys(f"{self.prefix}/{directory}/")):
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                found.append(bytes(body.read()))
+            finally:
+                body.close()
+        return found
+
     def write_raw(self, name: str, partition: int, blob: str, data: bytes) -> None:
         self.client.put_object(Bucket=self.bucket, Key=self.key_prefix(name, partition) + blob, Body=data)
 
@@ -387,9 +407,17 @@ class KafkaTarget:
 
     def records(self, name: str, partition: int, since: int = 0) -> list[SourceRecord]:
         """Every committed record (read_committed); destination offsets must only increase."""
+        consumed = consume_all(self.bootstrap, name, partition, "read_committed", timeout=600)
+        return self._as_source(consumed, name, partition, since)
+
+    def records_of_group(self, group: str, name: str, partition: int) -> list[SourceRecord]:
+        """What a consumer of `group` reads of the partition from the group's committed offset on."""
+        return self._as_source(consume_as_group(self.bootstrap, group, name, partition), name, partition, 0)
+
+    def _as_source(self, found: list[ConsumedRecord], name: str, partition: int, since: int) -> list[SourceRecord]:
         records = []
         previous = -1
-        for consumed in consume_all(self.bootstrap, name, partition, "read_committed", timeout=600):
+        for consumed in found:
             if consumed.offset <= previous:
                 raise VerificationError(f"{self.location(name, partition)}: offset {consumed.offset} after {previous}")
             previous = consumed.offset

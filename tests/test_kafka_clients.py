@@ -4,14 +4,19 @@ inside Spark tasks)."""
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
 
+import anyio
 import pytest
+from confluent_kafka import KafkaError, KafkaException
 
 from config import ConfigError, parse_config
 from config.errors import format_path
 from config.model import KafkaSecurity, SaslConfig, TlsConfig
 from config.secrets import ConfigReferenceError, MissingSecretError
+from kafka_clients.admin import AdminRequestError, ClusterAdmin
 from kafka_clients.settings import aiokafka_settings, librdkafka_properties
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
@@ -166,3 +171,34 @@ def test_source_security_errors_name_the_mirror() -> None:
         parse_config(text, env={})
     assert caught.value.path == ("mirrors", 0, "source", "security", "sasl")
     assert caught.value.problem.startswith("protocol SASL_SSL needs a sasl block")
+
+
+def test_a_group_request_is_asked_again_while_its_coordinator_moves_or_loads() -> None:
+    """A fresh cluster answers the first group requests with NOT_COORDINATOR / COORDINATOR_LOAD_IN_PROGRESS while
+    it creates `__consumer_offsets`: asked again until the timeout; any other error is the answer at once."""
+
+    def answers(*outcomes: object) -> Callable[[], Future[object]]:
+        pending = list(outcomes)
+
+        def call() -> Future[object]:
+            future: Future[object] = Future()
+            outcome = pending.pop(0)
+            if isinstance(outcome, KafkaError):
+                future.set_exception(KafkaException(outcome))
+            else:
+                future.set_result(outcome)
+            return future
+
+        return call
+
+    admin = ClusterAdmin("127.0.0.1:1", {}, timeout_s=5.0)
+    moving = (KafkaError(KafkaError.NOT_COORDINATOR), KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS))
+    assert anyio.run(admin._wait, "group 'g'", "describe", answers(*moving, "described")) == "described"
+    refused = answers(KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED), "never asked")
+    with pytest.raises(AdminRequestError) as caught:
+        anyio.run(admin._wait, "group 'g'", "describe", refused)
+    assert caught.value.subject == "group 'g'" and "GROUP_AUTHORIZATION_FAILED" in caught.value.reason
+    short = ClusterAdmin("127.0.0.1:1", {}, timeout_s=0.3)
+    with pytest.raises(AdminRequestError) as caught:
+        anyio.run(short._wait, "group 'g'", "describe", answers(*[moving[0]] * 20))
+    assert "NOT_COORDINATOR" in caught.value.reason

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from config import reference, restore, schema
-from supervisor import status, verify
+from supervisor import restore_verify, status, verify
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = "python -m tools.generated"
@@ -29,8 +29,11 @@ CONFIG_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.config.schema.json", sch
 RESTORE_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.restore.schema.json", restore.restore_schema)
 STATUS_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.status.schema.json", status.render_schema)
 VERIFY_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.verify.schema.json", verify.render_schema)
+RESTORE_VERIFY_SCHEMA = Generated(
+    REPO / "schemas" / "mirror-v3.verify-restore.schema.json", restore_verify.render_schema
+)
 CONFIG_REFERENCE = Generated(REPO / "docs" / "configuration.md", reference.render)
-GENERATED = (CONFIG_SCHEMA, RESTORE_SCHEMA, STATUS_SCHEMA, VERIFY_SCHEMA, CONFIG_REFERENCE)
+GENERATED = (CONFIG_SCHEMA, RESTORE_SCHEMA, STATUS_SCHEMA, VERIFY_SCHEMA, RESTORE_VERIFY_SCHEMA, CONFIG_REFERENCE)
 
 
 def main() -> int:
