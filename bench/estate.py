@@ -28,12 +28,14 @@ Every row of the full table: `python -m bench --only estate-steady`.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import psutil  # type: ignore[import-untyped]  # no type information in the package
+from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.durable import KafkaLandings, ctime_after_log, filesystem_landings, flushed_times, s3_landings
@@ -120,9 +122,11 @@ def _mirror(
 ) -> dict[str, Any]:
     """One `run` process mirroring `topic` into `target` (as `name`) through the warm-up, the window and the
     catch-up, then drained and verified."""
-    run = start_selection(ctx, f"mirror-{path}", target, selection, s.max_time_ms, metrics_port=free_port())
+    extra = capture_settings(s.capture) if not isinstance(target, KafkaTarget) else {}
+    run = start_selection(ctx, f"mirror-{path}", target, selection, s.max_time_ms, free_port(), extra)
     named = {SOURCE_BROKER: ctx.broker_pid, DESTINATION: server}
-    with run, Sampler(run.pid, named) as sampler:
+    committer = GroupCommitter(ctx.bootstrap, topic, s.partitions) if s.capture else contextlib.nullcontext()
+    with run, Sampler(run.pid, named) as sampler, committer:
         wait_for(run, "spark session ready", ctx.timeout)
         wait_for(run, "mirror starting", ctx.timeout, count=s.partitions)
         produce_now(ctx.bootstrap, topic, {0: PRIME}, s.value_size)
@@ -153,10 +157,16 @@ def _mirror(
     if landings is None or len(landings) != sum(ends.values()):
         raise VerificationError(f"durable times of {0 if landings is None else len(landings)} records")
     (flushes0, jobs0), (flushes1, jobs1) = counters
+    captured = {
+        "capture": {None: "default", False: "off", True: "every 1 s"}[s.capture],
+        "topic_documents": len(run.events("topic metadata archived")),
+        "group_documents": len(run.events("group positions archived")),
+    }
     return {
         **_produced(producer),
         **landings.summary(window.start, window.end),
         **_cores(sampler, window),
+        **captured,
         "flushes_per_second": round((flushes1 - flushes0) / window.seconds, 2),
         "jobs_per_second": None if jobs0 is None or jobs1 is None else round((jobs1 - jobs0) / window.seconds, 2),
         "catch_up_seconds": round(max(landings.durable) - producer.ended, 2),
@@ -166,6 +176,53 @@ def _mirror(
         **written,
         **result,
     }
+
+
+CAPTURED_GROUPS = ("bench-billing", "bench-audit", "bench-search")
+
+
+def capture_settings(capture: bool | None) -> dict[str, Any]:
+    """The destination keys of a row's `capture` (see bench.scenarios.Scenario)."""
+    if capture is None:
+        return {}
+    if not capture:
+        return {"topic-metadata-interval-ms": 0}
+    return {
+        "topic-metadata-interval-ms": 1000,
+        "archive-groups": {"groups": list(CAPTURED_GROUPS), "interval-ms": 1000},
+    }
+
+
+class GroupCommitter:
+    """CAPTURED_GROUPS committing every partition of `topic` once a second, each time further on (a consumer that
+    keeps up), so every capture round finds new positions and adds a document: the capture's dearest case."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self._consumers = [
+            Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+            for group in CAPTURED_GROUPS
+        ]
+        self._topic, self._partitions = topic, partitions
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._commit, name="group-committer", daemon=True)
+
+    def __enter__(self) -> GroupCommitter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        for consumer in self._consumers:
+            consumer.close()
+
+    def _commit(self) -> None:
+        position = 0
+        while not self._stop.wait(1.0):
+            position += 1
+            offsets = [TopicPartition(self._topic, p, position) for p in range(self._partitions)]
+            for consumer in self._consumers:
+                consumer.commit(offsets=offsets, asynchronous=False)
 
 
 def _reference(s: Scenario, ctx: Context, topic: str) -> dict[str, Any]:

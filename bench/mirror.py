@@ -41,12 +41,14 @@ def start(
     mirrors: Sequence[Mapping[str, Any]],
     flush_ms: int,
     spark: Mapping[str, Any] | None = None,
+    destination: Mapping[str, Any] | None = None,
 ) -> MirrorRun:
-    """`python -m supervisor run` on `mirrors` (testkit.mirror_run's shape) into `target`."""
+    """`python -m supervisor run` on `mirrors` (testkit.mirror_run's shape) into `target`; `destination`: keys added
+    to the target's destination block."""
     config = write_config(
         ctx.logs / f"{label}.yaml",
         bootstrap=ctx.bootstrap,
-        destination=target.config({"max-time-ms": flush_ms}),
+        destination={**target.config({"max-time-ms": flush_ms}), **(destination or {})},
         mirrors=mirrors,
         spark={**ctx.spark, **(spark or {})},
     )
@@ -60,11 +62,13 @@ def start_selection(
     selection: Mapping[str, Any],
     flush_ms: int,
     metrics_port: int | None = None,
+    destination: Mapping[str, Any] | None = None,
 ) -> MirrorRun:
     """`python -m supervisor run` on one entry selecting every partition of some topics: `selection` is the entry's
-    `topic-regex` or `topics` (and `destination-name`, ...); `metrics_port` serves /metrics there."""
+    `topic-regex` or `topics` (and `destination-name`, ...); `metrics_port` serves /metrics there; `destination`:
+    keys added to the target's destination block."""
     document = {
-        "destination": target.config({"max-time-ms": flush_ms}),
+        "destination": {**target.config({"max-time-ms": flush_ms}), **(destination or {})},
         "clusters": {"source": {"bootstrap-servers": ctx.bootstrap}},
         "mirrors": [{"name": label, "cluster": "source", **selection}],
         "spark": dict(ctx.spark),

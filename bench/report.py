@@ -50,8 +50,9 @@ RESTORE_PATHS = {
     "raw-produce": ("raw produce (acks=all, idempotent)", None),
     "restore-preserve": ("restore (preserve)", "raw-produce"),
     "restore-renumber": ("restore (renumber)", "raw-produce"),
+    "restore-renumber-dr": ("restore (renumber, --create-topics --as-of, 3 group positions)", "raw-produce"),
 }  # path -> (label, the baseline its ratio is to)
-RESTORE_COMMANDS = ("verify", "restore-preserve", "restore-renumber")
+RESTORE_COMMANDS = ("verify", "restore-preserve", "restore-renumber", "restore-renumber-dr")
 RESTORE_DETAILS = (
     "scenario|command|wall s|Spark start s|before work s|work s|logged s|Spark jobs: kind ×count at s: s|Python µs|"
     "JVM + workers µs|broker µs"
@@ -389,7 +390,11 @@ def restore_section(rows: list[Row]) -> list[str]:
         "the raw produce sends the archive's records (read into memory first) with the preserve mode's producer "
         "settings (acks=all, idempotent, linger 5 ms) into a fresh topic, and `python -m supervisor restore` puts the "
         "archive into a fresh topic per offsets mode, each checked afterwards (preserve: watermarks 0..end; "
-        "renumber: every committed record's `mirror-v3.source-offset` covers 0..end-1 once). **records/s** and "
+        "renumber: every committed record's `mirror-v3.source-offset` covers 0..end-1 once). The disaster-recovery "
+        "restore is renumber again as the README's runbook does it: into a topic it creates from the archived topic "
+        "metadata (`--create-topics`), `--as-of` the moment the archive was finished, committing the archived "
+        "positions of 3 consumer groups (`group-positions`, checked afterwards); its work ends with the last group "
+        "committed. **records/s** and "
         "**MB/s** are over the **work** time: for restore, its first produce job's submission → its `restore "
         "finished` line; for verify, its Spark job (first submitted → last ended); both from a Spark event log "
         "(the job boundaries are not in their logs). The mirror: its first read → its last `flushed` line; a raw "

@@ -16,10 +16,15 @@ what mirror-v3 writes. Then, one command at a time (each to completion, psutil s
   memory first, then produced into a fresh topic with the same partitions by one confluent-kafka producer with the
   preserve mode's settings (acks=all, idempotent; delivery reports only for errors), timed until the last
   acknowledgement.
-- `restore` in each offsets mode into a fresh topic with the same partitions (created beforehand: restore does not
-  create topics). Afterwards each restored topic must hold exactly the source's records per partition: watermarks
-  0..end for preserve; for renumber every committed record read back, its `mirror-v3.source-offset` header covering
-  0..end-1 once each.
+- `restore` in each offsets mode into a fresh topic with the same partitions (created beforehand). Afterwards each
+  restored topic must hold exactly the source's records per partition: watermarks 0..end for preserve; for renumber
+  every committed record read back, its `mirror-v3.source-offset` header covering 0..end-1 once each.
+- The disaster-recovery restore (`restore-renumber-dr`): renumber again, but as the README's runbook does it, into
+  a topic that does not exist (`--create-topics`: made from the archived topic metadata), `--as-of` the moment the
+  archive was finished, and with `group-positions`: the archive keeps the positions of GROUPS (committed on the
+  source before it was archived, `destination.archive-groups`), and each is committed on the destination,
+  translated, once the records are in; checked afterwards like renumber, and each group's committed offset must be
+  the destination offset of the record carrying its source position.
 
 Each command is reported with its wall time (process start to exit: Python and Spark start-up included) and its
 work time. Where the work begins is not in the commands' logs; the moments come from a Spark event log the bench
@@ -55,12 +60,23 @@ from bench import raw
 from bench.mirror import LOG_ENV, Context, finish, flushes, start, wait_for, wait_landed
 from bench.procs import Sampler
 from bench.scenarios import Scenario
+from core.kafka_records import parse_source_offset
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import KafkaDataError, create_topic, delete_topic, watermarks
+from testkit.kafka_data import (
+    KafkaDataError,
+    commit_offset,
+    committed_offset,
+    create_topic,
+    delete_topic,
+    record_at,
+    watermarks,
+)
 from testkit.mirror_run import REPO, MirrorRun, MirrorRunError, cli_env, log_time
 from testkit.targets import FilesystemTarget, KafkaTarget, chain, verify_offsets
 
 MODES = ("preserve", "renumber")
+DR = "renumber-dr"  # renumber with --create-topics, --as-of and group-positions
+GROUPS = ("bench-billing", "bench-audit", "bench-search")  # committed at 1/4, 1/2 and 3/4 of every partition
 EVENTS = "spark-events"  # in the scenario's log directory: one Spark event log per command
 
 
@@ -198,8 +214,16 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
     cell = {"records": sum(ends.values()), "value_size": s.value_size, "partitions": s.partitions}
     yield {**cell, "path": "produce", "seconds": raw.produce_backlog(ctx.bootstrap, topic, ends, s.value_size)}
     yield {**cell, "path": "raw", **raw.consume(ctx.bootstrap, topic, ends, ctx.timeout)}
+    positions = {
+        group: {p: end * (index + 1) // (len(GROUPS) + 1) for p, end in ends.items()}
+        for index, group in enumerate(GROUPS)
+    }
+    for group, committed in positions.items():
+        for partition, offset in committed.items():
+            commit_offset(ctx.bootstrap, group, topic, partition, offset)
     archive = FilesystemTarget(ctx.scratch / "archive")
     config, archived = _archive(s, ctx, archive, ends)
+    archived_at_ms = int(time.time() * 1000)
     yield {**cell, "path": "archive", **archived}
     yield {**cell, "path": "verify", **_verify(ctx, config, cell["records"])}
     delete_topic(ctx.bootstrap, topic)  # the restores read only the archive
@@ -214,25 +238,50 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
         _check_watermarks(destination.bootstrap, f"{topic}.raw", ends)
         delete_topic(destination.bootstrap, f"{topic}.raw")  # each restore finds the broker as the raw produce did
         yield {**cell, "path": "raw-produce", **produced}
-        for mode in MODES:
+        for mode in (*MODES, DR):
             restored = f"{topic}.{mode}"
-            create_topic(destination.bootstrap, restored, s.partitions)
-            document = {
-                "archive": yaml.safe_load(config.read_text())["destination"],
+            offsets_mode = "renumber" if mode == DR else mode
+            archive_block = {k: v for k, v in yaml.safe_load(config.read_text())["destination"].items()}
+            archive_block.pop("archive-groups", None)  # a mirror's setting, not the archive's
+            document: dict[str, Any] = {
+                "archive": archive_block,
                 "restore": [{"topic": topic, "rename": restored}],
-                "destination": {"type": "kafka", "bootstrap-servers": destination.bootstrap, "offsets": mode},
+                "destination": {"type": "kafka", "bootstrap-servers": destination.bootstrap, "offsets": offsets_mode},
                 "spark": _spark(ctx),
             }
+            args: tuple[str, ...] = ()
+            if mode == DR:
+                document["group-positions"] = {"groups": list(GROUPS)}
+                args = ("--create-topics", "--as-of", str(archived_at_ms))
+            else:
+                create_topic(destination.bootstrap, restored, s.partitions)
             path = ctx.logs / f"restore-{mode}.yaml"
             path.write_text(yaml.safe_dump(document, sort_keys=False))
-            row = _restore(ctx, path, mode, cell["records"], named)
+            row = _restore(ctx, path, mode, cell["records"], named, *args)
             began = time.monotonic()
             if mode == "preserve":
                 _check_watermarks(destination.bootstrap, restored, ends)
             else:
-                verify_offsets(KafkaTarget(destination.bootstrap, mode), restored, ends)
+                verify_offsets(KafkaTarget(destination.bootstrap, offsets_mode), restored, ends)
+            if mode == DR:
+                _check_positions(destination.bootstrap, restored, positions)
+                row["groups"] = len(GROUPS)
             yield {**cell, "path": f"restore-{mode}", **row, "check_seconds": round(time.monotonic() - began, 2)}
             delete_topic(destination.bootstrap, restored)
+
+
+def _check_positions(bootstrap: str, topic: str, positions: Mapping[str, Mapping[int, int]]) -> None:
+    """Each group's committed offset is the destination offset of the record carrying its source position."""
+    for group, offsets in positions.items():
+        for partition, source_offset in offsets.items():
+            committed = committed_offset(bootstrap, group, topic, partition)
+            found = None if committed is None else record_at(bootstrap, topic, partition, committed)
+            mapped = None if found is None else parse_source_offset(found.headers)
+            if mapped != source_offset:
+                raise KafkaDataError(
+                    f"group {group} on {topic}[{partition}]: committed {committed}, whose record carries source offset "
+                    f"{mapped}, expected {source_offset}"
+                )
 
 
 def _spark(ctx: Context) -> dict[str, Any]:
@@ -261,7 +310,8 @@ def _archive(s: Scenario, ctx: Context, target: FilesystemTarget, ends: dict[int
     the same way); its config file, and what it did."""
     topic = ctx.name
     mirrors = [{"topic": topic, "partition": p} for p in ends]
-    run = start(ctx, "archive", target, mirrors, s.max_time_ms, _spark(ctx))
+    groups = {"archive-groups": {"groups": list(GROUPS)}}  # read when the mirrors start and at the drain
+    run = start(ctx, "archive", target, mirrors, s.max_time_ms, _spark(ctx), groups)
     with run, Sampler(run.pid, {"source broker": ctx.broker_pid}) as sampler:
         ready = log_time(wait_for(run, "spark session ready", ctx.timeout)[0])
         wait_landed(run, target, topic, ends, ctx.timeout)
@@ -288,18 +338,23 @@ def _verify(ctx: Context, config: Path, records: int) -> dict[str, Any]:
     return {**command_row(run, sampler, spark, (job["from"], job["to"])), "work": "spark job", "equal": equal}
 
 
-def _restore(ctx: Context, config: Path, mode: str, records: int, named: Mapping[str, int | None]) -> dict[str, Any]:
+def _restore(
+    ctx: Context, config: Path, mode: str, records: int, named: Mapping[str, int | None], *args: str
+) -> dict[str, Any]:
     """`restore` into a fresh topic; its `restore finished` line must count every record. Work: from its first
     produce job to that line. The line's own `seconds=` (kept as `logged_seconds`) start before the first job,
     which in renumber mode is the one that starts Spark: the session's start-up would count as restore time."""
-    run, sampler, spark = timed(ctx, f"restore-{mode}", "restore", config, named)
+    run, sampler, spark = timed(ctx, f"restore-{mode}", "restore", config, named, *args)
     (finished,) = run.events("restore finished")
     if int(finished["records"]) != records:
         raise MirrorRunError(f"restore {mode}: {finished['records']} records restored, expected {records}")
     produce = spark["kinds"].get("restore.produce")
     if produce is None:
         raise MirrorRunError(f"restore {mode} ran no produce job: {sorted(spark['kinds'])}")
-    row = command_row(run, sampler, spark, (produce["from"], log_time(finished)))
+    # The DR restore's group positions are committed after `restore finished`: they end its work window.
+    restored = run.events("group position restored")
+    work_end = max([log_time(finished), *(log_time(line) for line in restored)])
+    row = command_row(run, sampler, spark, (produce["from"], work_end))
     return {
         **row,
         "work": "produce jobs",

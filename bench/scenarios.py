@@ -30,12 +30,17 @@ class Scenario:
     mirrors: int = 0  # idle: mirrors in one process
     selection: bool = False  # idle: one `topic-regex` entry selects them all, instead of one entry per partition
     reference: bool = False  # estate-steady: Spark Structured Streaming on the same workload, after the mirror
+    # estate-steady, blob destinations: what the mirror archives beside the records. None: the product's default (topic
+    # metadata read every 60 s, no group positions); False: nothing (topic-metadata-interval-ms 0); True: topic
+    # metadata and the positions of CAPTURED_GROUPS read every second, those groups committing every second.
+    capture: bool | None = None
 
 
 def estate_name(s: Scenario) -> str:
     """An estate-steady row's name, from the fields that tell its rows apart."""
     parts = "partition" if s.partitions == 1 else "partitions"
-    return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s"
+    capture = {None: "", False: ", capture off", True: ", capture every 1 s"}[s.capture]
+    return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s{capture}"
 
 
 def estate(

@@ -24,6 +24,7 @@ SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
 # minutes of a CI run were one round trip running alone).
 LONGEST_FIRST = (
     "e2e/test_restore.py::test_an_archive_round_trips",
+    "e2e/test_disaster_recovery.py::",
     "e2e/test_spark_cluster.py::",
     "e2e/test_restore.py::test_kill_9",
     "e2e/test_filesystem.py::test_kill_9",
