@@ -12,6 +12,7 @@ import pytest
 from testkit.kafka_broker import KafkaBroker
 from testkit.ports import free_port
 from testkit.s3_servers import MotoServer
+from testkit.schema_registry import SchemaRegistry
 from testkit.targets import FilesystemTarget, S3Target
 from testkit.tcp_proxy import TcpProxy
 from testkit.tls import TlsFiles, make_tls_files
@@ -108,3 +109,17 @@ def topic_name(request: pytest.FixtureRequest) -> str:
     """A fresh topic name per test, readable in broker logs."""
     base = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:60]
     return f"{base}-{next(_names)}"
+
+
+@pytest.fixture(scope="session")
+def source_registry() -> Iterator[SchemaRegistry]:
+    """A schema registry beside the source broker (Apicurio, Confluent API, empty at start)."""
+    with SchemaRegistry() as registry:
+        yield registry
+
+
+@pytest.fixture(scope="session")
+def destination_registry() -> Iterator[SchemaRegistry]:
+    """An independent registry beside the destination cluster: its own schemas and IDs."""
+    with SchemaRegistry() as registry:
+        yield registry

@@ -5,6 +5,7 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
 bash scripts/setup.sh
+bash scripts/build-registry.sh
 venv="${MIRROR_V3_VENV:-$here/.venv}"
 # shellcheck disable=SC1091
 source "$venv/bin/activate"

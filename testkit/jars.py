@@ -1,4 +1,4 @@
-"""Locate the Apache Kafka broker jars fetched by Maven."""
+"""Locate the Apache Kafka broker jars fetched by Maven, and the schema registry built from Maven Central."""
 
 from __future__ import annotations
 
@@ -33,3 +33,17 @@ def kafka_broker_jar_dir() -> Path:
             f"Kafka broker jars not found: {jar_dir / broker_jar} is missing. Fetch them with: {FETCH_COMMAND}"
         )
     return jar_dir
+
+
+REGISTRY_VERSION = "2.4.2.Final"  # jars/schema-registry/pom.xml's apicurio.version
+REGISTRY_BUILD_COMMAND = "bash scripts/build-registry.sh"
+
+
+def schema_registry_jar() -> Path:
+    """The runnable schema registry (Apicurio Registry's runner jar, its lib/ beside it):
+    `${MIRROR_V3_JARS_DIR:-~/.cache/mirror-v3/jars}/schema-registry-<version>/schema-registry-1-runner.jar`."""
+    base = os.environ.get("MIRROR_V3_JARS_DIR") or "~/.cache/mirror-v3/jars"
+    jar = Path(base).expanduser() / f"schema-registry-{REGISTRY_VERSION}" / "schema-registry-1-runner.jar"
+    if not jar.is_file():
+        raise MissingJarsError(f"schema registry not built: {jar} is missing. Build it with: {REGISTRY_BUILD_COMMAND}")
+    return jar

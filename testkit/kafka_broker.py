@@ -342,7 +342,7 @@ class KafkaBroker(StartStop):
 
     def _launch(self, started: float) -> None:
         jar_dir = self._jar_dir or kafka_broker_jar_dir()
-        java = _java_executable()
+        java = java_executable()
         server_props, log4j_props = self._write_config()
         base_cmd = [
             java,
@@ -444,7 +444,7 @@ class KafkaBroker(StartStop):
 # ---------------------------------------------------------------------------- helpers
 
 
-def _java_executable() -> str:
+def java_executable() -> str:
     java_home = os.environ.get("JAVA_HOME")
     if java_home and (Path(java_home) / "bin" / "java").is_file():
         return str(Path(java_home) / "bin" / "java")
