@@ -43,6 +43,7 @@ from config.model import (
     FlushConfig,
     KafkaDestination,
     MirrorConfig,
+    SchemasConfig,
     SourceConfig,
 )
 
@@ -136,6 +137,7 @@ class Entry:
     exclude: re.Pattern[str] | None = None
     partitions: frozenset[int] | None = None
     on_destination: bool = False  # its source is the (Kafka) destination cluster: its copies could be read again
+    schemas: SchemasConfig | None = None  # schema-registry mirroring of its keys and values (None or off: none)
 
     @property
     def field(self) -> str:
@@ -178,6 +180,7 @@ class MirrorSpec:
     start_at: StartAt = "earliest"
     single: bool = False  # from a single-form entry: configured by hand, so never dropped by discovery
     commit_group: str | None = None  # source.commit-source-offsets: the source group its position goes to
+    schemas: SchemasConfig | None = None  # schema-registry mirroring of its keys and values (None: none)
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -283,6 +286,7 @@ def _compile(
             rule=rule,
             start_at=start_at,
             on_destination=on_destination,
+            schemas=mirror.schemas if mirror.schemas is not None and mirror.schemas.on else None,
             **form,  # type: ignore[arg-type]
         )
 
@@ -450,6 +454,7 @@ def expand(entries: Iterable[Entry], metadata: Metadata, shard: Shard | None = N
                 commit_group=(entry.source.group_id or f"mirror-v3.{entry.name}")
                 if entry.source.commit_source_offsets
                 else None,
+                schemas=entry.schemas,
             )
             # Every shard checks every collision, so all of them refuse the same config.
             _claim(seen, (destination, partition), spec.selected)

@@ -40,6 +40,7 @@ from config.model import (
     OAuthClientCredentials,
     S3Destination,
     SaslConfig,
+    SchemaRegistryConfig,
     SourceConfig,
 )
 from core.logs import log_event
@@ -248,6 +249,8 @@ class _Preparer:
             return [self.prepare(item, (*path, i), _child_type(typ, i)) for i, item in enumerate(node)]
         if isinstance(node, str) and "${" in node:
             node = self._substitute(node, path, members)
+        if isinstance(node, bool) and any(isinstance(m, mi.LiteralType) and "off" in m.values for m in members):
+            node = "on" if node else "off"  # YAML 1.1 reads an unquoted off (or on) as a boolean
         if members and all(_is_str_type(m) or isinstance(m, mi.NoneType) for m in members):
             self._check_str(node, path, members)
         return node
@@ -590,6 +593,35 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
         refused = client_properties_problem(source.client_properties, "consumer", library_check)
         if refused is not None:
             raise error((*at, "client-properties", refused[0]), refused[1])
+    registries: list[tuple[FieldPath, SchemaRegistryConfig]] = [
+        ((*at, "schema-registry"), source.schema_registry) for at, source in sources if source.schema_registry
+    ]
+    if isinstance(destination, KafkaDestination) and destination.schema_registry is not None:
+        registries.append((("destination", "schema-registry"), destination.schema_registry))
+    for at, registry in registries:
+        problem = registry_problem(registry)
+        if problem is not None:
+            raise error((*at, *problem[0]), problem[1])
+    for index, mirror in enumerate(config.mirrors):
+        if mirror.schemas is None or not mirror.schemas.on:
+            continue
+        if not isinstance(destination, KafkaDestination):
+            raise error(
+                ("mirrors", index, "schemas"), "needs a Kafka destination (an archive does not keep schemas yet)"
+            )
+        if destination.schema_registry is None:
+            raise error(
+                ("destination", "schema-registry"), f"mirrors[{index}] copies schemas: give the destination's registry"
+            )
+        if mirror.source is not None:
+            where: FieldPath = ("mirrors", index, "source")
+            source_registry = mirror.source.schema_registry
+        else:
+            where = ("clusters", mirror.cluster or "")
+            found = config.clusters.get(mirror.cluster or "")
+            source_registry = None if found is None else found.schema_registry
+        if source_registry is None:
+            raise error((*where, "schema-registry"), f"mirrors[{index}] copies schemas: give its cluster's registry")
     if isinstance(destination, KafkaDestination) and destination.offsets == "preserve":
         # preserve keeps destination offset = source offset: an empty partition takes offset 0 first.
         if config.defaults.start_at not in (None, "earliest"):
@@ -635,6 +667,21 @@ def check_group_patterns(
                 re.compile(pattern)
             except re.error as exc:
                 raise error((*at, key, index), f"not a regular expression: {exc}") from None
+
+
+def registry_problem(registry: SchemaRegistryConfig) -> tuple[FieldPath, str] | None:
+    """What is wrong with a schema-registry block, as (path inside it, problem), or None."""
+    if not registry.url.startswith(("http://", "https://")):
+        return ("url",), f"{registry.url!r} is not an http:// or https:// URL"
+    if registry.username is not None and registry.password_env is None:
+        return ("password-env",), "basic authentication needs the variable holding the password"
+    if registry.password_env is not None and registry.username is None:
+        return ("username",), "basic authentication needs the user"
+    if registry.bearer_token_env is not None and registry.username is not None:
+        return ("bearer-token-env",), "either basic authentication (username) or a bearer token, not both"
+    if registry.tls is not None and not registry.url.startswith("https:"):
+        return ("tls",), "applies to an https url only"
+    return None
 
 
 def security_problem(security: KafkaSecurity) -> tuple[FieldPath, str] | None:

@@ -239,6 +239,62 @@ class KafkaSecurity(_Strict, frozen=True):
     tls: TlsConfig | None = None
 
 
+class SchemaRegistryConfig(_Strict, frozen=True):
+    """A schema registry with the Confluent REST API (Confluent Schema Registry, Apicurio's ccompat API, Karapace,
+    Redpanda): where the schemas of a cluster's records are."""
+
+    url: Annotated[
+        NonEmptyStr,
+        msgspec.Meta(
+            description="The API's base URL, http:// or https://, e.g. http://registry:8081 (Apicurio: "
+            "http://host:8080/apis/ccompat/v7).",
+        ),
+    ]
+    username: Annotated[NonEmptyStr | None, msgspec.Meta(description="Basic authentication: the user.")] = None
+    password_env: (
+        Annotated[
+            str,
+            msgspec.Meta(pattern=_ENV_NAME, description="Basic authentication: variable holding the password."),
+        ]
+        | None
+    ) = None
+    bearer_token_env: (
+        Annotated[
+            str,
+            msgspec.Meta(pattern=_ENV_NAME, description="Bearer authentication: variable holding the token."),
+        ]
+        | None
+    ) = None
+    tls: Annotated[TlsConfig | None, msgspec.Meta(description="https: CA, client certificate and key.")] = None
+    request_timeout_ms: Annotated[int, msgspec.Meta(ge=100, description="Timeout of each request.")] = 30_000
+
+
+SchemaMode = Literal["off", "strict", "lenient"]
+
+
+class SchemasConfig(_Strict, frozen=True):
+    """Schema-registry mirroring of an entry's records (Kafka destinations): each key or value in the registry's
+    wire format gets the destination registry's ID of its schema, the subject copied there first. strict: the
+    destination subject is an exact copy of the source subject (else the mirror stops, naming the subject and
+    version); lenient: every source version is there in the same relative order, other versions allowed."""
+
+    key: Annotated[SchemaMode, msgspec.Meta(description="Record keys: off (copied as they are), strict, lenient.")] = (
+        "off"
+    )
+    value: Annotated[SchemaMode, msgspec.Meta(description="Record values: off, strict, lenient.")] = "off"
+    subject_name_strategy: Annotated[
+        Literal["topic", "record", "topic-record"],
+        msgspec.Meta(
+            description="How the producers name subjects: topic (<topic>-key, <topic>-value), record (the record's "
+            "full name), topic-record (<topic>-<record name>); a renamed destination topic renames its subjects."
+        ),
+    ] = "topic"
+
+    @property
+    def on(self) -> bool:
+        return self.key != "off" or self.value != "off"
+
+
 class _BlobDestination(_Strict, frozen=True, kw_only=True):
     """What filesystem and S3 destinations share: Parquet blobs, flush policy, retries."""
 
@@ -492,6 +548,10 @@ class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_o
             description="create-topics: how often `topic-configs` are synced from the source (0: only on creation).",
         ),
     ] = 60_000
+    schema_registry: Annotated[
+        SchemaRegistryConfig | None,
+        msgspec.Meta(description="The destination cluster's schema registry (entries with `schemas`)."),
+    ] = None
     sync_groups: Annotated[
         GroupSyncConfig | None,
         msgspec.Meta(
@@ -576,6 +636,10 @@ class SourceConfig(_Strict, frozen=True):
             "ends its transaction otherwise looks like a caught-up mirror.",
         ),
     ] = 300_000
+    schema_registry: Annotated[
+        SchemaRegistryConfig | None,
+        msgspec.Meta(description="This cluster's schema registry (entries with `schemas`)."),
+    ] = None
     client_properties: ClientProperties = msgspec.field(default_factory=dict)
 
 
@@ -763,6 +827,14 @@ class MirrorConfig(_Strict, frozen=True):
             "(the source's end when the mirror starts), or an ISO 8601 time with a zone such as 2026-11-01T00:00:00Z "
             "(the first offset whose timestamp is at or after it). Ignored once the destination holds data. Until "
             "its first flush lands, a restarted mirror decides again. `defaults.start-at` when omitted, else earliest."
+        ),
+    ] = None
+    schemas: Annotated[
+        SchemasConfig | None,
+        msgspec.Meta(
+            description="Kafka destinations: copy the schemas of the records' keys and values to the destination's "
+            "registry and give each record its ID there (`clusters.<c>.schema-registry` and "
+            "`destination.schema-registry` needed)."
         ),
     ] = None
 

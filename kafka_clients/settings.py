@@ -20,9 +20,10 @@ import anyio.to_thread
 from aiokafka.abc import AbstractTokenProvider
 
 from config.client_properties import ClientPropertyValue, as_librdkafka
-from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, TlsConfig
+from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, SchemaRegistryConfig, TlsConfig
 from config.secrets import ConfigReferenceError, env_secret
 from kafka_clients.oauth_tokens import Token, fetch_client_credentials, token_properties, token_source
+from kafka_clients.schema_registry import RegistryAccess
 
 
 def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
@@ -185,3 +186,26 @@ def _reason(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return str(exc) or type(exc).__name__
+
+
+def registry_access(registry: SchemaRegistryConfig, field: str) -> RegistryAccess:
+    """How the tasks reach a schema registry, its secrets read from the environment here (MissingSecretError names
+    the variable and `field`)."""
+    tls = registry.tls
+    key_password = None
+    if tls is not None and tls.key_password_env is not None:
+        key_password = env_secret(tls.key_password_env, f"{field}.tls.key-password-env")
+    return RegistryAccess(
+        url=registry.url,
+        username=registry.username,
+        password=None if registry.password_env is None else env_secret(registry.password_env, f"{field}.password-env"),
+        bearer_token=None
+        if registry.bearer_token_env is None
+        else env_secret(registry.bearer_token_env, f"{field}.bearer-token-env"),
+        ca_file=None if tls is None else tls.ca_file,
+        cert_file=None if tls is None else tls.cert_file,
+        key_file=None if tls is None else tls.key_file,
+        key_password=key_password,
+        check_hostname=True if tls is None else tls.check_hostname,
+        timeout_s=registry.request_timeout_ms / 1000,
+    )

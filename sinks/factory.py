@@ -18,7 +18,8 @@ from config.model import (
     S3Destination,
 )
 from config.secrets import env_secret
-from kafka_clients.settings import aiokafka_settings, librdkafka_properties
+from kafka_clients.schema_registry import RegistryAccess
+from kafka_clients.settings import aiokafka_settings, librdkafka_properties, registry_access
 from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents
 from sinks.base import Sink
 from sinks.blob_chain import BlobStore
@@ -33,6 +34,7 @@ from sinks.retry import RetryingSink, RetryPolicy
 from sinks.s3 import S3Connection, S3Store
 from sinks.s3_leases import S3Leases
 from sinks.s3_staging import S3Settings
+from sinks.schema_rewrite import SchemaRewrite
 from sinks.staging import BlobFormat
 
 
@@ -70,12 +72,21 @@ def chain_name(destination_name: str, partition: int) -> str:
 
 class SinkFactory:
     def __init__(
-        self, destination: Destination, source_lookups: SourceLookups | None = None, holder: Holder | None = None
+        self,
+        destination: Destination,
+        source_lookups: SourceLookups | None = None,
+        holder: Holder | None = None,
+        source_registries: Callable[[MirrorSpec], RegistryAccess | None] | None = None,
     ) -> None:
         """`source_lookups` is required for a Kafka destination. `holder`: the process that writes, when it writes
-        (`run`): its sinks of a blob destination take their chain's lease (`leases`) before they touch it."""
+        (`run`): its sinks of a blob destination take their chain's lease (`leases`) before they touch it.
+        `source_registries`: the schema registry of a mirror's source cluster, for mirrors with `schemas` (`run`)."""
         self._destination = destination
         self._source_lookups = source_lookups
+        self._source_registries = source_registries
+        self._destination_registry: RegistryAccess | None = None
+        if isinstance(destination, KafkaDestination) and destination.schema_registry is not None:
+            self._destination_registry = registry_access(destination.schema_registry, "destination.schema-registry")
         self._s3: S3Connection | None = None
         self._kafka: KafkaSinkSettings | None = None
         self.leases: Leases | None = None
@@ -167,6 +178,7 @@ class SinkFactory:
                 source=self._source_lookups(mirror),
                 source_name=f"{mirror.topic}-{mirror.partition}",
                 cluster_ids=cluster_ids,
+                schemas=self.schema_rewrite(mirror),
             )
         else:  # pragma: no cover - the config union is exhaustive
             raise TypeError(f"unsupported destination {type(destination).__name__}")
@@ -178,6 +190,26 @@ class SinkFactory:
             on_retry,
             log_fields={"mirror": mirror.name, "cluster": mirror.cluster},
             spells=self.health.spells(mirror.name),
+        )
+
+    def schema_rewrite(self, mirror: MirrorSpec, read_only: bool = False) -> SchemaRewrite | None:
+        """What the tasks of a mirror with `schemas` rewrite (None: its records go as they are, or this factory was
+        given no source registries: `status` builds no target). `read_only`: verify's, which registers nothing."""
+        schemas, destination = mirror.schemas, self._destination
+        if schemas is None or self._source_registries is None or not isinstance(destination, KafkaDestination):
+            return None
+        registry = self._source_registries(mirror)
+        assert registry is not None and self._destination_registry is not None, "config.loader checks both"
+        return SchemaRewrite(
+            source_registry=registry,
+            destination_registry=self._destination_registry,
+            key=schemas.key,
+            value=schemas.value,
+            strategy=schemas.subject_name_strategy,
+            source_topic=mirror.topic,
+            destination_topic=mirror.destination_name,
+            retry=retry_policy(destination.retry),
+            read_only=read_only,
         )
 
 

@@ -24,6 +24,7 @@ renumber: records get the destination's next offsets and carry header `mirror-v3
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -41,6 +42,7 @@ from kafka_clients.diagnosis import diagnose_bootstrap
 from sinks.base import Committed, DestinationError, FencedError, Inspection
 from sinks.kafka_produce import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryPolicy, TransientDestinationError
+from sinks.schema_rewrite import SchemaRewrite, rewriter_for
 
 log = logging.getLogger("mirror_v3.sinks.kafka")
 T = TypeVar("T")
@@ -128,8 +130,10 @@ class KafkaSink:
         source_name: str,
         clients: KafkaClients | None = None,
         cluster_ids: tuple[str, str] | None = None,
+        schemas: SchemaRewrite | None = None,
     ) -> None:
         self._settings = settings
+        self._schemas = schemas  # the tasks give each record its schema's ID at the destination registry
         # renumber: (source cluster id, destination cluster id), so the tasks stamp the source's on every record
         # and leave out those a mirror copied from the destination (two-way mirrors); None: neither.
         self._cluster_ids = cluster_ids
@@ -243,6 +247,8 @@ class KafkaSink:
                 "to compare it with (compacted or a transaction marker): offsets: preserve cannot verify where to "
                 "continue; use offsets: renumber"
             )
+        if self._schemas is not None:  # the tasks gave its key and value the destination registry's IDs
+            theirs = await anyio.to_thread.run_sync(as_written, self._schemas, theirs)
         if not mine.same_content(theirs):
             raise DestinationError(
                 f"{self._name} ends at offset {end}, but its record at offset {last} differs from source "
@@ -327,6 +333,7 @@ class KafkaSink:
             client_properties=settings.client_properties,
             source_cluster=None if self._cluster_ids is None else self._cluster_ids[0],
             skip_cluster=None if self._cluster_ids is None else self._cluster_ids[1],
+            schemas=self._schemas,
         )
 
     async def commit(self, item: ProducedRange) -> Committed:
@@ -424,3 +431,12 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     name = type(exc).__name__
     return f"{name}: {text[0]}" if text and text[0] and text[0] != name else name
+
+
+def as_written(rewrite: SchemaRewrite, record: KafkaRecord) -> KafkaRecord:
+    """`record` of the source as the tasks write it (its schema IDs the destination registry's), for preserve's
+    check that the destination ends with the source's record. Blocking: it may ask the registries."""
+    rewriter = rewriter_for(rewrite)
+    key, _ = rewriter.rewritten(record.key, "key")
+    value, _ = rewriter.rewritten(record.value, "value")
+    return dataclasses.replace(record, key=key, value=value)

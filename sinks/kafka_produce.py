@@ -46,6 +46,7 @@ from core.record_times import RecordTimes
 from kafka_clients.oauth_tokens import librdkafka_config
 from sinks.base import FencedError
 from sinks.retry import RetryPolicy, TransientDestinationError, retry_transient_sync
+from sinks.schema_rewrite import SchemaRewrite, rewriter_for
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, Written
 
 # librdkafka error codes (confluent_kafka.KafkaError) that mean another producer took the partition over.
@@ -85,6 +86,7 @@ class KafkaProduceTarget:
     # destination's id) are not written back to it. None: no such header (a restore's archive has no cluster).
     source_cluster: str | None = None
     skip_cluster: str | None = None
+    schemas: SchemaRewrite | None = None  # the records' schema IDs made the destination registry's
 
     @property
     def name(self) -> str:
@@ -343,6 +345,7 @@ class _Written:
     records: int = 0
     record_bytes: int = 0
     skipped: int = 0  # renumber: copied from the destination cluster, so not written back
+    unframed: int = 0  # schemas: a key or value not in the registry's wire format, copied as it was
     first_delivered: int | None = None
     last_delivered: int | None = None
     # preserve: the source offset of the next delivery report. Reports come in produce order for one
@@ -364,6 +367,7 @@ class _Written:
             destination_last=self.last_delivered,
             retries=retries,
             skipped=self.skipped,
+            unframed=self.unframed,
             times=times,
         )
 
@@ -397,6 +401,7 @@ def _produce_all(
     def on_delivery(error: Any, message: Any) -> None:
         written.delivered(error, message, check)
 
+    rewriter = None if target.schemas is None else rewriter_for(target.schemas)
     for messages in records.read(task.read_from, task.end):
         for message in messages:
             offset = message.offset()
@@ -412,12 +417,18 @@ def _produce_all(
                 headers = [*(headers or ()), source_offset_header(offset), *_cluster_headers(target)]
             size = message_bytes(message)
             timestamp = message.timestamp()[1]
+            key, value = message.key(), message.value()
+            if rewriter is not None:
+                key, key_framed = rewriter.rewritten(key, "key")
+                value, value_framed = rewriter.rewritten(value, "value")
+                if not (key_framed and value_framed):
+                    written.unframed += 1
             while True:
                 try:
                     producer.produce(
                         target.topic,
-                        value=message.value(),
-                        key=message.key(),
+                        value=value,
+                        key=key,
                         partition=target.partition,
                         timestamp=max(0, timestamp),
                         headers=headers,

@@ -6,7 +6,8 @@ from aiokafka import TopicPartition
 
 from config.estate import MirrorSpec
 from kafka_clients.clients import KafkaClients, KafkaRecord
-from kafka_clients.settings import aiokafka_settings
+from kafka_clients.schema_registry import RegistryAccess
+from kafka_clients.settings import aiokafka_settings, registry_access
 
 
 class KafkaSourceLookup:
@@ -36,3 +37,11 @@ def source_lookup(mirror: MirrorSpec) -> KafkaSourceLookup:
         source.request_timeout_ms,
     )
     return KafkaSourceLookup(clients, mirror.topic, mirror.partition, source.isolation_level)
+
+
+def source_registry(mirror: MirrorSpec) -> RegistryAccess | None:
+    """How to reach the schema registry of `mirror`'s source cluster (None: it has none)."""
+    registry = mirror.source.schema_registry
+    if registry is None:
+        return None
+    return registry_access(registry, f"{mirror.source_field}.schema-registry")

@@ -450,6 +450,8 @@ class MirrorActor(Generic[W]):
             self._metrics.gap_records.inc(holes)
         if skipped:
             self._metrics.loop_skipped.inc(skipped)
+        if item.unframed:
+            self._metrics.schema_unframed.inc(item.unframed)
         self._metrics.offset_verified.set(self._next)
         self._metrics.records.inc(records)
         self._metrics.bytes.inc(committed.bytes_written)

@@ -25,7 +25,7 @@ from kafka_clients.admin import SourceAdmins
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory, chain_name
 from sinks.leases import Holder, Leases
-from source.lookup import source_lookup
+from source.lookup import source_lookup, source_registry
 from source.offsets import SourceCluster, SourceClusters
 from source.outages import Outage
 from source.spark_session import SparkStartError, stop_spark
@@ -161,7 +161,7 @@ class Supervisor:
                 await self._topics.prepare(plan.mirrors)
             # Now, not with the first mirror: a destination's leases are kept renewed from the start even when the
             # first mirrors come from discovery later.
-            self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder)
+            self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder, source_registry)
             up = self._families.destination_up.labels(self._sinks.health.location)
             self._sinks.health.listen(lambda outage: up.set(0 if outage else 1))
             for spec in plan.mirrors:

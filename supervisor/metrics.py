@@ -251,6 +251,10 @@ class MetricFamilies:
             "mirror_v3_loop_skipped_records",
             "renumber: records not copied because a mirror copied them from this destination cluster (two-way).",
         )
+        self.schema_unframed = topic_counter(
+            "mirror_v3_schema_unframed_records",
+            "schemas: records copied with a key or value that is not in the schema registry's wire format (as is).",
+        )
         self.restarts = topic_counter(
             "mirror_v3_mirror_restarts",
             "Restarts of this topic's mirrors after a failure (on-mirror-failure: restart); mirror_v3_mirror_failed "
@@ -288,6 +292,7 @@ class MetricFamilies:
             self.gap_records,
             self.lost_records,
             self.loop_skipped,
+            self.schema_unframed,
             self.restarts,
         ]
         self.summed = [self.reading, self.staged_records, self.staged_bytes]
@@ -494,6 +499,7 @@ class MirrorMetrics:
     flushes: Counter
     gap_records: Counter
     loop_skipped: Counter
+    schema_unframed: Counter
     lost_records: Counter
     reading: GaugeShare
     staged_records: GaugeShare
@@ -545,6 +551,7 @@ class MirrorMetrics:
             flushes=families.flushes.labels(*series),
             gap_records=families.gap_records.labels(*series),
             loop_skipped=families.loop_skipped.labels(*series),
+            schema_unframed=families.schema_unframed.labels(*series),
             lost_records=families.lost_records.labels(*series),
             reading=families.reading.share(mirror),
             staged_records=families.staged_records.share(mirror),

@@ -34,7 +34,8 @@ from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
 from sinks.factory import SinkFactory
 from sinks.kafka import KafkaSink
-from source.lookup import source_lookup
+from sinks.schema_rewrite import SchemaRewrite
+from source.lookup import source_lookup, source_registry
 from source.offsets import SourceClusters, SourceOffsets
 from source.range_reader import SourcePartition
 from source.spark_session import get_spark
@@ -150,7 +151,7 @@ async def collect_verification(
         with anyio.fail_after(timeout_s):
             plan = await plan_estate(clusters, compile_entries(config), shard)
         mirrors = [m for m in plan.mirrors if select is None or select.fullmatch(m.name)]
-        sinks = SinkFactory(config.destination, source_lookup)
+        sinks = SinkFactory(config.destination, source_lookup, source_registries=source_registry)
         prepared: list[_Prepared | None] = [None] * len(mirrors)
         destination_id = await _destination_id(config) if mirrors else None
 
@@ -221,6 +222,7 @@ async def _prepare(
                     max_differences,
                     destination_id,
                     ignore_unmapped,
+                    sinks.schema_rewrite(mirror, read_only=True),
                 )
         else:
             assert isinstance(sink, BlobSink)
@@ -282,6 +284,7 @@ async def _kafka_slices(
     max_differences: int,
     skip_cluster: str | None = None,
     ignore_unmapped: bool = False,
+    schemas: SchemaRewrite | None = None,
 ) -> tuple[KafkaSlice, ...]:
     """Cut the destination partition into slices and fill in the row's ranges (in source offsets)."""
     position = (await sink.inspect()).next_offset  # checks the topic; the next source offset it expects
@@ -326,6 +329,7 @@ async def _kafka_slices(
             max_differences,
             skip_cluster,
             ignore_unmapped,
+            schemas,
         )
         for index, dest_first in enumerate(starts)
     )

@@ -577,3 +577,60 @@ def test_unusable_spark_masters_are_refused_naming_the_field(master: str, says: 
         parse_config(config_text(set_in("spark", value={"master": master})), env={})
     message = str(caught.value)
     assert message.startswith("spark.master: ") and says in message and message.endswith(")"), message
+
+
+SCHEMA_CONFIG = """
+clusters:
+  prod: {bootstrap-servers: "k:9092", schema-registry: {url: "http://registry:8081"}}
+destination:
+  type: kafka
+  bootstrap-servers: "d:9092"
+  schema-registry: {url: "https://dr-registry", bearer-token-env: DR_TOKEN, tls: {ca-file: /ca.pem}}
+mirrors:
+  - {name: orders, cluster: prod, topics: [orders], schemas: {value: lenient, subject-name-strategy: topic-record}}
+"""
+
+
+def test_schema_registry_mirroring_needs_both_registries_and_a_kafka_destination() -> None:
+    config = parse_config(SCHEMA_CONFIG)
+    schemas = config.mirrors[0].schemas
+    assert schemas is not None and (schemas.key, schemas.value, schemas.subject_name_strategy) == (
+        "off",
+        "lenient",
+        "topic-record",
+    )
+    cases = [
+        (
+            SCHEMA_CONFIG.replace(', schema-registry: {url: "http://registry:8081"}', ""),
+            "clusters.prod.schema-registry",
+        ),
+        (
+            SCHEMA_CONFIG.replace(
+                '  schema-registry: {url: "https://dr-registry", bearer-token-env: DR_TOKEN, '
+                "tls: {ca-file: /ca.pem}}\n",
+                "",
+            ),
+            "destination.schema-registry",
+        ),
+        (
+            SCHEMA_CONFIG.replace("bearer-token-env: DR_TOKEN", "username: u"),
+            "destination.schema-registry.password-env",
+        ),
+        (SCHEMA_CONFIG.replace("https://dr-registry", "http://dr-registry"), "destination.schema-registry.tls"),
+        (SCHEMA_CONFIG.replace("value: lenient", "value: exact"), "mirrors[0].schemas.value"),
+        (
+            "destination: {type: filesystem, root: /d}\n"
+            + SCHEMA_CONFIG.split("destination:")[0]
+            + "mirrors:"
+            + SCHEMA_CONFIG.split("mirrors:")[1],
+            "mirrors[0].schemas",
+        ),
+    ]
+    for text, field in cases:
+        with pytest.raises(ConfigError) as caught:
+            parse_config(text)
+        assert str(caught.value).startswith(f"{field}: "), (field, str(caught.value))
+    off = SCHEMA_CONFIG.replace("value: lenient", "value: off").replace(
+        ', schema-registry: {url: "http://registry:8081"}', ""
+    )
+    assert parse_config(off).mirrors[0].schemas is not None  # off everywhere: no registry needed

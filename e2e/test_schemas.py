@@ -1,0 +1,142 @@
+"""Schemas travel with the records (Kafka → Kafka) between two real registries: the destination subject made a copy
+(strict) or given the source's versions among its own (lenient), each record's schema ID rewritten to the
+destination's, read back by a consumer of the destination with the destination registry's deserializer and
+compared with the source record by record; a new schema version mid-stream and a kill -9; records not in the wire
+format copied as they are and counted; a destination subject that is not a copy refused in one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
+
+from e2e.harness import mirror_config, partitions_of, refused, start
+from testkit.kafka_broker import KafkaBroker
+from testkit.kafka_data import Record, consume_all, create_topic, produce
+from testkit.mirror_run import MirrorRun, run_cli
+from testkit.ports import free_port
+from testkit.schema_registry import SchemaRegistry
+from testkit.targets import KafkaTarget
+
+ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [{"name": "id", "type": "long"}]}
+NOTE = {"name": "note", "type": ["null", "string"], "default": None}
+SHOP = {"name": "shop", "type": "string", "default": "main"}
+V1 = json.dumps(ORDER)
+V2 = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE]})
+V3 = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE, SHOP]})
+LOCAL = json.dumps({**ORDER, "fields": [*ORDER["fields"], {"name": "local", "type": "int", "default": 0}]})
+
+
+def avro_records(registry: SchemaRegistryClient, topic: str, schema: str, orders: list[dict[str, Any]]) -> list[Record]:
+    """Values as a producer with the registry's Avro serializer writes them (the schema registered as needed)."""
+    serialize = AvroSerializer(registry, schema)
+    context = SerializationContext(topic, MessageField.VALUE)
+    return [Record(f"k{order['id']}".encode(), serialize(order, context)) for order in orders]
+
+
+def with_schemas(config: Path, source: SchemaRegistry, destination: SchemaRegistry, mode: str) -> Path:
+    document = yaml.safe_load(config.read_text())
+    document["destination"]["schema-registry"] = {"url": destination.url}
+    for entry in document["mirrors"]:
+        entry["source"]["schema-registry"] = {"url": source.url}
+        entry["schemas"] = {"value": mode}
+    config.write_text(yaml.safe_dump(document))
+    return config
+
+
+@pytest.mark.parametrize(("offsets", "mode"), [("preserve", "lenient"), ("renumber", "strict")])
+def test_schemas_travel_with_the_records(
+    kafka: KafkaBroker,
+    kafka_destination_broker: KafkaBroker,
+    source_registry: SchemaRegistry,
+    destination_registry: SchemaRegistry,
+    topic_name: str,
+    tmp_path: Path,
+    offsets: str,
+    mode: str,
+) -> None:
+    source = SchemaRegistryClient({"url": source_registry.url})
+    destination = SchemaRegistryClient({"url": destination_registry.url})
+    subject = f"{topic_name}-value"
+    # The destination's IDs run elsewhere: other subjects first; lenient also finds a version of its own there.
+    for index in range(3):
+        destination.register_schema(
+            f"{topic_name}-other-{index}", Schema(json.dumps({**ORDER, "name": f"O{index}"}), "AVRO")
+        )
+    if mode == "lenient":
+        destination.register_schema(subject, Schema(LOCAL, "AVRO"))
+
+    create_topic(kafka.bootstrap, topic_name)
+    create_topic(kafka_destination_broker.bootstrap, topic_name)
+    orders = [{"id": n, "note": None if n % 3 else f"note {n}"} for n in range(600)]
+    first = avro_records(source, topic_name, V1, [{"id": o["id"]} for o in orders[:300]])
+    unframed = [Record(b"raw", b"not in the wire format"), Record(None, b"\x00\x01")]
+    produce(kafka.bootstrap, topic_name, 0, first + unframed + avro_records(source, topic_name, V2, orders[300:]))
+    target = KafkaTarget(kafka_destination_broker.bootstrap, offsets)
+    config = with_schemas(
+        mirror_config(
+            tmp_path / "mirror.yaml",
+            kafka.bootstrap,
+            target,
+            partitions_of(topic_name, 1),
+            flush={"max-time-ms": 500, "max-offsets": 200},
+        ),
+        source_registry,
+        destination_registry,
+        mode,
+    )
+
+    if mode == "strict":  # a destination subject that is not a copy: refused, naming it and the version
+        destination.register_schema(subject, Schema(LOCAL, "AVRO"))
+        line = refused(config, tmp_path / "refused.log", target)
+        assert f"subject '{subject}' version 1" in line and "not a copy" in line, line
+        destination.delete_subject(subject, permanent=False)
+        destination.delete_subject(subject, permanent=True)
+
+    with MirrorRun(config, tmp_path / "run.log", metrics_port=free_port()) as run:
+        run.wait_for_offsets(lambda p: target.next_offset(topic_name, p), {0: 602})
+        series = {"source_cluster": kafka.bootstrap, "topic": topic_name, "destination": topic_name}
+        assert run.metric("mirror_v3_schema_unframed_records_total", **series) == 2  # counted, copied as they are
+        run.kill9()  # then a new version appears while the mirror is down, and the mirror continues
+    later = [{"id": n, "note": None, "shop": f"shop {n % 4}"} for n in range(600, 900)]
+    produce(kafka.bootstrap, topic_name, 0, avro_records(source, topic_name, V3, later))
+    with start(config, tmp_path / "run2.log", target) as run:
+        run.wait_for_offsets(lambda p: target.next_offset(topic_name, p), {0: 902})
+        run.drain()
+
+    # Every destination record: once, in order, decoded with the destination registry as the source's with the
+    # source registry; records not in the wire format byte for byte.
+    from_source = consume_all(kafka.bootstrap, topic_name, 0)
+    landed = target.records(topic_name, 0)
+    assert [r.offset for r in landed] == [r.offset for r in from_source]
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    read_source, read_destination = AvroDeserializer(source), AvroDeserializer(destination)
+    for original, copy in zip(from_source, landed, strict=True):
+        assert copy.key == original.key
+        if original.value is None or original.value[:1] != b"\0" or len(original.value) < 5:
+            assert copy.value == original.value
+            continue
+        assert copy.value is not None and copy.value[5:] == original.value[5:]
+        assert read_destination(copy.value, context) == read_source(original.value, context)
+    rewritten = [c for o, c in zip(from_source, landed, strict=True) if o.value and c.value and o.value != c.value]
+    assert rewritten, "the destination's IDs differ from the source's: records must carry the destination's"
+
+    # verify compares each destination record with its source record as the mirror writes it (the IDs mapped).
+    verified = run_cli("verify", "--config", str(config), "--format", "json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    (row,) = json.loads(verified.stdout.splitlines()[-1])["mirrors"]
+    assert (row["equal"], row["different"]) == (902, 0), row
+
+    versions = [destination.get_version(subject, v).schema.schema_str for v in destination.get_versions(subject)]
+    copied = [json.loads(text or "null") for text in versions]
+    expected = [json.loads(text) for text in (V1, V2, V3)]
+    if mode == "strict":
+        assert copied == expected  # an exact copy
+    else:
+        assert copied == [json.loads(LOCAL), *expected]  # the source's in order, after the destination's own
