@@ -140,3 +140,45 @@ def test_schemas_travel_with_the_records(
         assert copied == expected  # an exact copy
     else:
         assert copied == [json.loads(LOCAL), *expected]  # the source's in order, after the destination's own
+
+
+def test_migrate_schemas_copies_the_subjects_and_their_compatibility_before_a_cutover(
+    kafka: KafkaBroker,
+    kafka_destination_broker: KafkaBroker,
+    source_registry: SchemaRegistry,
+    destination_registry: SchemaRegistry,
+    topic_name: str,
+    tmp_path: Path,
+) -> None:
+    source = SchemaRegistryClient({"url": source_registry.url})
+    destination = SchemaRegistryClient({"url": destination_registry.url})
+    subject, by_name = f"{topic_name}-value", f"{topic_name}.Event"
+    for schema in (V1, V2):
+        source.register_schema(subject, Schema(schema, "AVRO"))
+    source.register_schema(by_name, Schema(json.dumps({**ORDER, "name": "Event"}), "AVRO"))
+    source.set_compatibility(subject, "FULL")
+    create_topic(kafka.bootstrap, topic_name)
+    target = KafkaTarget(kafka_destination_broker.bootstrap, "renumber")
+    config = with_schemas(
+        mirror_config(tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic_name, 1)),
+        source_registry,
+        destination_registry,
+        "lenient",
+    )
+    command = ["migrate-schemas", "--config", str(config), "--subjects", rf"{topic_name}\.Event"]
+
+    dry = run_cli(*command, "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert f"{subject} -> {subject} (lenient): 2 versions, would register 1, 2; compatibility FULL" in dry.stdout
+    assert "2 subjects, 3 versions to register" in dry.stdout, dry.stdout
+    assert subject not in destination.get_subjects(), "the dry run wrote"
+
+    done = run_cli(*command)
+    assert done.returncode == 0, done.stderr
+    assert "2 subjects, 3 versions registered" in done.stdout, done.stdout
+    copied = [destination.get_version(subject, v).schema.schema_str or "" for v in destination.get_versions(subject)]
+    assert [json.loads(text) for text in copied] == [json.loads(V1), json.loads(V2)]
+    assert destination.get_versions(by_name) == [1]
+    assert destination.get_compatibility(subject) == "FULL"
+    again = run_cli(*command)
+    assert again.returncode == 0 and "0 versions registered" in again.stdout, again.stdout

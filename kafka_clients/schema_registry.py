@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import ssl
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from core.errors import MirrorV3Error
+from core.process_cache import PerProcess
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -124,6 +124,23 @@ class RegistryClient:
             raise
         return SubjectVersion(str(found.get("subject", subject)), int(found["version"]), int(found["id"]), schema)
 
+    def subjects(self) -> list[str]:
+        return [str(subject) for subject in self._call("GET", "/subjects")]
+
+    def compatibility(self, subject: str) -> str | None:
+        """The compatibility level set on the subject itself; None when it has none of its own."""
+        try:
+            found = self._call("GET", f"/config/{_quoted(subject)}")
+        except RegistryRequestError as exc:
+            if exc.status == 404:
+                return None
+            raise
+        level = found.get("compatibilityLevel") or found.get("compatibility")
+        return None if level is None else str(level)
+
+    def set_compatibility(self, subject: str, level: str) -> None:
+        self._call("PUT", f"/config/{_quoted(subject)}", {"compatibility": level})
+
     def register(self, subject: str, schema: Schema) -> int:
         """Register `schema` under `subject` (a new version, or the existing one when it is there); its ID."""
         return int(self._call("POST", f"/subjects/{_quoted(subject)}/versions", _body(schema))["id"])
@@ -147,17 +164,12 @@ class RegistryClient:
             raise RegistryRequestError(self.url, request_name, 200, None, f"not a registry's answer: {exc}") from None
 
 
-_clients: dict[RegistryAccess, RegistryClient] = {}
-_clients_lock = threading.Lock()
+_clients: PerProcess[RegistryAccess, RegistryClient] = PerProcess(RegistryClient)
 
 
 def registry_for(access: RegistryAccess) -> RegistryClient:
     """This process's client of the registry (Python workers run many tasks: one client each, not one per task)."""
-    with _clients_lock:
-        client = _clients.get(access)
-        if client is None:
-            client = _clients[access] = RegistryClient(access)
-        return client
+    return _clients.get(access)
 
 
 def _quoted(subject: str) -> str:

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
+from core.process_cache import PerProcess
 from sinks.blob_chain import blob_name
 from sinks.retry import RetryPolicy, retry_transient_sync
 from sinks.s3_errors import call_blocking
@@ -160,35 +160,33 @@ class S3BlobOutput:
         return None  # nothing left the process before finish()
 
 
-_clients: dict[S3Settings, Any] = {}
-_clients_lock = threading.Lock()
+def _new_client(settings: S3Settings) -> Any:
+    import botocore.session
+    from botocore.config import Config
+
+    session = botocore.session.get_session()
+    return session.create_client(
+        "s3",
+        region_name=settings.region,
+        endpoint_url=settings.endpoint,
+        aws_access_key_id=settings.access_key_id,
+        aws_secret_access_key=settings.secret_access_key,
+        aws_session_token=settings.session_token,
+        config=Config(
+            # Retries belong to mirror-v3's retry policy (the same as the driver's).
+            retries={"total_max_attempts": 1, "mode": "standard"},
+            connect_timeout=min(10.0, settings.request_timeout_s),
+            read_timeout=settings.request_timeout_s,
+            s3={"addressing_style": "path" if settings.path_style else "auto"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+        ),
+    )
+
+
+_clients: PerProcess[S3Settings, Any] = PerProcess(_new_client)
 
 
 def blocking_client(settings: S3Settings) -> Any:
     """One botocore client per worker process and settings: Python workers are reused across tasks."""
-    with _clients_lock:
-        client = _clients.get(settings)
-        if client is None:
-            import botocore.session
-            from botocore.config import Config
-
-            session = botocore.session.get_session()
-            client = session.create_client(
-                "s3",
-                region_name=settings.region,
-                endpoint_url=settings.endpoint,
-                aws_access_key_id=settings.access_key_id,
-                aws_secret_access_key=settings.secret_access_key,
-                aws_session_token=settings.session_token,
-                config=Config(
-                    # Retries belong to mirror-v3's retry policy (the same as the driver's).
-                    retries={"total_max_attempts": 1, "mode": "standard"},
-                    connect_timeout=min(10.0, settings.request_timeout_s),
-                    read_timeout=settings.request_timeout_s,
-                    s3={"addressing_style": "path" if settings.path_style else "auto"},
-                    request_checksum_calculation="when_required",
-                    response_checksum_validation="when_required",
-                ),
-            )
-            _clients[settings] = client
-        return client
+    return _clients.get(settings)

@@ -173,6 +173,15 @@ class SchemaIdMap:
             self._ids[source_id] = found
         return found
 
+    def copy_subject(self, subject: str) -> str:
+        """Make the destination hold every version of the source `subject` as the mode asks (`migrate-schemas`);
+        the destination subject."""
+        target = self._names.destination_subject(subject)
+        versions = self._source.versions(subject)
+        if versions:
+            self._copy(subject, versions[-1], target)
+        return target
+
     def _copy(self, subject: str, upto: int, target: str) -> tuple[int, int]:
         """Make `target` hold the source versions of `subject` up to `upto` as the mode asks; the destination's
         (ID, version) of `upto`."""

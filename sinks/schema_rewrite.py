@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from config.model import SchemaMode
+from core.process_cache import PerProcess
 from core.retry import RetryPolicy
 from core.schema_wire import schema_id, with_schema_id
 from kafka_clients.schema_registry import (
@@ -121,14 +122,9 @@ class RecordRewriter:
         return (data if destination_id == found else with_schema_id(data, destination_id)), True
 
 
-_rewriters: dict[SchemaRewrite, RecordRewriter] = {}
-_rewriters_lock = threading.Lock()
+_rewriters: PerProcess[SchemaRewrite, RecordRewriter] = PerProcess(RecordRewriter)
 
 
 def rewriter_for(rewrite: SchemaRewrite) -> RecordRewriter:
     """This Python worker's rewriter of `rewrite` (its IDs resolved once for every task it runs)."""
-    with _rewriters_lock:
-        found = _rewriters.get(rewrite)
-        if found is None:
-            found = _rewriters[rewrite] = RecordRewriter(rewrite)
-        return found
+    return _rewriters.get(rewrite)

@@ -1,4 +1,4 @@
-"""Command line: `python -m supervisor {validate,plan,run,status,verify,restore} --config FILE`.
+"""Command line: `python -m supervisor <command> --config FILE`; `--help` lists the commands.
 
 stdout carries only command output; every log line goes to stderr.
 """
@@ -23,6 +23,7 @@ import msgspec.structs
 from config import ConfigError
 from config.estate import Shard
 from config.model import Config, KafkaDestination
+from config.restore import RestoreConfig
 from config.runtime import RuntimeSettings, parse_runtime
 from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
 from core.logs import setup_logging
@@ -125,6 +126,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="TIME",
         help="a restore config: verify the restore as of TIME (as `restore --as-of`; overrides the config's as-of)",
     )
+    migrate = commands.add_parser(
+        "migrate-schemas",
+        help="copy the subjects of the entries with `schemas` to the destination's schema registry (before a cutover)",
+    )
+    migrate.add_argument("--config", required=True, help="path to the YAML config")
+    migrate.add_argument("--dry-run", action="store_true", help="print what would be registered and set; write nothing")
+    migrate.add_argument(
+        "--subjects", metavar="REGEX", help="also these source subjects (by name: record and topic-record strategies)"
+    )
     restore = commands.add_parser(
         "restore", help="produce archived chains (filesystem or S3) back into Kafka topics, exactly once"
     )
@@ -203,6 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.watch is not None:
             return _watch_status(config, args, shard, runtime)
         return _status(config, args, shard, _process_url(args.process, runtime))
+    if args.command == "migrate-schemas":
+        return _migrate_schemas(config, args)
     if args.command == "verify":
         if args.as_of is not None:
             return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
@@ -285,9 +297,7 @@ def _is_restore_config(path: str) -> bool:
 
 
 def _verify_restore(args: argparse.Namespace) -> int:
-    from config.restore import parse_as_of
     from source.spark_session import stop_spark
-    from supervisor.config_files import load_restore_config
     from supervisor.restore_verify import render_json, render_table, verify_restore
 
     for flag, given in (
@@ -298,10 +308,7 @@ def _verify_restore(args: argparse.Namespace) -> int:
         if given:
             return _report(ConfigError(flag, "applies to a mirror config, not to a restore config"), "verify")
     try:
-        config = load_restore_config(args.config)
-        if args.as_of is not None:
-            config = msgspec.structs.replace(config, as_of=parse_as_of(args.as_of))
-        report = anyio.run(verify_restore, config)
+        report = anyio.run(verify_restore, _restore_config(args))
     except MirrorV3Error as exc:
         return _report(exc, "verify")
     finally:
@@ -310,21 +317,28 @@ def _verify_restore(args: argparse.Namespace) -> int:
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 
-def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
+def _restore_config(args: argparse.Namespace) -> RestoreConfig:
+    """The restore config of `--config`, with what `--create-topics` and `--as-of` change (ConfigError)."""
     from config.restore import parse_as_of
-    from source.spark_session import stop_spark
     from supervisor.config_files import load_restore_config
+
+    config = load_restore_config(args.config)
+    if getattr(args, "create_topics", False):
+        config = msgspec.structs.replace(
+            config, destination=msgspec.structs.replace(config.destination, create_topics=True)
+        )
+    if args.as_of is not None:
+        config = msgspec.structs.replace(config, as_of=parse_as_of(args.as_of))
+    return config
+
+
+def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
+    from source.spark_session import stop_spark
     from supervisor.metrics import MetricFamilies
     from supervisor.restore import run_restore
 
     try:
-        config = load_restore_config(args.config)
-        if args.create_topics:
-            config = msgspec.structs.replace(
-                config, destination=msgspec.structs.replace(config.destination, create_topics=True)
-            )
-        if args.as_of is not None:
-            config = msgspec.structs.replace(config, as_of=parse_as_of(args.as_of))
+        config = _restore_config(args)
         families = None if args.dry_run else MetricFamilies()
         restore = partial(
             run_restore, config, dry_run=args.dry_run, families=families, metrics_port=runtime.metrics_port
@@ -334,6 +348,21 @@ def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
         return _report(exc, "restore")
     finally:
         stop_spark()
+    return EXIT_OK
+
+
+def _migrate_schemas(config: Config, args: argparse.Namespace) -> int:
+    from supervisor.migrate_schemas import migrate_schemas
+
+    try:
+        subjects = re.compile(args.subjects) if args.subjects else None
+    except re.error as exc:
+        return _report(ConfigError("--subjects", f"not a regular expression: {exc}"), "migrate-schemas")
+    try:
+        lines = anyio.run(partial(migrate_schemas, config, dry_run=args.dry_run, subjects=subjects))
+    except MirrorV3Error as exc:
+        return _report(exc, "migrate-schemas")
+    print("\n".join(lines))
     return EXIT_OK
 
 
