@@ -7,6 +7,7 @@ format copied as they are and counted; a destination subject that is not a copy 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.schema_registry import SchemaRegistry
 from testkit.targets import KafkaTarget
+from testkit.tcp_proxy import TcpProxy
 
 ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [{"name": "id", "type": "long"}]}
 NOTE = {"name": "note", "type": ["null", "string"], "default": None}
@@ -40,11 +42,12 @@ def avro_records(registry: SchemaRegistryClient, topic: str, schema: str, orders
     return [Record(f"k{order['id']}".encode(), serialize(order, context)) for order in orders]
 
 
-def with_schemas(config: Path, source: SchemaRegistry, destination: SchemaRegistry, mode: str) -> Path:
+def with_schemas(config: Path, source: str, destination: str, mode: str) -> Path:
+    """The mirror config with the registries (their URLs) and every entry's values copied in `mode`."""
     document = yaml.safe_load(config.read_text())
-    document["destination"]["schema-registry"] = {"url": destination.url}
+    document["destination"]["schema-registry"] = {"url": destination}
     for entry in document["mirrors"]:
-        entry["source"]["schema-registry"] = {"url": source.url}
+        entry["source"]["schema-registry"] = {"url": source}
         entry["schemas"] = {"value": mode}
     config.write_text(yaml.safe_dump(document))
     return config
@@ -87,8 +90,8 @@ def test_schemas_travel_with_the_records(
             partitions_of(topic_name, 1),
             flush={"max-time-ms": 500, "max-offsets": 200},
         ),
-        source_registry,
-        destination_registry,
+        source_registry.url,
+        destination_registry.url,
         mode,
     )
 
@@ -161,8 +164,8 @@ def test_migrate_schemas_copies_the_subjects_and_their_compatibility_before_a_cu
     target = KafkaTarget(kafka_destination_broker.bootstrap, "renumber")
     config = with_schemas(
         mirror_config(tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic_name, 1)),
-        source_registry,
-        destination_registry,
+        source_registry.url,
+        destination_registry.url,
         "lenient",
     )
     command = ["migrate-schemas", "--config", str(config), "--subjects", rf"{topic_name}\.Event"]
@@ -182,3 +185,46 @@ def test_migrate_schemas_copies_the_subjects_and_their_compatibility_before_a_cu
     assert destination.get_compatibility(subject) == "FULL"
     again = run_cli(*command)
     assert again.returncode == 0 and "0 versions registered" in again.stdout, again.stdout
+
+
+def test_a_registry_down_for_a_while_is_ridden_out(
+    kafka: KafkaBroker,
+    kafka_destination_broker: KafkaBroker,
+    source_registry: SchemaRegistry,
+    destination_registry: SchemaRegistry,
+    topic_name: str,
+    tmp_path: Path,
+) -> None:
+    """The destination registry stops answering while a record of a new schema version waits: the mirror asks again
+    until it answers (within retry.deadline-ms), says so in its log, and then copies the record exactly once."""
+    source = SchemaRegistryClient({"url": source_registry.url})
+    create_topic(kafka.bootstrap, topic_name)
+    create_topic(kafka_destination_broker.bootstrap, topic_name)
+    produce(kafka.bootstrap, topic_name, 0, avro_records(source, topic_name, V1, [{"id": n} for n in range(50)]))
+    target = KafkaTarget(kafka_destination_broker.bootstrap, "renumber")
+    with TcpProxy(destination_registry.port) as proxy:
+        behind_proxy = destination_registry.url.replace(f":{destination_registry.port}/", f":{proxy.port}/")
+        config = with_schemas(
+            mirror_config(tmp_path / "mirror.yaml", kafka.bootstrap, target, partitions_of(topic_name, 1)),
+            source_registry.url,
+            behind_proxy,
+            "lenient",
+        )
+        with start(config, tmp_path / "run.log", target) as run:
+            run.wait_for_offsets(lambda p: target.next_offset(topic_name, p), {0: 50})
+            proxy.refuse(True)
+            proxy.cut()
+            later = [{"id": n, "note": "after"} for n in range(50, 80)]
+            produce(kafka.bootstrap, topic_name, 0, avro_records(source, topic_name, V2, later))
+            run.wait_for_log("schema registry .* failed, retry", timeout=60)
+            time.sleep(10)
+            assert target.next_offset(topic_name, 0) == 50, "a record went out before its schema was copied"
+            proxy.refuse(False)
+            run.wait_for_offsets(lambda p: target.next_offset(topic_name, p), {0: 80})
+            run.drain()
+    destination = SchemaRegistryClient({"url": destination_registry.url})
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    read_source, read_destination = AvroDeserializer(source), AvroDeserializer(destination)
+    originals = consume_all(kafka.bootstrap, topic_name, 0)
+    copies = target.records(topic_name, 0)
+    assert [read_destination(c.value, context) for c in copies] == [read_source(o.value, context) for o in originals]
