@@ -75,8 +75,9 @@ def _flushed(producer: Producer, errors: list[str], what: str) -> None:
         raise KafkaDataError(f"{what}: {left} records undelivered; {'; '.join(errors[:5])}")
 
 
-def produce_backlog(bootstrap: str, topic: str, ends: Mapping[int, int], value_size: int) -> float:
-    """Produce ends[p] records of `value_size` bytes to each partition p; return the seconds it took."""
+def produce_backlog(bootstrap: str, topic: str, ends: Mapping[int, int], value_size: int, prefix: bytes = b"") -> float:
+    """Produce ends[p] records of `value_size` bytes to each partition p (each value starting with `prefix`: a schema
+    registry's wire-format header); return the seconds it took."""
     payload = os.urandom(max(PAYLOAD_BUFFER_BYTES, 2 * value_size))
     wrap, position, errors = len(payload) - value_size, 0, []
 
@@ -91,7 +92,8 @@ def produce_backlog(bootstrap: str, topic: str, ends: Mapping[int, int], value_s
     began = time.monotonic()
     for partition, count in ends.items():
         for i in range(count):
-            _send(producer, topic, partition, payload[position : position + value_size], b"%08x" % (i & 0xFFFFFFFF))
+            body = payload[position : position + value_size - len(prefix)]
+            _send(producer, topic, partition, prefix + body if prefix else body, b"%08x" % (i & 0xFFFFFFFF))
             position += value_size
             if position > wrap:
                 position = 0

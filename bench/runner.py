@@ -24,7 +24,7 @@ from typing import Any
 import confluent_kafka
 import psutil  # type: ignore[import-untyped]  # no type information in the package
 
-from bench import estate, idle, latency, restart, restore, throughput
+from bench import estate, idle, latency, restart, restore, schemas, throughput
 from bench.mirror import Context
 from bench.scenarios import Scenario
 from testkit.kafka_broker import KafkaBroker
@@ -38,6 +38,7 @@ MEASURES: dict[str, Callable[[Scenario, Context], Iterator[dict[str, Any]]]] = {
     "restart": restart.measure,
     "idle": idle.measure,
     "restore": restore.measure,
+    "schemas": schemas.measure,
     "estate-steady": estate.measure,
 }
 

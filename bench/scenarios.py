@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 PATHS = ("filesystem", "s3", "kafka-preserve", "kafka-renumber")
-KINDS = ("throughput", "latency", "restart", "idle", "restore", "estate-steady")
+KINDS = ("throughput", "latency", "restart", "idle", "restore", "schemas", "estate-steady")
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,9 @@ class Scenario:
     records: int = 0  # throughput, restore: the backlog over all partitions; restart: one-record blobs in the chain
     value_size: int = 100  # bytes of each record's value (keys are 8 bytes)
     partitions: int = 1
-    paths: tuple[str, ...] = ()  # throughput, estate-steady: destinations (PATHS); restart: "s3" and/or "filesystem"
+    paths: tuple[
+        str, ...
+    ] = ()  # throughput, estate-steady, schemas: destinations (PATHS); restart: "s3" and/or "filesystem"
     rate: int = 0  # latency: records/s; estate-steady: records/s over all partitions
     seconds: float = 0.0  # latency, estate-steady: measured window; idle: sampled window
     warmup: float = 0.0  # latency, estate-steady: produced before the window; idle: settling time before it
@@ -88,6 +90,14 @@ FULL = (
     Scenario("1,000 idle mirrors", "idle", mirrors=1000, seconds=30, warmup=30),
     Scenario("2,000 selected partitions", "idle", mirrors=2000, seconds=30, warmup=30, selection=True),
     Scenario("restore and verify, 1 KiB records, 4 partitions", "restore", 1_000_000, 1024, 4),
+    Scenario(
+        "schema IDs rewritten, 1 KiB records, 4 partitions",
+        "schemas",
+        1_000_000,
+        1024,
+        4,
+        ("kafka-preserve", "kafka-renumber"),
+    ),
     # Issue 32's targets: P = 4 ... 256 at max-time 1 s, the Kafka and S3 destinations at P = 64, P = 1,024 at 10 s.
     estate(4, 1000),
     estate(16, 1000),
@@ -104,6 +114,7 @@ QUICK = (
     Scenario("10 idle mirrors", "idle", mirrors=10, seconds=3, warmup=1),
     Scenario("20 selected partitions", "idle", mirrors=20, seconds=3, warmup=1, selection=True),
     Scenario("restore and verify, 1 KiB records, 2 partitions", "restore", 20_000, 1024, 2),
+    Scenario("schema IDs rewritten, 1 KiB records, 2 partitions", "schemas", 20_000, 1024, 2, ("kafka-renumber",)),
     estate(4, 1000, rate=500, warmup=2.0, seconds=5.0),
 )
 

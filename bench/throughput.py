@@ -81,19 +81,31 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             yield {**cell, "path": "raw-copy", "seconds": seconds}
         for path in s.paths:
             target, name, server = path_target(path, ctx, topic, s.partitions, moto, destination)
-            yield {**cell, "path": path, **_mirror(s, ctx, path, target, name, ends, server)}
+            yield {**cell, "path": path, **mirror_backlog(s, ctx, path, target, name, ends, server)}
     delete_topic(ctx.bootstrap, topic)  # a gigabyte the broker need not keep for the rest of the run
 
 
-def _mirror(
-    s: Scenario, ctx: Context, path: str, target: Target, name: str, ends: dict[int, int], server: int | None
+def mirror_backlog(
+    s: Scenario,
+    ctx: Context,
+    path: str,
+    target: Target,
+    name: str,
+    ends: dict[int, int],
+    server: int | None,
+    entry: dict[str, Any] | None = None,
+    destination: dict[str, Any] | None = None,
+    label: str | None = None,
 ) -> dict[str, Any]:
-    """One mirror process copying the backlog into `target` (topic or prefix `name`)."""
+    """One mirror process copying the backlog into `target` (topic or prefix `name`); `entry` and `destination`:
+    keys added to each mirror entry and to the destination block; `label`: its config and log files' name."""
     topic, profile = ctx.name, ctx.profile and path == "filesystem"
     jfr = ctx.logs / f"{path}.jfr"
     spark = {"conf": {"spark.driver.extraJavaOptions": jfr_options(jfr)}} if profile else None
-    mirrors = [{"topic": topic, "partition": p, **({"override": name} if name != topic else {})} for p in ends]
-    run = start(ctx, path, target, mirrors, s.max_time_ms, spark)
+    mirrors = [
+        {"topic": topic, "partition": p, **({"override": name} if name != topic else {}), **(entry or {})} for p in ends
+    ]
+    run = start(ctx, label or path, target, mirrors, s.max_time_ms, spark, destination)
     named = {"source broker": ctx.broker_pid, "destination server": server}
     with run, Sampler(run.pid, named) as sampler:
         ready = log_time(wait_for(run, "spark session ready", ctx.timeout)[0])

@@ -24,13 +24,20 @@ SASL_USER, SASL_PASSWORD = "mirror", "mirror-secret-password"
 # a long test picked up last keeps one worker busy while the other has nothing left (measured: the last two
 # minutes of a CI run were one round trip running alone).
 LONGEST_FIRST = (
-    "e2e/test_restore.py::test_an_archive_round_trips",
-    "e2e/test_disaster_recovery.py::",
     "e2e/test_spark_cluster.py::",
-    "e2e/test_restore.py::test_kill_9",
-    "e2e/test_filesystem.py::test_kill_9",
+    "e2e/test_disaster_recovery.py::",
     "e2e/test_s3.py::test_a_restart_on_a_long_chain",
+    "e2e/test_restore.py::test_an_archive_round_trips",
+    "e2e/test_restore.py::test_kill_9",
+    "e2e/test_operations.py::test_a_source_broker_down",
+    "e2e/test_secrets.py::",
+    "e2e/test_kafka_destination.py::test_security_settings",
+    "e2e/test_restore.py::test_a_dry_run",
+    "e2e/test_filesystem.py::test_round_trip",
+    "e2e/test_restore.py::test_from_s3",
+    "e2e/test_filesystem.py::test_kill_9",
     "e2e/test_kafka_destination.py::test_kill_9",
+    "e2e/test_schemas.py::",
 )
 
 

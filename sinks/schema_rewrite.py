@@ -20,7 +20,7 @@ from typing import TypeVar
 from config.model import SchemaMode
 from core.process_cache import PerProcess
 from core.retry import RetryPolicy
-from core.schema_wire import schema_id, with_schema_id
+from core.schema_wire import HEADER, MAGIC, schema_id, with_schema_id
 from kafka_clients.schema_registry import (
     RegistryAccess,
     RegistryClient,
@@ -107,19 +107,26 @@ class RecordRewriter:
             "value": mapping("value", rewrite.value),
         }
         self._lock = threading.Lock()  # a worker may run several tasks of the mirror in threads
+        self._headers: dict[Field, dict[bytes, bytes]] = {"key": {}, "value": {}}  # source header -> destination's
 
     def rewritten(self, data: bytes | None, field: Field) -> tuple[bytes | None, bool]:
-        """`data` as the destination must hold it, and whether it was in the wire format (off: always True)."""
+        """`data` as the destination must hold it, and whether it was in the wire format (off: always True). Per
+        record: a dict lookup of its 5-byte header and one copy of the data; the registries only for a new ID."""
         mapping = self._maps[field]
         if mapping is None:
             return data, True
-        found = schema_id(data)
-        if found is None:
+        if data is None or len(data) < HEADER or data[0] != MAGIC:
             return data, False
-        assert data is not None
-        with self._lock:
-            destination_id = mapping.destination_id(found)
-        return (data if destination_id == found else with_schema_id(data, destination_id)), True
+        header = data[:HEADER]
+        headers = self._headers[field]
+        replacement = headers.get(header)  # read without the lock: a dict lookup is atomic, entries only added
+        if replacement is None:
+            with self._lock:
+                destination_id = mapping.destination_id(schema_id(header) or 0)
+            replacement = headers[header] = with_schema_id(header, destination_id)
+        if replacement == header:
+            return data, True
+        return b"".join((replacement, memoryview(data)[HEADER:])), True
 
 
 _rewriters: PerProcess[SchemaRewrite, RecordRewriter] = PerProcess(RecordRewriter)

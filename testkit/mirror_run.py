@@ -44,7 +44,7 @@ def mirror_config(
     source: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """A config document. Each mirror is {topic, partition} with optional `name` (default `<topic>-<partition>`),
-    `source` (keys added to the shared `source` defaults) and `override` (destination-name-override)."""
+    `source` (keys added to the shared `source` defaults), `override` (destination-name-override) and `schemas`."""
     entries = []
     for m in mirrors:
         entry: dict[str, Any] = {
@@ -55,6 +55,8 @@ def mirror_config(
         }
         if "override" in m:
             entry["destination-name-override"] = m["override"]
+        if "schemas" in m:
+            entry["schemas"] = m["schemas"]
         entries.append(entry)
     document: dict[str, Any] = {"destination": dict(destination), "mirrors": entries}
     if spark:
