@@ -27,7 +27,7 @@ from typing import Literal, Protocol
 
 from config.model import SchemaMode
 from core.errors import MirrorV3Error
-from kafka_clients.schema_registry import Reference, Schema, SubjectVersion
+from kafka_clients.schema_registry import Reference, RegistryRequestError, Schema, SubjectVersion
 
 SubjectStrategy = Literal["topic", "record", "topic-record"]
 Field = Literal["key", "value"]
@@ -258,7 +258,13 @@ class SchemaIdMap:
     def _registered(self, subject: str, schema: Schema, source_version: int) -> SubjectVersion:
         if self._read_only:
             raise SchemaCopyError(subject, None, f"lacks version {source_version} of the source subject")
-        self._destination.register(subject, schema)
+        try:
+            self._destination.register(subject, schema)
+        except RegistryRequestError as exc:
+            # Another writer (a task of another Python worker) registered it at the same moment: some registries
+            # (Apicurio) answer the loser with 409 instead of the version. It is there: carry on.
+            if exc.status != 409 or self._destination.lookup(subject, schema) is None:
+                raise
         found = self._destination.lookup(subject, schema)
         if found is None:
             raise SchemaCopyError(subject, None, f"registered, then not found in {self._destination.url}")

@@ -164,3 +164,24 @@ def test_the_wire_format_and_record_names() -> None:
     assert record_name(Schema('{"title": "Order", "type": "object"}', "JSON")) == "Order"
     proto = 'syntax = "proto3";\npackage shop;\nimport "x.proto";\nmessage Order { string id = 1; }\n'
     assert record_name(Schema(proto, "PROTOBUF")) == "shop.Order"
+
+
+def test_a_registration_another_writer_won_is_taken_as_done() -> None:
+    """Apicurio answers the loser of two simultaneous first registrations of a subject with 409."""
+    source, destination = registries()
+    first = source.register("orders-value", V1)
+    register = destination.register
+
+    def racing(subject: str, schema: Schema) -> int:
+        register(subject, schema)  # the other writer's, a moment earlier
+        raise RegistryRequestError(destination.url, f"POST /subjects/{subject}/versions", 409, None, "already exists")
+
+    destination.register = racing  # type: ignore[method-assign]
+    assert SchemaIdMap(source, destination, "lenient", VALUE).destination_id(first) == destination.ids[V1]
+
+    def refusing(subject: str, schema: Schema) -> int:
+        raise RegistryRequestError(destination.url, f"POST /subjects/{subject}/versions", 409, 409, "incompatible")
+
+    destination.register = refusing  # type: ignore[method-assign]
+    with pytest.raises(RegistryRequestError):  # a refusal of the schema itself stays a refusal
+        SchemaIdMap(source, destination, "lenient", VALUE).destination_id(source.register("orders-value", V2))
