@@ -92,7 +92,7 @@ class RetryingRegistry:
 
 
 class RecordRewriter:
-    """Rewrites the keys and values of one mirror's records; `unframed` counts those not in the wire format."""
+    """Rewrites the keys and values of one mirror's records (the produce task counts those not in the wire format)."""
 
     def __init__(self, rewrite: SchemaRewrite) -> None:
         source = RetryingRegistry(registry_for(rewrite.source_registry), rewrite.retry)
