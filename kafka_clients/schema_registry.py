@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -21,6 +20,7 @@ from typing import Any
 
 from core.errors import MirrorV3Error
 from core.process_cache import PerProcess
+from kafka_clients.tls import tls_context
 
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 
@@ -91,7 +91,11 @@ class RegistryClient:
         elif access.username is not None:
             pair = f"{access.username}:{access.password or ''}".encode()
             self._headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
-        self._context = _tls_context(access) if self.url.startswith("https:") else None
+        self._context = (
+            tls_context(access.ca_file, access.cert_file, access.key_file, access.key_password, access.check_hostname)
+            if self.url.startswith("https:")
+            else None
+        )
 
     def schema(self, schema_id: int) -> Schema:
         return _schema(self._call("GET", f"/schemas/ids/{schema_id}"))
@@ -206,13 +210,3 @@ def _message(text: str) -> str:
     except (ValueError, AttributeError):
         message = None
     return str(message) if message else text.strip()[:200]
-
-
-def _tls_context(access: RegistryAccess) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    if access.ca_file is not None:
-        context.load_verify_locations(cafile=access.ca_file)
-    if access.cert_file is not None and access.key_file is not None:
-        context.load_cert_chain(access.cert_file, access.key_file, password=access.key_password)
-    context.check_hostname = access.check_hostname
-    return context

@@ -24,6 +24,7 @@ from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredential
 from config.secrets import ConfigReferenceError, env_secret
 from kafka_clients.oauth_tokens import Token, fetch_client_credentials, token_properties, token_source
 from kafka_clients.schema_registry import RegistryAccess
+from kafka_clients.tls import tls_context
 
 
 def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
@@ -51,19 +52,13 @@ def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:
 
 
 def ssl_context(tls: TlsConfig, field: str) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    password = None
+    if tls.key_password_env is not None and tls.cert_file is not None and tls.key_file is not None:
+        password = env_secret(tls.key_password_env, f"{field}.key-password-env")
     try:
-        if tls.ca_file is not None:
-            context.load_verify_locations(cafile=tls.ca_file)
-        if tls.cert_file is not None and tls.key_file is not None:
-            password = None
-            if tls.key_password_env is not None:
-                password = env_secret(tls.key_password_env, f"{field}.key-password-env")
-            context.load_cert_chain(tls.cert_file, tls.key_file, password=password)
+        return tls_context(tls.ca_file, tls.cert_file, tls.key_file, password, tls.check_hostname)
     except (OSError, ssl.SSLError) as exc:
         raise ConfigReferenceError(field, f"cannot load the TLS files: {_reason(exc)}") from None
-    context.check_hostname = tls.check_hostname
-    return context
 
 
 def librdkafka_properties(

@@ -24,7 +24,6 @@ renumber: records get the destination's next offsets and carry header `mirror-v3
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -248,7 +247,7 @@ class KafkaSink:
                 "continue; use offsets: renumber"
             )
         if self._schemas is not None:  # the tasks gave its key and value the destination registry's IDs
-            theirs = await anyio.to_thread.run_sync(as_written, self._schemas, theirs)
+            theirs = await anyio.to_thread.run_sync(rewriter_for(self._schemas).as_written, theirs)
         if not mine.same_content(theirs):
             raise DestinationError(
                 f"{self._name} ends at offset {end}, but its record at offset {last} differs from source "
@@ -431,12 +430,3 @@ def _describe(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     name = type(exc).__name__
     return f"{name}: {text[0]}" if text and text[0] and text[0] != name else name
-
-
-def as_written(rewrite: SchemaRewrite, record: KafkaRecord) -> KafkaRecord:
-    """`record` of the source as the tasks write it (its schema IDs the destination registry's), for preserve's
-    check that the destination ends with the source's record. Blocking: it may ask the registries."""
-    rewriter = rewriter_for(rewrite)
-    key, _ = rewriter.rewritten(record.key, "key")
-    value, _ = rewriter.rewritten(record.value, "value")
-    return dataclasses.replace(record, key=key, value=value)

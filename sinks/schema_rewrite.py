@@ -12,15 +12,16 @@ holds answers its existing version.
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from config.model import SchemaMode
 from core.process_cache import PerProcess
 from core.retry import RetryPolicy
-from core.schema_wire import HEADER, MAGIC, schema_id, with_schema_id
+from core.schema_wire import HEADER, MAGIC, with_schema_id
 from kafka_clients.schema_registry import (
     RegistryAccess,
     RegistryClient,
@@ -33,6 +34,19 @@ from sinks.retry import TransientDestinationError, retry_transient_sync
 from sinks.schema_mapping import Field, SchemaIdMap, SubjectNames, SubjectStrategy
 
 T = TypeVar("T")
+
+
+class _KeyValue(Protocol):
+    """A record: a frozen dataclass with a key and a value (kafka_clients' KafkaRecord, workers' Record)."""
+
+    @property
+    def key(self) -> bytes | None: ...
+
+    @property
+    def value(self) -> bytes | None: ...
+
+
+R = TypeVar("R", bound=_KeyValue)
 
 
 @dataclass(frozen=True)
@@ -122,11 +136,18 @@ class RecordRewriter:
         replacement = headers.get(header)  # read without the lock: a dict lookup is atomic, entries only added
         if replacement is None:
             with self._lock:
-                destination_id = mapping.destination_id(schema_id(header) or 0)
+                destination_id = mapping.destination_id(int.from_bytes(header[1:], "big"))
             replacement = headers[header] = with_schema_id(header, destination_id)
         if replacement == header:
             return data, True
         return b"".join((replacement, memoryview(data)[HEADER:])), True
+
+    def as_written(self, record: R) -> R:
+        """A source record (any dataclass with `key` and `value`) as the tasks write it: for preserve's restart check
+        and verify, which compare it with the destination's."""
+        key, _ = self.rewritten(record.key, "key")
+        value, _ = self.rewritten(record.value, "value")
+        return dataclasses.replace(record, key=key, value=value)  # type: ignore[type-var]  # a dataclass, by contract
 
 
 _rewriters: PerProcess[SchemaRewrite, RecordRewriter] = PerProcess(RecordRewriter)

@@ -507,13 +507,23 @@ def _read_to_end(consumer: Consumer, topic: str, partition: int, timeout: float)
 
 
 def record_at(
-    bootstrap: str, topic: str, partition: int, offset: int, *, timeout: float = 30.0
+    bootstrap: str,
+    topic: str,
+    partition: int,
+    offset: int | None = None,
+    isolation: Isolation = "read_committed",
+    *,
+    timeout: float = 30.0,
 ) -> ConsumedRecord | None:
-    """The first committed record at or after `offset` (None: none before the partition's end)."""
-    consumer = _consumer(bootstrap, "read_committed")
+    """The first record a consumer at `isolation` gets at or after `offset` (None: the partition's log start);
+    None when there is none before the partition's end."""
+    consumer = _consumer(bootstrap, isolation)
     deadline = time.monotonic() + timeout
     try:
-        consumer.assign([TopicPartition(topic, partition, offset)])
+        if offset is None:
+            _assign_at_start(consumer, topic, partition, timeout)
+        else:
+            consumer.assign([TopicPartition(topic, partition, offset)])
         while time.monotonic() < deadline:
             msg = consumer.poll(0.1)
             if msg is None:
@@ -526,20 +536,8 @@ def record_at(
 
 def first_readable_offset(bootstrap: str, topic: str, partition: int, *, timeout: float = 30.0) -> int | None:
     """Offset of the first record a read_uncommitted consumer gets, None if empty."""
-    consumer = _consumer(bootstrap, "read_uncommitted")
-    deadline = time.monotonic() + timeout
-    try:
-        _assign_at_start(consumer, topic, partition, timeout)
-        while time.monotonic() < deadline:
-            msg = consumer.poll(0.1)
-            if msg is None:
-                continue
-            if _is_eof(msg):
-                return None
-            return _to_consumed(msg).offset
-    finally:
-        consumer.close()
-    raise TimeoutError(f"first_readable_offset({topic}[{partition}]): nothing after {timeout}s")
+    found = record_at(bootstrap, topic, partition, None, "read_uncommitted", timeout=timeout)
+    return None if found is None else found.offset
 
 
 def wait_for_compaction(

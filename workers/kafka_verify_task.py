@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.kafka_records import copied_from, split_source_offset
-from sinks.schema_rewrite import RecordRewriter, SchemaRewrite, rewriter_for
+from sinks.schema_rewrite import SchemaRewrite, rewriter_for
 from source.range_reader import SourcePartition, consume_range
 from workers.record_comparison import KAFKA_DESTINATION_FIELDS, Difference, Record, compare_range
 from workers.verify_task import SliceCheck, records_of_messages
@@ -97,7 +97,7 @@ def check_kafka_slice(work: KafkaSlice, source_consumer: Any = None, destination
     end = max(work.end, compared_from)
     source = records_of_messages(consume_range(work.source, compared_from, min(end, work.source_end), source_consumer))
     if work.schemas is not None:  # compared as the mirror writes them: with the destination's schema IDs
-        source = _as_written(source, rewriter_for(work.schemas))
+        source = map(rewriter_for(work.schemas).as_written, source)
     skip = work.skip_cluster
     if work.renumbered and skip is not None:
         source = (record for record in source if not copied_from(record.headers, skip))
@@ -123,10 +123,3 @@ def check_kafka_slice(work: KafkaSlice, source_consumer: Any = None, destination
         ),
         (),
     )
-
-
-def _as_written(records: Iterable[Record], rewriter: RecordRewriter) -> Iterator[Record]:
-    for record in records:
-        key, _ = rewriter.rewritten(record.key, "key")
-        value, _ = rewriter.rewritten(record.value, "value")
-        yield replace(record, key=key, value=value)
