@@ -240,6 +240,7 @@ def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
         return sum(watermarks(kafka.bootstrap, restored, p)[1] for p in range(2))
 
     kills = 0
+    progress: list[int] = []  # what had landed at each kill, for the failure message
     for attempt in range(8):
         port = free_port()
         before = landed()
@@ -271,19 +272,26 @@ def test_kill_9_during_a_restore_then_rerun_is_exactly_once(
             def wrote(before: int = before, run: MirrorRun = run) -> bool:
                 return landed() > before or run.proc.poll() is not None
 
-            run.wait_until(wrote, 120, "this run's first write")
-            time.sleep(rng.uniform(0.0, 0.5))
-            if run.proc.poll() is not None:
-                break
-            run.kill9()
+            run.wait_until(wrote, 120, "this run's first write", interval=0.05)
+            time.sleep(rng.uniform(0.0, 0.2))
+            # Freeze the broker before the kill, so nothing more lands between the decision and the kill: on a
+            # fast machine five kills half a second after a first write came after the end (CI at 4219c23).
+            kafka.pause()
+            try:
+                if run.proc.poll() is not None:
+                    break
+                run.kill9()
+            finally:
+                kafka.resume()
             kills += 1
+            progress.append(landed())
         if kills >= 5:
             break
-    assert kills >= 5, "the restore finished before it was killed five times: give it more to do"
+    assert kills >= 5, f"the restore finished before it was killed five times: give it more to do ({progress})"
     final = run_cli("restore", "--config", str(config), env=fs.env(), timeout=300)
     assert final.returncode == 0, final.stderr
     rest = re.search(r"restored (\d+) records", final.stdout)
-    assert rest and int(rest[1]) > 0, f"the kills came after the restore had finished: {final.stdout}"
+    assert rest and int(rest[1]) > 0, f"the kills came after the restore had finished ({progress}): {final.stdout}"
     assert_exactly_once(kafka.bootstrap, KafkaTarget(kafka.bootstrap, offsets), topic_name, 2, name=restored)
 
 
