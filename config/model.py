@@ -273,10 +273,11 @@ SchemaMode = Literal["off", "strict", "lenient"]
 
 
 class SchemasConfig(_Strict, frozen=True):
-    """Schema-registry mirroring of an entry's records (Kafka destinations): each key or value in the registry's
-    wire format gets the destination registry's ID of its schema, the subject copied there first. strict: the
-    destination subject is an exact copy of the source subject (else the mirror stops, naming the subject and
-    version); lenient: every source version is there in the same relative order, other versions allowed."""
+    """Schema-registry mirroring of an entry's records (Kafka destinations, and `restore`): each key or value in the
+    registry's wire format gets the destination registry's ID of its schema, the subject copied there first. strict:
+    the destination subject is an exact copy of the source subject (else the mirror stops, naming the subject and
+    version); lenient: every source version is there in the same relative order, other versions allowed. An archive
+    (filesystem, S3) keeps the schemas instead, whichever mode is set, so that a restore can copy them."""
 
     key: Annotated[SchemaMode, msgspec.Meta(description="Record keys: off (copied as they are), strict, lenient.")] = (
         "off"
@@ -834,7 +835,9 @@ class MirrorConfig(_Strict, frozen=True):
         msgspec.Meta(
             description="Kafka destinations: copy the schemas of the records' keys and values to the destination's "
             "registry and give each record its ID there (`clusters.<c>.schema-registry` and "
-            "`destination.schema-registry` needed)."
+            "`destination.schema-registry` needed). Filesystem and S3: keep the schemas the records reference in "
+            "the archive (`<dest-name>/_schemas/<id>.json`) for `restore` (strict and lenient alike; the cluster's "
+            "`schema-registry` needed)."
         ),
     ] = None
 

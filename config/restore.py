@@ -17,13 +17,21 @@ import msgspec
 
 from config.client_properties import LibraryCheck, client_properties_problem
 from config.errors import ConfigError, FieldPath
-from config.loader import check_group_patterns, check_spark_master, line_of, parse_document, security_problem
+from config.loader import (
+    check_group_patterns,
+    check_spark_master,
+    line_of,
+    parse_document,
+    registry_problem,
+    security_problem,
+)
 from config.model import (
     FilesystemDestination,
     GroupSelection,
     KafkaDestination,
     NonNegativeInt,
     S3Destination,
+    SchemasConfig,
     SparkConfig,
     TopicName,
     _Strict,
@@ -109,6 +117,14 @@ class RestoreConfig(_Strict, frozen=True):
             "last archived by then (`restore --as-of` sets it too)."
         ),
     ] = None
+    schemas: Annotated[
+        SchemasConfig | None,
+        msgspec.Meta(
+            description="Copy the schemas the archive kept (mirrored with `schemas`) into "
+            "`destination.schema-registry` and give each restored key or value its ID there, strict or lenient as a "
+            "mirror does."
+        ),
+    ] = None
     group_positions: Annotated[
         GroupSelection | None,
         msgspec.Meta(
@@ -162,6 +178,11 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int], library_check: Li
         raise error(("archive", missing), "set both access-key-id-env and secret-access-key-env, or neither")
     if config.group_positions is not None:
         check_group_patterns(("group-positions",), config.group_positions, error)
+    registry = config.destination.schema_registry
+    if config.schemas is not None and config.schemas.on and registry is None:
+        raise error(("destination", "schema-registry"), "schemas are copied: give the destination's registry")
+    if registry is not None and (wrong := registry_problem(registry)) is not None:
+        raise error(("destination", "schema-registry", *wrong[0]), wrong[1])
     if config.destination.sync_groups is not None:
         raise error(("destination", "sync-groups"), "a restore has no source consumer groups to sync: remove it")
     problem = security_problem(config.destination.security)

@@ -23,7 +23,7 @@ from testkit.kafka_data import Record, consume_all, create_topic, produce
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.schema_registry import SchemaRegistry
-from testkit.targets import KafkaTarget
+from testkit.targets import FilesystemTarget, KafkaTarget
 from testkit.tcp_proxy import TcpProxy
 
 ORDER = {"type": "record", "name": "Order", "namespace": "shop", "fields": [{"name": "id", "type": "long"}]}
@@ -233,3 +233,84 @@ def test_a_registry_down_for_a_while_is_ridden_out(
     originals = consume_all(kafka.bootstrap, topic_name, 0)
     copies = target.records(topic_name, 0)
     assert [read_destination(c.value, context) for c in copies] == [read_source(o.value, context) for o in originals]
+
+
+def test_an_archive_keeps_the_schemas_and_a_restore_copies_them_into_a_new_registry(
+    kafka: KafkaBroker,
+    fs: FilesystemTarget,
+    source_registry: SchemaRegistry,
+    destination_registry: SchemaRegistry,
+    topic_name: str,
+    tmp_path: Path,
+) -> None:
+    """Archived with `schemas`, the archive keeps every schema its records reference (and the earlier versions of
+    their subject); `verify` checks each resolves. The source registry is then out of the picture: a restore with
+    `schemas` copies the subject from the archive into another registry whose IDs differ, and every restored value
+    decodes with that registry to the source's record; records not in the wire format come back as they were."""
+    source = SchemaRegistryClient({"url": source_registry.url})
+    destination = SchemaRegistryClient({"url": destination_registry.url})
+    for index in range(4):  # the destination's IDs run elsewhere
+        destination.register_schema(
+            f"{topic_name}-o{index}", Schema(json.dumps({**ORDER, "name": f"O{index}"}), "AVRO")
+        )
+    create_topic(kafka.bootstrap, topic_name)
+    orders = [{"id": n, "note": None if n % 3 else f"note {n}"} for n in range(400)]
+    v1 = avro_records(source, topic_name, V1, [{"id": o["id"]} for o in orders[:200]])
+    source.register_schema(f"{topic_name}-value", Schema(V2, "AVRO"))  # ... but registered between the two
+    v3 = avro_records(source, topic_name, V3, [{**o, "shop": "s"} for o in orders[200:]])
+    produce(kafka.bootstrap, topic_name, 0, [*v1, Record(b"raw", b"\x00\x01"), *v3])
+    config = mirror_config(
+        tmp_path / "mirror.yaml", kafka.bootstrap, fs, partitions_of(topic_name, 1), flush={"max-offsets": 150}
+    )
+    document = yaml.safe_load(config.read_text())
+    for entry in document["mirrors"]:
+        entry["source"]["schema-registry"] = {"url": source_registry.url}
+        entry["schemas"] = {"value": "lenient"}
+    config.write_text(yaml.safe_dump(document))
+    with start(config, tmp_path / "run.log", fs) as run:
+        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 401})
+        run.drain()
+    kept = sorted(int(p.stem) for p in (fs.root / topic_name / "_schemas").glob("*.json"))
+    versions = [source.get_version(f"{topic_name}-value", v) for v in source.get_versions(f"{topic_name}-value")]
+    assert kept == sorted(v.schema_id or 0 for v in versions)  # v2 too: an earlier version of the subject
+    verified = run_cli("verify", "--config", str(config))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    restored = f"{topic_name}-back"
+    create_topic(kafka.bootstrap, restored)
+    restore = tmp_path / "restore.yaml"
+    restore.write_text(
+        yaml.safe_dump(
+            {
+                "archive": fs.config(),
+                "restore": [{"topic": topic_name, "rename": restored}],
+                "destination": {
+                    "type": "kafka",
+                    "bootstrap-servers": kafka.bootstrap,
+                    "offsets": "renumber",
+                    "schema-registry": {"url": destination_registry.url},
+                },
+                "schemas": {"value": "strict"},
+                "spark": {"master": "local[2]"},
+            }
+        )
+    )
+    done = run_cli("restore", "--config", str(restore), timeout=300)
+    assert done.returncode == 0 and "restored 401 records" in done.stdout, done.stdout + done.stderr
+    latest = destination.get_latest_version(f"{restored}-value").schema.schema_str
+    assert latest is not None and json.loads(latest) == json.loads(V3)
+    assert len(destination.get_versions(f"{restored}-value")) == 3, "strict: the subject's versions, in order"
+    context = SerializationContext(topic_name, MessageField.VALUE)
+    read_source, read_destination = AvroDeserializer(source), AvroDeserializer(destination)
+    originals, copies = consume_all(kafka.bootstrap, topic_name, 0), consume_all(kafka.bootstrap, restored, 0)
+    assert len(copies) == len(originals) == 401
+    for original, copy in zip(originals, copies, strict=True):
+        assert copy.key == original.key
+        if original.value == b"\x00\x01":
+            assert copy.value == original.value
+            continue
+        assert read_destination(copy.value, context) == read_source(original.value, context)
+
+    (fs.root / topic_name / "_schemas" / f"{kept[-1]}.json").unlink()
+    broken = run_cli("verify", "--config", str(config))
+    assert broken.returncode == 1 and f"schema ID {kept[-1]}, carried from offset 201" in broken.stdout, broken.stdout

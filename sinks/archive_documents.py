@@ -74,6 +74,11 @@ class ArchiveDocuments(Protocol):
         """The documents of `directory`, oldest first."""
         ...
 
+    async def listing(self, directory: str) -> list[str]:
+        """Every file of `directory` (documents named otherwise too: `sinks.archived_schemas`), by name, sorted;
+        never a temporary one."""
+        ...
+
     async def read(self, directory: str, name: str) -> bytes: ...
 
     async def subdirectories(self, directory: str) -> list[str]:
@@ -95,9 +100,13 @@ class FilesystemDocuments:
         return str(self._root / directory)
 
     async def names(self, directory: str) -> list[str]:
+        return [name for name in await self.listing(directory) if is_document(name)]
+
+    async def listing(self, directory: str) -> list[str]:
         def listed() -> list[str]:
             try:
-                return sorted(name for name in os.listdir(self._root / directory) if is_document(name))
+                with os.scandir(self._root / directory) as entries:
+                    return sorted(e.name for e in entries if not e.name.startswith(".") and e.is_file())
             except FileNotFoundError:
                 return []
 
@@ -189,10 +198,12 @@ class S3Documents(ConnectionUser):
                 return pages
 
     async def names(self, directory: str) -> list[str]:
+        return [name for name in await self.listing(directory) if is_document(name)]
+
+    async def listing(self, directory: str) -> list[str]:
         prefix = self._prefix(directory)
-        pages = await self._pages(directory, delimiter=False)
-        names = [entry["Key"][len(prefix) :] for page in pages for entry in page.get("Contents", [])]
-        return sorted(name for name in names if is_document(name))
+        pages = await self._pages(directory, delimiter=True)  # the files right in it, not those below
+        return sorted(entry["Key"][len(prefix) :] for page in pages for entry in page.get("Contents", []))
 
     async def subdirectories(self, directory: str) -> list[str]:
         prefix = self._prefix(directory)

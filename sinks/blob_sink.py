@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from sinks.base import Committed, Inspection
 from sinks.blob_chain import BlobChain, BlobStore
 from sinks.blob_writer import BlobTarget
 from sinks.staging import BlobStaging, StagedBlob
+
+if TYPE_CHECKING:  # at run time it comes from the factory: sinks.archive_documents imports this room
+    from sinks.schema_archive import SchemaArchive
 
 
 class BlobSink:
@@ -17,13 +21,16 @@ class BlobSink:
         description: str,
         staging: BlobStaging,
         take_lease: Callable[[], Awaitable[None]] | None = None,
+        schemas: SchemaArchive | None = None,
     ) -> None:
         """`take_lease`: take this chain's lease (`sinks.leases`) before open() touches anything; None when
-        nothing is written (status) or the caller took it."""
+        nothing is written (status) or the caller took it. `schemas`: where the schemas of the records' IDs are
+        kept (a mirror with `schemas`), each before the first blob that needs it is committed."""
         self._chain = BlobChain(store)
         self._take_lease = take_lease
         self._description = description
-        self._target = BlobTarget(staging)
+        self._schemas = schemas
+        self._target = BlobTarget(staging, () if schemas is None else schemas.fields)
 
     @property
     def description(self) -> str:
@@ -52,6 +59,8 @@ class BlobSink:
         return Inspection(next_offset=tail.last + 1, last_write=await self._chain.store.modified_at(tail.name))
 
     async def commit(self, item: StagedBlob) -> Committed:
+        if self._schemas is not None and item.schema_ids:
+            await self._schemas.keep(item.schema_ids)
         location, size = await self._chain.append(item)
         return Committed(location=location, bytes_written=size)
 

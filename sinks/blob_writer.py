@@ -23,6 +23,7 @@ import pyarrow.parquet as pq
 from core.messages import RecordColumns, message_bytes
 from core.record_times import RecordTimes
 from core.records import parquet_writer
+from core.schema_wire import schema_id
 from sinks.staging import BlobOutput, BlobStaging, StagedBlob
 from sinks.write_target import BlobLimits, RecordSource, TaskRange
 
@@ -40,6 +41,7 @@ class BlobTarget:
     the limits; a range may be split over tasks at any offset (each task's blobs start where its range does)."""
 
     staging: BlobStaging
+    schema_fields: tuple[str, ...] = ()  # "key", "value": in the registry's wire format, their IDs are noted
 
     @property
     def ordered(self) -> bool:
@@ -50,12 +52,19 @@ class BlobTarget:
         return self.staging.stages_at_once
 
     def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> list[StagedBlob]:
-        return stage_blobs(records, task, limits, self.staging)
+        return stage_blobs(records, task, limits, self.staging, self.schema_fields)
 
 
-def stage_blobs(records: RecordSource, task: TaskRange, limits: BlobLimits, staging: BlobStaging) -> list[StagedBlob]:
-    """Read the task's range and stage it as consecutive blobs covering exactly [first, end)."""
-    writer = _BlobWriter(records, staging, limits)
+def stage_blobs(
+    records: RecordSource,
+    task: TaskRange,
+    limits: BlobLimits,
+    staging: BlobStaging,
+    schema_fields: tuple[str, ...] = (),
+) -> list[StagedBlob]:
+    """Read the task's range and stage it as consecutive blobs covering exactly [first, end); each notes the schema
+    IDs of its records' `schema_fields` (their schemas are archived before it is committed: `sinks.schema_archive`)."""
+    writer = _BlobWriter(records, staging, limits, schema_fields)
     try:
         writer.start(task.first)
         for messages in records.read(task.read_from, task.end):
@@ -69,9 +78,14 @@ def stage_blobs(records: RecordSource, task: TaskRange, limits: BlobLimits, stag
 
 
 class _BlobWriter:
-    def __init__(self, records: RecordSource, staging: BlobStaging, limits: BlobLimits) -> None:
+    def __init__(
+        self, records: RecordSource, staging: BlobStaging, limits: BlobLimits, schema_fields: tuple[str, ...]
+    ) -> None:
         self._staging = staging
         self._limits = limits
+        self._keys, self._values = "key" in schema_fields, "value" in schema_fields
+        self._schema_ids: set[int] = set()
+        self._unframed = 0
         self._columns = RecordColumns(records.topic, records.partition)
         self._output: BlobOutput | None = None
         self._parquet: pq.ParquetWriter | None = None
@@ -85,6 +99,7 @@ class _BlobWriter:
     def start(self, first: int) -> None:
         self._first, self._records, self._bytes, self._day = first, 0, 0, None
         self._timestamps = []
+        self._schema_ids, self._unframed = set(), 0
         self._output = self._staging.open(first)
         blob_format = self._staging.blob_format
         self._parquet = parquet_writer(self._output.file, blob_format.compression, blob_format.compression_level)
@@ -107,11 +122,26 @@ class _BlobWriter:
                 self.close(offset - 1, cut="daily")
                 self.start(offset)
             self._day = day
+        if self._keys or self._values:
+            self._note_schemas(message)
         self._columns.add(message, size)
         self._records += 1
         self._bytes += size
         if len(self._columns) >= ROW_GROUP_ROWS or self._columns.byte_count >= ROW_GROUP_BYTES:
             self._write_row_group()
+
+    def _note_schemas(self, message: Any) -> None:
+        """Per record: a look at the first five bytes of its key and value."""
+        framed = True
+        for wanted, data in ((self._keys, message.key()), (self._values, message.value())):
+            if wanted:
+                found = schema_id(data)
+                if found is None:
+                    framed = False
+                else:
+                    self._schema_ids.add(found)
+        if not framed:
+            self._unframed += 1
 
     def _write_row_group(self) -> None:
         assert self._parquet is not None
@@ -126,7 +156,11 @@ class _BlobWriter:
         staged = self._output.finish(self._first, last, self._records, self._bytes)
         stamps = np.concatenate(self._timestamps) if self._timestamps else np.empty(0, dtype=np.int64)
         times = RecordTimes.measure(stamps, round(time.time() * 1000))
-        self.staged.append(dataclasses.replace(staged, cut=cut, times=times))
+        self.staged.append(
+            dataclasses.replace(
+                staged, cut=cut, times=times, schema_ids=tuple(sorted(self._schema_ids)), unframed=self._unframed
+            )
+        )
         self._parquet = self._output = None
 
     def abandon(self) -> None:

@@ -34,6 +34,8 @@ from sinks.retry import RetryingSink, RetryPolicy
 from sinks.s3 import S3Connection, S3Store
 from sinks.s3_leases import S3Leases
 from sinks.s3_staging import S3Settings
+from sinks.schema_archive import SchemaArchive
+from sinks.schema_mapping import FIELDS
 from sinks.schema_rewrite import SchemaRewrite
 from sinks.staging import BlobFormat
 
@@ -87,6 +89,8 @@ class SinkFactory:
         self._destination_registry: RegistryAccess | None = None
         if isinstance(destination, KafkaDestination) and destination.schema_registry is not None:
             self._destination_registry = registry_access(destination.schema_registry, "destination.schema-registry")
+        self._schema_archives: dict[str, SchemaArchive] = {}  # per archived topic, shared by its partitions' sinks
+        self._schema_documents: ArchiveDocuments | None = None
         self._s3: S3Connection | None = None
         self._kafka: KafkaSinkSettings | None = None
         self.leases: Leases | None = None
@@ -154,7 +158,13 @@ class SinkFactory:
         destination = self._destination
         sink: Sink[Any]
         if isinstance(destination, FilesystemDestination):
-            sink = filesystem_sink(destination, mirror.destination_name, mirror.partition, self._lease_taker(mirror))
+            sink = filesystem_sink(
+                destination,
+                mirror.destination_name,
+                mirror.partition,
+                self._lease_taker(mirror),
+                self.schema_archive(mirror),
+            )
         elif isinstance(destination, S3Destination):
             assert self._s3 is not None
             key_prefix = _s3_key_prefix(destination, mirror.destination_name, mirror.partition)
@@ -167,6 +177,7 @@ class SinkFactory:
                 description=f"s3://{destination.bucket}/{key_prefix}/",
                 staging=staging,
                 take_lease=self._lease_taker(mirror),
+                schemas=self.schema_archive(mirror),
             )
         elif isinstance(destination, KafkaDestination):
             assert self._kafka is not None
@@ -191,6 +202,26 @@ class SinkFactory:
             log_fields={"mirror": mirror.name, "cluster": mirror.cluster},
             spells=self.health.spells(mirror.name),
         )
+
+    def schema_archive(self, mirror: MirrorSpec) -> SchemaArchive | None:
+        """Where a blob destination keeps the schemas of a mirror with `schemas` (one per archived topic); None for
+        the others, a Kafka destination, or a factory given no source registries (`status`)."""
+        schemas, destination = mirror.schemas, self._destination
+        if schemas is None or self._source_registries is None or isinstance(destination, KafkaDestination):
+            return None
+        found = self._schema_archives.get(mirror.destination_name)
+        if found is None:
+            registry = self._source_registries(mirror)
+            assert registry is not None, "config.loader checks it"
+            if self._schema_documents is None:
+                self._schema_documents = self.documents()
+            assert self._schema_documents is not None
+            fields = tuple(field for field in FIELDS if getattr(schemas, field) != "off")
+            found = SchemaArchive(
+                self._schema_documents, mirror.destination_name, registry, fields, mirror.cluster, mirror.topic
+            )
+            self._schema_archives[mirror.destination_name] = found
+        return found
 
     def schema_rewrite(self, mirror: MirrorSpec, read_only: bool = False) -> SchemaRewrite | None:
         """What the tasks of a mirror with `schemas` rewrite (None: its records go as they are, or this factory was

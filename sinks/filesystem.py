@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import aiofiles
 import aiofiles.os
@@ -29,6 +30,9 @@ from config.model import FilesystemDestination
 from sinks.blob_chain import BLOB_SUFFIX, BlobExistsError, is_temp_name, temp_name
 from sinks.blob_sink import BlobSink
 from sinks.staging import BlobFormat, StagedBlob
+
+if TYPE_CHECKING:  # at run time it comes from the factory: sinks.archive_documents imports this room
+    from sinks.schema_archive import SchemaArchive
 
 _LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 # Bookkeeping beside the blobs: the chain's lock and the name of its last blob (see _commit_locked).
@@ -292,10 +296,15 @@ def filesystem_sink(
     destination_name: str,
     partition: int,
     take_lease: Callable[[], Awaitable[None]] | None = None,
+    schemas: SchemaArchive | None = None,
 ) -> BlobSink:
     directory = Path(destination.root).expanduser().resolve() / destination_name / str(partition)
     store = FilesystemStore(directory)
     blob_format = BlobFormat(destination.compression, destination.compression_level)
     return BlobSink(
-        store, description=f"filesystem:{directory}", staging=store.staging(blob_format), take_lease=take_lease
+        store,
+        description=f"filesystem:{directory}",
+        staging=store.staging(blob_format),
+        take_lease=take_lease,
+        schemas=schemas,
     )

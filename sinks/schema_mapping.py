@@ -31,12 +31,15 @@ from kafka_clients.schema_registry import Reference, RegistryRequestError, Schem
 
 SubjectStrategy = Literal["topic", "record", "topic-record"]
 Field = Literal["key", "value"]
+FIELDS: tuple[Field, ...] = ("key", "value")
 
 
-class Registry(Protocol):
-    """The calls of kafka_clients.schema_registry.RegistryClient this module makes."""
+class SourceRegistry(Protocol):
+    """The calls of kafka_clients.schema_registry.RegistryClient this module makes of a source registry (a live one,
+    or an archive's documents: `sinks.archived_schemas`)."""
 
-    url: str
+    @property
+    def url(self) -> str: ...
 
     def schema(self, schema_id: int) -> Schema: ...
 
@@ -45,6 +48,10 @@ class Registry(Protocol):
     def versions(self, subject: str) -> list[int]: ...
 
     def version(self, subject: str, version: int) -> SubjectVersion: ...
+
+
+class Registry(SourceRegistry, Protocol):
+    """The calls this module makes of a destination registry."""
 
     def lookup(self, subject: str, schema: Schema) -> SubjectVersion | None: ...
 
@@ -153,7 +160,12 @@ class SchemaIdMap:
     """Source schema IDs to destination schema IDs for one mirror's keys or values."""
 
     def __init__(
-        self, source: Registry, destination: Registry, mode: SchemaMode, names: SubjectNames, read_only: bool = False
+        self,
+        source: SourceRegistry,
+        destination: Registry,
+        mode: SchemaMode,
+        names: SubjectNames,
+        read_only: bool = False,
     ) -> None:
         """`read_only` (verify): nothing is registered; a version the destination lacks is a SchemaCopyError."""
         assert mode != "off"

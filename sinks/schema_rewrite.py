@@ -30,8 +30,9 @@ from kafka_clients.schema_registry import (
     SubjectVersion,
     registry_for,
 )
+from sinks.archived_schemas import ArchivedRegistry, ArchivedSchemas
 from sinks.retry import TransientDestinationError, retry_transient_sync
-from sinks.schema_mapping import Field, SchemaIdMap, SubjectNames, SubjectStrategy
+from sinks.schema_mapping import Field, SchemaIdMap, SourceRegistry, SubjectNames, SubjectStrategy
 
 T = TypeVar("T")
 
@@ -51,7 +52,7 @@ R = TypeVar("R", bound=_KeyValue)
 
 @dataclass(frozen=True)
 class SchemaRewrite:
-    source_registry: RegistryAccess
+    source_registry: RegistryAccess | ArchivedSchemas  # a live registry (run), an archive's documents (restore)
     destination_registry: RegistryAccess
     key: SchemaMode
     value: SchemaMode
@@ -109,7 +110,11 @@ class RecordRewriter:
     """Rewrites the keys and values of one mirror's records (the produce task counts those not in the wire format)."""
 
     def __init__(self, rewrite: SchemaRewrite) -> None:
-        source = RetryingRegistry(registry_for(rewrite.source_registry), rewrite.retry)
+        source: SourceRegistry
+        if isinstance(rewrite.source_registry, ArchivedSchemas):
+            source = ArchivedRegistry(rewrite.source_registry)
+        else:
+            source = RetryingRegistry(registry_for(rewrite.source_registry), rewrite.retry)
         destination = RetryingRegistry(registry_for(rewrite.destination_registry), rewrite.retry)
 
         def mapping(field: Field, mode: SchemaMode) -> SchemaIdMap | None:

@@ -78,6 +78,7 @@ class Written:
     retries: int = 0  # transient failures the task retried while writing
     skipped: int = 0  # records read but deliberately not written (a two-way mirror's records copied back)
     unframed: int = 0  # schemas: records whose key or value was not in the registry's wire format (copied as is)
+    schema_ids: tuple[int, ...] = ()  # schemas, blob destinations: the source schema IDs its records carry (sorted)
     cut: str = ""  # why the write ended before its limits: "daily" at a UTC day boundary
     times: RecordTimes | None = None  # the records' timestamps, for latency metrics (None: not measured)
 

@@ -41,14 +41,18 @@ from core.errors import MirrorV3Error
 from core.logs import log_event
 from core.retry import RetryPolicy
 from kafka_clients.clients import KafkaRecord
+from kafka_clients.settings import registry_access
 from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.archive_documents import ArchiveDocuments, moment_text
+from sinks.archived_schemas import ArchivedSchemas
 from sinks.blob_chain import BlobRange, BlobStore, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
 from sinks.kafka import KafkaSink, KafkaSinkSettings, partition_name, refuse_preserve_into_empty
 from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
+from sinks.schema_archive import read_schemas
+from sinks.schema_rewrite import SchemaRewrite
 from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
@@ -101,6 +105,7 @@ class RestorePartition:
     records: int = 0  # restored by this run
     record_bytes: int = 0
     sink: RetryingSink[ProducedRange] | None = field(default=None, repr=False)
+    schemas: SchemaRewrite | None = field(default=None, repr=False)  # the records' IDs made the destination's
 
     @property
     def name(self) -> str:
@@ -415,7 +420,34 @@ async def destination_position(settings: KafkaSinkSettings, policy: RetryPolicy,
 
 def _destination_sink(settings: KafkaSinkSettings, part: RestorePartition) -> KafkaSink:
     """The destination partition of `part`, checked against the archive as a mirror's is against its source."""
-    return KafkaSink(settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name)
+    return KafkaSink(
+        settings, part.topic, part.partition, source=ArchiveLookup(part), source_name=part.name, schemas=part.schemas
+    )
+
+
+async def plan_schemas(config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments) -> None:
+    """With `schemas`: each part's rewriting, from the schemas the archive kept beside its chain (read once per
+    archived topic) into the destination's registry."""
+    schemas, registry = config.schemas, config.destination.schema_registry
+    if schemas is None or not schemas.on:
+        return
+    assert registry is not None, "config.restore checks it"
+    destination = registry_access(registry, "destination.schema-registry")
+    archived: dict[str, ArchivedSchemas] = {}
+    for part in parts:
+        if part.archived not in archived:
+            archived[part.archived] = await read_schemas(store, part.archived)
+        kept = archived[part.archived]
+        part.schemas = SchemaRewrite(
+            source_registry=kept,
+            destination_registry=destination,
+            key=schemas.key,
+            value=schemas.value,
+            strategy=schemas.subject_name_strategy,
+            source_topic=kept.source_topic or part.archived,
+            destination_topic=part.topic,
+            retry=retry_policy(config.destination.retry),
+        )
 
 
 def _continue_at(part: RestorePartition, position: int | None) -> int:
@@ -587,6 +619,7 @@ async def _restore(
     if mode == "preserve":
         refuse_holes_for_preserve(parts)
     created = await prepare_topics(config, topics, dry_run=dry_run)
+    await plan_schemas(config, parts, store)
     ranges = [RestoredRange(p.archived, p.partition, p.topic, p.first, p.end) for p in parts]
     if dry_run:  # every check the real run makes before it writes, read-only
         await check_destinations(config, parts, created)

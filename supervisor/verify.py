@@ -34,6 +34,7 @@ from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
 from sinks.factory import SinkFactory
 from sinks.kafka import KafkaSink
+from sinks.schema_archive import SchemaArchive
 from sinks.schema_rewrite import SchemaRewrite
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceClusters, SourceOffsets
@@ -133,6 +134,7 @@ def slices_of(chain: list[BlobRange], offsets_per_slice: int) -> list[tuple[Blob
 class _Prepared:
     row: MirrorVerification
     slices: tuple[VerifySlice, ...]
+    schemas: SchemaArchive | None = None  # an archive that keeps the schemas of the records' IDs
 
 
 async def collect_verification(
@@ -173,6 +175,8 @@ async def collect_verification(
         await start_spark(config.spark)
         checks = await anyio.to_thread.run_sync(_run_job, config, work)
         _apply(ready, checks)
+        if not isinstance(checks, str):
+            await _check_schemas(ready, checks)
     return VerifyReport([p.row for p in ready])
 
 
@@ -195,6 +199,7 @@ async def _prepare(
     destination_id: str | Exception | None = None,
 ) -> _Prepared:
     sink = sinks.build(mirror, retries=False)
+    schemas: SchemaArchive | None = None
     row = MirrorVerification(mirror.name, mirror.topic, mirror.partition, mirror.cluster, sink.description)
     per_slice = config.spark.offsets_per_task
     try:
@@ -231,8 +236,10 @@ async def _prepare(
             with anyio.fail_after(timeout_s * 10):
                 chain = await verify_all(sink.chain.store)
             _ranges(row, chain, offsets)
+            schemas = sinks.schema_archive(mirror)
+            fields = () if schemas is None else schemas.fields
             slices = tuple(
-                BlobSlice(source, reader, blobs, offsets.log_start, offsets.end, max_differences)
+                BlobSlice(source, reader, blobs, offsets.log_start, offsets.end, max_differences, fields)
                 for blobs in slices_of(chain, per_slice)
             )
     except TimeoutError:
@@ -244,7 +251,7 @@ async def _prepare(
     finally:
         with anyio.CancelScope(shield=True):
             await sink.close()
-    return _Prepared(row, slices)
+    return _Prepared(row, slices, schemas)
 
 
 async def _destination_id(config: Config) -> str | Exception | None:
@@ -380,6 +387,31 @@ def _apply(ready: list[_Prepared], checks: list[SliceCheck] | str) -> None:
         found = sorted((d for c in mine for d in c.comparison.differences), key=lambda d: d.offset)
         limit = prepared.slices[0].max_differences
         row.differences = [FoundDifference(d.offset, d.kind, list(d.fields)) for d in found[:limit]]
+
+
+async def _check_schemas(ready: list[_Prepared], checks: list[SliceCheck]) -> None:
+    """An archive that keeps schemas must hold a readable document for every schema ID its records carry: without
+    it a restore cannot give them their schemas. Each one missing is a problem of the row."""
+    position = 0
+    for prepared in ready:
+        mine = checks[position : position + len(prepared.slices)]
+        position += len(prepared.slices)
+        if prepared.schemas is None:
+            continue
+        first_at: dict[int, int] = {}
+        for check in mine:
+            for schema_id, offset in check.schema_ids:
+                first_at[schema_id] = min(offset, first_at.get(schema_id, offset))
+        try:
+            missing = await prepared.schemas.unresolved(first_at)
+        except Exception as exc:
+            prepared.row.error = f"schemas of {prepared.schemas.location}: {describe_error(exc)}"
+            continue
+        prepared.row.problems += [
+            f"{prepared.schemas.location}: no readable document of schema ID {schema_id}, carried from offset "
+            f"{first_at[schema_id]} on: a restore cannot give these records their schema"
+            for schema_id in missing
+        ]
 
 
 TABLE_COLUMNS = (

@@ -15,10 +15,12 @@ import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
 from core.records import KAFKA_SCHEMA
+from kafka_clients.schema_registry import RegistryRequestError, Schema, SubjectVersion
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
 from sinks.retry import TransientDestinationError
 from sinks.s3_staging import S3Settings
+from sinks.schema_mapping import same_schema
 from sinks.staging import BlobFormat, StagedBlob
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.offsets import PolledOffsets, Sighting, SourceOffsets
@@ -523,3 +525,58 @@ def moto_settings(endpoint: str, bucket: str, part_size: int = 8 * 1024 * 1024, 
         request_timeout_s=10,
         **options,
     )
+
+
+class MemoryRegistry:
+    """A schema registry with the Confluent API's rules (an ID per distinct schema, registry-wide; versions per
+    subject, appended; registering a schema a subject holds returns its version). The real one is e2e's."""
+
+    def __init__(self, url: str, first_id: int = 1) -> None:
+        self.url = url
+        self.ids: dict[Schema, int] = {}
+        self.subjects: dict[str, list[Schema]] = {}
+        self.next_id = first_id
+        self.requests = 0
+
+    def schema(self, schema_id: int) -> Schema:
+        self.requests += 1
+        for schema, found in self.ids.items():
+            if found == schema_id:
+                return schema
+        raise RegistryRequestError(self.url, f"GET /schemas/ids/{schema_id}", 404, 40403, "Schema not found")
+
+    def subjects_of(self, schema_id: int) -> list[tuple[str, int]]:
+        self.requests += 1
+        return [
+            (subject, index + 1)
+            for subject, versions in self.subjects.items()
+            for index, schema in enumerate(versions)
+            if self.ids[schema] == schema_id
+        ]
+
+    def versions(self, subject: str) -> list[int]:
+        self.requests += 1
+        return list(range(1, len(self.subjects.get(subject, [])) + 1))
+
+    def version(self, subject: str, version: int) -> SubjectVersion:
+        self.requests += 1
+        schema = self.subjects[subject][version - 1]
+        return SubjectVersion(subject, version, self.ids[schema], schema)
+
+    def lookup(self, subject: str, schema: Schema) -> SubjectVersion | None:
+        self.requests += 1
+        for index, held in enumerate(self.subjects.get(subject, [])):
+            if same_schema(held, schema):
+                return SubjectVersion(subject, index + 1, self.ids[held], held)
+        return None
+
+    def register(self, subject: str, schema: Schema) -> int:
+        self.requests += 1
+        found = self.lookup(subject, schema)
+        if found is not None:
+            return found.schema_id
+        if schema not in self.ids:
+            self.ids[schema] = self.next_id
+            self.next_id += 1
+        self.subjects.setdefault(subject, []).append(schema)
+        return self.ids[schema]

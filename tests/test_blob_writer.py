@@ -9,6 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.records import KAFKA_SCHEMA
+from core.schema_wire import with_schema_id
 from sinks.blob_writer import stage_blobs
 from sinks.staging import StagedBlob
 from sinks.write_target import BlobLimits, TaskRange
@@ -176,3 +177,17 @@ def test_daily_blobs_never_hold_records_of_two_utc_days() -> None:
     assert [(b.first, b.last, b.cut) for b in blobs] == [(0, 1, "daily"), (2, 4, "daily"), (5, 6, "")]
     undivided, _ = stage(source, TaskRange(0, 0, len(stamps)), UNLIMITED)
     assert [(b.first, b.last, b.cut) for b in undivided] == [(0, 6, "")]
+
+
+def test_each_blob_notes_the_schema_ids_its_records_carry_and_counts_the_others() -> None:
+    source = FakePartitionSource()
+    source.append(6)
+    for offset, value in ((0, with_schema_id(b"\0\0\0\0\0avro", 7)), (1, b"\0\0\0\0\x09x"), (4, b"\0\0\0\0\x07y")):
+        source.records[offset] = FakeRecord(offset, with_schema_id(b"\0\0\0\0\0k", 3), value)
+    limits = BlobLimits(max_bytes=10**12, max_offsets=3)
+    blobs = stage_blobs(source.reader(), TaskRange(0, 0, 6), limits, MemoryStaging(InMemoryStore()), ("value",))
+    assert [(b.first, b.schema_ids, b.unframed) for b in blobs] == [(0, (7, 9), 1), (3, (7,), 2)]  # keys not asked
+    both = stage_blobs(source.reader(), TaskRange(0, 0, 3), limits, MemoryStaging(InMemoryStore()), ("key", "value"))
+    assert [(b.schema_ids, b.unframed) for b in both] == [((3, 7, 9), 1)]
+    (plain,), _ = stage(source, TaskRange(0, 0, 3), UNLIMITED)
+    assert (plain.schema_ids, plain.unframed) == ((), 0)  # a mirror without schemas looks at nothing

@@ -591,8 +591,16 @@ mirrors:
 """
 
 
-def test_schema_registry_mirroring_needs_both_registries_and_a_kafka_destination() -> None:
+def test_schema_registry_mirroring_needs_the_registries_it_copies_between() -> None:
     config = parse_config(SCHEMA_CONFIG)
+    # An archive keeps the source's schemas: only the source registry is needed.
+    archive = (
+        "destination: {type: filesystem, root: /d}\n"
+        + SCHEMA_CONFIG.split("destination:")[0]
+        + "mirrors:"
+        + SCHEMA_CONFIG.split("mirrors:")[1]
+    )
+    assert parse_config(archive).mirrors[0].schemas is not None
     schemas = config.mirrors[0].schemas
     assert schemas is not None and (schemas.key, schemas.value, schemas.subject_name_strategy) == (
         "off",
@@ -618,13 +626,7 @@ def test_schema_registry_mirroring_needs_both_registries_and_a_kafka_destination
         ),
         (SCHEMA_CONFIG.replace("https://dr-registry", "http://dr-registry"), "destination.schema-registry.tls"),
         (SCHEMA_CONFIG.replace("value: lenient", "value: exact"), "mirrors[0].schemas.value"),
-        (
-            "destination: {type: filesystem, root: /d}\n"
-            + SCHEMA_CONFIG.split("destination:")[0]
-            + "mirrors:"
-            + SCHEMA_CONFIG.split("mirrors:")[1],
-            "mirrors[0].schemas",
-        ),
+        (archive.replace(', schema-registry: {url: "http://registry:8081"}', ""), "clusters.prod.schema-registry"),
     ]
     for text, field in cases:
         with pytest.raises(ConfigError) as caught:

@@ -9,60 +9,9 @@ import json
 import pytest
 
 from core.schema_wire import schema_id, with_schema_id
-from kafka_clients.schema_registry import Reference, RegistryRequestError, Schema, SubjectVersion
-from sinks.schema_mapping import SchemaCopyError, SchemaIdMap, SubjectNames, record_name, same_schema
-
-
-class MemoryRegistry:
-    def __init__(self, url: str, first_id: int = 1) -> None:
-        self.url = url
-        self.ids: dict[Schema, int] = {}
-        self.subjects: dict[str, list[Schema]] = {}
-        self.next_id = first_id
-        self.requests = 0
-
-    def schema(self, schema_id: int) -> Schema:
-        self.requests += 1
-        for schema, found in self.ids.items():
-            if found == schema_id:
-                return schema
-        raise RegistryRequestError(self.url, f"GET /schemas/ids/{schema_id}", 404, 40403, "Schema not found")
-
-    def subjects_of(self, schema_id: int) -> list[tuple[str, int]]:
-        self.requests += 1
-        return [
-            (subject, index + 1)
-            for subject, versions in self.subjects.items()
-            for index, schema in enumerate(versions)
-            if self.ids[schema] == schema_id
-        ]
-
-    def versions(self, subject: str) -> list[int]:
-        self.requests += 1
-        return list(range(1, len(self.subjects.get(subject, [])) + 1))
-
-    def version(self, subject: str, version: int) -> SubjectVersion:
-        self.requests += 1
-        schema = self.subjects[subject][version - 1]
-        return SubjectVersion(subject, version, self.ids[schema], schema)
-
-    def lookup(self, subject: str, schema: Schema) -> SubjectVersion | None:
-        self.requests += 1
-        for index, held in enumerate(self.subjects.get(subject, [])):
-            if same_schema(held, schema):
-                return SubjectVersion(subject, index + 1, self.ids[held], held)
-        return None
-
-    def register(self, subject: str, schema: Schema) -> int:
-        self.requests += 1
-        found = self.lookup(subject, schema)
-        if found is not None:
-            return found.schema_id
-        if schema not in self.ids:
-            self.ids[schema] = self.next_id
-            self.next_id += 1
-        self.subjects.setdefault(subject, []).append(schema)
-        return self.ids[schema]
+from kafka_clients.schema_registry import Reference, RegistryRequestError, Schema
+from sinks.schema_mapping import SchemaCopyError, SchemaIdMap, SubjectNames, record_name
+from tests.fakes import MemoryRegistry
 
 
 def avro(name: str, *fields: str, namespace: str = "shop") -> Schema:

@@ -74,6 +74,11 @@ async def test_documents_are_added_and_read_back_oldest_first(store: ArchiveDocu
     assert await newest(store, "orders") == grown
     assert await history(store, "payments") == []  # per archived topic
     assert location(store, "orders").rstrip("/").endswith("orders/_topic")
+    # Documents named otherwise (a schema's, by its ID) are listed too, but not those of a directory below.
+    await store.add("orders/_topic", "42.json", b"{}")
+    await store.add("orders/_topic/below", "7.json", b"{}")
+    assert await store.listing("orders/_topic") == ["0000000001000.json", "0000000002000.json", "42.json"]
+    assert await store.names("orders/_topic") == ["0000000001000.json", "0000000002000.json"]
 
 
 async def test_a_directory_keeps_only_whole_documents(tmp_path: Path) -> None:

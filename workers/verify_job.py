@@ -30,9 +30,18 @@ class BlobSlice:
     check_from: int  # the source's log start: below it, files are checked but records not compared
     source_end: int  # what the source holds up to now (exclusive)
     max_differences: int
+    schema_fields: tuple[str, ...] = ()  # schemas: "key", "value" whose schema IDs are noted
 
     def check(self) -> SliceCheck:
-        return check_slice(self.source, self.blobs, self.reader, self.check_from, self.source_end, self.max_differences)
+        return check_slice(
+            self.source,
+            self.blobs,
+            self.reader,
+            self.check_from,
+            self.source_end,
+            self.max_differences,
+            schema_fields=self.schema_fields,
+        )
 
 
 VerifySlice = BlobSlice | KafkaSlice

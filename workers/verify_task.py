@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.records import KAFKA_SCHEMA
+from core.schema_wire import schema_id
 from sinks.blob_chain import BlobRange
 from sinks.blob_reading import BlobReader
 from source.range_reader import SourcePartition, consume_range
@@ -29,6 +30,7 @@ from workers.record_comparison import Comparison, Record, compare_range
 class SliceCheck:
     comparison: Comparison  # over [max(check_from, first blob's first), last blob's last + 1)
     problems: tuple[str, ...]  # files that are not what their names promise
+    schema_ids: tuple[tuple[int, int], ...] = ()  # schemas: (schema ID, first offset carrying it), by ID
 
 
 def records_of_messages(batches: Iterable[list[Any]]) -> Iterator[Record]:
@@ -50,10 +52,18 @@ def records_of_messages(batches: Iterable[list[Any]]) -> Iterator[Record]:
 class _BlobRecords:
     """The records of consecutive blobs, in order, with each file checked as it is read."""
 
-    def __init__(self, reader: BlobReader, blobs: tuple[BlobRange, ...]) -> None:
+    def __init__(
+        self,
+        reader: BlobReader,
+        blobs: tuple[BlobRange, ...],
+        schema_fields: tuple[str, ...],
+        schema_ids: dict[int, int],
+    ) -> None:
         self._reader = reader
         self._blobs = blobs
+        self._keys, self._values = "key" in schema_fields, "value" in schema_fields
         self.problems: list[str] = []
+        self.schema_ids = schema_ids  # schema ID -> the first offset carrying it (shared by a slice's readers)
 
     def __iter__(self) -> Iterator[Record]:
         for blob in self._blobs:
@@ -79,7 +89,15 @@ class _BlobRecords:
                     self.problems.append(f"{where}: offset {record.offset} comes after {last}")
                 else:
                     last = record.offset
+                if self._keys or self._values:
+                    self._note_schemas(record)
                 yield record
+
+    def _note_schemas(self, record: Record) -> None:
+        for wanted, data in ((self._keys, record.key), (self._values, record.value)):
+            found = schema_id(data) if wanted else None
+            if found is not None and found not in self.schema_ids:
+                self.schema_ids[found] = record.offset
 
 
 def check_slice(
@@ -90,16 +108,19 @@ def check_slice(
     source_end: int,
     max_differences: int,
     consumer: Any = None,
+    schema_fields: tuple[str, ...] = (),
 ) -> SliceCheck:
     """Check the blobs as files and compare their records with the source's from `check_from` on. The source is
-    read up to `source_end` (what it holds now): records the blobs hold beyond it are extra."""
+    read up to `source_end` (what it holds now): records the blobs hold beyond it are extra. `schema_fields`: the
+    keys or values whose schema IDs are noted (the driver checks the archive holds each one's schema)."""
     first, end = blobs[0].first, blobs[-1].last + 1
     compared_from = min(max(first, check_from), end)
+    schema_ids: dict[int, int] = {}
     # Blobs wholly below the compared range are read for the file checks only.
-    only_checked = _BlobRecords(reader, tuple(b for b in blobs if b.last < compared_from))
+    only_checked = _BlobRecords(reader, tuple(b for b in blobs if b.last < compared_from), schema_fields, schema_ids)
     for _ in only_checked:
         pass
-    stored = _BlobRecords(reader, tuple(b for b in blobs if b.last >= compared_from))
+    stored = _BlobRecords(reader, tuple(b for b in blobs if b.last >= compared_from), schema_fields, schema_ids)
     source_records = records_of_messages(consume_range(source, compared_from, min(end, source_end), consumer))
     comparison = compare_range(source_records, stored, compared_from, end, max_differences)
-    return SliceCheck(comparison, tuple(only_checked.problems + stored.problems))
+    return SliceCheck(comparison, tuple(only_checked.problems + stored.problems), tuple(sorted(schema_ids.items())))
