@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -137,3 +139,12 @@ def status_rows(config: Path, env: Mapping[str, str] | None = None) -> list[tupl
     """(source-end, destination-next, lag, error) of each row of `status --format json`."""
     _, document = status_json(config, env=env)
     return [(r["source-end"], r["destination-next"], r["lag"], r["error"]) for r in document["mirrors"]]
+
+
+def readyz(port: int) -> tuple[int, str]:
+    """/readyz's status and body."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            return int(response.status), response.read().decode()
+    except urllib.error.HTTPError as error:
+        return int(error.code), error.read().decode()

@@ -10,7 +10,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from e2e.harness import assert_exactly_once, backlog, mirror_config, one_mirror, start
+from e2e.harness import assert_exactly_once, backlog, mirror_config, one_mirror, readyz, start
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce
 from testkit.mirror_run import MirrorRun, log_time
@@ -108,14 +108,6 @@ def test_an_unreachable_spark_master_fails_at_once_naming_it_and_the_process_is_
     elapsed = time.monotonic() - began
     assert 'msg="cannot start Spark"' in line and f"spark.master {master}: no master accepts connections" in line
     assert elapsed < 30, f"took {elapsed:.0f}s"  # Spark's own registration retries would take over a minute
-
-
-def readyz(port: int) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
-            return int(response.status), response.read().decode()
-    except urllib.error.HTTPError as error:
-        return int(error.code), error.read().decode()
 
 
 def test_a_source_broker_down_for_20_seconds_mid_stream_is_ridden_out_by_the_same_process(

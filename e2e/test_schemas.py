@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 import yaml
-from confluent_kafka.schema_registry import Schema, SchemaRegistryClient
+from confluent_kafka.schema_registry import Schema, SchemaReference, SchemaRegistryClient
 from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext
 
-from e2e.harness import mirror_config, partitions_of, refused, start
+from e2e.harness import mirror_config, partitions_of, readyz, refused, start
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, consume_all, create_topic, produce
 from testkit.mirror_run import MirrorRun, run_cli
@@ -32,10 +32,14 @@ SHOP = {"name": "shop", "type": "string", "default": "main"}
 V1 = json.dumps(ORDER)
 V2 = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE]})
 V3 = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE, SHOP]})
+LINE = {"type": "record", "name": "Line", "namespace": "shop", "fields": [{"name": "sku", "type": "string"}]}
+WITH_LINE = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE, {"name": "line", "type": "shop.Line"}]})
 LOCAL = json.dumps({**ORDER, "fields": [*ORDER["fields"], {"name": "local", "type": "int", "default": 0}]})
 
 
-def avro_records(registry: SchemaRegistryClient, topic: str, schema: str, orders: list[dict[str, Any]]) -> list[Record]:
+def avro_records(
+    registry: SchemaRegistryClient, topic: str, schema: str | Schema, orders: list[dict[str, Any]]
+) -> list[Record]:
     """Values as a producer with the registry's Avro serializer writes them (the schema registered as needed)."""
     serialize = AvroSerializer(registry, schema)
     context = SerializationContext(topic, MessageField.VALUE)
@@ -200,8 +204,9 @@ def test_a_registry_down_for_a_while_is_ridden_out(
     topic_name: str,
     tmp_path: Path,
 ) -> None:
-    """The destination registry stops answering while a record of a new schema version waits: the mirror asks again
-    until it answers (within retry.deadline-ms), says so in its log, and then copies the record exactly once."""
+    """The destination registry stops answering for 30 s while a record of a new schema version waits: the mirror asks
+    again until it answers (within retry.deadline-ms), the outage is seen (WARN, gauge, /readyz degraded, an INFO with
+    how long it lasted), and then the record is copied exactly once."""
     source = SchemaRegistryClient({"url": source_registry.url})
     create_topic(kafka.bootstrap, topic_name)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
@@ -215,17 +220,32 @@ def test_a_registry_down_for_a_while_is_ridden_out(
             behind_proxy,
             "lenient",
         )
-        with start(config, tmp_path / "run.log", target) as run:
+        port = free_port()
+        with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
             run.wait_for_offsets(lambda p: target.next_offset(topic_name, p), {0: 50})
+            assert run.metric("mirror_v3_schema_registry_up", registry=behind_proxy) == 1
             proxy.refuse(True)
             proxy.cut()
+            down_since = time.monotonic()
             later = [{"id": n, "note": "after"} for n in range(50, 80)]
             produce(kafka.bootstrap, topic_name, 0, avro_records(source, topic_name, V2, later))
             run.wait_for_log("schema registry .* failed, retry", timeout=60)
-            time.sleep(3)  # the mirror keeps asking (more WARN lines) while nothing goes out
+            # Seen from outside within a probe interval (5 s): a WARN, the gauge, /readyz degraded.
+            run.wait_for_log('msg="schema registry unreachable"', timeout=15)
+            assert run.metric("mirror_v3_schema_registry_up", registry=behind_proxy) == 0
+            assert run.metric("mirror_v3_schema_registry_up", registry=source_registry.url) == 1
+            code, body = readyz(port)
+            assert code == 503 and f"schema registry {behind_proxy} unreachable" in body, body
+            time.sleep(max(3.0, 30 - (time.monotonic() - down_since)))  # 30 s down: the mirror keeps asking
             assert target.next_offset(topic_name, 0) == 50, "a record went out before its schema was copied"
+            assert run.running, run.tail()
             proxy.refuse(False)
             run.wait_for_offsets(lambda p: target.next_offset(topic_name, p), {0: 80})
+            run.wait_for_log('msg="schema registry reachable again"', timeout=15)  # the next probe
+            (back,) = run.events("schema registry reachable again")
+            assert 28 <= float(back["down_s"]) <= 45, back
+            assert run.metric("mirror_v3_schema_registry_up", registry=behind_proxy) == 1
+            assert readyz(port)[0] == 200
             run.drain()
     destination = SchemaRegistryClient({"url": destination_registry.url})
     context = SerializationContext(topic_name, MessageField.VALUE)
@@ -243,10 +263,11 @@ def test_an_archive_keeps_the_schemas_and_a_restore_copies_them_into_a_new_regis
     topic_name: str,
     tmp_path: Path,
 ) -> None:
-    """Archived with `schemas`, the archive keeps every schema its records reference (and the earlier versions of
-    their subject); `verify` checks each resolves. The source registry is then out of the picture: a restore with
-    `schemas` copies the subject from the archive into another registry whose IDs differ, and every restored value
-    decodes with that registry to the source's record; records not in the wire format come back as they were."""
+    """Archived with `schemas`, the archive keeps every schema its records reference (the earlier versions of their
+    subject, and a named type another subject holds); `verify` checks each resolves. The source registry is then out
+    of the picture: a restore with `schemas` copies the subjects from the archive into another registry whose IDs
+    differ, and every restored value decodes with that registry to the source's record; records not in the wire
+    format come back as they were."""
     source = SchemaRegistryClient({"url": source_registry.url})
     destination = SchemaRegistryClient({"url": destination_registry.url})
     for index in range(4):  # the destination's IDs run elsewhere
@@ -256,8 +277,12 @@ def test_an_archive_keeps_the_schemas_and_a_restore_copies_them_into_a_new_regis
     create_topic(kafka.bootstrap, topic_name)
     orders = [{"id": n, "note": None if n % 3 else f"note {n}"} for n in range(400)]
     v1 = avro_records(source, topic_name, V1, [{"id": o["id"]} for o in orders[:200]])
-    source.register_schema(f"{topic_name}-value", Schema(V2, "AVRO"))  # ... but registered between the two
-    v3 = avro_records(source, topic_name, V3, [{**o, "shop": "s"} for o in orders[200:]])
+    source.register_schema(f"{topic_name}-value", Schema(V2, "AVRO"))  # never used, but registered between
+    # The third version's `line` is a named type of its own subject: a reference (Avro named types across subjects).
+    line_subject = f"{topic_name}-line"
+    source.register_schema(line_subject, Schema(json.dumps(LINE), "AVRO"))
+    with_line = Schema(WITH_LINE, "AVRO", [SchemaReference("shop.Line", line_subject, 1)])
+    v3 = avro_records(source, topic_name, with_line, [{**o, "line": {"sku": f"s{o['id']}"}} for o in orders[200:]])
     produce(kafka.bootstrap, topic_name, 0, [*v1, Record(b"raw", b"\x00\x01"), *v3])
     config = mirror_config(
         tmp_path / "mirror.yaml", kafka.bootstrap, fs, partitions_of(topic_name, 1), flush={"max-offsets": 150}
@@ -272,7 +297,8 @@ def test_an_archive_keeps_the_schemas_and_a_restore_copies_them_into_a_new_regis
         run.drain()
     kept = sorted(int(p.stem) for p in (fs.root / topic_name / "_schemas").glob("*.json"))
     versions = [source.get_version(f"{topic_name}-value", v) for v in source.get_versions(f"{topic_name}-value")]
-    assert kept == sorted(v.schema_id or 0 for v in versions)  # v2 too: an earlier version of the subject
+    versions.append(source.get_version(line_subject, 1))
+    assert kept == sorted(v.schema_id or 0 for v in versions)  # v2 too (an earlier version), and the named type
     verified = run_cli("verify", "--config", str(config))
     assert verified.returncode == 0, verified.stdout + verified.stderr
 
@@ -297,8 +323,9 @@ def test_an_archive_keeps_the_schemas_and_a_restore_copies_them_into_a_new_regis
     )
     done = run_cli("restore", "--config", str(restore), timeout=300)
     assert done.returncode == 0 and "restored 401 records" in done.stdout, done.stdout + done.stderr
-    latest = destination.get_latest_version(f"{restored}-value").schema.schema_str
-    assert latest is not None and json.loads(latest) == json.loads(V3)
+    latest = destination.get_latest_version(f"{restored}-value").schema
+    assert latest.schema_str is not None and json.loads(latest.schema_str) == json.loads(WITH_LINE)
+    assert [(r.name, r.subject) for r in latest.references or []] == [("shop.Line", line_subject)]
     assert len(destination.get_versions(f"{restored}-value")) == 3, "strict: the subject's versions, in order"
     context = SerializationContext(topic_name, MessageField.VALUE)
     read_source, read_destination = AvroDeserializer(source), AvroDeserializer(destination)

@@ -11,6 +11,7 @@ retries its destination; an answer about the request (404, 409, 422, ...) is a `
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import urllib.error
 import urllib.parse
@@ -148,6 +149,12 @@ class RegistryClient:
     def register(self, subject: str, schema: Schema) -> int:
         """Register `schema` under `subject` (a new version, or the existing one when it is there); its ID."""
         return int(self._call("POST", f"/subjects/{_quoted(subject)}/versions", _body(schema))["id"])
+
+    def ping(self) -> None:
+        """One light request (the global compatibility level) that returns once the registry answered, a refusal
+        (401, 404) included; RegistryUnavailableError when it did not answer."""
+        with contextlib.suppress(RegistryRequestError):  # an answer, whatever it says
+            self._call("GET", "/config")
 
     def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
         request_name = f"{method} {path}"

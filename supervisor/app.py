@@ -22,6 +22,8 @@ from config.secrets import ConfigReferenceError
 from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, SourceError, exit_code_for
 from core.logs import log_event, quiet_aiokafka_leaks
 from kafka_clients.admin import SourceAdmins
+from kafka_clients.schema_registry import RegistryAccess
+from kafka_clients.settings import registry_access
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory, chain_name
 from sinks.leases import Holder, Leases
@@ -42,6 +44,7 @@ from supervisor.http import HttpEndpoint, Readiness
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.mirror_record import MirrorRecord
 from supervisor.partition_source import SparkPartitionSource, SparkRuntime
+from supervisor.registry_watch import RegistryOutage, RegistryWatch
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
 from supervisor.topic_archiver import TopicArchiver
@@ -84,6 +87,8 @@ class Supervisor:
         self._groups: GroupSync | None = None  # sync-groups, once run() has built it
         self._archiver: TopicArchiver | None = None  # a blob archive's topic metadata, once run() has built it
         self._positions: GroupArchiver | None = None  # a blob archive's group positions (archive-groups)
+        self._registries: RegistryWatch | None = None  # the schema registries entries with `schemas` use
+        self._registries_down: dict[str, str] = {}  # registry URL → why it does not answer (/readyz)
         self._commits: SourceOffsetCommitter | None = None  # commit-source-offsets, once run() has built it
         self._loop_ids: dict[str, tuple[str, str]] = {}  # renumber: cluster → (its id, the destination's)
         self._unreachable: dict[str, str] = {}  # source cluster's name → why it does not answer (while it does not)
@@ -170,6 +175,7 @@ class Supervisor:
             if self._archiver is not None:
                 self._archiver.watch(plan.mirrors)
             self._positions = self._group_archiver()
+            self._registries = self._registry_watch()
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
             self._fail(None, exc, exc.headline or "cannot start")
         if self._failure is not None:
@@ -185,6 +191,7 @@ class Supervisor:
                 spark_load=self._scheduler.load,
                 unreachable=self._unreachable,
                 destination=None if self._sinks is None else self._sinks.health,
+                registries=self._registries_down,
             ),
             self._runtime.metrics_port,
         )
@@ -206,6 +213,8 @@ class Supervisor:
                     outer.start_soon(self._topics.sync_forever, self.stop_requested)
                 if self._archiver is not None:
                     outer.start_soon(self._archiver.run_forever, self.stop_requested)
+                if self._registries is not None:
+                    outer.start_soon(self._registries.run_forever, self.stop_requested)
                 if self._positions is not None:
                     outer.start_soon(self._positions.run_forever, self._mirrored, self.stop_requested)
                 if self._groups is not None:
@@ -250,6 +259,32 @@ class Supervisor:
         if store is None or isinstance(destination, KafkaDestination) or destination.topic_metadata_interval_ms == 0:
             return None
         return TopicArchiver(store, self._source_admins, destination.topic_metadata_interval_ms / 1000)
+
+    def _registry_watch(self) -> RegistryWatch | None:
+        """The schema registries the entries with `schemas` use, probed for the gauge and /readyz (None: none)."""
+        found: dict[str, RegistryAccess] = {}
+        for entry in self._entries:
+            registry = entry.source.schema_registry
+            if entry.schemas is not None and entry.schemas.on and registry is not None:
+                access = registry_access(registry, f"{entry.source_field}.schema-registry")
+                found.setdefault(access.url, access)
+        destination = self._config.destination
+        if found and isinstance(destination, KafkaDestination) and destination.schema_registry is not None:
+            access = registry_access(destination.schema_registry, "destination.schema-registry")
+            found.setdefault(access.url, access)
+        if not found:
+            return None
+        watch = RegistryWatch(list(found.values()))
+        for url, reachability in watch.reachability.items():
+            reachability.listen(partial(self._registry_changed, url))
+        return watch
+
+    def _registry_changed(self, url: str, outage: RegistryOutage | None) -> None:
+        self._families.schema_registry_up.labels(url).set(0 if outage is not None else 1)
+        if outage is None:
+            self._registries_down.pop(url, None)
+        else:
+            self._registries_down[url] = outage.cause
 
     def _group_archiver(self) -> GroupArchiver | None:
         """A blob destination's keeper of consumer-group positions (`destination.archive-groups`), if asked for."""

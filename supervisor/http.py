@@ -114,6 +114,7 @@ class Readiness:
     spark_load: Callable[[], SparkLoad | None] = lambda: None
     unreachable: dict[str, str] = field(default_factory=dict)  # source cluster → why it is unreachable (degraded)
     destination: DestinationHealth | None = None  # run's: whether its writes are being retried (degraded)
+    registries: dict[str, str] = field(default_factory=dict)  # schema registry URL → why it is unreachable (degraded)
 
     def state(self) -> ProcessState:
         mirrors = []
@@ -144,6 +145,7 @@ class Readiness:
         waiting = [] if self.spark_ready else ["spark: session starting"]
         # Degraded: a readiness probe takes the pod out of rotation, never restarts it (liveness is /healthz).
         waiting += [f"source cluster {name} unreachable: {why}" for name, why in sorted(self.unreachable.items())]
+        waiting += [f"schema registry {url} unreachable: {why}" for url, why in sorted(self.registries.items())]
         outage = None if self.destination is None else self.destination.outage
         if outage is not None:
             waiting.append(f"destination unreachable: {outage.cause} (mirrors retrying: {outage.retrying})")

@@ -375,6 +375,13 @@ class MetricFamilies:
             CLUSTER_LABELS,
             registry=registry,
         )
+        self.schema_registry_up = Gauge(
+            "mirror_v3_schema_registry_up",
+            "1 while the schema registry answers the supervisor's probe (every 5 s), 0 from the first unanswered one "
+            "until one is answered again; only registries an entry with `schemas` uses.",
+            ["registry"],
+            registry=registry,
+        )
         self.source_cluster_up = Gauge(
             "mirror_v3_source_cluster_up",
             "1 while the source cluster answers, 0 from its first unanswered request until one is answered again.",
