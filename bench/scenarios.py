@@ -114,7 +114,14 @@ QUICK = (
     Scenario("10 idle mirrors", "idle", mirrors=10, seconds=3, warmup=1),
     Scenario("20 selected partitions", "idle", mirrors=20, seconds=3, warmup=1, selection=True),
     Scenario("restore and verify, 1 KiB records, 2 partitions", "restore", 20_000, 1024, 2),
-    Scenario("schema IDs rewritten, 1 KiB records, 2 partitions", "schemas", 20_000, 1024, 2, ("kafka-renumber",)),
+    Scenario(
+        "schema IDs rewritten, 1 KiB records, 2 partitions",
+        "schemas",
+        20_000,
+        1024,
+        2,
+        ("kafka-renumber", "filesystem"),
+    ),
     estate(4, 1000, rate=500, warmup=2.0, seconds=5.0),
 )
 

@@ -1,12 +1,15 @@
 """schemas: what rewriting schema IDs costs a Kafka → Kafka mirror (issue 35: ≤ 10 % of its throughput for 1 KiB Avro
-records), next to the same mirror copying the same records as they are, in the same run.
+records), and what keeping the schemas costs an archive (filesystem), each next to the same mirror copying the same
+records as they are, in the same run.
 
 Two schema registries (testkit.schema_registry: Apicurio, the Confluent API) and a destination broker are started
 for the cell. An Avro schema is registered in the source registry, and a backlog of records in its wire format (a
 zero byte, the schema's ID, then the body: `value_size` bytes in all) is produced to the source topic. Then, for each
 Kafka path, in turn and each into a fresh destination topic: the mirror with `schemas` off (the baseline: the bytes
 copied as they are), and with `schemas: {value: lenient}` (every value's ID looked up and rewritten to the
-destination registry's, which holds other subjects first so that its IDs differ). Timed as throughput's mirror runs
+destination registry's, which holds other subjects first so that its IDs differ); for the filesystem path, the same
+with the schemas kept in the archive (each value's ID noted by the blob task, its schema written once beside the
+chains before the first blob that carries it is committed). Timed as throughput's mirror runs
 (its first read to its last flush, bench.throughput.mirror_backlog), with the CPU of every process; afterwards every
 destination offset is verified, and with schemas on every value must carry the destination's ID.
 """
@@ -14,6 +17,7 @@ destination offset is verified, and with schemas on every value must carry the d
 from __future__ import annotations
 
 import json
+import shutil
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -25,7 +29,7 @@ from bench.throughput import mirror_backlog
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import KafkaDataError, consume_all, create_topic, delete_topic
 from testkit.schema_registry import SchemaRegistry
-from testkit.targets import KafkaTarget
+from testkit.targets import FilesystemTarget, KafkaTarget
 
 SCHEMA = {
     "type": "record",
@@ -65,15 +69,25 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             "seconds": raw.produce_backlog(ctx.bootstrap, topic, ends, s.value_size, header),
         }
         for path in s.paths:
-            offsets = path.removeprefix("kafka-")
             for mode in MODES:
-                name = f"{topic}.{offsets}.{mode}"
-                create_topic(broker.bootstrap, name, s.partitions, timeout=60)
-                target = KafkaTarget(broker.bootstrap, offsets)
                 entry: dict[str, Any] = {}
                 extra: dict[str, Any] = {}
                 if mode != "off":
                     entry = {"source": {"schema-registry": {"url": source.url}}, "schemas": {"value": mode}}
+                if path == "filesystem":  # an archive: the IDs noted, their schemas kept beside the chains
+                    name = f"{topic}.{mode}"
+                    archive = FilesystemTarget(ctx.scratch / "schemas" / mode)
+                    result = mirror_backlog(s, ctx, path, archive, name, ends, None, entry, label=f"{path}-{mode}")
+                    if mode != "off":
+                        _check_kept(archive, name, source_id)
+                    yield {**cell, "path": path, "schemas": mode, **result}
+                    shutil.rmtree(archive.root, ignore_errors=True)
+                    continue
+                offsets = path.removeprefix("kafka-")
+                name = f"{topic}.{offsets}.{mode}"
+                create_topic(broker.bootstrap, name, s.partitions, timeout=60)
+                target = KafkaTarget(broker.bootstrap, offsets)
+                if mode != "off":
                     extra = {"schema-registry": {"url": destination.url}}
                 result = mirror_backlog(
                     s, ctx, path, target, name, ends, broker.pid, entry, extra, label=f"{path}-{mode}"
@@ -90,3 +104,10 @@ def _check_ids(bootstrap: str, name: str, source_header: bytes) -> None:
     headers = {record.value[:5] for record in consume_all(bootstrap, name, 0) if record.value is not None}
     if len(headers) != 1 or source_header in headers:
         raise KafkaDataError(f"{name}: values carry {sorted(headers)}, the source's was {source_header!r}")
+
+
+def _check_kept(archive: FilesystemTarget, name: str, source_id: int) -> None:
+    """The archive kept the one schema its values carry, and nothing else."""
+    kept = sorted(path.name for path in (archive.root / name / "_schemas").glob("*.json"))
+    if kept != [f"{source_id}.json"]:
+        raise KafkaDataError(f"{archive.root / name / '_schemas'}: holds {kept}, expected {source_id}.json only")

@@ -320,7 +320,8 @@ def test_refusals_are_one_line_naming_what_is_wrong(kafka: KafkaBroker, fs: File
 def test_a_dry_run_is_refused_exactly_where_the_real_run_is(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
-    """`--dry-run` makes every check of the real run, read-only: the same last line and exit code, nothing written."""
+    """`--dry-run` makes every check of the real run, read-only: the same last line and exit code, nothing written;
+    the checks that need no Spark job come before the session starts."""
     archive(kafka, fs, topic_name, [3_000], tmp_path)
     empty, missing = f"{topic_name}-empty", f"{topic_name}-missing"
     create_topic(kafka.bootstrap, empty)
@@ -340,4 +341,6 @@ def test_a_dry_run_is_refused_exactly_where_the_real_run_is(
         dry_line, real_line = (r.stderr.strip().splitlines()[-1] for r in (dry, real))
         assert dry_line == real_line and reason in dry_line, (dry_line, real_line)
         assert "records to restore" not in dry.stdout and "Traceback" not in dry.stderr + real.stderr
+        # Fail fast: these checks need no Spark job, so both refuse before a session starts (within seconds).
+        assert "spark session ready" not in dry.stderr + real.stderr, real.stderr
     assert watermarks(kafka.bootstrap, empty, 0)[1] == 0, "something was written"

@@ -611,6 +611,13 @@ async def _restore(
 ) -> str:
     chosen = [(p.archived, p.topic, p.partition) for p in parts]
     topics = await restored_topics(config, chosen, store, config.as_of_ms)
+    # Fail fast: the destination checks that need no Spark job (a missing topic, preserve into an empty partition
+    # from a later offset, a destination that already holds more) run before the session starts, read-only, in a
+    # dry run and a real run alike: a refused restore says why within seconds. Ranges set by timestamps are known
+    # only after a Spark job (narrow_by_time), and are checked with the rest below.
+    would_create = await prepare_topics(config, topics, dry_run=True, quiet=True)
+    known = [p for p in parts if p.since_ms is None and p.until_ms is None]
+    await check_destinations(config, known, would_create)
     await start_spark(config.spark)  # before the clock of restore_all starts, in every mode
     await narrow_by_time(config, parts)
     mode = config.destination.offsets
