@@ -296,7 +296,9 @@ def test_security_settings_reach_every_client(
     assert unset.returncode == 2, unset.stderr
     assert "security.sasl.password-env: environment variable E2E_KAFKA_PASSWORD is not set" in unset.stderr
 
+    began = time.monotonic()
     line = refused(config, tmp_path / "wrong.log", destination, E2E_KAFKA_PASSWORD="wrong-password")
+    assert time.monotonic() - began < 15, "a refused password was waited for"  # not librdkafka's 30 s timeout
     assert re.search(r"(?i)auth", line) and "wrong-password" not in (tmp_path / "wrong.log").read_text(), line
 
     # The same class of failure (a source that will not let us in), as `status` reports it: no client certificate.

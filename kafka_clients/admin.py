@@ -93,7 +93,10 @@ class ClusterAdmin:
                         self._where, subject, action, f"no answer within {self._timeout_s:g}s"
                     ) from None
 
-        return await anyio.to_thread.run_sync(run)
+        # A cancelled caller (the process stopping, a mirror failing) does not wait for librdkafka's answer, which
+        # can take the whole timeout (a cluster that refuses the credentials is asked again until then): the thread
+        # finishes on its own and its answer is dropped. What was sent is sent either way.
+        return await anyio.to_thread.run_sync(run, abandon_on_cancel=True)
 
     async def describe(self, topic: str) -> TopicState | None:
         """The topic's partition count and the configs set on it; None if it does not exist."""
@@ -102,7 +105,7 @@ class ClusterAdmin:
             return self._client.list_topics(topic=topic, timeout=self._timeout_s)
 
         try:
-            found = await anyio.to_thread.run_sync(metadata)
+            found = await anyio.to_thread.run_sync(metadata, abandon_on_cancel=True)
         except KafkaException as exc:
             raise AdminRequestError(
                 self._where, f"topic {topic!r}", "describe", _reason(exc.args[0] if exc.args else exc)
@@ -144,7 +147,7 @@ class ClusterAdmin:
                     ) from None
             return found
 
-        found = await anyio.to_thread.run_sync(existing)
+        found = await anyio.to_thread.run_sync(existing, abandon_on_cancel=True)
         resources = {topic: ConfigResource(ResourceType.TOPIC, topic) for topic in found}
         configured = self._client.describe_configs(list(resources.values())) if resources else {}
         layouts = {}
@@ -194,7 +197,7 @@ class ClusterAdmin:
             return self._client.list_topics(timeout=self._timeout_s)
 
         try:
-            found = await anyio.to_thread.run_sync(metadata)
+            found = await anyio.to_thread.run_sync(metadata, abandon_on_cancel=True)
         except KafkaException as exc:
             error = exc.args[0] if exc.args else exc
             raise AdminRequestError(self._where, "the cluster", "describe", _reason(error)) from None

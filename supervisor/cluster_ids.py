@@ -10,6 +10,8 @@ from sinks.base import DestinationError
 from sinks.factory import retry_policy
 from sinks.retry import TransientDestinationError, retry_transient
 
+_PROBE_MS = 3_000
+
 
 async def loop_ids(
     destination: KafkaDestination, sources: dict[str, tuple[SourceConfig, str]]
@@ -36,6 +38,12 @@ async def loop_ids(
                     raise DestinationError(message) from None
                 raise TransientDestinationError(message) from None
 
+        # Fail fast: librdkafka asks a cluster that refuses the credentials again until its timeout (30 s by
+        # default) before it says so; one connection of aiokafka's names a refusal at once. A short probe: an
+        # address that does not answer is the retried path's to wait for.
+        quick = await diagnose_bootstrap(bootstrap, aiokafka_settings(security, field), min(timeout_ms, _PROBE_MS))
+        if quick.permanent:
+            raise DestinationError(f"{bootstrap}: unreachable: {quick.reason}")
         return await retry_transient(attempt, policy, f"read the cluster id of {bootstrap}")
 
     destination_id = await cluster_id(destination, "destination.security")
