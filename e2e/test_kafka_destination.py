@@ -144,7 +144,10 @@ def test_round_trip_with_status(
     assert (row["equal"], row["extra"]) == (10_000, 1)
 
 
-@pytest.mark.parametrize("offsets", MODES)
+# The preserve case is a soak case: the drain is the supervisor's (test_filesystem's SIGTERM test), the Kafka
+# destination's drain with its transaction is the renumber case's, and preserve's restart from the partition's end is
+# test_kill_9_at_random_moments[preserve]'s.
+@pytest.mark.parametrize("offsets", [pytest.param("preserve", marks=pytest.mark.soak), "renumber"])
 def test_sigterm_mid_stream_then_restart(
     kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path, offsets: str
 ) -> None:
