@@ -96,7 +96,7 @@ FULL = (
         1_000_000,
         1024,
         4,
-        ("kafka-preserve", "kafka-renumber"),
+        ("kafka-preserve", "kafka-renumber", "filesystem"),
     ),
     # Issue 32's targets: P = 4 ... 256 at max-time 1 s, the Kafka and S3 destinations at P = 64, P = 1,024 at 10 s.
     estate(4, 1000),
