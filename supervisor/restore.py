@@ -615,6 +615,7 @@ async def _restore(
     # from a later offset, a destination that already holds more) run before the session starts, read-only, in a
     # dry run and a real run alike: a refused restore says why within seconds. Ranges set by timestamps are known
     # only after a Spark job (narrow_by_time), and are checked with the rest below.
+    await plan_schemas(config, parts, store)  # preserve's check of a destination's last record maps its IDs
     would_create = await prepare_topics(config, topics, dry_run=True, quiet=True)
     known = [p for p in parts if p.since_ms is None and p.until_ms is None]
     await check_destinations(config, known, would_create)
@@ -626,7 +627,6 @@ async def _restore(
     if mode == "preserve":
         refuse_holes_for_preserve(parts)
     created = await prepare_topics(config, topics, dry_run=dry_run)
-    await plan_schemas(config, parts, store)
     ranges = [RestoredRange(p.archived, p.partition, p.topic, p.first, p.end) for p in parts]
     if dry_run:  # every check the real run makes before it writes, read-only
         await check_destinations(config, parts, created)
