@@ -26,13 +26,13 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 import anyio
 
 from core.errors import SourceUnavailableError, first_line
 from core.logs import log_event
+from core.reachability import Outage, Reachability
 from core.retry import Retry, RetryPolicy, retry_async
 
 T = TypeVar("T")
@@ -43,15 +43,6 @@ OUTAGE_BACKOFF = RetryPolicy(initial_backoff_s=0.5, max_backoff_s=5.0)
 
 class RetryCounter(Protocol):
     def inc(self, amount: float = 1) -> None: ...
-
-
-@dataclass(frozen=True)
-class Outage:
-    """A spell of a source cluster not answering: since when (monotonic) and the first failure's words."""
-
-    cluster: str
-    since: float
-    cause: str
 
 
 class SourceOutageError(SourceUnavailableError):
@@ -66,32 +57,16 @@ class SourceOutageError(SourceUnavailableError):
 
     @classmethod
     def of(cls, outage: Outage, deadline_s: float, now: float) -> SourceOutageError:
-        return cls(outage.cluster, deadline_s, now - outage.since, outage.cause)
+        return cls(outage.name, deadline_s, now - outage.since, outage.cause)
 
 
-class ClusterReachability:
+class ClusterReachability(Reachability):
     """Whether one source cluster answers, from the outcomes of its requests (see the module's docstring)."""
 
     def __init__(self, cluster: str, clock: Callable[[], float] = time.monotonic) -> None:
+        super().__init__(cluster, "source cluster", "cluster", log, clock)
         self.cluster = cluster
-        self._clock = clock
-        self._listeners: list[Callable[[Outage | None], None]] = []
-        self.outage: Outage | None = None
         self.change = anyio.Event()  # set at the next transition (a new event after each one)
-
-    def listen(self, listener: Callable[[Outage | None], None]) -> None:
-        """Call `listener` at every transition with the outage (None: back); at once with the current state."""
-        self._listeners.append(listener)
-        listener(self.outage)
-
-    def answered(self) -> None:
-        """A request of the cluster was answered: it is up."""
-        if self.outage is None:
-            return
-        down_s = self._clock() - self.outage.since
-        self.outage = None
-        log_event(log, logging.INFO, "source cluster reachable again", cluster=self.cluster, down_s=round(down_s, 1))
-        self._changed()
 
     def failed(self, exc: SourceUnavailableError) -> None:
         """A request of the cluster went unanswered: down, since now unless it was already."""
@@ -100,15 +75,12 @@ class ClusterReachability:
         cause = first_line(exc)
         for named in (f"source cluster {self.cluster}: ", f"source cluster {self.cluster} "):
             cause = cause.removeprefix(named)  # the outage names its cluster already
-        self.outage = Outage(self.cluster, self._clock(), cause)
-        log_event(log, logging.WARNING, "source cluster unreachable", cluster=self.cluster, error=cause)
-        self._changed()
+        self.down(cause)
 
     def _changed(self) -> None:
         self.change.set()
         self.change = anyio.Event()
-        for listener in self._listeners:
-            listener(self.outage)
+        super()._changed()
 
 
 class OutageRider:

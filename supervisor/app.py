@@ -21,6 +21,7 @@ from config.runtime import RuntimeSettings
 from config.secrets import ConfigReferenceError
 from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, SourceError, exit_code_for
 from core.logs import log_event, quiet_aiokafka_leaks
+from core.reachability import Outage
 from kafka_clients.admin import SourceAdmins
 from kafka_clients.schema_registry import RegistryAccess
 from kafka_clients.settings import registry_access
@@ -29,7 +30,6 @@ from sinks.factory import SinkFactory, chain_name
 from sinks.leases import Holder, Leases
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceCluster, SourceClusters
-from source.outages import Outage
 from source.spark_session import SparkStartError, stop_spark
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.cluster_ids import loop_ids
@@ -44,7 +44,7 @@ from supervisor.http import HttpEndpoint, Readiness
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.mirror_record import MirrorRecord
 from supervisor.partition_source import SparkPartitionSource, SparkRuntime
-from supervisor.registry_watch import RegistryOutage, RegistryWatch
+from supervisor.registry_watch import RegistryWatch
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
 from supervisor.topic_archiver import TopicArchiver
@@ -279,7 +279,7 @@ class Supervisor:
             reachability.listen(partial(self._registry_changed, url))
         return watch
 
-    def _registry_changed(self, url: str, outage: RegistryOutage | None) -> None:
+    def _registry_changed(self, url: str, outage: Outage | None) -> None:
         self._families.schema_registry_up.labels(url).set(0 if outage is not None else 1)
         if outage is None:
             self._registries_down.pop(url, None)

@@ -20,12 +20,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import anyio
 import anyio.to_thread
 
-from core.logs import log_event
+from core.reachability import Reachability
 from kafka_clients.schema_registry import RegistryAccess, RegistryClient, RegistryUnavailableError, registry_for
 
 log = logging.getLogger("mirror_v3.schemas")
@@ -33,47 +32,14 @@ log = logging.getLogger("mirror_v3.schemas")
 PROBE_INTERVAL_S = 5.0
 
 
-@dataclass(frozen=True)
-class RegistryOutage:
-    """A spell of a registry not answering: since when (monotonic) and the first failure's words."""
-
-    registry: str  # its URL
-    since: float
-    cause: str
-
-
-class RegistryReachability:
-    """Whether one registry answers, from the outcomes of its probes. No I/O; the clock is injectable."""
+class RegistryReachability(Reachability):
+    """Whether one registry answers, from the outcomes of its probes."""
 
     def __init__(self, registry: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.registry = registry
-        self._clock = clock
-        self.outage: RegistryOutage | None = None
-        self._listeners: list[Callable[[RegistryOutage | None], None]] = []
-
-    def listen(self, listener: Callable[[RegistryOutage | None], None]) -> None:
-        """Call `listener` at every transition with the outage (None: back); at once with the current state."""
-        self._listeners.append(listener)
-        listener(self.outage)
-
-    def answered(self) -> None:
-        if self.outage is None:
-            return
-        down_s = self._clock() - self.outage.since
-        self.outage = None
-        log_event(log, logging.INFO, "schema registry reachable again", registry=self.registry, down_s=round(down_s, 1))
-        self._changed()
+        super().__init__(registry, "schema registry", "registry", log, clock)
 
     def failed(self, exc: RegistryUnavailableError) -> None:
-        if self.outage is not None:
-            return
-        self.outage = RegistryOutage(self.registry, self._clock(), f"{exc.request}: {exc.reason}")
-        log_event(log, logging.WARNING, "schema registry unreachable", registry=self.registry, error=self.outage.cause)
-        self._changed()
-
-    def _changed(self) -> None:
-        for listener in self._listeners:
-            listener(self.outage)
+        self.down(f"{exc.request}: {exc.reason}")
 
 
 class RegistryWatch:

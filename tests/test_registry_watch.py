@@ -10,9 +10,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from core.reachability import Outage
 from kafka_clients.schema_registry import RegistryAccess, RegistryClient, RegistryUnavailableError
 from supervisor.http import Readiness
-from supervisor.registry_watch import RegistryOutage, RegistryWatch
+from supervisor.registry_watch import RegistryWatch
 
 
 class FakeClient:
@@ -38,9 +39,9 @@ async def test_an_outage_is_seen_from_the_first_unanswered_probe_to_the_first_an
         client=lambda access: clients[access.url],  # type: ignore[arg-type,return-value]
     )
     readiness = Readiness(mirrors=list)
-    seen: list[RegistryOutage | None] = []
+    seen: list[Outage | None] = []
 
-    def changed(outage: RegistryOutage | None) -> None:  # as the supervisor's listener does
+    def changed(outage: Outage | None) -> None:  # as the supervisor's listener does
         seen.append(outage)
         if outage is None:
             readiness.registries.pop("http://dr:8081", None)
@@ -56,7 +57,7 @@ async def test_an_outage_is_seen_from_the_first_unanswered_probe_to_the_first_an
     await watch.probe()
     now[0] = 112.5
     await watch.probe()  # still down: no second WARN, no second transition
-    outage = RegistryOutage("http://dr:8081", 100.0, "GET /config: connection refused")
+    outage = Outage("http://dr:8081", 100.0, "GET /config: connection refused")
     assert seen == [None, outage] and watch.reachability["http://source:8081"].outage is None
     assert readiness.problems() == ["schema registry http://dr:8081 unreachable: GET /config: connection refused"]
     clients["http://dr:8081"].down = False

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from core.errors import SourceError, SourceUnavailableError
-from source.outages import ClusterReachability, Outage, OutageRider, SourceOutageError
+from core.reachability import Outage
+from source.outages import ClusterReachability, OutageRider, SourceOutageError
 
 
 class Counter:
