@@ -89,7 +89,6 @@ fi
 # The Spark JVM's class archive ($MIRROR_V3_JVM_CACHE, default ~/.cache/mirror-v3/jvm): about half the JVM's
 # start-up CPU, which every mirror, restore and verify start (and every end-to-end test) pays. Made once per
 # JDK and pyspark; the image makes its own (Dockerfile). `present` when already there.
-# MIRROR_V3_PREPARE_JVM=later: the caller runs it (scripts/test.sh, beside the tests).
-if [[ -n "$extras" && "${MIRROR_V3_JVM_CACHE:-}" != "off" && "${MIRROR_V3_PREPARE_JVM:-now}" != "later" ]]; then
+if [[ -n "$extras" && "${MIRROR_V3_JVM_CACHE:-}" != "off" ]]; then
   (cd "$here" && "$python" -m supervisor prepare-jvm)
 fi

@@ -4,9 +4,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$here"
-# The Spark JVM's class archive is recorded beside the first tests rather than before them: a fresh clone's
-# virtualenv needs its own (about 22 s, 16 s of CPU), and a JVM that starts before it is there starts without it.
-MIRROR_V3_PREPARE_JVM=later bash scripts/setup.sh
+bash scripts/setup.sh
 bash scripts/build-registry.sh
 venv="${MIRROR_V3_VENV:-$here/.venv}"
 # shellcheck disable=SC1091
@@ -15,13 +13,6 @@ source "$venv/bin/activate"
 echo "== ruff"
 ruff check --no-cache .
 ruff format --check --no-cache .
-jvm_log="$(mktemp)"
-jvm_pid=""
-if [[ "${MIRROR_V3_JVM_CACHE:-}" != "off" ]]; then
-  echo "== prepare-jvm (in the background; its output follows the tests')"
-  python -m supervisor prepare-jvm > "$jvm_log" 2>&1 &
-  jvm_pid=$!
-fi
 # mypy (about 13 s on a clean clone) runs beside the tests, whose workers wait on subprocesses about half of their
 # time; its verdict is read after them, and either failure fails the run.
 echo "== mypy (in the background; its output follows the tests')"
@@ -35,18 +26,10 @@ echo "== pytest"
 # pytest in one worker, 12 min in two). `worksteal` evens out the tests' very different lengths.
 tests=0
 python -m pytest -n "${MIRROR_V3_TEST_WORKERS:-2}" --dist worksteal --durations=25 "$@" || tests=$?
-jvm=0
-if [[ -n "$jvm_pid" ]]; then
-  wait "$jvm_pid" || jvm=$?
-  echo "== prepare-jvm"
-  cat "$jvm_log"
-fi
-rm -f "$jvm_log"
 types=0
 wait "$mypy_pid" || types=$?
 echo "== mypy"
 cat "$mypy_log"
 rm -f "$mypy_log"
 if [[ $types -ne 0 ]]; then exit "$types"; fi
-if [[ $jvm -ne 0 ]]; then exit "$jvm"; fi
 exit "$tests"
