@@ -70,7 +70,7 @@ def test_a_regex_estate_is_planned_mirrored_and_followed_while_it_changes(
         for topic in (f"{base}-a", f"{base}-b", f"{base}-c"):
             run.wait_for_offsets(partial(next_offset, fs, topic), dict(enumerate(layout[topic])))
         assert run.metric("mirror_v3_mirrors", source_cluster="prod") == 7
-        assert run.metric("mirror_v3_destination_offset_verified", topic=f"{base}-a", partition=3) == 50
+        run.wait_for_metric("mirror_v3_destination_offset_verified", 50, topic=f"{base}-a", partition=3)
         pid = run.pid
 
         # A new matching topic and two new partitions of a mirrored one: mirrored without a restart.
@@ -132,13 +132,10 @@ def test_two_clusters_with_one_topic_name_write_two_chains_and_two_series(
     with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
         run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 300})
         run.wait_for_offsets(lambda p: fs.next_offset(f"{topic_name}.dr", p), {0: 500})
-        verified = {
-            cluster: run.metric(
-                "mirror_v3_destination_offset_verified", source_cluster=cluster, topic=topic_name, partition=0
+        for cluster, verified in (("prod", 300), ("dr", 500)):
+            run.wait_for_metric(
+                "mirror_v3_destination_offset_verified", verified, source_cluster=cluster, topic=topic_name, partition=0
             )
-            for cluster in ("prod", "dr")
-        }
-        assert verified == {"prod": 300, "dr": 500}
         records = {
             cluster: run.metric("mirror_v3_destination_records_total", source_cluster=cluster, topic=topic_name)
             for cluster in ("prod", "dr")

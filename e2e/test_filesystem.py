@@ -77,7 +77,7 @@ def test_round_trip_with_status_metrics_and_probes(
         seen_not_ready = probe(port, "/readyz") == 503
         run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), dict(enumerate(counts)))
         for partition, count in enumerate(counts):
-            assert run.metric("mirror_v3_destination_offset_verified", partition=partition, topic=topic_name) == count
+            run.wait_for_metric("mirror_v3_destination_offset_verified", count, partition=partition, topic=topic_name)
         run.wait_until(lambda: probe(port, "/readyz") == 200, 30, "/readyz to become ready")
 
         # Status of running mirrors: caught up, a recent flush, the same in the table.

@@ -86,6 +86,8 @@ def test_holes_transactions_and_deleted_records_in_one_process(
     first: dict[str, str | int] = {"partition": 0}
     with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
         run.wait_until(lambda: all(fs.next_offset(t, 0) == end for t, end in ends.items()), 180, f"chains at {ends}")
+        for topic, end in ends.items():
+            run.wait_for_metric("mirror_v3_destination_offset_verified", end, topic=topic, partition=0)
         # The gap count is per topic (one partition each here), the others per partition.
         metrics = {
             (topic, name): run.metric(f"mirror_v3_{name}", topic=topic, **({} if name.endswith("_total") else first))

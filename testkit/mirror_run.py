@@ -219,6 +219,16 @@ class MirrorRun:
                     return float(sample.value)
         return None
 
+    def wait_for_metric(self, name: str, value: float, timeout: float = 30, **labels: str | int) -> None:
+        """Until the first sample of `name` with `labels` equals `value`. A series moves a moment after what it
+        counts is visible at the destination (the actor sets it when the sink's commit returns), so a test that
+        has just seen the destination reach an offset waits for the series instead of reading it once."""
+        self.wait_until(
+            lambda: self.metric(name, **labels) == value,
+            timeout,
+            f"{name}{dict(labels)} to be {value:g} (now {self.metric(name, **labels)})",
+        )
+
     # ------------------------------------------------------------------------------------------- ending
 
     def terminate(self) -> None:
