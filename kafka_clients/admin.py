@@ -234,6 +234,44 @@ class ClusterAdmin:
             f"group {group!r}", "commit offsets of", lambda: self._client.alter_consumer_group_offsets(request)[group]
         )
 
+    async def group_offsets_with_metadata(
+        self, group: str, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], tuple[int, str]]:
+        """The group's committed offsets with the metadata string committed beside each, by (topic, partition):
+        of `partitions`, or of every partition the group committed when None. A group without offsets has none."""
+        wanted = None if partitions is None else [TopicPartition(topic, partition) for topic, partition in partitions]
+        request = [ConsumerGroupTopicPartitions(group, wanted)]
+        answer = await self._wait(
+            f"group {group!r}", "list offsets of", lambda: self._client.list_consumer_group_offsets(request)[group]
+        )
+        return {
+            (tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in answer.topic_partitions if tp.offset >= 0
+        }
+
+    async def commit_group_offsets_with_metadata(
+        self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]
+    ) -> dict[tuple[str, int], str]:
+        """Commit each (offset, metadata) for the group, in one request (the group must have no members). The
+        broker judges each partition on its own: those it refused, with the error's name (UNKNOWN_TOPIC_OR_PART for
+        a topic that does not exist); the others are committed."""
+        partitions = [
+            TopicPartition(topic, partition, offset, metadata=metadata)
+            for (topic, partition), (offset, metadata) in offsets.items()
+        ]
+        request = [ConsumerGroupTopicPartitions(group, partitions)]
+        answer = await self._wait(
+            f"group {group!r}", "commit offsets of", lambda: self._client.alter_consumer_group_offsets(request)[group]
+        )
+        return {
+            (tp.topic, tp.partition): tp.error.name() if isinstance(tp.error, KafkaError) else str(tp.error)
+            for tp in answer.topic_partitions
+            if tp.error is not None
+        }
+
+    async def delete_group(self, group: str) -> None:
+        """Delete a group that has no members, with its committed offsets."""
+        await self._wait(f"group {group!r}", "delete", lambda: self._client.delete_consumer_groups([group])[group])
+
 
 def _given(future: Future[T]) -> Callable[[], Future[T]]:
     """A call that hands over a future made already (one of a batch request's)."""

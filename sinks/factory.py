@@ -18,6 +18,7 @@ from config.model import (
     S3Destination,
 )
 from config.secrets import env_secret
+from kafka_clients.admin import destination_admin
 from kafka_clients.schema_registry import RegistryAccess
 from kafka_clients.settings import aiokafka_settings, librdkafka_properties, registry_access
 from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents
@@ -29,6 +30,7 @@ from sinks.destination_health import DestinationHealth
 from sinks.filesystem import filesystem_sink
 from sinks.filesystem_leases import FilesystemLeases
 from sinks.kafka import KafkaSink, KafkaSinkSettings, SourceLookup
+from sinks.kafka_leases import KafkaLeases
 from sinks.leases import Holder, Leases, LeaseStore
 from sinks.retry import RetryingSink, RetryPolicy
 from sinks.s3 import S3Connection, S3Store
@@ -81,7 +83,7 @@ class SinkFactory:
         source_registries: Callable[[MirrorSpec], RegistryAccess | None] | None = None,
     ) -> None:
         """`source_lookups` is required for a Kafka destination. `holder`: the process that writes, when it writes
-        (`run`): its sinks of a blob destination take their chain's lease (`leases`) before they touch it.
+        (`run`): its sinks take their chain's lease (`leases`) before they touch it.
         `source_registries`: the schema registry of a mirror's source cluster, for mirrors with `schemas` (`run`)."""
         self._destination = destination
         self._source_lookups = source_lookups
@@ -103,6 +105,11 @@ class SinkFactory:
         elif isinstance(destination, KafkaDestination):
             # Raises config.secrets.ConfigReferenceError when TLS files cannot be loaded.
             self._kafka = kafka_settings(destination)
+            if holder is not None:
+                kafka_store = KafkaLeases(
+                    destination_admin(destination), destination.transaction_id_prefix, destination.bootstrap_servers
+                )
+                self.leases = Leases(kafka_store, holder, retry_policy(destination.retry))
         elif holder is not None:
             root = Path(destination.root).expanduser().resolve()
             self.leases = Leases(FilesystemLeases(root), holder, retry_policy(destination.retry))
@@ -190,6 +197,7 @@ class SinkFactory:
                 source_name=f"{mirror.topic}-{mirror.partition}",
                 cluster_ids=cluster_ids,
                 schemas=self.schema_rewrite(mirror),
+                take_lease=self._lease_taker(mirror),
             )
         else:  # pragma: no cover - the config union is exhaustive
             raise TypeError(f"unsupported destination {type(destination).__name__}")

@@ -19,12 +19,13 @@ import fcntl
 import os
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio.to_thread
 
 from sinks.filesystem import LOCK_NAME, make_durable_dirs
-from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, is_live
+from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, Taken, is_live, take_each
 
 HOLDERS_DIRECTORY = Path(".mirror-v3") / "holders"
 LEASE_NAME = ".chain.lease"
@@ -76,6 +77,9 @@ class FilesystemLeases:
 
     async def sight(self, holder: Holder) -> Sighting:
         return await anyio.to_thread.run_sync(_sight, self._heartbeat(holder), holder)
+
+    async def take_many(self, chains: Sequence[str], me: Holder, seen: HolderSightings) -> Taken:
+        return await take_each(self.take, chains, me, seen)
 
     async def take(self, chain: str, me: Holder, seen: HolderSightings) -> None:
         directory = self._root / chain

@@ -130,8 +130,10 @@ class KafkaSink:
         clients: KafkaClients | None = None,
         cluster_ids: tuple[str, str] | None = None,
         schemas: SchemaRewrite | None = None,
+        take_lease: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._settings = settings
+        self._take_lease = take_lease  # `sinks.kafka_leases`: before open() fences or appends anything
         self._schemas = schemas  # the tasks give each record its schema's ID at the destination registry
         # renumber: (source cluster id, destination cluster id), so the tasks stamp the source's on every record
         # and leave out those a mirror copied from the destination (two-way mirrors); None: neither.
@@ -174,6 +176,8 @@ class KafkaSink:
 
     async def _open(self) -> int | None:
         await self._check_topic()
+        if self._take_lease is not None:  # a live writer is left alone: neither fenced nor appended to
+            await self._take_lease()
         if self._mode == "preserve":
             # An empty partition still has a position: the first record must land at offset 0.
             self._position = await self._preserve_position(verify=True)

@@ -31,7 +31,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import ClassVar, Protocol
@@ -102,6 +102,14 @@ def pid_runs(pid: int) -> bool:
     return True
 
 
+def gone_from_this_host(
+    holder: Holder, host: str, pid: int | None = None, pid_alive: Callable[[int], bool] = pid_runs
+) -> bool:
+    """Whether `holder` ran on this host (`host`) and runs no more: its pid is gone, or is this process's own (a
+    restarted container's earlier self)."""
+    return holder.host == host and (holder.pid == (os.getpid() if pid is None else pid) or not pid_alive(holder.pid))
+
+
 def is_live(seen: Sighting, me: Holder, pid_alive: Callable[[int], bool] = pid_runs) -> bool:
     """Whether `seen`'s holder still writes what it holds (never true of this process itself).
 
@@ -133,6 +141,29 @@ class LeaseHeldError(DestinationError):
             f"{where}: another writer holds this chain's lease ({seen.holder.describe()}{renewed}); stop that process "
             f"first, or start this one with --standby to take over when it stops"
         )
+
+
+class LeaseLostError(DestinationError):
+    """Another process's lease now names `chain`, which this process held (a rival took it in the same moment,
+    or judged this process dead while it could not renew), as found at `where`."""
+
+    headline: ClassVar[str | None] = "lost the destination's lease"
+
+    def __init__(self, chain: str, where: str, holder: Holder) -> None:
+        self.chain, self.where, self.holder = chain, where, holder
+        super().__init__(
+            f"{where}: now held by another writer ({holder.describe()}); this process stops so that only one "
+            f"writes; stop one of the two, or start the other with --standby"
+        )
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What one `LeaseStore.take_many` did: the chains it holds now, and the refusal that stopped it (None when it
+    took every chain)."""
+
+    chains: tuple[str, ...]
+    refused: LeaseHeldError | None = None
 
 
 class HolderSightings:
@@ -167,12 +198,50 @@ class LeaseStore(Protocol):
         """Look at a holder's heartbeat (never this process's own)."""
         ...
 
-    async def take(self, chain: str, me: Holder, seen: HolderSightings) -> None:
-        """Atomically: unless the chain's lease names a holder that `is_live`, make it name `me`. Raises
-        LeaseHeldError naming the live holder; of two processes taking one chain, one wins."""
+    async def take_many(self, chains: Sequence[str], me: Holder, seen: HolderSightings) -> Taken:
+        """For each chain, atomically: unless its lease names a holder that `is_live`, make it name `me`; of two
+        processes taking one chain, one wins. Stops at the first chain a live holder keeps and says which (`Taken`).
+        A failure to reach the store is raised (a TransientDestinationError is safe to retry: what was taken is
+        found taken)."""
         ...
 
     async def close(self) -> None: ...
+
+
+async def take_each(
+    take: Callable[[str, Holder, HolderSightings], Awaitable[None]],
+    chains: Sequence[str],
+    me: Holder,
+    seen: HolderSightings,
+) -> Taken:
+    """`LeaseStore.take_many` for a store that takes one chain at a time (`take` raises LeaseHeldError for a chain
+    a live holder keeps): TAKES_AT_ONCE at a time, stopping at the first refusal. Another failure is raised as
+    itself once the chains in flight are done."""
+    taken: list[str] = []
+    refused: list[LeaseHeldError] = []
+    failed: list[Exception] = []
+    limit = anyio.Semaphore(TAKES_AT_ONCE)
+
+    async def take_one(chain: str, scope: anyio.CancelScope) -> None:
+        async with limit:
+            try:
+                await take(chain, me, seen)
+                taken.append(chain)
+            except LeaseHeldError as exc:
+                refused.append(exc)
+                scope.cancel()
+            except Exception as exc:
+                failed.append(exc)
+                scope.cancel()
+
+    async with anyio.create_task_group() as tasks:
+        for chain in chains:
+            tasks.start_soon(take_one, chain, tasks.cancel_scope)
+    if refused:
+        return Taken(tuple(taken), refused[0])
+    if failed:
+        raise failed[0]
+    return Taken(tuple(taken))
 
 
 class Leases:
@@ -190,41 +259,29 @@ class Leases:
     def held(self) -> frozenset[str]:
         return frozenset(self._held)
 
-    async def take(self, chain: str, seen: HolderSightings | None = None) -> None:
+    async def take(self, chain: str) -> None:
         """Take one chain (a no-op when held already); LeaseHeldError when a live process holds it."""
-        if chain in self._held:
+        await self.take_all([chain])
+
+    async def take_all(self, chains: Iterable[str]) -> None:
+        """Take every chain; the first LeaseHeldError stops the rest and is raised."""
+        pending = [chain for chain in chains if chain not in self._held]
+        if not pending:
             return
         async with self._lock:
             if not self._beating:  # others must see this process live before any chain names it
                 await retry_transient(lambda: self._store.beat(self.me), self._retry, "write the lease heartbeat")
                 self._beating = True
-        sightings = seen or HolderSightings(self._store.sight)
-        # Safe to repeat: a take that landed but whose answer was lost finds this process's own lease.
-        await retry_transient(
-            lambda: self._store.take(chain, self.me, sightings), self._retry, f"take {self._store.location(chain)}"
-        )
-        self._held.add(chain)
-
-    async def take_all(self, chains: Iterable[str]) -> None:
-        """Take every chain, TAKES_AT_ONCE at a time; the first LeaseHeldError stops the rest and is raised."""
-        pending = [chain for chain in chains if chain not in self._held]
         seen = HolderSightings(self._store.sight)
-        refused: list[LeaseHeldError] = []
-        limit = anyio.Semaphore(TAKES_AT_ONCE)
-
-        async def take(chain: str, scope: anyio.CancelScope) -> None:
-            async with limit:
-                try:
-                    await self.take(chain, seen)
-                except LeaseHeldError as exc:
-                    refused.append(exc)
-                    scope.cancel()
-
-        async with anyio.create_task_group() as tasks:
-            for chain in pending:
-                tasks.start_soon(take, chain, tasks.cancel_scope)
-        if refused:
-            raise refused[0]
+        # Safe to repeat: a take that landed but whose answer was lost finds this process's own lease.
+        taken = await retry_transient(
+            lambda: self._store.take_many(pending, self.me, seen),
+            self._retry,
+            f"take {self._store.location(pending[0])}" + (f" and {len(pending) - 1} more" if len(pending) > 1 else ""),
+        )
+        self._held.update(taken.chains)
+        if taken.refused is not None:
+            raise taken.refused
 
     async def wait_for_all(self, chains: Iterable[str], stop: anyio.Event) -> bool:
         """Standby: take every chain, waiting (STANDBY_POLL_S between looks) while live holders keep some;
@@ -254,7 +311,8 @@ class Leases:
 
     async def keep_renewed(self) -> None:
         """Renew the heartbeat every RENEW_EVERY_S until cancelled. A failed renewal is logged once (WARN) and
-        retried; the lease is not given up, since the chain's own checks fence a writer that lost it."""
+        retried; the lease is not given up, since the chain's own checks fence a writer that lost it. A store that
+        finds at a renewal that another process holds one of this one's chains raises LeaseLostError."""
         failing_since: float | None = None
         while True:
             await anyio.sleep(RENEW_EVERY_S)
@@ -262,6 +320,8 @@ class Leases:
                 continue
             try:
                 await self._store.beat(self.me)
+            except LeaseLostError:
+                raise  # another process writes now: this one must stop
             except MirrorV3Error as exc:
                 if failing_since is None:
                     failing_since = time.monotonic()

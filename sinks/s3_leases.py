@@ -15,10 +15,11 @@ generation), plus one HEAD per holder per pass.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from email.utils import parsedate_to_datetime
 from typing import Any
 
-from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, is_live
+from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, Taken, is_live, take_each
 from sinks.s3 import ConnectionUser, S3Connection
 from sinks.s3_errors import NoSuchKey, PreconditionFailed
 
@@ -72,6 +73,9 @@ class S3Leases(ConnectionUser):
         date = head.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
         now = parsedate_to_datetime(date).timestamp() if date else renewed
         return Sighting(holder, renewed_s_ago=max(0.0, now - renewed))
+
+    async def take_many(self, chains: Sequence[str], me: Holder, seen: HolderSightings) -> Taken:
+        return await take_each(self.take, chains, me, seen)
 
     async def take(self, chain: str, me: Holder, seen: HolderSightings) -> None:
         s3, prefix = await self._s3(), lease_prefix(self._root, chain)

@@ -27,7 +27,7 @@ from kafka_clients.schema_registry import RegistryAccess
 from kafka_clients.settings import registry_access
 from sinks.base import DestinationError
 from sinks.factory import SinkFactory, chain_name
-from sinks.leases import Holder, Leases
+from sinks.leases import Holder, LeaseLostError, Leases
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceCluster, SourceClusters
 from source.spark_session import SparkStartError, stop_spark
@@ -202,7 +202,7 @@ class Supervisor:
                 outer.start_soon(self._watch_signals)
                 outer.start_soon(self.http.watch_loop)
                 if leases is not None:
-                    outer.start_soon(leases.keep_renewed)
+                    outer.start_soon(self._keep_leases, leases, outer.cancel_scope)
                     # Before Spark and before any chain is touched: a live writer's chains are left alone.
                     if not await self._take_leases(leases, plan):
                         outer.cancel_scope.cancel()
@@ -321,6 +321,14 @@ class Supervisor:
             self._unreachable.pop(cluster, None)
         else:
             self._unreachable[cluster] = outage.cause
+
+    async def _keep_leases(self, leases: Leases, everything: anyio.CancelScope) -> None:
+        """Renew the leases for as long as the process runs; one lost to another process stops everything."""
+        try:
+            await leases.keep_renewed()
+        except LeaseLostError as exc:
+            self._fail(None, exc, exc.headline or "lost the destination's lease")
+            everything.cancel()
 
     async def _take_leases(self, leases: Leases, plan: EstatePlan) -> bool:
         """Take the lease of every planned chain (a standby waits for them); False when the process must stop:

@@ -22,7 +22,7 @@ import msgspec.structs
 
 from config import ConfigError
 from config.estate import Shard
-from config.model import Config, KafkaDestination
+from config.model import Config
 from config.restore import RestoreConfig
 from config.runtime import RuntimeSettings, parse_runtime
 from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
@@ -219,15 +219,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.as_of is not None:
             return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
         return _verify(config, args, shard)
-    if args.standby and isinstance(config.destination, KafkaDestination):
-        return _report(
-            ConfigError(
-                "--standby",
-                "needs a filesystem or S3 destination: a Kafka destination's newer writer fences "
-                "the older one by its transactional id",
-            ),
-            args.command,
-        )
     return _run(config, shard, runtime, args.standby)
 
 

@@ -580,3 +580,32 @@ class MemoryRegistry:
             self.next_id += 1
         self.subjects.setdefault(subject, []).append(schema)
         return self.ids[schema]
+
+
+class MemoryGroupOffsets:
+    """A cluster's committed group offsets with their metadata, as `sinks.kafka_leases.GroupOffsets` (the admin
+    client) sees them: commits overwrite, a deleted group has none. Each call yields once, so concurrent callers
+    interleave as they would over the network."""
+
+    def __init__(self) -> None:
+        self.groups: dict[str, dict[tuple[str, int], tuple[int, str]]] = {}
+        self.missing_topics: set[str] = set()  # commits on their partitions are refused, as a broker does
+
+    async def group_offsets_with_metadata(
+        self, group: str, partitions: Sequence[tuple[str, int]] | None = None
+    ) -> dict[tuple[str, int], tuple[int, str]]:
+        await anyio.sleep(0)
+        found = self.groups.get(group, {})
+        return dict(found) if partitions is None else {tp: found[tp] for tp in partitions if tp in found}
+
+    async def commit_group_offsets_with_metadata(
+        self, group: str, offsets: dict[tuple[str, int], tuple[int, str]]
+    ) -> dict[tuple[str, int], str]:
+        await anyio.sleep(0)
+        refused = {tp: "UNKNOWN_TOPIC_OR_PART" for tp in offsets if tp[0] in self.missing_topics}
+        self.groups.setdefault(group, {}).update({tp: v for tp, v in offsets.items() if tp not in refused})
+        return refused
+
+    async def delete_group(self, group: str) -> None:
+        await anyio.sleep(0)
+        self.groups.pop(group, None)

@@ -1,9 +1,11 @@
-"""Leases (`sinks.leases`): the liveness rule, and the contract both lease stores keep (a directory, and S3 through
-moto in this process): a free chain is taken, a live holder's is refused with its facts, a dead or stopped holder's
-is taken over, of two takers exactly one wins, and a standby takes over once the holder stops."""
+"""Leases (`sinks.leases`): the liveness rule, and the contract every lease store keeps (a directory, S3 through
+moto in this process, and a Kafka cluster's group offsets in memory): a free chain is taken, a live holder's is
+refused with its facts, a dead or stopped holder's is taken over, of two takers exactly one wins, and a standby
+takes over once the holder stops. Holders renew as a running process does (`renewing`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -16,13 +18,15 @@ from typing import Any
 import anyio
 import pytest
 
+import sinks.kafka_leases
 import sinks.leases
 from sinks.filesystem_leases import HOLDERS_DIRECTORY, FilesystemLeases
-from sinks.leases import Holder, LeaseHeldError, Leases, LeaseStore, Sighting, is_live
+from sinks.kafka_leases import KafkaLeases
+from sinks.leases import Holder, LeaseHeldError, LeaseLostError, Leases, LeaseStore, Sighting, is_live
 from sinks.retry import RetryPolicy
 from sinks.s3 import S3Connection
 from sinks.s3_leases import S3Leases
-from tests.fakes import moto_settings
+from tests.fakes import MemoryGroupOffsets, moto_settings
 
 ME = Holder(id="me", host="here", pid=100, since=1_700_000_000.0)
 RETRY = RetryPolicy(deadline_s=5)
@@ -66,10 +70,35 @@ class LeaseStores:
     new: Callable[[], LeaseStore]
 
 
-@pytest.fixture(params=["filesystem", "s3"])
-async def stores(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[LeaseStores]:
+@contextlib.asynccontextmanager
+async def renewing(*holders: Leases) -> AsyncIterator[None]:
+    """The holders renew in the background, as `run` has them do, until the block ends."""
+    async with anyio.create_task_group() as tasks:
+        for leases in holders:
+            tasks.start_soon(leases.keep_renewed)
+        yield
+        tasks.cancel_scope.cancel()
+
+
+def kafka_timing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Kafka store's timing, scaled down (its liveness is watched, not read off a clock)."""
+    monkeypatch.setattr(sinks.leases, "RENEW_EVERY_S", 0.02)
+    monkeypatch.setattr(sinks.leases, "LEASE_TIMEOUT_S", 0.4)
+    monkeypatch.setattr(sinks.kafka_leases, "SETTLE_S", 0.05)
+    monkeypatch.setattr(sinks.kafka_leases, "WATCH_EVERY_S", 0.01)
+
+
+@pytest.fixture(params=["filesystem", "s3", "kafka"])
+async def stores(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[LeaseStores]:
     if request.param == "filesystem":
         yield LeaseStores(new=lambda: FilesystemLeases(tmp_path))
+        return
+    if request.param == "kafka":
+        kafka_timing(monkeypatch)
+        cluster = MemoryGroupOffsets()
+        yield LeaseStores(new=lambda: KafkaLeases(cluster, "mirror-v3", "127.0.0.1:9092"))
         return
     endpoint = request.getfixturevalue("moto_endpoint")
     import boto3
@@ -102,8 +131,9 @@ async def test_a_live_holder_is_refused_with_its_facts(stores: LeaseStores) -> N
     live = Leases(stores.new(), other(id="live", host="there"), RETRY)
     await live.take("t/0")
     newcomer = Leases(stores.new(), other(id="new", host="elsewhere"), RETRY)
-    with pytest.raises(LeaseHeldError) as refused:
-        await newcomer.take_all(["t/1", "t/0"])
+    async with renewing(live):
+        with pytest.raises(LeaseHeldError) as refused:
+            await newcomer.take_all(["t/1", "t/0"])
     assert refused.value.holder == live.me and refused.value.chain == "t/0" and "t/" in refused.value.where
     assert refused.value.seen.renewed_s_ago is not None and refused.value.seen.renewed_s_ago < 5
     message = str(refused.value)
@@ -118,8 +148,9 @@ async def test_a_stopped_holder_is_taken_over(stores: LeaseStores) -> None:
     second = Leases(stores.new(), other(id="second", host="elsewhere"), RETRY)
     await second.take("t/0")
     third = Leases(stores.new(), other(id="third", host="yonder"), RETRY)
-    with pytest.raises(LeaseHeldError) as refused:
-        await third.take("t/0")
+    async with renewing(second):
+        with pytest.raises(LeaseHeldError) as refused:
+            await third.take("t/0")
     assert refused.value.holder.id == "second"
 
 
@@ -138,7 +169,7 @@ async def test_a_silent_holder_is_taken_over_after_the_timeout(tmp_path: Path) -
 async def test_of_two_takers_exactly_one_wins(stores: LeaseStores) -> None:
     contenders = [Leases(stores.new(), other(id=f"c{i}", host=f"host{i}"), RETRY) for i in range(2)]
     for contender in contenders:  # both live before either takes a chain
-        await contender.take(f"warm/{contender.me.id}")
+        await contender.take(f"warm-{contender.me.id}/0")
     outcomes: list[str] = []
 
     async def take(leases: Leases) -> None:
@@ -148,7 +179,7 @@ async def test_of_two_takers_exactly_one_wins(stores: LeaseStores) -> None:
         except LeaseHeldError:
             outcomes.append("refused")
 
-    async with anyio.create_task_group() as tasks:
+    async with renewing(*contenders), anyio.create_task_group() as tasks:
         for contender in contenders:
             tasks.start_soon(take, contender)
     assert sorted(outcomes) == ["refused", "took"]
@@ -165,7 +196,7 @@ async def test_a_standby_takes_over_when_the_holder_stops(stores: LeaseStores, m
     async def stand_by() -> None:
         took.append(await standby.wait_for_all(["t/0", "t/1"], stop))
 
-    async with anyio.create_task_group() as tasks:
+    async with renewing(active), anyio.create_task_group() as tasks:
         tasks.start_soon(stand_by)
         await anyio.sleep(0.3)
         assert took == [] and standby.held == frozenset()
@@ -214,3 +245,75 @@ anyio.run(main)
     finally:
         child.kill()
         child.wait()
+
+
+async def test_a_silent_kafka_holder_is_taken_over_once_its_heartbeat_stood_still(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Kafka keeps no time with an offset: a holder is live while its heartbeat moves; a standby that watched it
+    stand still across looks counts from the first time it saw it there."""
+    kafka_timing(monkeypatch)
+    cluster = MemoryGroupOffsets()
+    silent = Leases(KafkaLeases(cluster, "p", "b:9092"), other(id="silent"), RETRY)
+    await silent.take_all(["t/0", "t/1"])
+    assert cluster.groups["p.lease.silent"] == {("t", 0): (1, "silent")}  # its heartbeat, on its first chain
+    assert {tp: Holder.decode(meta.encode()) for tp, (_, meta) in cluster.groups["p.lease"].items()} == {
+        ("t", 0): silent.me,
+        ("t", 1): silent.me,
+    }
+    store = KafkaLeases(cluster, "p", "b:9092")
+    newcomer = Leases(store, other(id="new", host="elsewhere"), RETRY)
+    async with renewing(silent):
+        with pytest.raises(LeaseHeldError) as refused:
+            await newcomer.take("t/1")
+    assert refused.value.seen.renewed_s_ago == 0.0 and refused.value.where == "kafka://b:9092/t/1 (group p.lease)"
+    began = time.monotonic()
+    await newcomer.take("t/1")  # it renews no more, but never released: the whole timeout
+    assert sinks.leases.LEASE_TIMEOUT_S < time.monotonic() - began < sinks.leases.LEASE_TIMEOUT_S + 0.3
+    assert newcomer.held == {"t/1"}
+
+
+async def test_a_kafka_holder_whose_chain_another_took_stops_at_its_next_renewal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An offset commit is not conditional: a rival whose commit came after the holder's read-back also holds
+    the chain; the holder sees it at its next renewal and stops."""
+    kafka_timing(monkeypatch)
+    cluster = MemoryGroupOffsets()
+    holder = Leases(KafkaLeases(cluster, "p", "b:9092"), other(id="holder"), RETRY)
+    await holder.take_all(["t/0", "t/1"])
+    rival = KafkaLeases(cluster, "p", "b:9092")
+    rival_me = other(id="rival", host="elsewhere")
+    await rival.beat(rival_me)
+    await cluster.commit_group_offsets_with_metadata(
+        "p.lease", {("t", 1): (0, sinks.kafka_leases.encode_lease(rival_me, ("t", 1)))}
+    )
+    with pytest.raises(LeaseLostError) as lost, anyio.fail_after(5):
+        await holder.keep_renewed()
+    assert lost.value.chain == "t/1" and lost.value.holder == rival_me
+    assert "host elsewhere pid 200" in str(lost.value) and "--standby" in str(lost.value)
+
+
+async def test_a_kafka_holder_that_stops_deletes_its_heartbeat(monkeypatch: pytest.MonkeyPatch) -> None:
+    kafka_timing(monkeypatch)
+    cluster = MemoryGroupOffsets()
+    holder = Leases(KafkaLeases(cluster, "p", "b:9092"), other(id="h"), RETRY)
+    await holder.take("t/0")
+    await holder.release()
+    assert "p.lease.h" not in cluster.groups and "p.lease" in cluster.groups
+
+
+async def test_a_kafka_chain_whose_topic_does_not_exist_yet_is_left_to_its_sink(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Nobody writes to a topic that does not exist (`create-topics` makes it later): its chain is not held, and
+    the heartbeat goes on a partition the broker has."""
+    kafka_timing(monkeypatch)
+    cluster = MemoryGroupOffsets()
+    cluster.missing_topics.add("later")
+    holder = Leases(KafkaLeases(cluster, "p", "b:9092"), other(id="h"), RETRY)
+    await holder.take_all(["later/0", "now/0"])
+    assert holder.held == {"now/0"} and cluster.groups["p.lease.h"] == {("now", 0): (2, "h")}
+    cluster.missing_topics.clear()
+    await holder.take("later/0")
+    assert holder.held == {"now/0", "later/0"}
