@@ -25,6 +25,7 @@ from e2e.harness import (
     one_mirror,
     partitions_of,
     refused,
+    refused_beside,
     run_until,
     sigterm_while_records_wait,
     start,
@@ -44,7 +45,7 @@ from testkit.kafka_data import (
     wait_for_compaction,
     watermarks,
 )
-from testkit.mirror_run import MirrorRun, run_cli
+from testkit.mirror_run import MirrorRun, log_time, run_cli
 from testkit.targets import KafkaTarget, source_records
 from testkit.tcp_proxy import TcpProxy
 from testkit.tls import TlsFiles
@@ -239,24 +240,38 @@ def test_a_missing_destination_topic_is_named(
     assert "create it with at least 3 partition(s)" in line
 
 
-def test_a_second_renumber_process_fences_the_first(
-    kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path
+# renumber in the soak run: its takeover is a restart's (kill_9_at_random_moments[renumber]) behind the same lease.
+@pytest.mark.parametrize("mode", ["preserve", pytest.param("renumber", marks=pytest.mark.soak)])
+def test_a_second_process_is_refused_by_the_lease_and_a_standby_takes_over_a_killed_one(
+    kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path, mode: str
 ) -> None:
-    backlog(kafka.bootstrap, topic_name, [30_000], seed=60)
+    """A newcomer on a live writer's partitions neither fences nor appends (preserve has no fence of its own) and
+    exits 1 quickly, naming the holder; a standby waits, and once the writer is killed mid-flush it takes over
+    within 15 s and the destination ends up with every record exactly once."""
+    backlog(kafka.bootstrap, topic_name, [20_000], seed=60)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
-    destination = KafkaTarget(kafka_destination_broker.bootstrap, "renumber")
-    flush, spark = {"max-time-ms": 300, "max-offsets": 3_000}, {"max-offsets-per-job": 3_000}
+    destination = KafkaTarget(kafka_destination_broker.bootstrap, mode)
+    flush, spark = {"max-time-ms": 300, "max-offsets": 1_000}, {"max-offsets-per-job": 1_000}
     config = one_mirror(tmp_path, kafka.bootstrap, destination, topic_name, flush=flush, spark=spark)
-    with start(config, tmp_path / "first.log", destination) as first:
-        first.wait_for_log(r"msg=flushed")
-        with start(config, tmp_path / "second.log", destination) as second:
-            second.wait_for_log(r'msg="mirror starting"')
-            # Keep the first one busy even if it had caught up: its next transaction meets the fence.
-            produce(kafka.bootstrap, topic_name, 0, generate_records(2_000, seed=61))
-            first.expect_failure(1, timeout=120)
-            assert re.search(r"level=ERROR .*fenced by a newer producer", first.log_text()), first.tail()
-            second.wait_for_offsets(lambda p: destination.next_offset(topic_name, p), {0: 32_000})
-            second.drain()
+    with start(config, tmp_path / "active.log", destination) as active:
+        active.wait_for_log(r"msg=flushed")
+        line = refused_beside(active, config, tmp_path / "second.log", destination)
+        where = f"kafka://{kafka_destination_broker.bootstrap}/{topic_name}/0 (group mirror-v3.lease)"
+        assert f'msg="another writer holds the destination" error="{where}: ' in line, line
+        with MirrorRun(config, tmp_path / "standby.log", env=destination.env(), args=["--standby"]) as standby:
+            standby.wait_for_log(r"msg=\"standby: waiting for the live writer\"")
+            assert active.running, active.tail()  # neither newcomer harmed it
+            produce(kafka.bootstrap, topic_name, 0, generate_records(20_000, seed=61))  # keep it flushing
+            active.wait_for_log(r"msg=flushed", count=len(active.events("flushed")) + 3)
+            time.sleep(random.Random(62).uniform(0.0, 0.3))  # somewhere in a flush
+            active.kill9()
+            killed_at = time.time()
+            standby.wait_for_log(r"msg=\"standby: took over\"", timeout=60)
+            taken_after = log_time(standby.events("standby: took over")[0]) - killed_at
+            assert taken_after <= 15, f"took over {taken_after:.1f}s after the kill"
+            standby.wait_for_offsets(lambda p: destination.next_offset(topic_name, p), {0: 40_000})
+            standby.drain()
+    assert "fenced" not in active.log_text()
     _assert_exactly_once(kafka, destination, topic_name)
 
 
