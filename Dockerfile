@@ -18,6 +18,7 @@ COPY kafka_clients ./kafka_clients
 COPY source ./source
 COPY sinks ./sinks
 COPY supervisor ./supervisor
+COPY commands ./commands
 COPY workers ./workers
 COPY testkit ./testkit
 COPY scripts ./scripts

@@ -20,6 +20,7 @@ import anyio
 import msgspec
 import msgspec.structs
 
+from commands.config_files import load_config
 from config import ConfigError
 from config.estate import Shard
 from config.model import Config
@@ -29,12 +30,11 @@ from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
 from core.logs import setup_logging
 from source.spark_session import use_class_cache, use_python_daemon
 from supervisor import early_signals
-from supervisor.config_files import load_config
 from supervisor.version import installed_version
 from workers import spark_daemon
 
 if TYPE_CHECKING:
-    from supervisor.status_view import StatusFilter
+    from commands.status_view import StatusFilter
 
 log = logging.getLogger("mirror_v3.cli")
 
@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _prepare_jvm(directory: Path | None) -> int:
-    from supervisor.jvm_cache import prepare_class_archive
+    from commands.jvm_cache import prepare_class_archive
     from supervisor.spark_start import log_jvm_event
 
     if directory is None:
@@ -245,14 +245,14 @@ def _report(exc: MirrorV3Error, command: str) -> int:
 
 def _process_url(process: str, runtime: RuntimeSettings) -> str | None:
     """status --process: 'local' is this host's process on MIRROR_V3_METRICS_PORT, 'none' none, else a URL."""
-    from supervisor.status import default_process
+    from commands.status import default_process
 
     return {"local": default_process(runtime.metrics_port), "none": None}.get(process, process)
 
 
 def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
+    from commands.verify import collect_verification, render_json, render_table
     from source.spark_session import stop_spark
-    from supervisor.verify import collect_verification, render_json, render_table
 
     try:
         select = re.compile(args.mirrors) if args.mirrors else None
@@ -279,7 +279,7 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
 
 
 def _is_restore_config(path: str) -> bool:
-    from supervisor.config_files import is_restore_config
+    from commands.config_files import is_restore_config
 
     try:
         return is_restore_config(path)
@@ -288,8 +288,8 @@ def _is_restore_config(path: str) -> bool:
 
 
 def _verify_restore(args: argparse.Namespace) -> int:
+    from commands.restore_verify import render_json, render_table, verify_restore
     from source.spark_session import stop_spark
-    from supervisor.restore_verify import render_json, render_table, verify_restore
 
     for flag, given in (
         ("--shard", args.shard),
@@ -310,8 +310,8 @@ def _verify_restore(args: argparse.Namespace) -> int:
 
 def _restore_config(args: argparse.Namespace) -> RestoreConfig:
     """The restore config of `--config`, with what `--create-topics` and `--as-of` change (ConfigError)."""
+    from commands.config_files import load_restore_config
     from config.restore import parse_as_of
-    from supervisor.config_files import load_restore_config
 
     config = load_restore_config(args.config)
     if getattr(args, "create_topics", False):
@@ -324,9 +324,9 @@ def _restore_config(args: argparse.Namespace) -> RestoreConfig:
 
 
 def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
+    from commands.restore import run_restore
     from source.spark_session import stop_spark
     from supervisor.metrics import MetricFamilies
-    from supervisor.restore import run_restore
 
     try:
         config = _restore_config(args)
@@ -343,7 +343,7 @@ def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
 
 
 def _migrate_schemas(config: Config, args: argparse.Namespace) -> int:
-    from supervisor.migrate_schemas import migrate_schemas
+    from commands.migrate_schemas import migrate_schemas
 
     try:
         subjects = re.compile(args.subjects) if args.subjects else None
@@ -358,7 +358,7 @@ def _migrate_schemas(config: Config, args: argparse.Namespace) -> int:
 
 
 def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:
-    from supervisor.plan import collect_plan, render_json, render_table
+    from commands.plan import collect_plan, render_json, render_table
 
     try:
         plan = anyio.run(collect_plan, config, timeout, shard)
@@ -369,7 +369,7 @@ def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:
 
 
 def _status_filter(args: argparse.Namespace) -> StatusFilter | ConfigError:
-    from supervisor.status_view import StatusFilter
+    from commands.status_view import StatusFilter
 
     if args.topic is not None:
         try:
@@ -380,8 +380,8 @@ def _status_filter(args: argparse.Namespace) -> StatusFilter | ConfigError:
 
 
 def _status(config: Config, args: argparse.Namespace, shard: Shard | None, url: str | None) -> int:
-    from supervisor.status import collect_status
-    from supervisor.status_view import render_json, render_table
+    from commands.status import collect_status
+    from commands.status_view import render_json, render_table
 
     shown = _status_filter(args)
     if isinstance(shown, ConfigError):
@@ -395,8 +395,8 @@ def _status(config: Config, args: argparse.Namespace, shard: Shard | None, url: 
 
 
 def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None, runtime: RuntimeSettings) -> int:
-    from supervisor.status import StatusReport, watch_status
-    from supervisor.status_view import render_json, render_table
+    from commands.status import StatusReport, watch_status
+    from commands.status_view import render_json, render_table
 
     if args.watch <= 0:
         return _report(ConfigError("--watch", "the refresh interval must be above 0 seconds"), "status")

@@ -7,6 +7,6 @@ def main() -> int:
     from supervisor import early_signals
 
     early_signals.install()  # before the imports below: they take long enough for a SIGTERM to arrive
-    from supervisor.cli import main as cli_main
+    from commands.cli import main as cli_main
 
     return cli_main()

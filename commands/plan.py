@@ -9,13 +9,13 @@ from typing import Annotated
 import anyio
 import msgspec
 
+from commands.output import about, table_lines
 from config.estate import Shard, compile_entries
 from config.model import Config
 from core.errors import SourceError
 from sinks.factory import location
 from source.offsets import SourceClusters
 from supervisor.discovery import plan_estate
-from supervisor.output import about, table_lines
 
 
 class PlannedMirror(msgspec.Struct, rename="kebab"):

@@ -34,6 +34,10 @@ import anyio
 import anyio.to_thread
 from prometheus_client import CollectorRegistry
 
+from commands.output import table_lines
+from commands.restore_groups import RestoredRange, restore_positions
+from commands.restore_progress import Progress, RestoreMetrics
+from commands.restore_topics import prepare_topics, restored_topics
 from config.errors import ConfigError
 from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
@@ -57,10 +61,6 @@ from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from supervisor.metrics import MetricFamilies
-from supervisor.output import table_lines
-from supervisor.restore_groups import RestoredRange, restore_positions
-from supervisor.restore_progress import Progress, RestoreMetrics
-from supervisor.restore_topics import prepare_topics, restored_topics
 from supervisor.spark_start import start_spark
 from workers.archive_records import ArchiveSurvey, read_archived
 from workers.restore_job import (

@@ -22,15 +22,15 @@ from typing import Annotated
 
 import msgspec
 
+from commands.output import about, document_schema, table_lines
+from commands.restore import RestorePartition, close_all, destination_position, narrow_by_time, select_partitions
+from commands.restore_groups import DestinationPositions, RestoredRange, archived_positions
+from commands.restore_topics import plan_restored_topic, restored_topics
 from config.restore import RestoreConfig
 from kafka_clients.admin import destination_admin
 from sinks.archive_documents import ArchiveDocuments, moment_text
 from sinks.factory import SinkFactory, kafka_settings, retry_policy
 from supervisor.describe import describe_error
-from supervisor.output import about, document_schema, table_lines
-from supervisor.restore import RestorePartition, close_all, destination_position, narrow_by_time, select_partitions
-from supervisor.restore_groups import DestinationPositions, RestoredRange, archived_positions
-from supervisor.restore_topics import plan_restored_topic, restored_topics
 from supervisor.spark_start import start_spark
 
 

@@ -20,6 +20,7 @@ import aiohttp
 import anyio
 import msgspec
 
+from commands.output import about, document_schema
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
 from config.secrets import ConfigReferenceError
@@ -31,7 +32,6 @@ from source.offsets import SourceClusters
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_readable
 from supervisor.http import ProcessState, SparkLoad
-from supervisor.output import about, document_schema
 
 
 class MirrorStatus(msgspec.Struct, rename="kebab"):

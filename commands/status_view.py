@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
-from supervisor.output import table_lines
-from supervisor.status import (
+from commands.output import table_lines
+from commands.status import (
     FAILED_STATES,
     MirrorStatus,
     StatusDocument,

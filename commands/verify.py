@@ -25,6 +25,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
+from commands.output import about, document_schema, table_lines
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config, KafkaDestination
 from core.errors import MirrorV3Error, SourceError
@@ -42,7 +43,6 @@ from source.range_reader import SourcePartition
 from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
-from supervisor.output import about, document_schema, table_lines
 from supervisor.partition_source import source_partition
 from supervisor.spark_start import start_spark
 from workers.kafka_verify_task import KafkaSlice

@@ -103,7 +103,7 @@ def parse_config(
     text: str, source: str = "<config>", env: Mapping[str, str] | None = None, library_check: LibraryCheck | None = None
 ) -> Config:
     """Parse YAML text into a checked `Config`; `env` defaults to `os.environ`. `library_check` also checks each
-    `client-properties` map with the client library (supervisor.config_files passes librdkafka's)."""
+    `client-properties` map with the client library (commands.config_files passes librdkafka's)."""
     raw, lines = _load_yaml(text, source)
     if raw is None:
         raise ConfigError(source, "config file is empty")

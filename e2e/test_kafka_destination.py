@@ -177,7 +177,9 @@ def test_sigterm_mid_stream_then_restart(
     _assert_exactly_once(kafka, destination, topic_name)
 
 
-@pytest.mark.parametrize("offsets", MODES)
+# preserve in the soak run: the lease test kills a preserve writer mid-flush, continues from the destination and
+# compares record by record, the same property with one kill instead of three.
+@pytest.mark.parametrize("offsets", [pytest.param("preserve", marks=pytest.mark.soak), "renumber"])
 def test_kill_9_at_random_moments(
     kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path, offsets: str
 ) -> None:
@@ -240,7 +242,8 @@ def test_a_missing_destination_topic_is_named(
     assert "create it with at least 3 partition(s)" in line
 
 
-# renumber in the soak run: its takeover is a restart's (kill_9_at_random_moments[renumber]) behind the same lease.
+# renumber in the soak run: its takeover is a restart's (kill_9_at_random_moments[renumber] kills mid-flush in the
+# default run) behind the same lease.
 @pytest.mark.parametrize("mode", ["preserve", pytest.param("renumber", marks=pytest.mark.soak)])
 def test_a_second_process_is_refused_by_the_lease_and_a_standby_takes_over_a_killed_one(
     kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path, mode: str

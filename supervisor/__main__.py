@@ -2,6 +2,6 @@ from supervisor import early_signals
 
 early_signals.install()  # before the imports below: they take long enough for a SIGTERM to arrive
 
-from supervisor.cli import main  # noqa: E402
+from commands.cli import main  # noqa: E402
 
 raise SystemExit(main())

@@ -77,7 +77,7 @@ class Supervisor:
         self._clusters = SourceClusters()
         self._sinks: SinkFactory | None = None
         self.stop_requested = anyio.Event()
-        self.spark_abandoned = False  # the process ended while Spark still started (see supervisor.cli._run)
+        self.spark_abandoned = False  # the process ended while Spark still started (see commands.cli._run)
         self.mirrors: dict[MirrorKey, MirrorRecord] = {}  # one record per mirror: its actor, scope and fate
         self._selected: set[MirrorKey] = set()  # this shard's partitions that the last plan selected
         self._missing_logged: set[tuple[str, str]] = set()

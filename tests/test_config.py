@@ -13,11 +13,11 @@ import jsonschema  # type: ignore[import-untyped]
 import pytest
 import yaml
 
+from commands.config_files import load_config
 from config import Config, ConfigError, FlushConfig, SourceConfig, SparkConfig, parse_config
 from config.errors import YamlSyntaxError
 from config.estate import compile_entries
 from config.model import FilesystemDestination, KafkaDestination, MirrorConfig
-from supervisor.config_files import load_config
 from tools.generated import CONFIG_SCHEMA
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from commands.verify import source_bounds
 from core.kafka_records import copied_from, parse_source_offset, source_cluster_header, source_offset_header
-from supervisor.verify import source_bounds
 from tests.fakes import FakeConsumer, FakePartitionSource, FakeRecord
 from workers.kafka_verify_task import KafkaSlice, check_kafka_slice
 from workers.record_comparison import Comparison

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from commands.restore import held_at
 from config.errors import ConfigError
 from config.restore import parse_as_of
 from sinks.archive_documents import FilesystemDocuments, moment_text
@@ -15,7 +16,6 @@ from sinks.group_positions import ArchivedPositions, newest_of_every_cluster
 from sinks.group_positions import add as add_positions
 from sinks.topic_metadata import ArchivedTopic, as_of
 from sinks.topic_metadata import add as add_topic
-from supervisor.restore import held_at
 from tests.fakes import InMemoryStore
 
 

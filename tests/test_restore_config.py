@@ -64,7 +64,7 @@ def test_rename_puts_the_archived_name_in_place_of_topic() -> None:
 
 def test_a_restore_may_create_its_topics_from_the_archives_metadata() -> None:
     text = BASE.replace("offsets: renumber}", "offsets: renumber, create-topics: true}") + "restore: [{topic: a}]\n"
-    assert parse_restore_config(text, env={}).destination.create_topics  # (supervisor.restore_topics)
+    assert parse_restore_config(text, env={}).destination.create_topics  # (commands.restore_topics)
 
 
 def test_timestamps_are_epoch_milliseconds_or_times_with_a_zone() -> None:

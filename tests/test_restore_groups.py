@@ -3,9 +3,9 @@ was restored, from every source cluster's newest document."""
 
 from __future__ import annotations
 
+from commands.restore_groups import RestoredRange, plan_positions
 from config.model import GroupSelection
 from sinks.group_positions import ArchivedPositions
-from supervisor.restore_groups import RestoredRange, plan_positions
 
 
 def positions(cluster: str, groups: dict[str, dict[str, dict[str, int]]]) -> ArchivedPositions:

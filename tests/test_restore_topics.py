@@ -3,10 +3,10 @@ configs), made from the chains alone when nothing was archived, and an existing 
 
 from __future__ import annotations
 
+from commands.restore_topics import RestoredTopic, TopicPlan, plan_restored_topic
 from kafka_clients.admin import TopicState
 from sinks.archive_documents import moment_text
 from sinks.topic_metadata import ArchivedTopic
-from supervisor.restore_topics import RestoredTopic, TopicPlan, plan_restored_topic
 
 ALLOWED = ("cleanup.policy", "retention.ms", "max.message.bytes")
 METADATA = ArchivedTopic(

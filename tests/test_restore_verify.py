@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.restore_verify import (
+from commands.restore_verify import (
     GroupCheck,
     PartitionCheck,
     RestoreVerification,

@@ -8,9 +8,8 @@ from dataclasses import replace
 
 import jsonschema
 
-from supervisor.http import MirrorState, ProcessState, SparkLoad
-from supervisor.status import MirrorStatus, StatusReport, apply_rates, apply_states
-from supervisor.status_view import (
+from commands.status import MirrorStatus, StatusReport, apply_rates, apply_states
+from commands.status_view import (
     STANDARD_WIDTH,
     TABLE_COLUMNS,
     WIDE_COLUMNS,
@@ -20,6 +19,7 @@ from supervisor.status_view import (
     render_table,
     summarize,
 )
+from supervisor.http import MirrorState, ProcessState, SparkLoad
 from tools.generated import STATUS_SCHEMA
 
 

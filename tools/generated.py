@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from commands import restore_verify, status, verify
 from config import reference, restore, schema
-from supervisor import restore_verify, status, verify
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = "python -m tools.generated"
