@@ -15,7 +15,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from source.spark_session import LOG4J_CONFIG
+from workers.spark_session import LOG4J_CONFIG
 
 RATE = 100  # py-spy samples per second per thread
 # Innermost frames of a thread that waits (an event loop in epoll, an idle worker): py-spy cannot always tell them

@@ -28,10 +28,10 @@ from config.restore import RestoreConfig
 from config.runtime import RuntimeSettings, parse_runtime
 from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
 from core.logs import setup_logging
-from source.spark_session import use_class_cache, use_python_daemon
 from supervisor import early_signals
 from supervisor.version import installed_version
 from workers import spark_daemon
+from workers.spark_session import SparkLaunch
 
 if TYPE_CHECKING:
     from commands.status_view import StatusFilter
@@ -184,12 +184,12 @@ def main(argv: list[str] | None = None) -> int:
     class_cache = None if runtime.jvm_cache is None else Path(runtime.jvm_cache).expanduser()
     if args.command == "prepare-jvm":
         return _prepare_jvm(class_cache)
-    use_class_cache(class_cache)
-    use_python_daemon(spark_daemon.__name__)
+    # How every command that starts Spark starts it: the class archive mapped, the workers' daemon ours.
+    launch = SparkLaunch(class_cache=class_cache, python_daemon=spark_daemon.__name__)
     if args.command == "restore":  # a config of its own
-        return _restore(args, runtime)
+        return _restore(args, runtime, launch)
     if args.command == "verify" and _is_restore_config(args.config):
-        return _verify_restore(args)
+        return _verify_restore(args, launch)
     try:
         config = load_config(args.config)
         shard = _shard(getattr(args, "shard", None), runtime.shard)
@@ -218,8 +218,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "verify":
         if args.as_of is not None:
             return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
-        return _verify(config, args, shard)
-    return _run(config, shard, runtime, args.standby)
+        return _verify(config, args, shard, launch)
+    return _run(config, shard, runtime, launch, args.standby)
 
 
 def _prepare_jvm(directory: Path | None) -> int:
@@ -250,9 +250,9 @@ def _process_url(process: str, runtime: RuntimeSettings) -> str | None:
     return {"local": default_process(runtime.metrics_port), "none": None}.get(process, process)
 
 
-def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> int:
+def _verify(config: Config, args: argparse.Namespace, shard: Shard | None, launch: SparkLaunch) -> int:
     from commands.verify import collect_verification, render_json, render_table
-    from source.spark_session import stop_spark
+    from workers.spark_session import stop_spark
 
     try:
         select = re.compile(args.mirrors) if args.mirrors else None
@@ -263,6 +263,7 @@ def _verify(config: Config, args: argparse.Namespace, shard: Shard | None) -> in
             partial(
                 collect_verification,
                 config,
+                launch,
                 shard=shard,
                 select=select,
                 max_differences=max(0, args.max_differences),
@@ -287,9 +288,9 @@ def _is_restore_config(path: str) -> bool:
         return False  # load_config reports it
 
 
-def _verify_restore(args: argparse.Namespace) -> int:
+def _verify_restore(args: argparse.Namespace, launch: SparkLaunch) -> int:
     from commands.restore_verify import render_json, render_table, verify_restore
-    from source.spark_session import stop_spark
+    from workers.spark_session import stop_spark
 
     for flag, given in (
         ("--shard", args.shard),
@@ -299,7 +300,7 @@ def _verify_restore(args: argparse.Namespace) -> int:
         if given:
             return _report(ConfigError(flag, "applies to a mirror config, not to a restore config"), "verify")
     try:
-        report = anyio.run(verify_restore, _restore_config(args))
+        report = anyio.run(verify_restore, _restore_config(args), launch)
     except MirrorV3Error as exc:
         return _report(exc, "verify")
     finally:
@@ -323,16 +324,16 @@ def _restore_config(args: argparse.Namespace) -> RestoreConfig:
     return config
 
 
-def _restore(args: argparse.Namespace, runtime: RuntimeSettings) -> int:
+def _restore(args: argparse.Namespace, runtime: RuntimeSettings, launch: SparkLaunch) -> int:
     from commands.restore import run_restore
-    from source.spark_session import stop_spark
     from supervisor.metrics import MetricFamilies
+    from workers.spark_session import stop_spark
 
     try:
         config = _restore_config(args)
         families = None if args.dry_run else MetricFamilies()
         restore = partial(
-            run_restore, config, dry_run=args.dry_run, families=families, metrics_port=runtime.metrics_port
+            run_restore, config, launch, dry_run=args.dry_run, families=families, metrics_port=runtime.metrics_port
         )
         print(anyio.run(restore))
     except MirrorV3Error as exc:
@@ -439,7 +440,9 @@ def _watch_status(config: Config, args: argparse.Namespace, shard: Shard | None,
     return EXIT_OK
 
 
-def _run(config: Config, shard: Shard | None, runtime: RuntimeSettings, standby: bool = False) -> int:
+def _run(
+    config: Config, shard: Shard | None, runtime: RuntimeSettings, launch: SparkLaunch, standby: bool = False
+) -> int:
     # A SIGTERM that arrives while the process is still starting must drain like any other: remembered
     # (from `__main__` on, or from here when called directly) until the supervisor's handling takes over.
     early_signals.install()
@@ -448,7 +451,13 @@ def _run(config: Config, shard: Shard | None, runtime: RuntimeSettings, standby:
 
     families = MetricFamilies()
     supervisor = Supervisor(
-        config, families, early_signals=early_signals.received, shard=shard, runtime=runtime, standby=standby
+        config,
+        families,
+        early_signals=early_signals.received,
+        shard=shard,
+        runtime=runtime,
+        standby=standby,
+        launch=launch,
     )
     try:
         code = anyio.run(supervisor.run)

@@ -1,4 +1,4 @@
-"""`prepare-jvm`: record the Spark driver JVM's classes into the class cache once (source.jvm_class_cache), so that
+"""`prepare-jvm`: record the Spark driver JVM's classes into the class cache once (workers.jvm_class_cache), so that
 every later start maps them instead of loading them. A local session runs one small job of the kind every command
 runs (a range of task numbers through mapInArrow, collected as Arrow), then its JVM exits and writes what it
 loaded; the archive is checked and put in place only when whole."""
@@ -11,7 +11,7 @@ from typing import Any
 
 from config.model import SparkConfig
 from core.errors import EXIT_ENVIRONMENT, MirrorV3Error
-from source.jvm_class_cache import (
+from workers.jvm_class_cache import (
     archive_of,
     archive_problem,
     install,
@@ -20,9 +20,9 @@ from source.jvm_class_cache import (
     spark_jars,
     temporary_path,
 )
-from source.jvm_logs import JvmEvent
-from source.spark_session import get_spark, jvm_property, shut_down_jvm
+from workers.jvm_logs import JvmEvent
 from workers.range_job import JobSpec, run_tasks
+from workers.spark_session import SparkLaunch, get_spark, jvm_property, shut_down_jvm
 
 # The JVM writes its archive (about 140 MB) as it exits: seconds, not minutes.
 RECORDING_TIMEOUT_S = 120.0
@@ -55,7 +55,7 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
         return archive, False
     temporary = temporary_path(archive)
     try:
-        session = get_spark(SparkConfig(master="local[2]"), on_jvm_event, record_classes=temporary)
+        session = get_spark(SparkConfig(master="local[2]"), SparkLaunch(record_classes=temporary), on_jvm_event)
         run_tasks(
             session, JobSpec("prepare-jvm", "default", "class archive"), 2, batches_as_they_are, "id long", _as_arrow
         )

@@ -57,7 +57,6 @@ from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
 from sinks.schema_archive import read_schemas
 from sinks.schema_rewrite import SchemaRewrite
-from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from supervisor.metrics import MetricFamilies
@@ -71,6 +70,7 @@ from workers.restore_job import (
     run_survey_job,
     run_time_search_job,
 )
+from workers.spark_session import SparkLaunch, started_spark
 
 log = logging.getLogger("mirror_v3.restore")
 
@@ -300,7 +300,7 @@ async def narrow_by_time(config: RestoreConfig, parts: list[RestorePartition]) -
         return
 
     def run() -> list[tuple[int | None, int | None]]:
-        return run_time_search_job(get_spark(config.spark), tuple(w for _, w in work), _job_group("times"))
+        return run_time_search_job(started_spark(), tuple(w for _, w in work), _job_group("times"))
 
     since: dict[str, int] = {}  # chain → the first slice's answer, in offset order
     until: dict[str, int] = {}
@@ -335,7 +335,7 @@ async def survey(config: RestoreConfig, parts: list[RestorePartition]) -> None:
         return
 
     def run() -> list[ArchiveSurvey]:
-        return run_survey_job(get_spark(config.spark), tuple(r for _, r in work), _job_group("survey"))
+        return run_survey_job(started_spark(), tuple(r for _, r in work), _job_group("survey"))
 
     for (part, _), found in zip(work, await anyio.to_thread.run_sync(run), strict=True):
         assert part.survey is not None
@@ -505,7 +505,7 @@ async def restore_all(
         job = tuple(tasks)
 
         def run(job: tuple[RestoreTask, ...] = job) -> list[ProducedRange | MirrorV3Error]:
-            return run_restore_job(get_spark(config.spark), job, _job_group("produce"))
+            return run_restore_job(started_spark(), job, _job_group("produce"))
 
         failed: MirrorV3Error | None = None
         for part, item in zip(active, await anyio.to_thread.run_sync(run), strict=True):
@@ -585,7 +585,12 @@ async def log_append_time_topics(parts: list[RestorePartition]) -> list[str]:
 
 
 async def run_restore(
-    config: RestoreConfig, *, dry_run: bool = False, families: MetricFamilies | None = None, metrics_port: int = 0
+    config: RestoreConfig,
+    launch: SparkLaunch,
+    *,
+    dry_run: bool = False,
+    families: MetricFamilies | None = None,
+    metrics_port: int = 0,
 ) -> str:
     """The whole command; returns what it prints on stdout. With `families`, the restore's series are served on
     the metrics port (/metrics, /healthz, /readyz: ready once every destination partition is open)."""
@@ -596,13 +601,14 @@ async def run_restore(
     store = factory.documents()
     assert store is not None, "an archive is a blob destination"
     try:
-        return await _restore(config, parts, store, dry_run, families, metrics_port)
+        return await _restore(config, launch, parts, store, dry_run, families, metrics_port)
     finally:
         await store.close()
 
 
 async def _restore(
     config: RestoreConfig,
+    launch: SparkLaunch,
     parts: list[RestorePartition],
     store: ArchiveDocuments,
     dry_run: bool,
@@ -619,7 +625,7 @@ async def _restore(
     would_create = await prepare_topics(config, topics, dry_run=True, quiet=True)
     known = [p for p in parts if p.since_ms is None and p.until_ms is None]
     await check_destinations(config, known, would_create)
-    await start_spark(config.spark)  # before the clock of restore_all starts, in every mode
+    await start_spark(config.spark, launch)  # before the clock of restore_all starts, in every mode
     await narrow_by_time(config, parts)
     mode = config.destination.offsets
     if dry_run or mode == "preserve":

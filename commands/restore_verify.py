@@ -32,6 +32,7 @@ from sinks.archive_documents import ArchiveDocuments, moment_text
 from sinks.factory import SinkFactory, kafka_settings, retry_policy
 from supervisor.describe import describe_error
 from supervisor.spark_start import start_spark
+from workers.spark_session import SparkLaunch
 
 
 class TopicCheck(msgspec.Struct, rename="kebab"):
@@ -100,7 +101,7 @@ class RestoreVerification:
         return all(row.ok for rows in (self.topics, self.partitions, self.groups) for row in rows)
 
 
-async def verify_restore(config: RestoreConfig) -> RestoreVerification:
+async def verify_restore(config: RestoreConfig, launch: SparkLaunch) -> RestoreVerification:
     """Check the restore `config` describes against its archive. Raises ConfigError for entries that select
     nothing the archive holds (as `restore` does)."""
     factory = SinkFactory(config.archive)
@@ -109,7 +110,7 @@ async def verify_restore(config: RestoreConfig) -> RestoreVerification:
     assert store is not None, "an archive is a blob destination"
     try:
         if any(p.since_ms is not None or p.until_ms is not None for p in parts):
-            await start_spark(config.spark)
+            await start_spark(config.spark, launch)
             await narrow_by_time(config, parts)
         topics = await _topics(config, parts, store)
         partitions = await _partitions(config, parts)

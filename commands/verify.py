@@ -40,12 +40,12 @@ from sinks.schema_rewrite import SchemaRewrite
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceClusters, SourceOffsets
 from source.range_reader import SourcePartition
-from source.spark_session import get_spark
 from supervisor.describe import describe_error
 from supervisor.discovery import plan_estate
 from supervisor.partition_source import source_partition
 from supervisor.spark_start import start_spark
 from workers.kafka_verify_task import KafkaSlice
+from workers.spark_session import SparkLaunch, started_spark
 from workers.verify_job import BlobSlice, VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
 
@@ -139,6 +139,7 @@ class _Prepared:
 
 async def collect_verification(
     config: Config,
+    launch: SparkLaunch,
     *,
     shard: Shard | None = None,
     select: re.Pattern[str] | None = None,
@@ -172,7 +173,7 @@ async def collect_verification(
     ready = [p for p in prepared if p is not None]
     work = tuple(s for p in ready for s in p.slices)
     if work:
-        await start_spark(config.spark)
+        await start_spark(config.spark, launch)
         checks = await anyio.to_thread.run_sync(_run_job, config, work)
         _apply(ready, checks)
         if not isinstance(checks, str):
@@ -181,7 +182,7 @@ async def collect_verification(
 
 
 def _run_job(config: Config, work: tuple[VerifySlice, ...]) -> list[SliceCheck] | str:
-    spark = get_spark(config.spark)
+    spark = started_spark()
     try:
         return run_verify_job(spark, work, f"mirror-v3.verify.{uuid.uuid4().hex[:12]}")
     except MirrorV3Error as exc:

@@ -10,10 +10,10 @@ from pathlib import Path
 import psutil  # type: ignore[import-untyped]  # no type information in the package
 
 from e2e.harness import assert_exactly_once, backlog, one_mirror
-from source.jvm_class_cache import archive_problem
 from testkit.kafka_broker import KafkaBroker
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.targets import FilesystemTarget
+from workers.jvm_class_cache import archive_problem
 
 
 def spark_jvm(run: MirrorRun) -> psutil.Process:

@@ -30,7 +30,6 @@ from sinks.factory import SinkFactory, chain_name
 from sinks.leases import Holder, LeaseLostError, Leases
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceCluster, SourceClusters
-from source.spark_session import SparkStartError, stop_spark
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.cluster_ids import loop_ids
 from supervisor.describe import describe_error
@@ -49,6 +48,7 @@ from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
 from supervisor.spark_start import start_spark
 from supervisor.topic_archiver import TopicArchiver
 from supervisor.topic_manager import TopicManager
+from workers.spark_session import SparkLaunch, SparkStartError, stop_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 MirrorKey = tuple[str, str, int]  # (cluster, topic, partition)
@@ -64,8 +64,12 @@ class Supervisor:
         shard: Shard | None = None,
         runtime: RuntimeSettings | None = None,
         standby: bool = False,
+        launch: SparkLaunch | None = None,
     ) -> None:
         self._config = config
+        self._spark_launch = (
+            launch or SparkLaunch()
+        )  # how the session starts (the CLI's: the class archive, the daemon)
         self._standby = standby  # wait for the destination's leases instead of refusing a live writer's
         self._holder = Holder.of_this_process()
         self._runtime = runtime or RuntimeSettings()
@@ -95,7 +99,7 @@ class Supervisor:
         self._unreachable_seen: set[str] = set()  # clusters whose reachability is listened to
         self._discovery_failing: set[str] = set()  # clusters the last discovery could not read
         spark = config.spark
-        self._spark = SparkRuntime(spark)
+        self._spark = SparkRuntime(spark, self._spark_launch)
         # One scheduler for every mirror of the process: the small flushes that fall due together share a job.
         self._scheduler = self._spark.scheduler(
             SchedulerLimits(
@@ -466,7 +470,7 @@ class Supervisor:
 
     async def _start_spark(self, scope: anyio.CancelScope) -> None:
         try:
-            await start_spark(self._config.spark)
+            await start_spark(self._config.spark, self._spark_launch)
         except Exception as exc:
             failure = exc if isinstance(exc, SparkStartError) else SparkStartError(describe_error(exc))
             self._fail(None, failure, "cannot start Spark")

@@ -16,11 +16,11 @@ from sinks.write_target import BlobLimits, TaskRange, WriteTarget, Written
 from source.offsets import BATCH_PATIENCE_SECONDS, OffsetWatch, PolledOffsets, SourceCluster, SourceOffsets
 from source.outages import ClusterReachability
 from source.range_reader import SourcePartition
-from source.spark_session import current_spark, get_spark
 from supervisor.flush_planner import PlannedTask
 from supervisor.flush_scheduler import FlushScheduler, SchedulerLimits, gather_window
 from supervisor.metrics import MetricFamilies
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem, cancel_job, run_write_job
+from workers.spark_session import SparkLaunch, current_spark, get_spark
 
 W = TypeVar("W", bound=Written)
 # How long after a request timed out the estate poll has seen an outage at the latest: its patience with a round,
@@ -109,13 +109,13 @@ class SparkRuntime:
     """The process's Spark session as the flush scheduler uses it: its parallelism, jobs run in worker threads,
     and their cancellation."""
 
-    def __init__(self, spark: SparkConfig) -> None:
-        self._config = spark
+    def __init__(self, spark: SparkConfig, launch: SparkLaunch) -> None:
+        self._config, self._launch = spark, launch
         self._parallelism: int | None = None
 
     async def parallelism(self) -> int:
         if self._parallelism is None:
-            spark = await anyio.to_thread.run_sync(get_spark, self._config, abandon_on_cancel=True)
+            spark = await anyio.to_thread.run_sync(get_spark, self._config, self._launch, abandon_on_cancel=True)
             self._parallelism = max(1, int(spark.sparkContext.defaultParallelism))
         return self._parallelism
 
@@ -123,7 +123,9 @@ class SparkRuntime:
         self, items: Sequence[WriteItem], packs: Sequence[Sequence[int]], spec: JobSpec
     ) -> list[Outcome[list[Written]]]:
         """Blocks: callers run it in a worker thread."""
-        return run_write_job(get_spark(self._config), items, packs, spec)  # may wait for the session to start
+        return run_write_job(
+            get_spark(self._config, self._launch), items, packs, spec
+        )  # may wait for the session to start
 
     @staticmethod
     def cancel_job(job_group: str) -> None:

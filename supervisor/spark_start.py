@@ -10,8 +10,8 @@ import anyio.to_thread
 
 from config.model import SparkConfig
 from core.logs import log_event
-from source.jvm_logs import JvmEvent
-from source.spark_session import get_spark
+from workers.jvm_logs import JvmEvent
+from workers.spark_session import SparkLaunch, get_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 jvm_log = logging.getLogger("mirror_v3.spark")
@@ -31,10 +31,10 @@ def log_jvm_event(event: JvmEvent) -> None:
         log_event(jvm_log, logging.DEBUG, "jvm stack trace", jvm_logger=logger, exception=event.exception)
 
 
-async def start_spark(config: SparkConfig) -> None:
+async def start_spark(config: SparkConfig, launch: SparkLaunch) -> None:
     """In a worker thread (it takes seconds); SparkStartError when it cannot start."""
     began = time.monotonic()
     # Abandoned when cancelled (a mirror refused its start): the process then exits without waiting for the JVM.
-    await anyio.to_thread.run_sync(get_spark, config, log_jvm_event, abandon_on_cancel=True)
+    await anyio.to_thread.run_sync(get_spark, config, launch, log_jvm_event, abandon_on_cancel=True)
     elapsed_ms = round((time.monotonic() - began) * 1000)
     log_event(log, logging.INFO, "spark session ready", master=config.master, elapsed_ms=elapsed_ms)

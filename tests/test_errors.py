@@ -22,7 +22,7 @@ from core.errors import (
     exit_code_for,
 )
 from sinks.blob_chain import BlobRange, ChainProblem, CorruptChainError
-from source.spark_session import SparkStartError
+from workers.spark_session import SparkStartError
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("core", "config", "kafka_clients", "sinks", "source", "workers", "supervisor", "commands")

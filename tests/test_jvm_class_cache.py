@@ -9,8 +9,8 @@ import stat
 import subprocess
 from pathlib import Path
 
-from source import jvm_class_cache
-from source.jvm_class_cache import (
+from workers import jvm_class_cache
+from workers.jvm_class_cache import (
     archive_path,
     fingerprint,
     install,

@@ -86,7 +86,7 @@ def test_the_zips_stay_when_py4j_is_only_in_its_zip(tmp_path: Path) -> None:
 
 def test_the_session_starts_its_python_workers_from_the_daemon_it_is_given() -> None:
     from config.model import SparkConfig
-    from source.spark_session import session_conf
+    from workers.spark_session import session_conf
 
     assert "spark.python.daemon.module" not in session_conf(SparkConfig())
     assert session_conf(SparkConfig(), python_daemon="workers.spark_daemon")["spark.python.daemon.module"] == (

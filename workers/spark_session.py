@@ -8,14 +8,15 @@ import socket
 import sys
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from config.model import SparkConfig
 from core.errors import EXIT_ENVIRONMENT, MirrorV3Error, first_line
 from core.secrets import SECRET_KEY_PATTERN, remember
-from source.jvm_class_cache import archive_path, recording_option, sharing_option
-from source.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
+from workers.jvm_class_cache import archive_path, recording_option, sharing_option
+from workers.jvm_logs import JvmEvent, JvmLogRelay, log_plainly
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 LOG4J_EVENT_TEMPLATE = Path(__file__).with_name("log4j2-event.json")
@@ -28,22 +29,16 @@ _session: SparkSession | None = None
 _relay: JvmLogRelay | None = None  # the JVM's output, for as long as the JVM lives
 _start_failure: SparkStartError | None = None  # why the session could not start: every caller gets the one answer
 _jvm: Any = None  # the driver JVM's process (spark-submit execs java)
-_class_cache: Path | None = None  # where the JVM's class-data-sharing archives live (source.jvm_class_cache)
-_python_daemon: str | None = None  # the module Spark runs as its Python workers' daemon; None: pyspark's own
 
 
-def use_class_cache(directory: Path | None) -> None:
-    """Map the class-data-sharing archive of `directory` (if there is one for this JDK and these jars) into the JVM
-    the next get_spark starts; None: never."""
-    global _class_cache
-    _class_cache = directory
+@dataclass(frozen=True)
+class SparkLaunch:
+    """How this process's session starts, beyond the config's `spark` block: decided once by the CLI and passed to
+    whatever starts or uses the session (the first get_spark starts it with these)."""
 
-
-def use_python_daemon(module: str | None) -> None:
-    """Have the executors start their Python workers from `module` (spark.python.daemon.module) in sessions the
-    next get_spark starts; None: pyspark's own daemon. The module must run pyspark's daemon in the end."""
-    global _python_daemon
-    _python_daemon = module
+    class_cache: Path | None = None  # map the class-data-sharing archive of this directory (workers.jvm_class_cache)
+    python_daemon: str | None = None  # the module the executors start their Python workers from; None: pyspark's own
+    record_classes: Path | None = None  # instead of mapping an archive, the JVM writes every class it loaded here
 
 
 def session_conf(config: SparkConfig, class_sharing: str = "", python_daemon: str | None = None) -> dict[str, str]:
@@ -91,12 +86,12 @@ def session_conf(config: SparkConfig, class_sharing: str = "", python_daemon: st
 
 
 def get_spark(
-    config: SparkConfig, on_jvm_event: Callable[[JvmEvent], None] = log_plainly, record_classes: Path | None = None
+    config: SparkConfig, launch: SparkLaunch, on_jvm_event: Callable[[JvmEvent], None] = log_plainly
 ) -> SparkSession:
-    """Create the session once per process (thread-safe); later calls return the same one, or raise the same
-    SparkStartError (a start that failed is not tried again until stop_spark). The JVM's output goes to
-    `on_jvm_event` (see source.jvm_logs), as the first call says. `record_classes`: the JVM writes every class it
-    loaded there when it exits (see shut_down_jvm), instead of mapping an archive."""
+    """Create the session once per process (thread-safe) as `config` and `launch` say; later calls return the same
+    one, or raise the same SparkStartError (a start that failed is not tried again until stop_spark). The JVM's
+    output goes to `on_jvm_event` (see workers.jvm_logs), as the first call says. With `launch.record_classes`, the
+    JVM writes every class it loaded there when it exits (see shut_down_jvm)."""
     global _session, _start_failure
     with _lock:
         if _session is not None:
@@ -115,13 +110,13 @@ def get_spark(
         except SparkStartError as exc:
             _start_failure = exc
             raise
-        if record_classes is not None:
-            class_sharing = recording_option(record_classes)
-        elif _class_cache is not None:
-            class_sharing = sharing_option(archive_path(_class_cache))
+        if launch.record_classes is not None:
+            class_sharing = recording_option(launch.record_classes)
+        elif launch.class_cache is not None:
+            class_sharing = sharing_option(archive_path(launch.class_cache))
         else:
             class_sharing = ""
-        conf = session_conf(config, class_sharing, _python_daemon)
+        conf = session_conf(config, class_sharing, launch.python_daemon)
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
@@ -190,6 +185,14 @@ class SparkStartError(MirrorV3Error):
 
     exit_code = EXIT_ENVIRONMENT
     headline = "cannot start Spark"
+
+
+def started_spark() -> SparkSession:
+    """The session get_spark started earlier in this process, for the jobs that follow a command's start; never
+    starts or waits for one."""
+    if _session is None:
+        raise SparkStartError("no session has been started in this process")
+    return _session
 
 
 def current_spark() -> SparkSession | None:
