@@ -28,7 +28,6 @@ groups in `kafka-consumer-groups --list`, their "lag" meaningless.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,6 +44,7 @@ from sinks.leases import (
     LeaseLostError,
     Sighting,
     Taken,
+    gone_from_this_host,
     is_live,
 )
 from sinks.retry import TransientDestinationError
@@ -164,10 +164,10 @@ class KafkaLeases:
     async def sight(self, holder: Holder) -> Sighting:
         """Watch the holder's heartbeat until it moves (live), or until it has stood still for LEASE_TIMEOUT_S
         since this store first saw it at that offset (dead)."""
-        if holder.host == self._host and holder.pid == os.getpid():
-            # A restarted container's earlier self (pid 1 again): it died with everything it had started. Not so a
-            # process of this host whose pid is merely gone: its Spark JVM and Python workers can outlive it by
-            # seconds, and in preserve mode nothing but the lease keeps a producing task out, so it gets the timeout.
+        if gone_from_this_host(holder, self._host):
+            # Dead at once, as on every store: its Spark JVM exits when its stdin (a pipe from the dead process)
+            # closes and takes its Python workers with it, within seconds, while a newcomer still starts its own
+            # session before it produces anything.
             return Sighting(holder, renewed_s_ago=None)
         beat_on = self._beat_of.get(holder.id)
         if beat_on is None:

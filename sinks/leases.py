@@ -102,6 +102,14 @@ def pid_runs(pid: int) -> bool:
     return True
 
 
+def gone_from_this_host(
+    holder: Holder, host: str, pid: int | None = None, pid_alive: Callable[[int], bool] = pid_runs
+) -> bool:
+    """Whether `holder` ran on this host (`host`) and runs no more: its pid is gone, or is this process's own (a
+    restarted container's earlier self)."""
+    return holder.host == host and (holder.pid == (os.getpid() if pid is None else pid) or not pid_alive(holder.pid))
+
+
 def is_live(seen: Sighting, me: Holder, pid_alive: Callable[[int], bool] = pid_runs) -> bool:
     """Whether `seen`'s holder still writes what it holds (never true of this process itself).
 

@@ -317,3 +317,18 @@ async def test_a_kafka_chain_whose_topic_does_not_exist_yet_is_left_to_its_sink(
     cluster.missing_topics.clear()
     await holder.take("later/0")
     assert holder.held == {"now/0", "later/0"}
+
+
+async def test_a_kafka_holder_of_this_host_that_no_longer_runs_is_taken_over_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kafka_timing(monkeypatch)
+    monkeypatch.setattr(sinks.leases, "LEASE_TIMEOUT_S", 30.0)  # so that only the pid can tell
+    ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    cluster = MemoryGroupOffsets()
+    dead = Leases(KafkaLeases(cluster, "p", "b:9092", host="here"), other(host="here", pid=int(ended.stdout)), RETRY)
+    await dead.take("t/0")
+    newcomer = Leases(KafkaLeases(cluster, "p", "b:9092", host="here"), other(id="new", host="here", pid=1), RETRY)
+    with anyio.fail_after(5):
+        await newcomer.take("t/0")
+    assert newcomer.held == {"t/0"}
