@@ -4,6 +4,7 @@ suite's defaults, a run to a given destination offset, the exactly-once comparis
 from __future__ import annotations
 
 import json
+import random
 import time
 import urllib.error
 import urllib.request
@@ -14,7 +15,7 @@ from typing import Any
 import jsonschema
 
 from testkit.kafka_data import create_topic, generate_records, produce, watermarks
-from testkit.mirror_run import MirrorRun, run_cli, write_config
+from testkit.mirror_run import MirrorRun, log_time, run_cli, write_config
 from testkit.targets import Target, assert_same_records, source_records
 from tools.generated import STATUS_SCHEMA
 
@@ -91,6 +92,27 @@ def refused_beside(holder: MirrorRun, config: Path, log: Path, target: Target) -
     assert f"pid {holder.pid} since " in line and "--standby" in line, line
     assert "spark session ready" not in second.log_text(), "the refused process started Spark first"
     return line
+
+
+def standby_takes_over_a_killed_writer(
+    active: MirrorRun, config: Path, log: Path, target: Target, bootstrap: str, topic: str, seed: int
+) -> None:
+    """Beside `active` (flushing `topic`'s partition 0 of 20 000 records), a `--standby` process waits; 20 000 more
+    records keep the active one flushing, it is killed somewhere in a flush, and the standby must take over within
+    15 s of the kill and bring the destination to 40 000."""
+    with MirrorRun(config, log, env=target.env(), args=["--standby"]) as standby:
+        standby.wait_for_log(r"msg=\"standby: waiting for the live writer\"")
+        assert active.running, active.tail()  # no newcomer harmed it
+        produce(bootstrap, topic, 0, generate_records(20_000, seed=seed))  # keep it flushing
+        active.wait_for_log(r"msg=flushed", count=len(active.events("flushed")) + 3)
+        time.sleep(random.Random(seed).uniform(0.0, 0.3))  # somewhere in a flush
+        active.kill9()
+        killed_at = time.time()
+        standby.wait_for_log(r"msg=\"standby: took over\"", timeout=60)
+        taken_after = log_time(standby.events("standby: took over")[0]) - killed_at
+        assert taken_after <= 15, f"took over {taken_after:.1f}s after the kill"
+        standby.wait_for_offsets(lambda p: target.next_offset(topic, p), {0: 40_000})
+        standby.drain()
 
 
 def run_until(config: Path, log: Path, target: Target, name: str, ends: Mapping[int, int], **env: str) -> MirrorRun:

@@ -29,6 +29,7 @@ from e2e.harness import (
     refused_beside,
     run_until,
     sigterm_while_records_wait,
+    standby_takes_over_a_killed_writer,
     start,
     status_json,
     status_rows,
@@ -36,7 +37,7 @@ from e2e.harness import (
 from sinks.blob_chain import blob_name, is_temp_name, temp_name
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, committed_offset, create_topic, generate_records, produce, watermarks
-from testkit.mirror_run import MirrorRun, log_time, run_cli
+from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, chain
 from testkit.tools import promtool
@@ -295,19 +296,9 @@ def test_a_second_process_is_refused_by_the_lease_and_a_standby_takes_over_a_kil
         active.wait_for_log(r"msg=flushed")
         line = refused_beside(active, config, tmp_path / "second.log", fs)
         assert f'msg="another writer holds the destination" error="{chain_dir}/.chain.lease: ' in line, line
-        with MirrorRun(config, tmp_path / "standby.log", env=fs.env(), args=["--standby"]) as standby:
-            standby.wait_for_log(r"msg=\"standby: waiting for the live writer\"")
-            assert active.running, active.tail()  # neither newcomer harmed it
-            produce(kafka.bootstrap, topic_name, 0, generate_records(20_000, seed=71))  # keep it flushing
-            active.wait_for_log(r"msg=flushed", count=len(active.events("flushed")) + 3)
-            time.sleep(random.Random(72).uniform(0.0, 0.3))  # somewhere in a flush
-            active.kill9()
-            killed_at = time.time()
-            standby.wait_for_log(r"msg=\"standby: took over\"", timeout=60)
-            taken_after = log_time(standby.events("standby: took over")[0]) - killed_at
-            assert taken_after <= 15, f"took over {taken_after:.1f}s after the kill"
-            standby.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 40_000})
-            standby.drain()
+        standby_takes_over_a_killed_writer(
+            active, config, tmp_path / "standby.log", fs, kafka.bootstrap, topic_name, 71
+        )
     assert_exactly_once(kafka.bootstrap, fs, topic_name)
 
 

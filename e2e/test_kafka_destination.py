@@ -28,6 +28,7 @@ from e2e.harness import (
     refused_beside,
     run_until,
     sigterm_while_records_wait,
+    standby_takes_over_a_killed_writer,
     start,
     status_json,
     status_rows,
@@ -45,7 +46,7 @@ from testkit.kafka_data import (
     wait_for_compaction,
     watermarks,
 )
-from testkit.mirror_run import MirrorRun, log_time, run_cli
+from testkit.mirror_run import MirrorRun, run_cli
 from testkit.targets import KafkaTarget, source_records
 from testkit.tcp_proxy import TcpProxy
 from testkit.tls import TlsFiles
@@ -261,19 +262,9 @@ def test_a_second_process_is_refused_by_the_lease_and_a_standby_takes_over_a_kil
         line = refused_beside(active, config, tmp_path / "second.log", destination)
         where = f"kafka://{kafka_destination_broker.bootstrap}/{topic_name}/0 (group mirror-v3.lease)"
         assert f'msg="another writer holds the destination" error="{where}: ' in line, line
-        with MirrorRun(config, tmp_path / "standby.log", env=destination.env(), args=["--standby"]) as standby:
-            standby.wait_for_log(r"msg=\"standby: waiting for the live writer\"")
-            assert active.running, active.tail()  # neither newcomer harmed it
-            produce(kafka.bootstrap, topic_name, 0, generate_records(20_000, seed=61))  # keep it flushing
-            active.wait_for_log(r"msg=flushed", count=len(active.events("flushed")) + 3)
-            time.sleep(random.Random(62).uniform(0.0, 0.3))  # somewhere in a flush
-            active.kill9()
-            killed_at = time.time()
-            standby.wait_for_log(r"msg=\"standby: took over\"", timeout=60)
-            taken_after = log_time(standby.events("standby: took over")[0]) - killed_at
-            assert taken_after <= 15, f"took over {taken_after:.1f}s after the kill"
-            standby.wait_for_offsets(lambda p: destination.next_offset(topic_name, p), {0: 40_000})
-            standby.drain()
+        standby_takes_over_a_killed_writer(
+            active, config, tmp_path / "standby.log", destination, kafka.bootstrap, topic_name, seed=61
+        )
     assert "fenced" not in active.log_text()
     _assert_exactly_once(kafka, destination, topic_name)
 
