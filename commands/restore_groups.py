@@ -24,7 +24,7 @@ from config.restore import RestoreConfig
 from core.logs import log_event
 from kafka_clients.admin import destination_admin
 from kafka_clients.clients import KafkaClients
-from kafka_clients.settings import aiokafka_settings
+from kafka_clients.settings import cluster_access
 from sinks.archive_documents import ArchiveDocuments
 from sinks.group_positions import ArchivedPositions, newest_of_every_cluster
 from sinks.kafka import destination_offset_for
@@ -80,7 +80,7 @@ class DestinationPositions:
         self._renumber = destination.offsets == "renumber"
         self._clients = KafkaClients(
             destination.bootstrap_servers,
-            aiokafka_settings(destination.security, "destination.security"),
+            cluster_access(destination, "destination").aiokafka(),
             destination.request_timeout_ms,
         )
 

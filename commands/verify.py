@@ -30,7 +30,7 @@ from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config, KafkaDestination
 from core.errors import MirrorV3Error, SourceError
 from kafka_clients.admin import destination_admin
-from kafka_clients.settings import librdkafka_properties
+from kafka_clients.settings import cluster_access
 from sinks.blob_chain import BlobRange, verify_all
 from sinks.blob_sink import BlobSink
 from sinks.factory import SinkFactory
@@ -275,9 +275,7 @@ def _destination_partition(destination: KafkaDestination, mirror: MirrorSpec) ->
         isolation_level="read_committed",
         group_id=f"mirror-v3.verify.{mirror.name}",
         stall_timeout_s=destination.request_timeout_ms / 1000,
-        client_properties=librdkafka_properties(
-            destination.security, "destination.security", destination.client_properties
-        ),
+        client_properties=cluster_access(destination, "destination").librdkafka(),
     )
 
 

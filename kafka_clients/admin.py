@@ -25,7 +25,7 @@ from confluent_kafka.cimpl import NewPartitions, NewTopic
 from config.model import KafkaDestination, SourceConfig
 from core.errors import MirrorV3Error
 from kafka_clients.oauth_tokens import librdkafka_config
-from kafka_clients.settings import librdkafka_properties
+from kafka_clients.settings import cluster_access
 
 T = TypeVar("T")
 CLEANUP_POLICY = "cleanup.policy"
@@ -290,8 +290,8 @@ def _set_on_topic(entries: dict[str, ConfigEntry]) -> dict[str, str]:
 
 
 def destination_admin(destination: KafkaDestination) -> ClusterAdmin:
-    properties = librdkafka_properties(destination.security, "destination.security", destination.client_properties)
-    return ClusterAdmin(destination.bootstrap_servers, properties, destination.request_timeout_ms / 1000)
+    access = cluster_access(destination, "destination")
+    return ClusterAdmin(destination.bootstrap_servers, access.librdkafka(), destination.request_timeout_ms / 1000)
 
 
 class SourceAdmins:
@@ -304,7 +304,7 @@ class SourceAdmins:
     def get(self, source: SourceConfig, field: str) -> ClusterAdmin:
         key = (source.bootstrap_servers, field)
         if key not in self.admins:
-            properties = librdkafka_properties(source.security, f"{field}.security", source.client_properties)
+            properties = cluster_access(source, field).librdkafka()
             self.admins[key] = ClusterAdmin(source.bootstrap_servers, properties, self._timeout_s)
         return self.admins[key]
 

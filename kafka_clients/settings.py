@@ -9,22 +9,85 @@ files.
 
 from __future__ import annotations
 
+import os
 import ssl
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import anyio.to_thread
+import msgspec
 from aiokafka.abc import AbstractTokenProvider
 
 from config.client_properties import ClientPropertyValue, as_librdkafka
-from config.model import KafkaSecurity, OAuthBearerConfig, OAuthClientCredentials, SchemaRegistryConfig, TlsConfig
+from config.model import (
+    KafkaDestination,
+    KafkaSecurity,
+    OAuthBearerConfig,
+    OAuthClientCredentials,
+    SchemaRegistryConfig,
+    SourceConfig,
+    TlsConfig,
+)
 from config.secrets import ConfigReferenceError, env_secret
 from kafka_clients.oauth_tokens import Token, fetch_client_credentials, token_properties, token_source
 from kafka_clients.schema_registry import RegistryAccess
 from kafka_clients.tls import tls_context
+
+
+@dataclass(frozen=True)
+class ClusterAccess:
+    """How every client of this process reaches one Kafka cluster: its `security` block and `client-properties`
+    resolved once (secrets read, PEM files loaded, the TLS context and the token provider made), for both kinds of
+    client, so each reaches it the same way. Each call hands out a copy the caller may change."""
+
+    bootstrap_servers: str
+    _aiokafka: Mapping[str, Any]
+    _librdkafka: Mapping[str, str]
+
+    def aiokafka(self) -> dict[str, Any]:
+        """Keyword arguments of aiokafka's clients (an SSLContext, a token provider: the driver's, not picklable)."""
+        return dict(self._aiokafka)
+
+    def librdkafka(self) -> dict[str, str]:
+        """librdkafka's properties, PEM material inline (Spark executors on other hosts need no copy of a file)."""
+        return dict(self._librdkafka)
+
+
+# Resolved clusters by their block as written (and the secrets it names, as set): every partition and client of a
+# cluster gets one value, so an estate of a thousand TLS partitions loads the files and builds the context once.
+_resolved: dict[bytes, ClusterAccess] = {}
+
+
+def cluster_access(cluster: SourceConfig | KafkaDestination, field: str) -> ClusterAccess:
+    """The access of `cluster` (a source cluster's block or the Kafka destination), resolved on first use; `field` is
+    the config path of the block (`destination`, `clusters.prod`), for errors. Raises ConfigReferenceError (a secret
+    that is not set, TLS files that cannot be loaded)."""
+    security = cluster.security
+    key = msgspec.json.encode(
+        [field, cluster.bootstrap_servers, security, cluster.client_properties, _named_secrets(security)]
+    )
+    found = _resolved.get(key)
+    if found is None:
+        found = ClusterAccess(
+            cluster.bootstrap_servers,
+            aiokafka_settings(security, f"{field}.security"),
+            librdkafka_properties(security, f"{field}.security", cluster.client_properties),
+        )
+        _resolved[key] = found
+    return found
+
+
+def _named_secrets(security: KafkaSecurity) -> list[str | None]:
+    """The values of the environment variables the block names: a secret set anew is resolved anew."""
+    names = [security.sasl.password_env if security.sasl is not None else None]
+    oauth = security.sasl.oauthbearer if security.sasl is not None else None
+    names.append(oauth.client_secret_env if isinstance(oauth, OAuthClientCredentials) else None)
+    names.append(security.tls.key_password_env if security.tls is not None else None)
+    return [None if name is None else os.environ.get(name) for name in names]
 
 
 def aiokafka_settings(security: KafkaSecurity, field: str) -> dict[str, Any]:

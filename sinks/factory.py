@@ -20,7 +20,7 @@ from config.model import (
 from config.secrets import env_secret
 from kafka_clients.admin import destination_admin
 from kafka_clients.schema_registry import RegistryAccess
-from kafka_clients.settings import aiokafka_settings, librdkafka_properties, registry_access
+from kafka_clients.settings import cluster_access, registry_access
 from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents
 from sinks.base import Sink
 from sinks.blob_chain import BlobStore
@@ -281,16 +281,15 @@ def s3_settings(destination: S3Destination) -> S3Settings:
 
 
 def kafka_settings(destination: KafkaDestination) -> KafkaSinkSettings:
+    access = cluster_access(destination, "destination")
     return KafkaSinkSettings(
         bootstrap_servers=destination.bootstrap_servers,
-        client=aiokafka_settings(destination.security, "destination.security"),
+        client=access.aiokafka(),
         offsets=destination.offsets,
         compression=None if destination.compression == "none" else destination.compression,
         max_batch_bytes=destination.max_batch_bytes,
         request_timeout_ms=destination.request_timeout_ms,
         transaction_id_prefix=destination.transaction_id_prefix,
         retry=retry_policy(destination.retry),
-        client_properties=librdkafka_properties(
-            destination.security, "destination.security", destination.client_properties
-        ),
+        client_properties=access.librdkafka(),
     )

@@ -7,7 +7,7 @@ from aiokafka import TopicPartition
 from config.estate import MirrorSpec
 from kafka_clients.clients import KafkaClients, KafkaRecord
 from kafka_clients.schema_registry import RegistryAccess
-from kafka_clients.settings import aiokafka_settings, registry_access
+from kafka_clients.settings import cluster_access, registry_access
 
 
 class KafkaSourceLookup:
@@ -33,7 +33,7 @@ def source_lookup(mirror: MirrorSpec) -> KafkaSourceLookup:
     source = mirror.source
     clients = KafkaClients(
         source.bootstrap_servers,
-        aiokafka_settings(source.security, f"{mirror.source_field}.security"),
+        cluster_access(source, mirror.source_field).aiokafka(),
         source.request_timeout_ms,
     )
     return KafkaSourceLookup(clients, mirror.topic, mirror.partition, source.isolation_level)

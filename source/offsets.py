@@ -26,7 +26,7 @@ from config.model import SourceConfig
 from core.errors import MissingSourcePartitionError, SourceError, SourceUnavailableError, first_error, first_line
 from kafka_clients.clients import fetch_all_metadata, new_consumer
 from kafka_clients.diagnosis import diagnose_bootstrap
-from kafka_clients.settings import aiokafka_settings
+from kafka_clients.settings import cluster_access
 from source.outages import ClusterReachability
 
 # How long a shared offset request may take before its partitions are asked one by one. aiokafka retries a
@@ -517,7 +517,7 @@ class SourceClusters:
             self._clusters[key] = SourceCluster(
                 source.bootstrap_servers,
                 source.request_timeout_ms,
-                aiokafka_settings(source.security, f"{field}.security"),
+                cluster_access(source, field).aiokafka(),
             )
             if self._polls is not None:
                 self._polls.start_soon(self._clusters[key].poll_forever)

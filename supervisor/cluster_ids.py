@@ -5,7 +5,7 @@ from __future__ import annotations
 from config.model import KafkaDestination, SourceConfig
 from kafka_clients.admin import AdminRequestError, ClusterAdmin
 from kafka_clients.diagnosis import diagnose_bootstrap
-from kafka_clients.settings import aiokafka_settings, librdkafka_properties
+from kafka_clients.settings import cluster_access
 from sinks.base import DestinationError
 from sinks.factory import retry_policy
 from sinks.retry import TransientDestinationError, retry_transient
@@ -24,15 +24,14 @@ async def loop_ids(
     policy = retry_policy(destination.retry)
 
     async def cluster_id(cluster: SourceConfig | KafkaDestination, field: str) -> str:
-        bootstrap, security = cluster.bootstrap_servers, cluster.security
-        properties = librdkafka_properties(security, field, cluster.client_properties)
-        admin = ClusterAdmin(bootstrap, properties, timeout_ms / 1000)
+        bootstrap, access = cluster.bootstrap_servers, cluster_access(cluster, field)
+        admin = ClusterAdmin(bootstrap, access.librdkafka(), timeout_ms / 1000)
 
         async def attempt() -> str:
             try:
                 return await admin.cluster_id()
             except AdminRequestError:  # librdkafka says "transport failure" for a wrong password, too
-                diagnosis = await diagnose_bootstrap(bootstrap, aiokafka_settings(security, field), timeout_ms)
+                diagnosis = await diagnose_bootstrap(bootstrap, access.aiokafka(), timeout_ms)
                 message = f"{bootstrap}: unreachable: {diagnosis.reason}"
                 if diagnosis.permanent:
                     raise DestinationError(message) from None
@@ -41,13 +40,13 @@ async def loop_ids(
         # Fail fast: librdkafka asks a cluster that refuses the credentials again until its timeout (30 s by
         # default) before it says so; one connection of aiokafka's names a refusal at once. A short probe: an
         # address that does not answer is the retried path's to wait for.
-        quick = await diagnose_bootstrap(bootstrap, aiokafka_settings(security, field), min(timeout_ms, _PROBE_MS))
+        quick = await diagnose_bootstrap(bootstrap, access.aiokafka(), min(timeout_ms, _PROBE_MS))
         if quick.permanent:
             raise DestinationError(f"{bootstrap}: unreachable: {quick.reason}")
         return await retry_transient(attempt, policy, f"read the cluster id of {bootstrap}")
 
-    destination_id = await cluster_id(destination, "destination.security")
+    destination_id = await cluster_id(destination, "destination")
     found = {}
     for name, (source, field) in sorted(sources.items()):
-        found[name] = (await cluster_id(source, f"{field}.security"), destination_id)
+        found[name] = (await cluster_id(source, field), destination_id)
     return found

@@ -30,7 +30,7 @@ from config.model import KafkaDestination, SourceConfig
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from kafka_clients.clients import KafkaClients
-from kafka_clients.settings import aiokafka_settings
+from kafka_clients.settings import cluster_access
 from sinks.kafka import destination_offset_for
 from supervisor.describe import describe_error
 from supervisor.metrics import MetricFamilies
@@ -77,7 +77,7 @@ class GroupSync:
         self._admin = destination_admin(destination)
         self._clients = KafkaClients(
             destination.bootstrap_servers,
-            aiokafka_settings(destination.security, "destination.security"),
+            cluster_access(destination, "destination").aiokafka(),
             destination.request_timeout_ms,
         )
         self._sources = SourceAdmins(self._timeout_s)

@@ -11,7 +11,7 @@ import anyio.to_thread
 
 from config.estate import MirrorSpec
 from config.model import SparkConfig
-from kafka_clients.settings import librdkafka_properties
+from kafka_clients.settings import cluster_access
 from sinks.write_target import BlobLimits, TaskRange, WriteTarget, Written
 from source.offsets import BATCH_PATIENCE_SECONDS, OffsetWatch, PolledOffsets, SourceCluster, SourceOffsets
 from source.outages import ClusterReachability
@@ -99,9 +99,7 @@ def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourceP
         )
         / 1000
         + OUTAGE_SEEN_WITHIN_S,
-        client_properties=librdkafka_properties(
-            mirror.source.security, f"{mirror.source_field}.security", mirror.source.client_properties
-        ),
+        client_properties=cluster_access(mirror.source, mirror.source_field).librdkafka(),
     )
 
 

@@ -14,10 +14,10 @@ from confluent_kafka import KafkaError, KafkaException
 
 from config import ConfigError, parse_config
 from config.errors import format_path
-from config.model import KafkaSecurity, SaslConfig, TlsConfig
+from config.model import KafkaSecurity, SaslConfig, SourceConfig, TlsConfig
 from config.secrets import ConfigReferenceError, MissingSecretError
 from kafka_clients.admin import AdminRequestError, ClusterAdmin
-from kafka_clients.settings import aiokafka_settings, librdkafka_properties
+from kafka_clients.settings import aiokafka_settings, cluster_access, librdkafka_properties
 
 PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"
 
@@ -46,6 +46,23 @@ def test_sasl_reaches_both_clients(mechanism: str, monkeypatch: pytest.MonkeyPat
         "sasl.username": "svc",
         "sasl.password": 'p"a\\ss',
     }
+
+
+def test_a_cluster_is_resolved_once_for_every_client_and_again_when_its_secret_changes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every partition and client of a cluster gets one value (a thousand TLS partitions load the files once)."""
+    sasl = SaslConfig(mechanism="PLAIN", username="u", password_env="ACCESS_TEST_PASSWORD")
+    cluster = SourceConfig(bootstrap_servers="k:9092", security=KafkaSecurity(protocol="SASL_PLAINTEXT", sasl=sasl))
+    monkeypatch.setenv("ACCESS_TEST_PASSWORD", "one")
+    first = cluster_access(cluster, "clusters.a")
+    assert cluster_access(SourceConfig(bootstrap_servers="k:9092", security=cluster.security), "clusters.a") is first
+    assert first.aiokafka()["sasl_plain_password"] == "one" and first.librdkafka()["sasl.password"] == "one"
+    first.librdkafka()["sasl.password"] = "changed by a caller"  # each caller gets a copy
+    assert first.librdkafka()["sasl.password"] == "one"
+    assert cluster_access(cluster, "clusters.b") is not first  # another block, whose errors name its own field
+    monkeypatch.setenv("ACCESS_TEST_PASSWORD", "two")
+    assert cluster_access(cluster, "clusters.a").librdkafka()["sasl.password"] == "two"
 
 
 def test_sasl_password_must_be_in_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
