@@ -23,7 +23,7 @@ from typing import Any, Protocol, TypeVar
 import anyio.to_thread
 import msgspec
 
-from sinks.filesystem import fsync_directory, make_durable_dirs
+from sinks.durable_dirs import fsync_directory, make_durable_dirs
 from sinks.s3 import ConnectionUser, S3Connection
 from sinks.s3_errors import PreconditionFailed
 

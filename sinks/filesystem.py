@@ -29,6 +29,7 @@ import pyarrow as pa
 from config.model import FilesystemDestination
 from sinks.blob_chain import BLOB_SUFFIX, BlobExistsError, is_temp_name, temp_name
 from sinks.blob_sink import BlobSink
+from sinks.durable_dirs import fsync_directory, make_durable_dirs
 from sinks.staging import BlobFormat, StagedBlob
 
 if TYPE_CHECKING:  # at run time it comes from the factory: sinks.archive_documents imports this room
@@ -215,28 +216,6 @@ def _is_staged_file(final: Path, temp: Path, size: int) -> bool:
         return published.st_size == size  # renamed: the temporary is the published file now
     except OSError:
         return False
-
-
-def make_durable_dirs(directory: Path) -> None:
-    """Create the partition directory and fsync the parent of every level created, so the first
-    blob's directory entry survives a crash too."""
-    missing: list[Path] = []
-    current = directory
-    while not current.exists():
-        missing.append(current)
-        current = current.parent
-    for path in reversed(missing):
-        with contextlib.suppress(FileExistsError):
-            path.mkdir()
-        fsync_directory(path.parent)
-
-
-def fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from sinks.filesystem import LOCK_NAME, make_durable_dirs
+from sinks.durable_dirs import make_durable_dirs
+from sinks.filesystem import LOCK_NAME
 from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, Taken, is_live, take_each
 
 HOLDERS_DIRECTORY = Path(".mirror-v3") / "holders"

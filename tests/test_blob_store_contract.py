@@ -20,6 +20,7 @@ import anyio.to_thread
 import pytest
 
 import sinks.blob_chain
+import sinks.durable_dirs
 import sinks.filesystem
 from sinks.base import DestinationError
 from sinks.blob_chain import (
@@ -86,7 +87,7 @@ def _memory() -> StoreUnderTest:
 
 
 def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderTest:
-    fsync_directory = sinks.filesystem.fsync_directory
+    fsync_directory = sinks.durable_dirs.fsync_directory
 
     def lose_next_answer() -> None:
         # The link has made the blob visible; the directory fsync then fails (EIO): the caller cannot know.

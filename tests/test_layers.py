@@ -99,3 +99,35 @@ def test_kafka_clients_own_the_aiokafka_clients() -> None:
                         private.append(f"{where}:{node.lineno}")
     assert built and all(place.startswith("kafka_clients/") for place in built), built
     assert [place.split(":")[0] for place in private] == ["kafka_clients/clients.py"], private
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    # A circle of imports (type-only ones included) means the modules in it cannot be read, tested or moved apart.
+    modules: dict[str, set[str]] = {}
+    for layer in LAYERS:
+        for path in (ROOT / layer).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            imported: set[str] = set()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    imported |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+                elif isinstance(node, ast.Import):
+                    imported |= {alias.name for alias in node.names}
+            modules[name] = imported
+    edges = {
+        name: {other for other in imported if other in modules and other != name} for name, imported in modules.items()
+    }
+
+    def reaches(start: str, goal: str) -> bool:
+        seen, todo = set(), list(edges[start])
+        while todo:
+            current = todo.pop()
+            if current == goal:
+                return True
+            if current not in seen:
+                seen.add(current)
+                todo.extend(edges[current])
+        return False
+
+    circles = sorted(f"{name} -> {other}" for name in edges for other in edges[name] if reaches(other, name))
+    assert not circles, "imports that lead back to their module:\n" + "\n".join(circles)
