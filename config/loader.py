@@ -43,6 +43,7 @@ from config.model import (
     SchemaRegistryConfig,
     SourceConfig,
 )
+from core.errors import first_line
 from core.logs import log_event
 
 T = TypeVar("T")
@@ -146,7 +147,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     problem = getattr(exc, "problem", None)
     context = getattr(exc, "context", None)
     if not problem:
-        return str(exc).splitlines()[0]
+        return first_line(exc)
     if context and not context.startswith("while "):
         return f"{context}, {problem}"  # e.g. "expected a single document in the stream, but found another document"
     context_mark = getattr(exc, "context_mark", None)
