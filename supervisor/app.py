@@ -67,9 +67,8 @@ class Supervisor:
         launch: SparkLaunch | None = None,
     ) -> None:
         self._config = config
-        self._spark_launch = (
-            launch or SparkLaunch()
-        )  # how the session starts (the CLI's: the class archive, the daemon)
+        # How the Spark session starts (the CLI's: the class archive mapped, the Python workers' daemon ours).
+        self._spark_launch = launch or SparkLaunch()
         self._standby = standby  # wait for the destination's leases instead of refusing a live writer's
         self._holder = Holder.of_this_process()
         self._runtime = runtime or RuntimeSettings()
