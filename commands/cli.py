@@ -12,9 +12,10 @@ import re
 import signal
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import anyio
 import msgspec
@@ -32,6 +33,14 @@ from supervisor import early_signals
 from supervisor.version import installed_version
 from workers import spark_daemon
 from workers.spark_session import SparkLaunch
+
+
+class _Report(Protocol):
+    @property
+    def ok(self) -> bool: ...
+
+
+R = TypeVar("R", bound=_Report)
 
 if TYPE_CHECKING:
     from commands.status_view import StatusFilter
@@ -69,8 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--standby",
         action="store_true",
-        help="wait while another process holds the destination's leases, and take over when it stops or dies "
-        "(filesystem and S3 destinations)",
+        help="wait while another process holds the destination's leases, and take over when it stops or dies",
     )
     status = commands.add_parser("status", help="show source and destination offsets and the lag per mirror")
     status.add_argument("--config", required=True, help="path to the YAML config")
@@ -252,31 +260,22 @@ def _process_url(process: str, runtime: RuntimeSettings) -> str | None:
 
 def _verify(config: Config, args: argparse.Namespace, shard: Shard | None, launch: SparkLaunch) -> int:
     from commands.verify import collect_verification, render_json, render_table
-    from workers.spark_session import stop_spark
 
     try:
         select = re.compile(args.mirrors) if args.mirrors else None
     except re.error as exc:
         return _report(ConfigError("--mirrors", f"not a regular expression: {exc}"), "verify")
-    try:
-        report = anyio.run(
-            partial(
-                collect_verification,
-                config,
-                launch,
-                shard=shard,
-                select=select,
-                max_differences=max(0, args.max_differences),
-                timeout_s=args.timeout,
-                ignore_unmapped=args.ignore_unmapped,
-            )
-        )
-    except MirrorV3Error as exc:
-        return _report(exc, "verify")
-    finally:
-        stop_spark()
-    print(render_json(report) if args.format == "json" else render_table(report))
-    return EXIT_OK if report.ok else EXIT_FAILURE
+    verification = partial(
+        collect_verification,
+        config,
+        launch,
+        shard=shard,
+        select=select,
+        max_differences=max(0, args.max_differences),
+        timeout_s=args.timeout,
+        ignore_unmapped=args.ignore_unmapped,
+    )
+    return _print_verification(verification, render_json if args.format == "json" else render_table)
 
 
 def _is_restore_config(path: str) -> bool:
@@ -290,7 +289,6 @@ def _is_restore_config(path: str) -> bool:
 
 def _verify_restore(args: argparse.Namespace, launch: SparkLaunch) -> int:
     from commands.restore_verify import render_json, render_table, verify_restore
-    from workers.spark_session import stop_spark
 
     for flag, given in (
         ("--shard", args.shard),
@@ -300,12 +298,25 @@ def _verify_restore(args: argparse.Namespace, launch: SparkLaunch) -> int:
         if given:
             return _report(ConfigError(flag, "applies to a mirror config, not to a restore config"), "verify")
     try:
-        report = anyio.run(verify_restore, _restore_config(args), launch)
+        config = _restore_config(args)
+    except MirrorV3Error as exc:
+        return _report(exc, "verify")
+    return _print_verification(
+        partial(verify_restore, config, launch), render_json if args.format == "json" else render_table
+    )
+
+
+def _print_verification(verification: Callable[[], Awaitable[R]], render: Callable[[R], str]) -> int:
+    """Run a verification (it may start Spark, stopped after), print its report; 0 when it found nothing wrong."""
+    from workers.spark_session import stop_spark
+
+    try:
+        report = anyio.run(verification)
     except MirrorV3Error as exc:
         return _report(exc, "verify")
     finally:
         stop_spark()
-    print(render_json(report) if args.format == "json" else render_table(report))
+    print(render(report))
     return EXIT_OK if report.ok else EXIT_FAILURE
 
 

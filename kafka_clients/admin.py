@@ -220,18 +220,12 @@ class ClusterAdmin:
 
     async def group_offsets(self, group: str) -> dict[tuple[str, int], int]:
         """The group's committed offsets, by (topic, partition)."""
-        request = [ConsumerGroupTopicPartitions(group)]
-        answer = await self._wait(
-            f"group {group!r}", "list offsets of", lambda: self._client.list_consumer_group_offsets(request)[group]
-        )
-        return {(tp.topic, tp.partition): tp.offset for tp in answer.topic_partitions if tp.offset >= 0}
+        return {tp: offset for tp, (offset, _) in (await self.group_offsets_with_metadata(group)).items()}
 
     async def commit_group_offsets(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
         """Set the group's committed offsets (the group must have no members)."""
-        partitions = [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
-        request = [ConsumerGroupTopicPartitions(group, partitions)]
-        await self._wait(
-            f"group {group!r}", "commit offsets of", lambda: self._client.alter_consumer_group_offsets(request)[group]
+        await self._commit(
+            group, [TopicPartition(topic, partition, offset) for (topic, partition), offset in offsets.items()]
         )
 
     async def group_offsets_with_metadata(
@@ -254,10 +248,15 @@ class ClusterAdmin:
         """Commit each (offset, metadata) for the group, in one request (the group must have no members). The
         broker judges each partition on its own: those it refused, with the error's name (UNKNOWN_TOPIC_OR_PART for
         a topic that does not exist); the others are committed."""
-        partitions = [
-            TopicPartition(topic, partition, offset, metadata=metadata)
-            for (topic, partition), (offset, metadata) in offsets.items()
-        ]
+        return await self._commit(
+            group,
+            [
+                TopicPartition(topic, partition, offset, metadata=metadata)
+                for (topic, partition), (offset, metadata) in offsets.items()
+            ],
+        )
+
+    async def _commit(self, group: str, partitions: list[TopicPartition]) -> dict[tuple[str, int], str]:
         request = [ConsumerGroupTopicPartitions(group, partitions)]
         answer = await self._wait(
             f"group {group!r}", "commit offsets of", lambda: self._client.alter_consumer_group_offsets(request)[group]

@@ -104,7 +104,6 @@ class KafkaLeases:
         host: str | None = None,
     ) -> None:
         self._admin = admin
-        self._prefix = prefix
         self._where = where  # the destination's bootstrap servers, for messages
         self._clock, self._sleep = clock, sleep
         self._host = host or socket.gethostname()

@@ -123,7 +123,9 @@ def is_live(seen: Sighting, me: Holder, pid_alive: Callable[[int], bool] = pid_r
         return True
     if seen.renewed_s_ago is None:
         return False
-    if holder.host == me.host and (seen.locked is False or holder.pid == me.pid or not pid_alive(holder.pid)):
+    if holder.host == me.host and seen.locked is False:  # its lock is free: the kernel let go of a dead process's
+        return False
+    if gone_from_this_host(holder, me.host, me.pid, pid_alive):
         return False
     return seen.renewed_s_ago <= LEASE_TIMEOUT_S
 
