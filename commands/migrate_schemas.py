@@ -19,7 +19,7 @@ import anyio.to_thread
 
 from config.estate import MirrorSpec, compile_entries
 from config.model import Config, KafkaDestination, SchemaMode, SchemasConfig
-from kafka_clients.schema_registry import RegistryAccess, RegistryClient
+from kafka_clients.schema_registry import RegistryAccess, RegistryClient, Schema
 from kafka_clients.settings import registry_access
 from sinks.schema_mapping import Field, SchemaCopyError, SchemaIdMap, SubjectNames, SubjectStrategy, same_schema
 from source.lookup import source_registry
@@ -136,21 +136,33 @@ def _copy_one(
 ) -> SubjectCopy:
     target = names.destination_subject(subject)
     versions = source.versions(subject)
-    schemas = [source.version(subject, v).schema for v in versions]
+    copy_mode: SchemaMode = "strict" if mode == "strict" else "lenient"
+    # Each version as the destination would hold it: its references at the destination's versions; None while a
+    # referenced version is not there yet (then the version itself cannot be there either).
+    reading = SchemaIdMap(source, destination, copy_mode, names, read_only=True)
+    wanted = [_destination_form(reading, source.version(subject, v).schema) for v in versions]
     copy = SubjectCopy(subject, target, mode, len(versions), compatibility=source.compatibility(subject))
     copy.missing = [
-        v for v, schema in zip(versions, schemas, strict=True) if destination.lookup(target, schema) is None
+        v for v, form in zip(versions, wanted, strict=True) if form is None or destination.lookup(target, form) is None
     ]
     if mode == "strict":
         present = destination.versions(target)
         for index, version in enumerate(present):
             kept = destination.version(target, version).schema
-            if index >= len(schemas) or not same_schema(kept, schemas[index]):
+            form = wanted[index] if index < len(wanted) else None
+            if form is None or not same_schema(kept, form):
                 copy.problem = f"not a copy: destination version {version} is not source version {index + 1}"
                 return copy
     if dry_run:
         return copy
-    SchemaIdMap(source, destination, "strict" if mode == "strict" else "lenient", names).copy_subject(subject)
+    SchemaIdMap(source, destination, copy_mode, names).copy_subject(subject)
     if copy.compatibility is not None:
         destination.set_compatibility(target, copy.compatibility)
     return copy
+
+
+def _destination_form(reading: SchemaIdMap, schema: Schema) -> Schema | None:
+    try:
+        return reading.destination_form(schema)
+    except SchemaCopyError:
+        return None

@@ -34,6 +34,13 @@ V2 = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE]})
 V3 = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE, SHOP]})
 LINE = {"type": "record", "name": "Line", "namespace": "shop", "fields": [{"name": "sku", "type": "string"}]}
 WITH_LINE = json.dumps({**ORDER, "fields": [*ORDER["fields"], NOTE, {"name": "line", "type": "shop.Line"}]})
+MONEY_V1 = 'syntax = "proto3";\npackage shop;\n\nmessage Money {\n  int64 cents = 1;\n}\n'
+MONEY_V2 = 'syntax = "proto3";\npackage shop;\n\nmessage Money {\n  int64 cents = 1;\n  string currency = 2;\n}\n'
+MONEY_LOCAL = 'syntax = "proto3";\npackage shop;\n\nmessage Money {\n  int64 units = 1;\n}\n'
+RECEIPT = (
+    'syntax = "proto3";\npackage shop;\n\nimport "money.proto";\n\n'
+    "message Receipt {\n  string id = 1;\n  shop.Money total = 2;\n}\n"
+)
 LOCAL = json.dumps({**ORDER, "fields": [*ORDER["fields"], {"name": "local", "type": "int", "default": 0}]})
 
 
@@ -169,6 +176,13 @@ def test_migrate_schemas_copies_the_subjects_and_their_compatibility_before_a_cu
         source.register_schema(subject, Schema(schema, "AVRO"))
     source.register_schema(by_name, Schema(json.dumps({**ORDER, "name": "Event"}), "AVRO"))
     source.set_compatibility(subject, "FULL")
+    # A Protobuf schema importing another subject's second version: the import is copied first, after the
+    # destination's own version of it, and the copy's reference points at the destination's version.
+    money, receipt = f"{topic_name}.money.proto", f"{topic_name}.Receipt"
+    for text in (MONEY_V1, MONEY_V2):
+        source.register_schema(money, Schema(text, "PROTOBUF"))
+    source.register_schema(receipt, Schema(RECEIPT, "PROTOBUF", [SchemaReference("money.proto", money, 2)]))
+    destination.register_schema(money, Schema(MONEY_LOCAL, "PROTOBUF"))
     create_topic(kafka.bootstrap, topic_name)
     target = KafkaTarget(kafka_destination_broker.bootstrap, "renumber")
     config = with_schemas(
@@ -177,21 +191,27 @@ def test_migrate_schemas_copies_the_subjects_and_their_compatibility_before_a_cu
         destination_registry.url,
         "lenient",
     )
-    command = ["migrate-schemas", "--config", str(config), "--subjects", rf"{topic_name}\.Event"]
+    command = ["migrate-schemas", "--config", str(config), "--subjects", rf"{topic_name}\.(Event|Receipt)"]
 
     dry = run_cli(*command, "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert f"{subject} -> {subject} (lenient): 2 versions, would register 1, 2; compatibility FULL" in dry.stdout
-    assert "2 subjects, 3 versions to register" in dry.stdout, dry.stdout
+    assert "3 subjects, 4 versions to register" in dry.stdout, dry.stdout
     assert subject not in destination.get_subjects(), "the dry run wrote"
 
     done = run_cli(*command)
     assert done.returncode == 0, done.stderr
-    assert "2 subjects, 3 versions registered" in done.stdout, done.stdout
+    assert "3 subjects, 4 versions registered" in done.stdout, done.stdout
     copied = [destination.get_version(subject, v).schema.schema_str or "" for v in destination.get_versions(subject)]
     assert [json.loads(text) for text in copied] == [json.loads(V1), json.loads(V2)]
     assert destination.get_versions(by_name) == [1]
     assert destination.get_compatibility(subject) == "FULL"
+    imported = [destination.get_version(money, v).schema.schema_str for v in destination.get_versions(money)]
+    assert [" ".join((text or "").split()) for text in imported] == [
+        " ".join(text.split()) for text in (MONEY_LOCAL, MONEY_V1, MONEY_V2)
+    ]
+    copy = destination.get_version(receipt, 1).schema
+    assert [(r.name, r.subject, r.version) for r in copy.references or []] == [("money.proto", money, 3)]
     again = run_cli(*command)
     assert again.returncode == 0 and "0 versions registered" in again.stdout, again.stdout
 

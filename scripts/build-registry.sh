@@ -7,7 +7,9 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 jars_dir="${MIRROR_V3_JARS_DIR:-$HOME/.cache/mirror-v3/jars}"
 version="$(sed -n 's:.*<apicurio.version>\(.*\)</apicurio.version>.*:\1:p' "$here/jars/schema-registry/pom.xml")"
-out="$jars_dir/schema-registry-$version"
+# keyed by the pom's content too (testkit/jars.py names it the same way): a changed pom is a new build
+digest="$(sha256sum "$here/jars/schema-registry/pom.xml" | cut -c1-12)"
+out="$jars_dir/schema-registry-$version-$digest"
 if [[ -f "$out/schema-registry-1-runner.jar" ]]; then
   echo "schema registry present: $out"
   exit 0

@@ -257,6 +257,11 @@ class SchemaIdMap:
                 )
             last = known[1]
 
+    def destination_form(self, schema: Schema) -> Schema:
+        """`schema` as the destination holds it: its references pointing at the destination's versions (copied
+        there first; with `read_only`, a SchemaCopyError when one is not there yet)."""
+        return self._destination_schema(schema)
+
     def _destination_schema(self, schema: Schema) -> Schema:
         """`schema` with its references pointing at the destination's versions (copied there first)."""
         if not schema.references:

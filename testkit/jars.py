@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 from pathlib import Path
 
@@ -37,13 +38,21 @@ def kafka_broker_jar_dir() -> Path:
 
 REGISTRY_VERSION = "2.4.2.Final"  # jars/schema-registry/pom.xml's apicurio.version
 REGISTRY_BUILD_COMMAND = "bash scripts/build-registry.sh"
+REGISTRY_POM = Path(__file__).resolve().parents[1] / "jars" / "schema-registry" / "pom.xml"
+
+
+def schema_registry_build_name() -> str:
+    """`schema-registry-<version>-<the pom's digest>`: a changed pom (an exclusion, a pinned dependency) is a new
+    build, never the cached one of the pom before it. scripts/build-registry.sh names its output the same way."""
+    digest = hashlib.sha256(REGISTRY_POM.read_bytes()).hexdigest()[:12]
+    return f"schema-registry-{REGISTRY_VERSION}-{digest}"
 
 
 def schema_registry_jar() -> Path:
     """The runnable schema registry (Apicurio Registry's runner jar, its lib/ beside it):
-    `${MIRROR_V3_JARS_DIR:-~/.cache/mirror-v3/jars}/schema-registry-<version>/schema-registry-1-runner.jar`."""
+    `${MIRROR_V3_JARS_DIR:-~/.cache/mirror-v3/jars}/<schema_registry_build_name()>/schema-registry-1-runner.jar`."""
     base = os.environ.get("MIRROR_V3_JARS_DIR") or "~/.cache/mirror-v3/jars"
-    jar = Path(base).expanduser() / f"schema-registry-{REGISTRY_VERSION}" / "schema-registry-1-runner.jar"
+    jar = Path(base).expanduser() / schema_registry_build_name() / "schema-registry-1-runner.jar"
     if not jar.is_file():
         raise MissingJarsError(f"schema registry not built: {jar} is missing. Build it with: {REGISTRY_BUILD_COMMAND}")
     return jar
