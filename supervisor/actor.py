@@ -356,10 +356,20 @@ class MirrorActor(Generic[W]):
         for first_asked, last_asked, end in polled.seen:
             self._readable.observe(first_asked, end)
             self._readable.observe(last_asked, end)
-        if polled.asked_at < self._answer_asked_at and self._offsets is not None:
+        mine = self._offsets
+        if polled.asked_at < self._answer_asked_at and mine is not None:
             # Asked before the answer to this actor's own query (which ended a flush) came: it may show less than
-            # the actor has written already (even a high watermark below its position), so it is not used.
-            return self._offsets
+            # the actor has written already (even a high watermark below its position), but also more (its request
+            # reached the broker after the actor's own). Every one of these offsets only grows, so each answer is
+            # a lower bound and the larger of the two is the best: taking the actor's own alone lost a record
+            # that arrived in between for good, since the poll wakes the actor only when its answer changes.
+            seen = polled.offsets
+            newest = SourceOffsets(
+                log_start=max(mine.log_start, seen.log_start),
+                end=max(mine.end, seen.end),
+                high_watermark=max(mine.high_watermark, seen.high_watermark),
+            )
+            return mine if newest == mine else self._checked(newest)
         self._answer_asked_at = polled.asked_at
         return self._checked(polled.offsets)
 

@@ -431,6 +431,47 @@ async def test_a_flush_due_by_max_time_ends_at_what_is_readable_now_and_an_older
     assert read_back(store) == expected_rows(source)
 
 
+async def test_a_poll_answer_asked_before_the_actors_own_query_that_shows_more_is_not_lost() -> None:
+    """A poll round's request can reach the broker after the actor's own query although the round began before it:
+    its answer is then older by its time but newer by its content. The poll wakes the actor only when its answer
+    changes, so a record seen only in that answer would wait forever were the answer dropped (seen in the estate
+    bench: one partition one record short, idle)."""
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
+    source.append(10)
+    polled, offsets = source.polled, source.offsets
+    answers: list[PolledOffsets] = []  # the poll's answer, once it shows 15
+    capped: list[int] = []  # the actor's next own query is answered with this end (its request came first)
+
+    polling: list[bool] = []
+
+    async def polled_once() -> PolledOffsets:
+        polling.append(True)  # the fake's poll asks its offsets too: not the actor's own query
+        try:
+            fresh = await polled()
+        finally:
+            polling.pop()
+        return PolledOffsets(answers[0].offsets, fresh.seen, answers[0].asked_at) if answers else fresh
+
+    async def own_query() -> SourceOffsets:
+        found = await offsets()
+        if not capped or polling:
+            return found
+        return dataclasses.replace(found, end=capped.pop(), high_watermark=12)
+
+    source.polled, source.offsets = polled_once, own_query  # type: ignore[method-assign]
+    actor, stop, _ = make_actor(source, store, flush=FlushConfig(max_time_ms=300), clock=clock)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        await clock.run_until(lambda: destination_next(store) == 10)  # the start flush
+        await clock.run_for(0.1)
+        answers.append(PolledOffsets(SourceOffsets(0, 15, 15), (), clock.now))
+        capped.append(12)
+        source.append(5)  # the poll (asked now) shows 15; the own query at max-time will say 12
+        await clock.run_until(lambda: destination_next(store) == 15, limit_s=5.0)
+        stop.set()
+    assert read_back(store) == expected_rows(source)
+
+
 async def test_an_outage_fails_the_mirror_at_the_deadline_counted_from_the_clusters_first_failure() -> None:
     """Even with a Spark read in flight (which waits on the broker): the deadline counts from the first request the
     cluster did not answer, not from the mirror's own first failure."""
