@@ -18,6 +18,7 @@ from config.model import (
     S3Destination,
 )
 from config.secrets import env_secret
+from core.thread_batches import ThreadBatches
 from kafka_clients.admin import destination_admin
 from kafka_clients.schema_registry import RegistryAccess
 from kafka_clients.settings import cluster_access, registry_access
@@ -95,6 +96,8 @@ class SinkFactory:
         self._schema_documents: ArchiveDocuments | None = None
         self._s3: S3Connection | None = None
         self._kafka: KafkaSinkSettings | None = None
+        # The filesystem chains' commits, batched per trip to a worker thread (a job's partitions commit together).
+        self._commits = ThreadBatches()
         self.leases: Leases | None = None
         self.health = DestinationHealth(root_location(destination))  # from every built sink's retries
         if isinstance(destination, S3Destination):
@@ -171,6 +174,7 @@ class SinkFactory:
                 mirror.partition,
                 self._lease_taker(mirror),
                 self.schema_archive(mirror),
+                self._commits,
             )
         elif isinstance(destination, S3Destination):
             assert self._s3 is not None

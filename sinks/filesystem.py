@@ -27,6 +27,7 @@ import anyio.to_thread
 import pyarrow as pa
 
 from config.model import FilesystemDestination
+from core.thread_batches import ThreadBatches
 from sinks.blob_chain import BLOB_SUFFIX, BlobExistsError, is_temp_name, temp_name
 from sinks.blob_sink import BlobSink
 from sinks.durable_dirs import fsync_directory, make_durable_dirs
@@ -50,8 +51,11 @@ class FilesystemStore:
     # Creates are no-clobber (link(2)); a listing per flush would grow with the directory.
     checks_for_foreign_blobs = False
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, commits: ThreadBatches | None = None) -> None:
+        """`commits`: shared by the chains of a process, so the commits made together take one worker thread's
+        trip (`core.thread_batches`); without, each commit takes its own."""
         self._dir = directory
+        self._commits = commits
         self._dir_ready = False
         self._unsure: set[str] = set()
 
@@ -93,8 +97,12 @@ class FilesystemStore:
         final = self._dir / name
         temp = self._dir / staged.ref
         unsure = name in self._unsure
+        commit = (self._dir, temp, final, after, unsure, staged.size)
         try:
-            await anyio.to_thread.run_sync(_commit_then_tidy, self._dir, temp, final, after, unsure, staged.size)
+            if self._commits is not None:
+                await self._commits.run(_commit_then_tidy, *commit)
+            else:
+                await anyio.to_thread.run_sync(_commit_then_tidy, *commit)
         except OSError:
             # The link or the directory fsync failed: the blob may be visible already.
             self._unsure.add(name)
@@ -276,9 +284,10 @@ def filesystem_sink(
     partition: int,
     take_lease: Callable[[], Awaitable[None]] | None = None,
     schemas: SchemaArchive | None = None,
+    commits: ThreadBatches | None = None,
 ) -> BlobSink:
     directory = Path(destination.root).expanduser().resolve() / destination_name / str(partition)
-    store = FilesystemStore(directory)
+    store = FilesystemStore(directory, commits)
     blob_format = BlobFormat(destination.compression, destination.compression_level)
     return BlobSink(
         store,

@@ -22,6 +22,7 @@ import pytest
 import sinks.blob_chain
 import sinks.durable_dirs
 import sinks.filesystem
+from core.thread_batches import ThreadBatches
 from sinks.base import DestinationError
 from sinks.blob_chain import (
     BlobChain,
@@ -112,8 +113,9 @@ def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderT
         (directory / name).write_bytes(data)
 
     return StoreUnderTest(
-        store=FilesystemStore(directory),
-        another_writer=lambda: FilesystemStore(directory),
+        # As a running process has them: commits batched per worker-thread trip (another process: its own).
+        store=FilesystemStore(directory, ThreadBatches()),
+        another_writer=lambda: FilesystemStore(directory, ThreadBatches()),
         staging_of=lambda s: cast(FilesystemStore, s).staging(BlobFormat()),
         read=lambda name: (directory / name).read_bytes(),
         lose_next_answer=lose_next_answer,
