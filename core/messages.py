@@ -22,6 +22,9 @@ def message_bytes(message: Any) -> int:
     return size
 
 
+_TIMESTAMP_US = pa.timestamp("us", tz="UTC")
+
+
 class RecordColumns:
     """Arrow columns of KAFKA_SCHEMA built in one pass over librdkafka messages.
 
@@ -84,17 +87,16 @@ class RecordColumns:
         headers = pa.ListArray.from_arrays(
             pa.array(self.header_ends, pa.int32()), entries, type=pa.list_(HEADER_TYPE), mask=mask
         )
-        timestamps = pa.array(np.asarray(self.timestamps, dtype=np.int64) * 1000, pa.int64())
+        # pa.repeat for the constant columns: 5 µs for a steady partition's few records (a dictionary cast took 23)
+        # and half the time of the cast for a full row group.
         batch = pa.RecordBatch.from_arrays(
             [
                 pa.array(self.keys, pa.binary()),
                 pa.array(self.values, pa.binary()),
-                pa.DictionaryArray.from_arrays(
-                    pa.array(np.zeros(count, np.int32)), pa.array([self._topic], pa.string())
-                ).cast(pa.string()),
-                pa.array(np.full(count, self._partition, np.int32)),
+                pa.repeat(pa.scalar(self._topic, pa.string()), count),
+                pa.repeat(pa.scalar(self._partition, pa.int32()), count),
                 pa.array(self.offsets, pa.int64()),
-                timestamps.cast(pa.timestamp("us", tz="UTC")),
+                pa.array(np.asarray(self.timestamps, dtype=np.int64) * 1000, _TIMESTAMP_US),
                 pa.array(np.asarray(self.timestamp_types, dtype=np.int32)),
                 headers,
             ],

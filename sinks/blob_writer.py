@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from core.messages import RecordColumns, message_bytes
-from core.record_times import RecordTimes
+from core.record_times import SMALL, RecordTimes
 from core.records import parquet_writer
 from core.schema_wire import schema_id
 from sinks.staging import BlobOutput, BlobStaging, StagedBlob
@@ -93,7 +93,8 @@ class _BlobWriter:
         self._records = 0
         self._bytes = 0
         self._day: int | None = None  # UTC day of the blob's first record (daily limits)
-        self._timestamps: list[np.ndarray[Any, np.dtype[np.int64]]] = []  # per row group, for RecordTimes
+        # The blob's timestamps per row group, for RecordTimes: a few as the list they came in, more as an array.
+        self._timestamps: list[list[int] | np.ndarray[Any, np.dtype[np.int64]]] = []
         self.staged: list[StagedBlob] = []
 
     def start(self, first: int) -> None:
@@ -146,7 +147,8 @@ class _BlobWriter:
     def _write_row_group(self) -> None:
         assert self._parquet is not None
         if len(self._columns):
-            self._timestamps.append(np.array(self._columns.timestamps, dtype=np.int64))
+            stamps = self._columns.timestamps
+            self._timestamps.append(stamps if len(stamps) <= SMALL else np.array(stamps, dtype=np.int64))
             self._parquet.write_batch(self._columns.take())
 
     def close(self, last: int, cut: str = "") -> None:
@@ -154,7 +156,11 @@ class _BlobWriter:
         self._write_row_group()
         self._parquet.close()
         staged = self._output.finish(self._first, last, self._records, self._bytes)
-        stamps = np.concatenate(self._timestamps) if self._timestamps else np.empty(0, dtype=np.int64)
+        chunks = self._timestamps
+        if sum(len(chunk) for chunk in chunks) <= SMALL:
+            stamps: list[int] | np.ndarray[Any, np.dtype[np.int64]] = [t for chunk in chunks for t in chunk]
+        else:
+            stamps = np.concatenate([np.asarray(chunk, dtype=np.int64) for chunk in chunks])
         times = RecordTimes.measure(stamps, round(time.time() * 1000))
         self.staged.append(
             dataclasses.replace(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.record_times import RecordTimes
+from core.record_times import SMALL, RecordTimes
 
 
 def test_latencies_are_within_a_bucket_of_the_truth_and_include_the_wait_until_commit() -> None:
@@ -37,3 +37,18 @@ def test_the_summary_stays_small_however_many_records() -> None:
     assert times.records == 200_000 and len(times.ages) <= 4 * 35
     assert RecordTimes.decode(times.encode()) == times
     assert RecordTimes.decode(None) is None
+
+
+def test_a_few_timestamps_are_measured_as_many_are() -> None:
+    """Up to SMALL timestamps take a Python loop, more the vectorised path: the same buckets either way, at
+    powers of two too (where a bucket bound is an integer)."""
+    now = 1_800_000_000_000
+    rng = np.random.default_rng(11)
+    ages = [0, 1, 2, 3, 4, 1024, 1023, 1025, 65_536, -3_000, *rng.integers(0, 10**9, size=40).tolist()]
+    stamps = [-1, *(now - age for age in ages)]
+    few = RecordTimes.measure(stamps, now)
+    padded = RecordTimes.measure(np.array(stamps * 3, dtype=np.int64), now)  # over SMALL: vectorised
+    assert len(stamps) <= SMALL < len(stamps) * 3
+    assert few.last_timestamp_ms == padded.last_timestamp_ms == stamps[-1]
+    assert [(bucket, count * 3) for bucket, count in few.ages] == list(padded.ages)
+    assert RecordTimes.measure([-1, -1], now) == RecordTimes(now)
