@@ -151,7 +151,9 @@ def estate_targets(rows: list[Row]) -> list[tuple[str, str, bool]]:
         if path == "filesystem":
             limit = 1.0 if max_time <= 1 else 0.5
             found.append((f"mirror CPU ≤ {limit:g} core ({where})", f"{tree:.2f} cores", tree <= limit))
-            if reference := runs.get((scenario, REFERENCE, path)):
+            # Issue 32 compares with Structured Streaming at max-time 1 s (P = 4 to 256); at 10 s it asks ≤ 0.5 cores
+            # only. The longer rows' reference is in the table, not a target.
+            if max_time <= 1 and (reference := runs.get((scenario, REFERENCE, path))):
                 theirs = median(reference, lambda r: r["tree_cores"])
                 what = f"mirror CPU < Structured Streaming's ({where})"
                 found.append((what, f"{tree:.2f} vs {theirs:.2f} cores", tree < theirs))
