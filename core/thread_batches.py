@@ -94,9 +94,15 @@ class ThreadBatches:
             self._hand_off()  # more than one batch's worth queued: another lane starts now
             if batch:
                 self.batches += 1
-                await anyio.to_thread.run_sync(_run_all, batch)
-                for call in batch:
-                    call.wake.set()
+                try:
+                    await anyio.to_thread.run_sync(_run_all, batch)
+                except BaseException as exc:  # no worker thread ran them: each call fails with why, none waits on
+                    for call in batch:
+                        if call.outcome is None:
+                            call.outcome = (False, exc)
+                finally:
+                    for call in batch:
+                        call.wake.set()
         finally:
             self._leaders -= 1
         self._hand_off()
