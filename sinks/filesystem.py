@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 
 import aiofiles
 import aiofiles.os
-import anyio.to_thread
 import pyarrow as pa
 
 from config.model import FilesystemDestination
@@ -53,9 +52,9 @@ class FilesystemStore:
 
     def __init__(self, directory: Path, commits: ThreadBatches | None = None) -> None:
         """`commits`: shared by the chains of a process, so the commits made together take one worker thread's
-        trip (`core.thread_batches`); without, each commit takes its own."""
+        trip (`core.thread_batches`); without, the store's own (its commits come one at a time)."""
         self._dir = directory
-        self._commits = commits
+        self._commits = commits or ThreadBatches()
         self._dir_ready = False
         self._unsure: set[str] = set()
 
@@ -97,12 +96,8 @@ class FilesystemStore:
         final = self._dir / name
         temp = self._dir / staged.ref
         unsure = name in self._unsure
-        commit = (self._dir, temp, final, after, unsure, staged.size)
         try:
-            if self._commits is not None:
-                await self._commits.run(_commit_then_tidy, *commit)
-            else:
-                await anyio.to_thread.run_sync(_commit_then_tidy, *commit)
+            await self._commits.run(_commit_then_tidy, self._dir, temp, final, after, unsure, staged.size)
         except OSError:
             # The link or the directory fsync failed: the blob may be visible already.
             self._unsure.add(name)
