@@ -67,7 +67,7 @@ def gather_window(max_time_ms: int) -> float:
 # read whole first), so a write there holds its neighbours' flushes for its own time: a task's worth (64 MiB, 2-5 s
 # on these machines) would cost them their max-time. And a backlog is slower so: 8 partitions' backlogs of 500 000
 # records of 100 B (one task's offsets each) renumbered in shared jobs took 23.1-23.5 s, two writes at a time per
-# task, each read whole into the worker's memory first; as jobs of their own (fbf8967) 19.4-21.1 s in the same runs.
+# task, each read whole into the worker's memory first; as jobs of their own 17.5-20.6 s (docs/benchmarks.md).
 # A write of an eighth of a task still carries many times a job's cost (~0.04 CPU-s) in records.
 SHARED_WRITE_SHARE = 8
 SHARED_POOL = "mirror-v3.shared"
