@@ -680,7 +680,7 @@ class SparkConfig(_Strict, frozen=True):
         msgspec.Meta(
             ge=1,
             description="A Spark task covers at most about this many record bytes (whole blobs). A flush of one "
-            "write of at most an eighth of a task (its bytes and offsets) shares a Spark job with the other "
+            "write of at most 8 MiB and 62 500 offsets (and a task) shares a Spark job with the other "
             "partitions' flushes that fall due at the same time; a larger one runs as a job of its own.",
         ),
     ] = 64 * 1024 * 1024

@@ -5,8 +5,8 @@ dozen or so flushes a second, far below what an estate of hundreds of steadily w
 `max-time` of a second. Each actor still decides what to flush and commits its own writes in offset order; only
 the submission of the Spark work is shared:
 
-- **shared lane**: a flush of one small write (at most an eighth of a task's `spark.bytes-per-task` and
-  `spark.offsets-per-task`, `SHARED_WRITE_SHARE`; a steady partition's flush at `max-time`) waits in a queue. One
+- **shared lane**: a flush of one small write (at most 8 MiB and 62 500 offsets, `SHARED_WRITE_BYTES` and
+  `SHARED_WRITE_OFFSETS`, or a task if smaller; a steady partition's flush at `max-time`) waits in a queue. One
   shared job runs at a time; whatever is queued when it may start goes into the next job. It may start once the
   queued flush with the least patience has waited its share of its mirror's `max-time` (`GATHER_SHARE`), or when a
   job's worth is queued: flushes that fall due within that window share the job. A job takes queued flushes up to
@@ -62,14 +62,16 @@ def gather_window(max_time_ms: int) -> float:
     return min(GATHER_MAX_S, GATHER_SHARE * max_time_ms / 1000)
 
 
-# A write joins a shared job when it is at most this share of a task (bytes and offsets; 8 MiB and 62 500 offsets
-# by default). A shared task runs its writes one after the other (a Kafka transaction's few at a time, each range
-# read whole first), so a write there holds its neighbours' flushes for its own time: a task's worth (64 MiB, 2-5 s
-# on these machines) would cost them their max-time. And a backlog is slower so: 8 partitions' backlogs of 500 000
-# records of 100 B (one task's offsets each) renumbered in shared jobs took 23.1-23.5 s, two writes at a time per
-# task, each read whole into the worker's memory first; as jobs of their own 17.5-20.6 s (docs/benchmarks.md).
-# A write of an eighth of a task still carries many times a job's cost (~0.04 CPU-s) in records.
-SHARED_WRITE_SHARE = 8
+# A write joins a shared job when it is at most this big (estimated record bytes, offsets), or a task if that is
+# smaller. A shared task runs its writes one after the other (a Kafka transaction's few at a time, each range read
+# whole first), so a write there holds its neighbours' flushes for its own time, which grows with its records
+# whatever a task's size: a default task's worth (64 MiB, 2-5 s on these machines) would cost them their max-time.
+# And a backlog is slower so: 8 partitions' backlogs of 500 000 records of 100 B (one task's offsets each)
+# renumbered in shared jobs took 23.1-23.5 s, two writes at a time per task, each read whole into the worker's
+# memory first; as jobs of their own 17.5-20.6 s (docs/benchmarks.md). A write this big (about 0.3 CPU-s of
+# records) still carries several times a job's cost (~0.04 CPU-s).
+SHARED_WRITE_BYTES = 8 * 1024 * 1024
+SHARED_WRITE_OFFSETS = 62_500
 SHARED_POOL = "mirror-v3.shared"
 LOAD_WINDOW_S = 60.0  # what `load` summarises (status, /mirrors)
 
@@ -126,12 +128,13 @@ class FlushScheduler:
         self._started: deque[_Started] = deque()  # the jobs of the last LOAD_WINDOW_S
 
     def joins_shared_job(self, items: Sequence[WriteItem], weight: int) -> bool:
-        """Whether a flush of these writes goes into a shared job (one write of at most an eighth of a task)."""
+        """Whether a flush of these writes goes into a shared job: one write of at most SHARED_WRITE_BYTES and
+        SHARED_WRITE_OFFSETS, and of a task."""
         limits = self._limits
         return (
             len(items) == 1
-            and weight * SHARED_WRITE_SHARE <= limits.task_bytes
-            and items[0].task.offset_count * SHARED_WRITE_SHARE <= limits.task_offsets
+            and weight <= min(limits.task_bytes, SHARED_WRITE_BYTES)
+            and items[0].task.offset_count <= min(limits.task_offsets, SHARED_WRITE_OFFSETS)
         )
 
     async def submit(

@@ -15,12 +15,20 @@ import pytest
 
 from sinks.write_target import BlobLimits, TaskRange, Written
 from source.range_reader import OffsetsDeletedError, SourcePartition
-from supervisor.flush_scheduler import GATHER_MAX_S, SHARED_POOL, FlushScheduler, SchedulerLimits, gather_window
+from supervisor.flush_scheduler import (
+    GATHER_MAX_S,
+    SHARED_POOL,
+    SHARED_WRITE_BYTES,
+    SHARED_WRITE_OFFSETS,
+    FlushScheduler,
+    SchedulerLimits,
+    gather_window,
+)
 from supervisor.metrics import MetricFamilies
 from tests.fakes import fresh_metrics
 from workers.range_job import JobCancelled, JobSpec, Outcome, SparkGoneError, WriteItem
 
-LIMITS = SchedulerLimits(task_bytes=8_000, task_offsets=8_000, job_bytes=10_000)  # shared: writes up to 1 000
+LIMITS = SchedulerLimits(task_bytes=1_000, task_offsets=1_000, job_bytes=10_000)
 SOURCE = SourcePartition("fake:9092", "t", 0, "read_committed", "g", 5.0)
 
 
@@ -250,14 +258,14 @@ def test_a_flushs_window_is_a_share_of_its_max_time_and_bounded() -> None:
 async def test_a_backlogs_flush_runs_as_a_job_of_its_own_in_its_mirrors_pool() -> None:
     spark = FakeSpark()
     flushes = scheduler(spark)
-    # No shared-lane loop runs: a flush of several tasks, or one write above an eighth of a task's bytes or
-    # offsets, does not need it.
+    # No shared-lane loop runs: a flush of several tasks, or of one write above a task's bytes or offsets, does
+    # not need it.
     written = await flushes.submit("big", [item("big", 0, 10), item("big", 10, 20)], [500, 500])
     assert [w[0].first for w in written] == [0, 10]
-    alone = await flushes.submit("large", [item("large", 0, 10)], [LIMITS.task_bytes // 8 + 1])
+    alone = await flushes.submit("large", [item("large", 0, 10)], [LIMITS.task_bytes + 1])
     assert alone[0][0].last == 9
-    long = await flushes.submit("long", [item("long", 0, LIMITS.task_offsets // 8 + 1)], [1])
-    assert long[0][0].last == LIMITS.task_offsets // 8
+    long = await flushes.submit("long", [item("long", 0, LIMITS.task_offsets + 1)], [1])
+    assert long[0][0].last == LIMITS.task_offsets
     assert [(spec.pool, packs) for spec, _, packs in spark.jobs] == [
         ("mirror-v3.big", [[0], [1]]),
         ("mirror-v3.large", [[0]]),
@@ -265,13 +273,18 @@ async def test_a_backlogs_flush_runs_as_a_job_of_its_own_in_its_mirrors_pool() -
     ]
 
 
-def test_a_write_of_at_most_an_eighth_of_a_task_joins_a_shared_job() -> None:
-    flushes = scheduler(FakeSpark())
-    eighth = LIMITS.task_offsets // 8
-    assert flushes.joins_shared_job([item("m", 0, eighth)], LIMITS.task_bytes // 8)
-    assert not flushes.joins_shared_job([item("m", 0, eighth + 1)], 1)
-    assert not flushes.joins_shared_job([item("m", 0, 10)], LIMITS.task_bytes // 8 + 1)
-    assert not flushes.joins_shared_job([item("m", 0, 10), item("m", 10, 20)], 2)
+def test_a_write_joins_a_shared_job_up_to_a_bound_of_its_own_or_a_task() -> None:
+    # Default-sized tasks (64 MiB, 500 000 offsets) are far larger than the shared lane's bound.
+    big_tasks = FlushScheduler(
+        FakeSpark().run_job, FakeSpark().cancel_job, two_cores, SchedulerLimits(64 << 20, 500_000, 256 << 20)
+    )
+    assert big_tasks.joins_shared_job([item("m", 0, SHARED_WRITE_OFFSETS)], SHARED_WRITE_BYTES)
+    assert not big_tasks.joins_shared_job([item("m", 0, SHARED_WRITE_OFFSETS + 1)], 1)
+    assert not big_tasks.joins_shared_job([item("m", 0, 10)], SHARED_WRITE_BYTES + 1)
+    assert not big_tasks.joins_shared_job([item("m", 0, 10), item("m", 10, 20)], 2)
+    small_tasks = scheduler(FakeSpark())  # tasks below the bound: a task's worth is the most a shared write carries
+    assert small_tasks.joins_shared_job([item("m", 0, LIMITS.task_offsets)], LIMITS.task_bytes)
+    assert not small_tasks.joins_shared_job([item("m", 0, LIMITS.task_offsets + 1)], 1)
 
 
 async def test_cancelling_a_mirror_withdraws_its_queued_flush_and_leaves_the_others() -> None:

@@ -253,8 +253,8 @@ def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
 class _ReadFirst:
     """A write's range read whole before it writes, with the task's read lock held, so writes that run at the same
     time (network-bound: transactions, S3 uploads) never use the task's consumers together. Tasks of several writes
-    run so: a shared job's, whose ranges are small (each at most an eighth of a task's bytes and offsets: the flush
-    scheduler's bound), and a restore round's (each a partition's range of the round, up to a task's offsets, held
+    run so: a shared job's, whose ranges are small (each at most 8 MiB and 62 500 offsets: the flush scheduler's
+    bound), and a restore round's (each a partition's range of the round, up to a task's offsets, held
     in memory while it is produced); a task of one write (a backlog's) streams its range."""
 
     def __init__(self, records: RecordSource, task: TaskRange, reading: threading.Lock) -> None:
