@@ -275,8 +275,9 @@ async def test_a_backlogs_flush_runs_as_a_job_of_its_own_in_its_mirrors_pool() -
 
 def test_a_write_joins_a_shared_job_up_to_a_bound_of_its_own_or_a_task() -> None:
     # Default-sized tasks (64 MiB, 500 000 offsets) are far larger than the shared lane's bound.
+    spark = FakeSpark()
     big_tasks = FlushScheduler(
-        FakeSpark().run_job, FakeSpark().cancel_job, two_cores, SchedulerLimits(64 << 20, 500_000, 256 << 20)
+        spark.run_job, spark.cancel_job, two_cores, SchedulerLimits(64 << 20, 500_000, 256 << 20)
     )
     assert big_tasks.joins_shared_job([item("m", 0, SHARED_WRITE_OFFSETS)], SHARED_WRITE_BYTES)
     assert not big_tasks.joins_shared_job([item("m", 0, SHARED_WRITE_OFFSETS + 1)], 1)
