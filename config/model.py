@@ -615,10 +615,22 @@ class SourceConfig(_Strict, frozen=True):
         msgspec.Meta(
             ge=0,
             description="How long a mirror rides out a source that does not answer (a broker restart): offset and "
-            "metadata queries are asked again with backoff, and a read waits, until the source has been "
-            "unreachable this long; then the mirror fails. 0 fails at the first unanswered query.",
+            "metadata queries, and reads given up after source.read-stall-timeout-ms, are asked again with backoff "
+            "until the source has been unreachable this long; then the mirror fails. 0 fails at the first "
+            "unanswered query.",
         ),
     ] = 60_000
+    read_stall_timeout_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=100,
+            description="A read of the source that receives nothing (no record, no move of its position) for this "
+            "long is given up and asked again by its mirror, alone, with backoff (within source.outage-deadline-ms): "
+            "a broker that dies or stops answering while a Spark job reads it holds the other partitions of that job "
+            "at most about this long. (A Kafka preserve-mode backlog read, which cannot be given up midway, waits up "
+            "to the outage deadline instead.)",
+        ),
+    ] = 5_000
     commit_source_offsets: Annotated[
         bool,
         msgspec.Meta(

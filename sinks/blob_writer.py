@@ -51,6 +51,10 @@ class BlobTarget:
     def writes_at_once(self) -> int:
         return self.staging.stages_at_once
 
+    @property
+    def abandons_cleanly(self) -> bool:
+        return True  # a failed write removes what it staged (stage_blobs)
+
     def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> list[StagedBlob]:
         return stage_blobs(records, task, limits, self.staging, self.schema_fields)
 

@@ -103,6 +103,11 @@ class KafkaProduceTarget:
         # idempotent producer and wait for its deliveries, so they run one after the other.
         return TRANSACTIONS_AT_ONCE if self.offsets == "renumber" else 1
 
+    @property
+    def abandons_cleanly(self) -> bool:
+        # Renumber writes a transaction, aborted when it fails; preserve's records are in the partition once sent.
+        return self.offsets == "renumber"
+
     def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> list[ProducedRange]:
         return [produce_range(records, task, self)]
 

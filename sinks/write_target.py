@@ -104,6 +104,13 @@ class WriteTarget(Protocol[W_co]):
         blob is compressed), more for one that mostly waits on the network (a Kafka transaction's round trips)."""
         ...
 
+    @property
+    def abandons_cleanly(self) -> bool:
+        """True: a write that fails midway (its source read given up) leaves nothing behind, so it may simply be
+        run again (staged blobs are removed, a transaction is aborted); False: records it sent may be in the
+        destination already (Kafka preserve mode), and only the destination can say where to go on."""
+        ...
+
     def write(self, records: RecordSource, task: TaskRange, limits: BlobLimits) -> Sequence[W_co]:
         """Read [task.read_from, task.end) from `records` and write it; what was written covers exactly
         [task.first, task.end), in offset order. Raises a MirrorV3Error for the user's failures (lost offsets,

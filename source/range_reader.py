@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from core.errors import MirrorV3Error
+from core.errors import MirrorV3Error, SourceUnavailableError
 from kafka_clients.oauth_tokens import librdkafka_config
 
 # A task reads one partition from one position to the end of its range. librdkafka keeps its queue full
@@ -56,6 +56,11 @@ PREFETCH_BYTES = 16 * 1024 * 1024
 # whose tail holds no records (transaction markers, aborted records) never fills its batch, so the wait is
 # what such a range pays at its end: short, because a flush of a few records must not cost half a second.
 CONSUME_WAIT_S = 0.05
+# Once a read of a cluster stalled in a task, the task's later reads of that cluster give up after this long
+# without progress (instead of their own stall timeout each): a task holding many small ranges of a cluster that
+# stopped answering pays one stall timeout, then a moment per prefetch, before its other clusters' ranges are read.
+# A partition whose leader still answers progresses within milliseconds (fetch.wait.max.ms is 10).
+STALLED_CLUSTER_PATIENCE_S = 0.5
 # librdkafka error codes (confluent_kafka.KafkaError) this reader acts on.
 _PARTITION_EOF = -191
 _AUTO_OFFSET_RESET = -140
@@ -67,7 +72,9 @@ _PERMANENT_ERRORS = {-169, -181, -188, -190, 3, 29}
 @dataclass(frozen=True)
 class SourcePartition:
     """Where a task reads from. `client_properties` are librdkafka settings (security, credentials):
-    they travel to the executors inside the job's closure and are never put in a message."""
+    they travel to the executors inside the job's closure and are never put in a message. A read that receives
+    nothing (no record, no move of its position) for `stall_timeout_s` is given up (`ReadStalledError`), so the
+    task goes on with its other writes and its mirror asks again."""
 
     bootstrap_servers: str
     topic: str
@@ -76,6 +83,9 @@ class SourcePartition:
     group_id: str
     stall_timeout_s: float
     client_properties: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # A range read as it streams into its write (a backlog's, not prefetched) whose write cannot be given up midway
+    # without leaving records behind (Kafka preserve mode) gets this longer stall timeout (None: the same).
+    stream_stall_timeout_s: float | None = None
 
     @property
     def name(self) -> str:
@@ -96,6 +106,24 @@ class SourceRangeError(MirrorV3Error):
     def __init__(self, source: str, offset: int, problem: str) -> None:
         self.source, self.offset, self.problem = source, offset, problem
         super().__init__(f"{source}: {problem}")
+
+
+class ReadStalledError(SourceRangeError, SourceUnavailableError):
+    """The read of `source` got nothing for `stalled_s` seconds at `offset` (reading up to `end`): the broker
+    does not answer (killed, stopped, cut off, slow) or the partition has no leader. It is given up so that a
+    shared job's other partitions are not held, and is unavailability, not a verdict: the mirror asks again with
+    backoff, within its source.outage-deadline-ms. `last_error` is librdkafka's last word on the partition;
+    `streamed`: the range was read as it streamed into its write, which may have written records below `offset`
+    (else it was read whole before anything was written)."""
+
+    def __init__(
+        self, source: str, offset: int, end: int, stalled_s: float, last_error: str, streamed: bool = False
+    ) -> None:
+        self.end, self.stalled_s, self.last_error, self.streamed = end, stalled_s, last_error, streamed
+        why = last_error or "the broker sent nothing (did it stop answering, or the partition shrink?)"
+        super().__init__(
+            source, offset, f"no progress for {stalled_s:g}s at offset {offset} while reading up to {end - 1}: {why}"
+        )
 
 
 class OffsetsDeletedError(SourceRangeError):
@@ -131,15 +159,25 @@ class SharedConsumers:
     are read at once (one fetch request carries every partition instead of one round trip each) and kept until
     each is read. A larger range is read as it streams.
 
-    A consumer only ever reads by explicit assignment and commits nothing, so the group id it was made with
-    (the first partition's) plays no part in what any partition reads. `consumer_factory` replaces the real
-    one in tests."""
+    A read that gets nothing for its source's stall timeout is given up (`ReadStalledError`); once one has, the
+    task's later reads of that cluster give up after STALLED_CLUSTER_PATIENCE_S without progress, so a cluster that
+    stopped answering holds a task for one stall timeout, not one per range.
 
-    def __init__(self, consumer_factory: Callable[[SourcePartition], Any] | None = None) -> None:
+    A consumer only ever reads by explicit assignment and commits nothing, so the group id it was made with
+    (the first partition's) plays no part in what any partition reads. `consumer_factory` and `clock` replace
+    the real ones in tests."""
+
+    def __init__(
+        self,
+        consumer_factory: Callable[[SourcePartition], Any] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._factory = consumer_factory or _new_consumer
+        self._clock = clock
         self._consumers: dict[tuple[object, ...], Any] = {}
         self._announced: list[tuple[SourcePartition, int, int, int]] = []  # (source, read_from, end, bytes)
         self._prefetched: Prefetched = {}
+        self._stalled: set[tuple[object, ...]] = set()  # clusters a read of this task stalled on
 
     @staticmethod
     def _cluster(source: SourcePartition) -> tuple[object, ...]:
@@ -151,6 +189,16 @@ class SharedConsumers:
         if consumer is None:
             consumer = self._consumers[key] = self._factory(source)
         return consumer
+
+    def _patience(self, source: SourcePartition, streamed: bool = False) -> float:
+        """How long a read of the source's cluster may go without progress: its stall timeout (a streamed read's,
+        if it has one of its own), at most STALLED_CLUSTER_PATIENCE_S once a read of its cluster stalled here."""
+        own = source.stall_timeout_s
+        if streamed and source.stream_stall_timeout_s is not None:
+            own = source.stream_stall_timeout_s
+        if self._cluster(source) in self._stalled:
+            return min(own, STALLED_CLUSTER_PATIENCE_S)
+        return own
 
     def announce(self, source: SourcePartition, read_from: int, end: int, estimated_bytes: int) -> None:
         """A range this task will read (ranges are read in the order announced)."""
@@ -173,8 +221,10 @@ class SharedConsumers:
             return
         consumer = self.consumer_for(source)
         try:
-            yield from _consume(consumer, source, read_from, end)
-        except BaseException:
+            yield from _consume(consumer, source, read_from, end, self._patience(source, streamed=True), self._clock)
+        except BaseException as exc:
+            if isinstance(exc, ReadStalledError):
+                self._stalled.add(self._cluster(source))
             # A consumer in an unknown state (an error, an abandoned read) is not reused.
             self._drop(consumer)
             raise
@@ -214,10 +264,13 @@ class SharedConsumers:
         self._announced = [a for a in self._announced if (a[0].topic, a[0].partition, a[1], a[2]) not in taken]
         consumer = self.consumer_for(source)
         try:
-            self._prefetched.update(_consume_many(consumer, chunk))
+            found = _consume_many(consumer, chunk, self._patience(source), self._clock)
         except BaseException:
             self._drop(consumer)
             raise
+        self._prefetched.update(found)
+        if any(isinstance(outcome, ReadStalledError) for outcome in found.values()):
+            self._stalled.add(cluster)
         with contextlib.suppress(Exception):
             consumer.unassign()
 
@@ -276,13 +329,24 @@ def _new_consumer(source: SourcePartition) -> Any:
 class _RangeRead:
     """The rules of one exact range read, whatever else the consumer reads at the same time: records strictly
     increasing inside [read_from, end), the end reached by the consumer's position, deleted offsets and
-    permanent errors fatal, no progress for `stall_timeout_s` an error."""
+    permanent errors fatal, no progress for `patience_s` (the source's stall timeout unless given) a
+    ReadStalledError."""
 
-    def __init__(self, source: SourcePartition, read_from: int, end: int) -> None:
-        self.source, self.read_from, self.end = source, read_from, end
+    def __init__(
+        self,
+        source: SourcePartition,
+        read_from: int,
+        end: int,
+        patience_s: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        streamed: bool = False,
+    ) -> None:
+        self.source, self.read_from, self.end, self.streamed = source, read_from, end, streamed
+        self.patience_s = source.stall_timeout_s if patience_s is None else patience_s
+        self._clock = clock
         self.last = read_from - 1
         self.last_error = ""
-        self.progressed_at = time.monotonic()
+        self.progressed_at = clock()
 
     def failed(self, consumer: Any, error: Any) -> None:
         """An error event of this partition: raises what ends the read; a transient one is remembered."""
@@ -308,23 +372,20 @@ class _RangeRead:
         return True
 
     def progressed(self) -> None:
-        self.progressed_at = time.monotonic()
+        self.progressed_at = self._clock()
 
     def done_at(self, position: int) -> bool:
-        """Whether the consumer's position ends the range (raises when it has not moved for too long). The position
-        moves past markers and aborted records too: it, not the last record, ends the range."""
+        """Whether the consumer's position ends the range (raises ReadStalledError when it has not moved for too
+        long). The position moves past markers and aborted records too: it, not the last record, ends the range."""
         if position >= self.end or self.last >= self.end - 1:
             return True
+        now = self._clock()
         if position > self.last + 1:
-            self.progressed_at = time.monotonic()
+            self.progressed_at = now
             self.last = position - 1
-        source = self.source
-        if time.monotonic() - self.progressed_at > source.stall_timeout_s:
-            raise SourceRangeError(
-                source.name,
-                self.last + 1,
-                f"no progress for {source.stall_timeout_s:g}s at offset {self.last + 1} while reading up to "
-                f"{self.end - 1}: {self.last_error or 'the broker sent nothing (did the partition shrink?)'}",
+        if now - self.progressed_at > self.patience_s:
+            raise ReadStalledError(
+                self.source.name, self.last + 1, self.end, self.patience_s, self.last_error, self.streamed
             )
         return False
 
@@ -333,11 +394,18 @@ class _RangeRead:
         return max(1, self.end - self.last - 1)
 
 
-def _consume(consumer: Any, source: SourcePartition, read_from: int, end: int) -> Iterator[list[Any]]:
+def _consume(
+    consumer: Any,
+    source: SourcePartition,
+    read_from: int,
+    end: int,
+    patience_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[list[Any]]:
     from confluent_kafka import TopicPartition
 
     consumer.assign([TopicPartition(source.topic, source.partition, read_from)])
-    read = _RangeRead(source, read_from, end)
+    read = _RangeRead(source, read_from, end, patience_s, clock, streamed=True)
     here = [TopicPartition(source.topic, source.partition)]
     while True:
         # Never ask for more than the range still holds: a batch that can fill returns at once.
@@ -361,12 +429,21 @@ def _consume(consumer: Any, source: SourcePartition, read_from: int, end: int) -
 Prefetched = dict[tuple[str, int, int, int], list[Any] | Exception]  # (topic, partition, read_from, end) → records
 
 
-def _consume_many(consumer: Any, ranges: list[tuple[SourcePartition, int, int]]) -> Prefetched:
+def _consume_many(
+    consumer: Any,
+    ranges: list[tuple[SourcePartition, int, int]],
+    patience_s: float | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Prefetched:
     """Read the ranges of several partitions of one cluster at once (one fetch request carries them all), keeping
     each range's records, or the error that ended its read: one partition's failure is its own."""
     from confluent_kafka import TopicPartition
 
-    reads = {(s.topic, s.partition): _RangeRead(s, read_from, end) for s, read_from, end in ranges if read_from < end}
+    reads = {
+        (s.topic, s.partition): _RangeRead(s, read_from, end, patience_s, clock)
+        for s, read_from, end in ranges
+        if read_from < end
+    }
     found: Prefetched = {(s.topic, s.partition, read_from, end): [] for s, read_from, end in ranges}
 
     def settle(key: tuple[str, int], outcome: Exception | None = None) -> None:

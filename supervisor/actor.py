@@ -14,6 +14,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Generic, TypeVar
 
 import anyio
@@ -27,7 +28,7 @@ from sinks.base import Sink
 from sinks.write_target import UNCUT, BlobLimits, Written
 from source.offsets import SourceOffsets
 from source.outages import OutageRider, SourceOutageError
-from source.range_reader import OffsetsDeletedError
+from source.range_reader import OffsetsDeletedError, ReadStalledError, SourceRangeError
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
 from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
@@ -85,7 +86,12 @@ class MirrorActor(Generic[W]):
         self._parallelism = 1
         self._outage_deadline_s = mirror.source.outage_deadline_ms / 1000
         self._outages = OutageRider(
-            source.reachability.cluster, self._outage_deadline_s, metrics.source_retries, self._ids
+            source.reachability.cluster,
+            self._outage_deadline_s,
+            metrics.source_retries,
+            self._ids,
+            clock=clock.monotonic,
+            sleep=clock.sleep,
         )
         self._hold = TransactionHold()
         self._hold_warned = False
@@ -400,9 +406,7 @@ class MirrorActor(Generic[W]):
         began = self._clock.monotonic()
         self._metrics.reading.set(plan.end - plan.first)
         try:
-            # A claimed blob is written whole: the writer that claimed it cut it already.
-            limits = self._blob_limits if plan.trigger != "claimed" else UNCUT
-            items = await self._source.run(plan.tasks, limits, self._sink.target(), self._planner.bytes_per_offset)
+            items = await self._outages.ride_out(partial(self._read, plan, [False]), "read")
         except OffsetsDeletedError as exc:
             # Deleted while the job read: the next offset query sees the new log start and applies
             # source.on-data-loss (fail, or skip them) before anything is committed past them.
@@ -443,6 +447,22 @@ class MirrorActor(Generic[W]):
         self._readable.forget_below(self._next)
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
+
+    async def _read(self, plan: FlushPlan, retry: list[bool]) -> list[W]:
+        """One attempt at the plan's Spark work (the OutageRider asks again while the source is unavailable). A read
+        that stalled is tried again in a job of its own (`retry[0]`), so it holds no other partition's flush."""
+        target = self._sink.target()
+        # A claimed blob is written whole: the writer that claimed it cut it already.
+        limits = self._blob_limits if plan.trigger != "claimed" else UNCUT
+        try:
+            return await self._source.run(plan.tasks, limits, target, self._planner.bytes_per_offset, retry[0])
+        except ReadStalledError as exc:
+            if exc.streamed and not target.abandons_cleanly:
+                # Records below the stall may be in the destination already: only it can say where to go on, which
+                # a restart asks. (Such a read waits out the outage deadline before it stalls.)
+                raise SourceRangeError(exc.source, exc.offset, exc.problem) from None
+            retry[0] = True
+            raise
 
     async def _commit(self, item: W, trigger: str, began: float, staged_at: float) -> None:
         first, last, records, payload = item.first, item.last, item.records, item.record_bytes

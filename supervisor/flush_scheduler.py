@@ -17,6 +17,12 @@ the submission of the Spark work is shared:
   its mirror's FAIR pool: it pays the job's cost over many records, and the pools keep one backlog from starving
   the shared lane, whose jobs have a pool of their own.
 
+- **a read tried again**: a flush whose read stalled (its broker died or stopped answering: the task gave it up
+  after `source.read-stall-timeout-ms`, so its job's other partitions got their results) is asked again by its
+  actor in a job of its own, never a shared one, and only one such retry per source cluster runs at a time: the
+  others of that cluster are refused at once (`ReadRetryBusy`, their actors back off and ask again), so a
+  cluster that keeps stalling holds one core at most, never every core nor a shared job.
+
 Cancelling a mirror's work withdraws its queued flushes and interrupts its own-lane job; a shared job in flight
 runs on for its other partitions (what it staged for a cancelled mirror is a leftover that mirror's next start
 removes).
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 import anyio
 import anyio.to_thread
 
+from core.errors import SourceUnavailableError
 from core.logs import log_event
 from sinks.write_target import Written
 from supervisor.http import SparkLoad
@@ -77,6 +84,15 @@ LOAD_WINDOW_S = 60.0  # what `load` summarises (status, /mirrors)
 
 # Runs one job in a worker thread: the items, their packs (one per Spark task), and how the job is named.
 JobRunner = Callable[[Sequence[WriteItem], Sequence[Sequence[int]], JobSpec], list[Outcome[list[Written]]]]
+
+
+class ReadRetryBusy(SourceUnavailableError):
+    """A flush of `cluster` was to be tried again alone while another mirror's retry of that cluster (`busy_with`)
+    still runs: it is refused without reading, and its actor asks again after its backoff."""
+
+    def __init__(self, cluster: str, busy_with: str) -> None:
+        self.cluster, self.busy_with = cluster, busy_with
+        super().__init__(f"source cluster {cluster}: reads stalled; {busy_with} is trying again first")
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,7 @@ class FlushScheduler:
         self._queue: list[_Queued] = []
         self._queued = anyio.Event()
         self._own_jobs: dict[str, set[str]] = {}  # owner → job groups of its own-lane jobs in flight
+        self._retrying: dict[str, str] = {}  # source cluster → the owner whose read of it is being tried again
         self._started: deque[_Started] = deque()  # the jobs of the last LOAD_WINDOW_S
 
     def joins_shared_job(self, items: Sequence[WriteItem], weight: int) -> bool:
@@ -138,12 +155,27 @@ class FlushScheduler:
         )
 
     async def submit(
-        self, owner: str, items: Sequence[WriteItem], weights: Sequence[int], may_wait_s: float = GATHER_S
+        self,
+        owner: str,
+        items: Sequence[WriteItem],
+        weights: Sequence[int],
+        may_wait_s: float = GATHER_S,
+        alone: bool = False,
+        cluster: str = "",
     ) -> list[list[Written]]:
-        """Run the writes of one flush of mirror `owner`; per write, what it wrote. Raises the first failed
-        write's error (by order), or the job's. A flush in the shared lane may wait up to `may_wait_s` for others
-        to join its job (`gather_window`)."""
+        """Run the writes of one flush of mirror `owner`, which reads source cluster `cluster`; per write, what it
+        wrote. Raises the first failed write's error (by order), or the job's. A flush in the shared lane may wait
+        up to `may_wait_s` for others to join its job (`gather_window`). `alone`: a read tried again after it
+        stalled, run in a job of its own, one per cluster at a time (else ReadRetryBusy at once)."""
         due_at = time.monotonic()
+        if alone:
+            busy_with = self._retrying.setdefault(cluster, owner)
+            if busy_with != owner:
+                raise ReadRetryBusy(cluster, busy_with)
+            try:
+                return await self._own(owner, items, due_at)
+            finally:
+                del self._retrying[cluster]
         if self.joins_shared_job(items, sum(weights)):
             return [await self._shared(owner, items[0], weights[0], due_at, may_wait_s)]
         return await self._own(owner, items, due_at)

@@ -3,6 +3,7 @@ process's flush scheduler, which runs the small flushes of many partitions as on
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import Protocol, TypeVar, cast
@@ -11,6 +12,7 @@ import anyio.to_thread
 
 from config.estate import MirrorSpec
 from config.model import SparkConfig
+from core.errors import SourceUnavailableError
 from kafka_clients.settings import cluster_access
 from sinks.write_target import BlobLimits, TaskRange, WriteTarget, Written
 from source.offsets import BATCH_PATIENCE_SECONDS, OffsetWatch, PolledOffsets, SourceCluster, SourceOffsets
@@ -70,10 +72,13 @@ class PartitionSource(Protocol):
         limits: BlobLimits,
         target: WriteTarget[W],
         bytes_per_offset: float | None = None,
+        alone: bool = False,
     ) -> list[W]:
         """Write consecutive tasks' ranges with the target: what was written, covering exactly
         [tasks[0].first, tasks[-1].end), in offset order (an ordered target's tasks are written as one range).
-        `bytes_per_offset` (as learned so far) estimates the work. Raises the first failed write's typed error."""
+        `bytes_per_offset` (as learned so far) estimates the work. Raises the first failed write's typed error;
+        SourceUnavailableError without reading while the source cluster is known to be down. `alone`: in a Spark
+        job of its own, never a shared one (a read tried again after it stalled: it must not hold others)."""
         ...
 
     def cancel(self) -> None:
@@ -90,16 +95,22 @@ def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourceP
         partition=mirror.partition,
         isolation_level=mirror.source.isolation_level,
         group_id=group_id or mirror.source.group_id or f"mirror-v3.{mirror.name}",
-        # A read that makes no progress waits out an outage as long as the offset queries do.
-        # Past the outage deadline by more than the driver needs to see an outage (a request timeout, then a
-        # metadata probe): a read stalled by a down cluster fails as the outage it is (named, on time, by the
-        # actor), and this limit is left for a read that cannot progress while the cluster answers.
-        stall_timeout_s=(
-            max(mirror.source.request_timeout_ms, mirror.source.outage_deadline_ms) + mirror.source.request_timeout_ms
-        )
-        / 1000
-        + OUTAGE_SEEN_WITHIN_S,
+        # A read that gets nothing for a few seconds is given up, so that a broker which dies under a shared job
+        # holds the job's other partitions that long at most; the actor asks again (OutageRider).
+        stall_timeout_s=mirror.source.read_stall_timeout_ms / 1000,
         client_properties=cluster_access(mirror.source, mirror.source_field).librdkafka(),
+    )
+
+
+def outage_long(mirror: MirrorSpec) -> float:
+    """A stall timeout that waits out an outage as long as the offset queries do, for a streamed read whose write
+    cannot be given up midway (`WriteTarget.abandons_cleanly`): past the outage deadline by more than the driver
+    needs to see an outage (a request timeout, then a metadata probe), so a read stalled by a down cluster fails
+    as the outage it is (named, on time, by the actor), and this limit is left for a read that cannot progress
+    while the cluster answers."""
+    source = mirror.source
+    return (max(source.request_timeout_ms, source.outage_deadline_ms) + source.request_timeout_ms) / 1000 + (
+        OUTAGE_SEEN_WITHIN_S
     )
 
 
@@ -189,20 +200,29 @@ class SparkPartitionSource:
         limits: BlobLimits,
         target: WriteTarget[W],
         bytes_per_offset: float | None = None,
+        alone: bool = False,
     ) -> list[W]:
         if self._cancelled:
             raise JobCancelled(f"flush of {self._mirror.name}")
+        outage = self._cluster.reachability.outage
+        if outage is not None:
+            # A read of a cluster that does not answer would only hold a Spark core (and a shared job's other
+            # partitions) until it stalled: the actor asks again once it answers.
+            raise SourceUnavailableError(f"source cluster {outage.name} unreachable: {outage.cause}; not read")
+        partition = self._partition
+        if not target.abandons_cleanly:
+            partition = dataclasses.replace(partition, stream_stall_timeout_s=outage_long(self._mirror))
         ranges = [TaskRange(t.first, t.read_from, t.end) for t in tasks]
         if target.ordered:
             # A partition's records must reach the destination in order: one task writes the whole range.
             ranges = [TaskRange(ranges[0].first, ranges[0].read_from, ranges[-1].end)]
         weights = [round(task.offset_count * (bytes_per_offset or 1.0)) for task in ranges]
         items = [
-            WriteItem(self._partition, task, limits, target, weight)
-            for task, weight in zip(ranges, weights, strict=True)
+            WriteItem(partition, task, limits, target, weight) for task, weight in zip(ranges, weights, strict=True)
         ]
         may_wait_s = gather_window(self._mirror.flush.max_time_ms)
-        written = await self._scheduler.submit(self._mirror.name, items, weights, may_wait_s)
+        cluster = self._mirror.cluster
+        written = await self._scheduler.submit(self._mirror.name, items, weights, may_wait_s, alone, cluster)
         # The writes of `target` are its own kind of Written (a staged blob, a produced range).
         return [cast(W, each) for per_item in written for each in per_item]
 

@@ -6,7 +6,7 @@ import asyncio
 import datetime as dt
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -153,9 +153,19 @@ class FakeClusterConsumer:
     as fetch responses do); positions move past holes; deleted offsets are the partition's own error. As in
     librdkafka, a paused partition stays paused through unassign and assign until resumed."""
 
-    def __init__(self, sources: Sequence[FakePartitionSource], batch: int = 16) -> None:
+    def __init__(
+        self,
+        sources: Sequence[FakePartitionSource],
+        batch: int = 16,
+        silent: Iterable[tuple[str, int]] = (),
+        waited: Callable[[float], None] | None = None,
+    ) -> None:
+        """`silent`: partitions whose broker sends nothing (killed, cut off); `waited(seconds)` is told how long
+        each consume call waited (for a fake clock)."""
         self._sources = {(s.topic, s.partition): s for s in sources}
         self._batch = batch
+        self.silent = set(silent)
+        self._waited = waited
         self.positions: dict[tuple[str, int], int] = {}
         self.paused: set[tuple[str, int]] = set()
         self.assignments = 0
@@ -177,7 +187,7 @@ class FakeClusterConsumer:
     def consume(self, num_messages: int, timeout: float) -> list[FakeMessage]:
         found: list[FakeMessage] = []
         for key, at in list(self.positions.items()):
-            if key in self.paused:
+            if key in self.paused or key in self.silent:
                 continue
             source = self._sources[key]
             if at < source.log_start:
@@ -191,6 +201,8 @@ class FakeClusterConsumer:
                     taken += 1
                 at += 1
             self.positions[key] = at
+        if not found and self._waited is not None:
+            self._waited(timeout)  # librdkafka waits out its timeout when nothing comes
         return found
 
     def position(self, partitions: list[Any]) -> list[Any]:
@@ -301,6 +313,8 @@ class FakePartitionSource:
         self.clock: FakeClock | None = None  # job_delay passes on it when set
         self.cores = 2
         self.fail_check: Exception | None = None
+        self.fail_runs: list[Exception] = []  # raised by the next runs, one each, before anything is read
+        self.alone: list[bool] = []  # per run: whether it was asked to run alone
         self.cancelled = False
         self._watchers: list[Callable[[], None]] = []
         self._seen: list[Sighting] = []
@@ -376,12 +390,16 @@ class FakePartitionSource:
         limits: BlobLimits,
         target: WriteTarget[Any],
         bytes_per_offset: float | None = None,
+        alone: bool = False,
     ) -> list[Any]:
         assert all(t.end <= self.end for t in tasks), "job past the end"
         assert not target.ordered, "ordered (Kafka) targets: tests/test_kafka_produce.py"
+        self.alone.append(alone)
         self.jobs.append([(t.first, t.read_from, t.end) for t in tasks])
         if self.job_delay:
             await (self.clock.sleep(self.job_delay) if self.clock is not None else anyio.sleep(self.job_delay))
+        if self.fail_runs:
+            raise self.fail_runs.pop(0)
         items: list[Written] = []
         for task in tasks:
             task_range = TaskRange(task.first, task.read_from, task.end)

@@ -21,6 +21,7 @@ from sinks.blob_sink import BlobSink
 from sinks.staging import StagedBlob
 from source.offsets import PolledOffsets, SourceOffsets
 from source.outages import SourceOutageError
+from source.range_reader import ReadStalledError
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
 from supervisor.metrics import MetricFamilies
@@ -517,3 +518,27 @@ async def test_an_outage_shorter_than_the_deadline_is_ridden_out() -> None:
         source.append(10)
         await clock.run_until(lambda: destination_next(store) == 110)
         stop.set()
+
+
+async def test_a_read_that_stalled_is_asked_again_alone_after_a_backoff_and_lands_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A read given up because its broker sent nothing (`ReadStalledError`, from a shared job whose other
+    partitions went on) is unavailability: the mirror asks again with backoff, in a job of its own, with a WARN
+    per retry, and what it writes lands once."""
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
+    source.append(100)
+    stalled = ReadStalledError("t-0", 0, 100, 5.0, "Connection refused")
+    source.fail_runs = [stalled, stalled]
+    actor, stop, families = make_actor(source, store, clock=clock)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        await actor.started.wait()
+        await clock.run_until(lambda: destination_next(store) == 100, step_s=0.05)
+        stop.set()
+    assert source.alone == [False, True, True]  # the first try shared, the retries alone
+    assert read_back(store) == expected_rows(source)
+    assert families.registry.get_sample_value("mirror_v3_source_retries_total", {"source_cluster": "c"}) == 2
+    retries = [vars(r)["mirror_v3_fields"] for r in caplog.records if r.getMessage() == "source unavailable, retrying"]
+    assert [(r["operation"], r["attempt"]) for r in retries] == [("read", 1), ("read", 2)], retries
+    assert retries[0]["error"] == "t-0: no progress for 5s at offset 0 while reading up to 99: Connection refused"

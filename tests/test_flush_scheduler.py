@@ -13,6 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
+from core.errors import SourceUnavailableError
 from sinks.write_target import BlobLimits, TaskRange, Written
 from source.range_reader import OffsetsDeletedError, SourcePartition
 from supervisor.flush_scheduler import (
@@ -21,6 +22,7 @@ from supervisor.flush_scheduler import (
     SHARED_WRITE_BYTES,
     SHARED_WRITE_OFFSETS,
     FlushScheduler,
+    ReadRetryBusy,
     SchedulerLimits,
     gather_window,
 )
@@ -39,6 +41,7 @@ class Target:
     name: str
     ordered: bool = False
     writes_at_once: int = 1
+    abandons_cleanly: bool = True
 
     def write(self, records: Any, task: TaskRange, limits: BlobLimits) -> list[Written]:
         raise AssertionError("the fake job writes nothing")
@@ -309,6 +312,39 @@ async def test_cancelling_a_mirror_interrupts_its_own_job() -> None:
                 await flushes.submit("big", [item("big", 0, 10), item("big", 10, 20)], [1, 1])
     spark.hold.set()  # type: ignore[union-attr]
     assert spark.cancelled == [spark.jobs[0][0].job_group]
+
+
+async def test_a_read_tried_again_runs_alone_and_one_per_cluster_at_a_time() -> None:
+    """A small flush whose read stalled is asked again in a job of its own (its mirror's pool, never the shared
+    one); while it runs, another mirror's retry of the same cluster is refused at once, naming who goes first,
+    and a retry of another cluster is not held."""
+    spark = FakeSpark(hold=threading.Event())
+    flushes = scheduler(spark)
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+
+        async def retry(owner: str, cluster: str) -> None:
+            try:
+                found[owner] = await flushes.submit(owner, [item(owner, 0, 10)], [100], alone=True, cluster=cluster)
+            except Exception as exc:
+                found[owner] = exc
+
+        running.start_soon(retry, "c0", "C")
+        await anyio.to_thread.run_sync(spark.started.wait, 10)
+        await retry("c1", "C")
+        running.start_soon(retry, "a0", "A")
+        await anyio.wait_all_tasks_blocked()
+        spark.hold.set()  # type: ignore[union-attr]
+    busy = found["c1"]
+    assert isinstance(busy, ReadRetryBusy) and isinstance(busy, SourceUnavailableError)
+    assert (busy.cluster, busy.busy_with) == ("C", "c0")
+    assert [(spec.pool, owners) for spec, owners, _ in spark.jobs] == [
+        ("mirror-v3.c0", ["c0"]),
+        ("mirror-v3.a0", ["a0"]),
+    ]
+    assert found["c0"][0][0].first == 0 and found["a0"][0][0].first == 0
+    await retry("c1", "C")  # c0's is done: c1 may go now
+    assert found["c1"][0][0].first == 0
 
 
 async def test_load_says_how_many_jobs_run_how_full_they_are_and_how_long_flushes_wait() -> None:

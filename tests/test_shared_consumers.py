@@ -3,11 +3,20 @@ exact (holes, the end by position, deleted offsets), and one partition's failure
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from source.range_reader import PREFETCH_BYTES, OffsetsDeletedError, SharedConsumers
+from core.errors import SourceUnavailableError
+from source.range_reader import (
+    CONSUME_WAIT_S,
+    PREFETCH_BYTES,
+    STALLED_CLUSTER_PATIENCE_S,
+    OffsetsDeletedError,
+    ReadStalledError,
+    SharedConsumers,
+)
 from tests.fakes import FakeClusterConsumer, FakePartitionSource
 
 
@@ -63,3 +72,75 @@ def test_a_range_larger_than_a_prefetch_streams_and_unannounced_ranges_are_read_
     batches = list(consumers.read(sources[0].partition_spec(), 0, 200))
     assert len(batches) > 1 and [m.offset() for b in batches for m in b] == list(range(200))
     assert offsets(consumers, sources[1], 5, 15) == list(range(5, 15))
+
+
+class Ticks:
+    """A monotonic clock that moves only by what the fake consumer says it waited."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def wait(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_a_partition_whose_broker_stops_answering_is_given_up_after_its_stall_timeout_alone() -> None:
+    """One silent partition among three read together: the others' records come whole, it fails with the facts of
+    where it stood, after its stall timeout (5 s) of waiting and no longer."""
+    sources = partitions(3, 40)
+    ticks = Ticks()
+    consumers = SharedConsumers(
+        lambda _: FakeClusterConsumer(sources, batch=8, silent=[("t", 1)], waited=ticks.wait), ticks
+    )
+    for source in sources:
+        consumers.announce(source.partition_spec(), 0, 40, 400)
+    assert offsets(consumers, sources[0], 0, 40) == list(range(40))
+    waited = ticks.now
+    assert 5.0 < waited <= 5.0 + 2 * CONSUME_WAIT_S
+    with pytest.raises(ReadStalledError) as caught:
+        offsets(consumers, sources[1], 0, 40)
+    stalled = caught.value
+    assert (stalled.source, stalled.offset, stalled.end, stalled.stalled_s, stalled.streamed) == (
+        "t-1",
+        0,
+        40,
+        5.0,
+        False,
+    )
+    assert isinstance(stalled, SourceUnavailableError)  # unavailability: its mirror asks again
+    assert offsets(consumers, sources[2], 0, 40) == list(range(40))
+    assert ticks.now == waited  # the others were read in the same fetches: no more waiting
+
+
+def test_after_one_stall_the_tasks_later_reads_of_that_cluster_wait_a_moment_not_a_stall_timeout_each() -> None:
+    sources = partitions(4, 30)
+    ticks = Ticks()
+    silent = [("t", 0), ("t", 2), ("t", 3)]
+    consumers = SharedConsumers(lambda _: FakeClusterConsumer(sources, silent=silent, waited=ticks.wait), ticks)
+    for source in sources:  # each range a prefetch of its own: four fetches one after the other
+        consumers.announce(source.partition_spec(), 0, 30, PREFETCH_BYTES // 2 + 1)
+    with pytest.raises(ReadStalledError):
+        offsets(consumers, sources[0], 0, 30)
+    first_stall = ticks.now
+    assert offsets(consumers, sources[1], 0, 30) == list(range(30))  # its broker answers: read at once
+    for source in sources[2:]:
+        with pytest.raises(ReadStalledError) as caught:
+            offsets(consumers, source, 0, 30)
+        assert caught.value.stalled_s == STALLED_CLUSTER_PATIENCE_S
+    assert ticks.now - first_stall <= 2 * (STALLED_CLUSTER_PATIENCE_S + 2 * CONSUME_WAIT_S)
+
+
+def test_a_streamed_read_has_its_own_stall_timeout_and_says_it_streamed() -> None:
+    """A range larger than a prefetch streams into its write; one whose write cannot be given up midway (Kafka
+    preserve) waits out the longer `stream_stall_timeout_s`."""
+    sources = partitions(1, 50)
+    ticks = Ticks()
+    consumers = SharedConsumers(lambda _: FakeClusterConsumer(sources, silent=[("t", 0)], waited=ticks.wait), ticks)
+    spec = dataclasses.replace(sources[0].partition_spec(), stream_stall_timeout_s=30.0)
+    with pytest.raises(ReadStalledError) as caught:
+        list(consumers.read(spec, 0, 50))
+    assert caught.value.streamed and caught.value.stalled_s == 30.0
+    assert 30.0 < ticks.now <= 30.0 + 2 * CONSUME_WAIT_S
