@@ -12,6 +12,7 @@ Rows are written in row groups as they arrive, so a task holds one row group in 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -174,5 +175,11 @@ class _BlobWriter:
         self._parquet = self._output = None
 
     def abandon(self) -> None:
+        # The Parquet writer is closed first: left to the garbage collector, it would write its footer into the
+        # abandoned (closed) file and print the failure into the worker's log.
+        parquet, self._parquet = self._parquet, None
+        if parquet is not None:
+            with contextlib.suppress(Exception):
+                parquet.close()
         if self._output is not None:
             self._output.abandon()
