@@ -128,6 +128,7 @@ class Supervisor:
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )
         metrics.configure(flush.max_time_ms / 1000, spec.source.transaction_hold_alert_ms / 1000)
+        metrics.flush_job.set_function(partial(self._scheduler.job_seconds, spec.name))
         cluster = self._clusters.get(spec.source, spec.source_field)
         self._listen(spec.cluster, cluster)
         on_durable = None
@@ -145,6 +146,10 @@ class Supervisor:
             stop_requested=self.stop_requested,
             on_durable=on_durable,
         )
+
+    def _record(self, spec: MirrorSpec) -> MirrorRecord:
+        """A mirror's record with its first actor; the scheduler says what holds its flushes."""
+        return MirrorRecord(spec, self._actor(spec), held_by=partial(self._scheduler.held, spec.name))
 
     async def run(self) -> int:
         quiet_aiokafka_leaks()
@@ -173,7 +178,7 @@ class Supervisor:
             up = self._families.destination_up.labels(self._sinks.health.location)
             self._sinks.health.listen(lambda outage: up.set(0 if outage else 1))
             for spec in plan.mirrors:
-                self.mirrors[spec.key] = MirrorRecord(spec, self._actor(spec))
+                self.mirrors[spec.key] = self._record(spec)
             self._archiver = self._topic_archiver()
             if self._archiver is not None:
                 self._archiver.watch(plan.mirrors)
@@ -406,7 +411,7 @@ class Supervisor:
         for key, spec in specs.items():
             if key not in self.mirrors:
                 try:
-                    record = MirrorRecord(spec, self._actor(spec))
+                    record = self._record(spec)
                 except (ConfigReferenceError, DestinationError) as exc:
                     log_event(log, logging.ERROR, "cannot start discovered mirror", mirror=spec.name, error=str(exc))
                     continue

@@ -80,6 +80,10 @@ def gather_window(max_time_ms: int) -> float:
 SHARED_WRITE_BYTES = 8 * 1024 * 1024
 SHARED_WRITE_OFFSETS = 62_500
 SHARED_POOL = "mirror-v3.shared"
+# A shared job of small flushes takes well under a second; a flush held in one longer than this waits on its
+# neighbours' work (a read of a broker that stopped answering, until source.read-stall-timeout-ms): its mirror's
+# state says so (`held`).
+HELD_AFTER_S = 1.0
 LOAD_WINDOW_S = 60.0  # what `load` summarises (status, /mirrors)
 
 # Runs one job in a worker thread: the items, their packs (one per Spark task), and how the job is named.
@@ -112,9 +116,20 @@ class _Started:
     waits: tuple[float, ...]  # per flush: from falling due to the job's start
 
 
+@dataclass(frozen=True)
+class _InFlight:
+    """A flush in a running job, as `held` and `job_seconds` see it."""
+
+    since: float  # monotonic: when its job started
+    lane: str
+    flushes: int  # in its job
+    clusters: tuple[str, ...]  # the source clusters its job reads
+
+
 @dataclass
 class _Queued:
     owner: str
+    cluster: str
     item: WriteItem
     weight: int  # estimated record bytes
     due_at: float
@@ -142,6 +157,7 @@ class FlushScheduler:
         self._queued = anyio.Event()
         self._own_jobs: dict[str, set[str]] = {}  # owner → job groups of its own-lane jobs in flight
         self._retrying: dict[str, str] = {}  # source cluster → the owner whose read of it is being tried again
+        self._in_flight: dict[str, _InFlight] = {}  # owner → its flush's job, while it runs
         self._started: deque[_Started] = deque()  # the jobs of the last LOAD_WINDOW_S
 
     def joins_shared_job(self, items: Sequence[WriteItem], weight: int) -> bool:
@@ -173,17 +189,37 @@ class FlushScheduler:
             if busy_with != owner:
                 raise ReadRetryBusy(cluster, busy_with)
             try:
-                return await self._own(owner, items, due_at)
+                return await self._own(owner, cluster, items, due_at)
             finally:
                 del self._retrying[cluster]
         if self.joins_shared_job(items, sum(weights)):
-            return [await self._shared(owner, items[0], weights[0], due_at, may_wait_s)]
-        return await self._own(owner, items, due_at)
+            return [await self._shared(owner, cluster, items[0], weights[0], due_at, may_wait_s)]
+        return await self._own(owner, cluster, items, due_at)
+
+    def job_seconds(self, owner: str, now: float | None = None) -> float:
+        """How long the mirror's flush in flight has been in its running job (0: none)."""
+        flight = self._in_flight.get(owner)
+        return 0.0 if flight is None else max(0.0, (time.monotonic() if now is None else now) - flight.since)
+
+    def held(self, owner: str, now: float | None = None) -> str | None:
+        """Why the mirror waits on other partitions' work: its flush has been in a shared job longer than
+        HELD_AFTER_S (None: it does not)."""
+        flight = self._in_flight.get(owner)
+        if flight is None or flight.lane != "shared":
+            return None
+        seconds = self.job_seconds(owner, now)
+        if seconds <= HELD_AFTER_S:
+            return None
+        return (
+            f"its flush has waited {seconds:.1f}s for a shared Spark job of {flight.flushes} flushes still reading "
+            f"(source clusters {', '.join(flight.clusters)}; a read that gets nothing is given up after its "
+            "source.read-stall-timeout-ms)"
+        )
 
     async def _shared(
-        self, owner: str, item: WriteItem, weight: int, due_at: float, may_wait_s: float
+        self, owner: str, cluster: str, item: WriteItem, weight: int, due_at: float, may_wait_s: float
     ) -> list[Written]:
-        queued = _Queued(owner, item, weight, due_at, may_wait_s)
+        queued = _Queued(owner, cluster, item, weight, due_at, may_wait_s)
         self._queue.append(queued)
         self._queued.set()
         try:
@@ -196,7 +232,7 @@ class FlushScheduler:
         assert queued.outcome is not None
         return queued.outcome.get()
 
-    async def _own(self, owner: str, items: Sequence[WriteItem], due_at: float) -> list[list[Written]]:
+    async def _own(self, owner: str, cluster: str, items: Sequence[WriteItem], due_at: float) -> list[list[Written]]:
         spec = JobSpec(
             job_group=f"mirror-v3.{owner}.{uuid.uuid4().hex[:12]}",
             pool=f"mirror-v3.{owner}",
@@ -206,11 +242,13 @@ class FlushScheduler:
         self._observe_job("own", 1, [due_at])  # one partition, however many tasks
         groups = self._own_jobs.setdefault(owner, set())
         groups.add(spec.job_group)
+        self._in_flight[owner] = _InFlight(time.monotonic(), "own", 1, (cluster,))
         try:
             # Abandoned on cancel: the thread finishes (or fails) on its own once `cancel` has interrupted the
             # Spark job; the actor does not wait for it.
             outcomes = await anyio.to_thread.run_sync(self._run_job, items, packs, spec, abandon_on_cancel=True)
         finally:
+            self._in_flight.pop(owner, None)
             groups.discard(spec.job_group)
             if not groups:
                 self._own_jobs.pop(owner, None)
@@ -282,12 +320,19 @@ class FlushScheduler:
             description=f"{len(batch)} flushes of {len({q.owner for q in batch})} mirrors",
         )
         self._observe_job("shared", len(batch), [queued.due_at for queued in batch])
+        flight = _InFlight(time.monotonic(), "shared", len(batch), tuple(sorted({q.cluster for q in batch})))
+        for queued in batch:
+            self._in_flight[queued.owner] = flight
         try:
             outcomes = await anyio.to_thread.run_sync(self._run_job, items, packs, spec, abandon_on_cancel=True)
         except Exception as exc:
             log_event(log, logging.DEBUG, "shared job failed", job=spec.description, error=str(exc))
             self._fail(batch, exc)
             return
+        finally:
+            for queued in batch:
+                if self._in_flight.get(queued.owner) is flight:
+                    del self._in_flight[queued.owner]
         for queued, outcome in zip(batch, outcomes, strict=True):
             queued.outcome = outcome
             queued.done.set()

@@ -32,9 +32,10 @@ UNHEALTHY_LOOP_LAG_S = 10.0
 class MirrorState(msgspec.Struct, rename="kebab"):
     name: str
     # starting | running | source-unreachable (running, its source cluster down) | destination-unreachable (running,
-    # its writes being retried) | restarting (failed, a restart is due) | failed (stopped for good)
+    # its writes being retried) | held-by-job (running, its flush waits on a shared job's other reads) | restarting
+    # (failed, a restart is due) | failed (stopped for good)
     state: str
-    error: str | None = None  # why it failed (restarting, failed), or why its source is unreachable
+    error: str | None = None  # why it failed (restarting, failed), its source is unreachable, or what holds it
     restart_at: float | None = None  # Unix time the restart is due (restarting)
     held_since: float | None = None  # Unix time since which an open source transaction holds it at the LSO
     pending_age: float | None = None  # seconds the oldest record not yet durable has waited (0: caught up)
@@ -77,6 +78,7 @@ class MirrorView(Protocol):
     def lag(self) -> float | None: ...
     def held_since(self) -> float | None: ...
     def pending_age(self) -> float | None: ...
+    def held(self) -> str | None: ...  # what its flush waits on that is not its own work (None: nothing)
 
 
 @dataclass
@@ -91,6 +93,7 @@ class PlainMirror:
     lag_offsets: float | None = None
     held_since_at: float | None = None
     pending_age_s: float | None = None
+    waits_on: str | None = None
 
     def lag(self) -> float | None:
         return self.lag_offsets
@@ -100,6 +103,9 @@ class PlainMirror:
 
     def pending_age(self) -> float | None:
         return self.pending_age_s
+
+    def held(self) -> str | None:
+        return self.waits_on
 
 
 @dataclass
@@ -130,6 +136,9 @@ class Readiness:
             elif mirror.started and self.destination is not None and (why := self.destination.retrying(name)):
                 held, age = mirror.held_since(), mirror.pending_age()
                 mirrors.append(MirrorState(name, "destination-unreachable", why, held_since=held, pending_age=age))
+            elif mirror.started and (waits_on := mirror.held()) is not None:
+                held, age = mirror.held_since(), mirror.pending_age()
+                mirrors.append(MirrorState(name, "held-by-job", waits_on, held_since=held, pending_age=age))
             else:
                 state = "running" if mirror.started else "starting"
                 age = mirror.pending_age() if mirror.started else None
@@ -155,6 +164,7 @@ class Readiness:
             for m in mirrors
             if not m.started or m.failure is not None
         ]
+        waiting += [f"{m.name}: held: {why}" for m in mirrors if m.started and (why := m.held()) is not None]
         if self.max_lag is not None:
             for mirror in mirrors:
                 lag = mirror.lag()

@@ -216,6 +216,11 @@ class MetricFamilies:
             "mirror_v3_oldest_pending_age_seconds",
             "Age of the oldest source record not yet durable at the destination (0 when caught up).",
         )
+        self.flush_job = gauge(
+            "mirror_v3_flush_job_seconds",
+            "How long the mirror's flush in flight has been in its Spark job (0 when none): past about a second in a "
+            "shared job, the mirror waits on its neighbours' reads (its state is held-by-job).",
+        )
         self.families = [
             self.offset_verified,
             self.inflight_retry,
@@ -227,6 +232,7 @@ class MetricFamilies:
             self.high_watermark_lag,
             self.transaction_held,
             self.pending_age,
+            self.flush_job,
         ]
 
         # Per source topic and destination: totals over its partitions.
@@ -500,6 +506,7 @@ class MirrorMetrics:
     high_watermark_lag: Gauge
     transaction_held: Gauge
     pending_age: Gauge
+    flush_job: Gauge
     # Its topic's: totals, and its share of the sums.
     staging_retries: Counter
     bytes: Counter
@@ -553,6 +560,7 @@ class MirrorMetrics:
             high_watermark_lag=families.high_watermark_lag.labels(*mirror),
             transaction_held=families.transaction_held.labels(*mirror),
             pending_age=families.pending_age.labels(*mirror),
+            flush_job=families.flush_job.labels(*mirror),
             staging_retries=families.staging_retries.labels(*series),
             bytes=families.bytes.labels(*series),
             flushes=families.flushes.labels(*series),

@@ -8,6 +8,7 @@ to keep in step by hand.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,6 +25,7 @@ class MirrorRecord:
     scope: anyio.CancelScope | None = None  # its task's, once launched; cancelled: stopped on purpose
     failure: str | None = None  # why it failed, while it is failed (restarting, or stopped for good)
     restart_at: float | None = None  # Unix time its restart is due (failed, restarting)
+    held_by: Callable[[], str | None] = lambda: None  # what its flush waits on that is not its own (the scheduler)
 
     @property
     def name(self) -> str:
@@ -51,6 +53,9 @@ class MirrorRecord:
 
     def pending_age(self) -> float | None:
         return round(self.actor.pending_age(), 3)
+
+    def held(self) -> str | None:
+        return self.held_by()
 
     def fail(self, why: str, restart_at: float | None) -> None:
         self.failure, self.restart_at = why, restart_at

@@ -18,6 +18,7 @@ from sinks.write_target import BlobLimits, TaskRange, Written
 from source.range_reader import OffsetsDeletedError, SourcePartition
 from supervisor.flush_scheduler import (
     GATHER_MAX_S,
+    HELD_AFTER_S,
     SHARED_POOL,
     SHARED_WRITE_BYTES,
     SHARED_WRITE_OFFSETS,
@@ -363,3 +364,30 @@ async def test_load_says_how_many_jobs_run_how_full_they_are_and_how_long_flushe
     assert load.flush_wait_p50_seconds is not None and 0 <= load.flush_wait_p50_seconds < 5
     later = flushes.load(now=time.monotonic() + 120)
     assert later.jobs_per_second == 0 and later.flush_wait_max_seconds is None  # older than the window
+
+
+async def test_a_flush_held_in_a_shared_job_past_a_second_says_what_holds_it_and_for_how_long() -> None:
+    spark = FakeSpark(hold=threading.Event())
+    flushes = scheduler(spark)
+    found: dict[str, Any] = {}
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+
+        async def flush(owner: str, cluster: str) -> None:
+            found[owner] = await flushes.submit(owner, [item(owner, 0, 10)], [100], 0.0, cluster=cluster)
+
+        running.start_soon(flush, "a0", "a")
+        running.start_soon(flush, "b0", "b")
+        await anyio.to_thread.run_sync(spark.started.wait, 10)
+        now = time.monotonic()
+        assert flushes.held("a0", now) is None and flushes.job_seconds("a0", now) < HELD_AFTER_S
+        later = now + 3.0
+        assert flushes.job_seconds("a0", later) == pytest.approx(3.0, abs=0.5)
+        why = flushes.held("a0", later)
+        assert why is not None and "shared Spark job of 2 flushes still reading (source clusters a, b" in why, why
+        spark.hold.set()  # type: ignore[union-attr]
+        await anyio.wait_all_tasks_blocked()
+        while len(found) < 2:
+            await anyio.sleep(0.01)
+        running.cancel_scope.cancel()
+    assert flushes.held("a0", later) is None and flushes.job_seconds("b0") == 0.0

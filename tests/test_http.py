@@ -123,3 +123,13 @@ async def test_port_in_use_is_a_warning_not_fatal(port: int, caplog: pytest.LogC
         assert any(r.levelname == "WARNING" and "not started" in r.getMessage() for r in caplog.records)
     finally:
         await first.stop()
+
+
+def test_a_mirror_whose_flush_waits_on_a_shared_jobs_other_reads_is_held_by_job_and_not_ready() -> None:
+    waits_on = "its flush has waited 3.2s for a shared Spark job of 2 flushes still reading (source clusters a, b)"
+    held = PlainMirror("a.t-0", started=True, source_cluster="a", pending_age_s=4.0, waits_on=waits_on)
+    other = PlainMirror("b.t-0", started=True, source_cluster="b", pending_age_s=0.5)
+    readiness = Readiness(mirrors=lambda: [held, other], unreachable={"b": "no broker answers"})
+    states = {m.name: (m.state, m.error) for m in readiness.state().mirrors}
+    assert states == {"a.t-0": ("held-by-job", waits_on), "b.t-0": ("source-unreachable", "no broker answers")}
+    assert readiness.problems() == ["source cluster b unreachable: no broker answers", f"a.t-0: held: {waits_on}"]
