@@ -22,6 +22,7 @@ or offset-checked records (preserve), and the next run's open finds where they e
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import time
@@ -29,6 +30,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Protocol
 
 import anyio
 import anyio.to_thread
@@ -37,18 +39,18 @@ from prometheus_client import CollectorRegistry
 from commands.output import table_lines
 from commands.restore_groups import RestoredRange, restore_positions
 from commands.restore_progress import Progress, RestoreMetrics
-from commands.restore_topics import prepare_topics, restored_topics
+from commands.restore_topics import RestoredTopic, prepare_topics, restored_topics
 from config.errors import ConfigError
 from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
 from core.errors import MirrorV3Error
 from core.logs import log_event
-from core.retry import RetryPolicy
 from kafka_clients.clients import KafkaRecord
+from kafka_clients.schema_registry import registry_for
 from kafka_clients.settings import registry_access
 from sinks.archive_catalog import filesystem_chains, s3_chains
 from sinks.archive_documents import ArchiveDocuments, moment_text
-from sinks.archived_schemas import ArchivedSchemas
+from sinks.archived_schemas import ArchivedRegistry, ArchivedSchemaMissingError, ArchivedSchemas
 from sinks.blob_chain import BlobRange, BlobStore, verify_all
 from sinks.blob_reading import BlobReader
 from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
@@ -56,7 +58,16 @@ from sinks.kafka import KafkaSink, KafkaSinkSettings, partition_name, refuse_pre
 from sinks.kafka_produce import ProducedRange
 from sinks.retry import RetryingSink
 from sinks.schema_archive import read_schemas
-from sinks.schema_rewrite import SchemaRewrite
+from sinks.schema_mapping import (
+    FIELDS,
+    Field,
+    PlannedRegistry,
+    Registry,
+    SchemaCopyError,
+    SchemaIdMap,
+    SubjectNames,
+)
+from sinks.schema_rewrite import RetryingRegistry, SchemaRewrite
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from supervisor.metrics import MetricFamilies
@@ -65,6 +76,7 @@ from workers.archive_records import ArchiveSurvey, read_archived
 from workers.restore_job import (
     ArchivedRange,
     RestoreTask,
+    Survey,
     TimeSearch,
     run_restore_job,
     run_survey_job,
@@ -83,6 +95,78 @@ class RestoreRefusedError(MirrorV3Error):
     def __init__(self, chain: str, problem: str) -> None:
         self.chain, self.problem = chain, problem
         super().__init__(f"{chain}: {problem}")
+
+
+class ArchiveHolesError(RestoreRefusedError):
+    """preserve: the archived range has offsets without a record (`holes` of them, the first `first_hole`), which
+    cannot keep their offsets."""
+
+    def __init__(self, chain: str, first: int, end: int, holes: int, first_hole: int) -> None:
+        self.first, self.end, self.holes, self.first_hole = first, end, holes, first_hole
+        super().__init__(
+            chain,
+            f"the archive holds no record at offset {first_hole} (the first of {holes} holes in {first}-{end - 1}: "
+            "compaction, transaction markers or aborted records): offsets: preserve cannot give the records after it "
+            "their offsets; use offsets: renumber",
+        )
+
+
+class DestinationBehindError(RestoreRefusedError):
+    """The destination partition holds the chain up to archived offset `held_to - 1`, below the range's `first`:
+    continuing would skip the offsets between."""
+
+    def __init__(self, chain: str, topic: str, partition: int, held_to: int, first: int) -> None:
+        self.topic, self.partition, self.held_to, self.first = topic, partition, held_to, first
+        super().__init__(
+            chain,
+            f"destination {topic}/{partition} already holds this chain up to offset {held_to - 1}, below the "
+            f"restore's first offset {first}: the offsets in between would be skipped; restore into another topic, "
+            f"or set from-offset to at most {held_to}",
+        )
+
+
+class DestinationAheadError(RestoreRefusedError):
+    """The destination partition holds the chain up to archived offset `held_to - 1`, past the range's `end`: more
+    than the archive held (as of `as_of_ms`, or within the entry's bounds), which a restore cannot take back.
+    `beyond`: how many offsets (archived offsets `end`..`held_to - 1`)."""
+
+    def __init__(
+        self, chain: str, topic: str, partition: int, end: int, held_to: int, as_of_ms: int | None, mode: str
+    ) -> None:
+        self.topic, self.partition, self.end, self.held_to = topic, partition, end, held_to
+        self.as_of_ms, self.mode = as_of_ms, mode
+        what = "offsets" if mode == "preserve" else "records of archived offsets"
+        held = f"what the archive held as of {moment_text(as_of_ms)}" if as_of_ms is not None else "the restored range"
+        super().__init__(
+            chain,
+            f"destination {topic}/{partition} holds {what} {end}-{held_to - 1} ({self.beyond} offsets) past the "
+            f"restored range's end {end}: more than {held}; a restore cannot take them back: restore into an empty "
+            "topic, or choose a later moment",
+        )
+
+    @property
+    def beyond(self) -> int:
+        return self.held_to - self.end
+
+
+class ArchivedSchemaRefusedError(RestoreRefusedError):
+    """With `schemas`: the archived records' `field`s carry `schema_id` (from archived offset `offset` on), and its
+    copy into the destination registry cannot be made (`cause`: no document of it in the archive, or a strict
+    destination subject that is not a copy)."""
+
+    def __init__(self, chain: str, field: str, schema_id: int, offset: int, cause: MirrorV3Error) -> None:
+        self.field, self.schema_id, self.offset, self.cause = field, schema_id, offset, cause
+        super().__init__(chain, f"{field}s carry schema ID {schema_id} from offset {offset} on: {cause}")
+
+
+# Every refusal a restore makes before it writes (a test holds `preflight`, which the dry run and the real run both
+# call, to raising each one, so a new check cannot go without its dry-run twin).
+RESTORE_REFUSALS: tuple[type[RestoreRefusedError], ...] = (
+    ArchiveHolesError,
+    DestinationBehindError,
+    DestinationAheadError,
+    ArchivedSchemaRefusedError,
+)
 
 
 class RestoreFailedError(MirrorV3Error):
@@ -326,9 +410,12 @@ async def narrow_by_time(config: RestoreConfig, parts: list[RestorePartition]) -
         part.since_ms = part.until_ms = None
 
 
-async def survey(config: RestoreConfig, parts: list[RestorePartition]) -> None:
-    """Count each range's records and holes in one Spark job (slices of whole blobs, summed per partition)."""
-    work = [(part, archived) for part in parts for archived in part.slices(config.spark.offsets_per_task)]
+async def survey(config: RestoreConfig, parts: list[RestorePartition], fields: tuple[Field, ...] = ()) -> None:
+    """Count each range's records and holes, and note the schema IDs its `fields` carry, in one Spark job (slices of
+    whole blobs, summed per partition)."""
+    work = [
+        (part, Survey(archived, fields)) for part in parts for archived in part.slices(config.spark.offsets_per_task)
+    ]
     for part in parts:
         part.survey = ArchiveSurvey(part.first, part.end, 0, 0, None)
     if not work:
@@ -340,12 +427,16 @@ async def survey(config: RestoreConfig, parts: list[RestorePartition]) -> None:
     for (part, _), found in zip(work, await anyio.to_thread.run_sync(run), strict=True):
         assert part.survey is not None
         so_far = part.survey
+        noted = {(name, schema_id): offset for name, schema_id, offset in so_far.schema_ids}
+        for name, schema_id, offset in found.schema_ids:  # slices in offset order: the first one's offset stays
+            noted.setdefault((name, schema_id), offset)
         part.survey = ArchiveSurvey(
             part.first,
             part.end,
             so_far.records + found.records,
             so_far.holes + found.holes,
             so_far.first_hole if so_far.first_hole is not None else found.first_hole,
+            tuple(sorted((name, schema_id, offset) for (name, schema_id), offset in noted.items())),
         )
 
 
@@ -357,12 +448,7 @@ def refuse_holes_for_preserve(parts: list[RestorePartition]) -> None:
     for part in parts:
         found = part.survey
         if found is not None and found.first_hole is not None:
-            raise RestoreRefusedError(
-                part.name,
-                f"the archive holds no record at offset {found.first_hole} (the first of {found.holes} holes in "
-                f"{part.first}-{part.end - 1}: compaction, transaction markers or aborted records): offsets: "
-                "preserve cannot give the records after it their offsets; use offsets: renumber",
-            )
+            raise ArchiveHolesError(part.name, part.first, part.end, found.holes, found.first_hole)
 
 
 async def open_destinations(
@@ -381,7 +467,7 @@ async def open_destinations(
             on_retry=partial(metrics.retrying, part),
             log_fields={"chain": part.name, "topic": part.topic},
         )
-        part.position = _continue_at(part, await part.sink.open())
+        part.position = _continue_at(part, await part.sink.open(), config)
         metrics.opened(part)
         views[part.name].started = True
 
@@ -389,33 +475,32 @@ async def open_destinations(
 
 
 async def check_destinations(
-    config: RestoreConfig, parts: list[RestorePartition], created: dict[str, str] | None = None
+    config: RestoreConfig, parts: list[RestorePartition], created: dict[str, str], io: RestoreIO
 ) -> None:
-    """What open_destinations checks, read-only (`--dry-run`): no producer starts, no group offset is committed,
-    so nothing is fenced or written. Sets each part's position: where a real run would continue. `created`: the
-    topics the real run would create (empty, so only their preserve rule is checked)."""
-    settings, policy = kafka_settings(config.destination), retry_policy(config.destination.retry)
+    """What open_destinations checks, read-only: no producer starts, no group offset is committed, so nothing is
+    fenced or written. Sets each part's position: where a real run would continue. `created`: the topics the real
+    run would create (empty, so only their preserve rule is checked)."""
 
     async def check_one(part: RestorePartition) -> None:
-        if created and part.topic in created:  # the real run makes it: empty, so only preserve's offset rule applies
+        if part.topic in created:  # the real run makes it: empty, so only preserve's offset rule applies
             if config.destination.offsets == "preserve":
                 refuse_preserve_into_empty(partition_name(part.topic, part.partition), part.name, part.first)
-            part.position = _continue_at(part, None)
+            part.position = _continue_at(part, None, config)
             return
-        part.position = await destination_position(settings, policy, part)
+        part.position = await destination_position(config, part, io)
 
     await _for_each(parts, check_one)
 
 
-async def destination_position(settings: KafkaSinkSettings, policy: RetryPolicy, part: RestorePartition) -> int:
-    """Where the restore of `part` continues (its `end`: done), read-only: the destination partition is inspected
-    as a mirror inspects it at start (its last record checked against the archive), no producer started."""
-    sink = _destination_sink(settings, part)
-    retrying = RetryingSink(sink, policy, log_fields={"chain": part.name, "topic": part.topic})
-    try:
-        return _continue_at(part, (await retrying.inspect(deep=True)).next_offset)
-    finally:
-        await retrying.close()
+async def destination_position(config: RestoreConfig, part: RestorePartition, io: RestoreIO) -> int:
+    """Where the restore of `part` continues (its `end`: done), read-only, as a rerun of `restore` finds it: where
+    the destination ends, first without comparing a record, so a destination that holds less than the range begins
+    with or more than it ends with is named as such (`_continue_at`); then, in preserve mode, its last record
+    compared with the archive's (the IDs of its schemas mapped, with `schemas`)."""
+    shallow = _continue_at(part, await io.destination_end(config, part, deep=False), config)
+    if config.destination.offsets != "preserve":
+        return shallow  # the committed position: no record to compare
+    return _continue_at(part, await io.destination_end(config, part, deep=True), config)
 
 
 def _destination_sink(settings: KafkaSinkSettings, part: RestorePartition) -> KafkaSink:
@@ -425,9 +510,12 @@ def _destination_sink(settings: KafkaSinkSettings, part: RestorePartition) -> Ka
     )
 
 
-async def plan_schemas(config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments) -> None:
+async def plan_schemas(
+    config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments, *, read_only: bool
+) -> None:
     """With `schemas`: each part's rewriting, from the schemas the archive kept beside its chain (read once per
-    archived topic) into the destination's registry."""
+    archived topic) into the destination's registry. `read_only`: looks up, never registers (the checks before
+    anything is written, and verify)."""
     schemas, registry = config.schemas, config.destination.schema_registry
     if schemas is None or not schemas.on:
         return
@@ -447,21 +535,60 @@ async def plan_schemas(config: RestoreConfig, parts: list[RestorePartition], sto
             source_topic=kept.source_topic or part.archived,
             destination_topic=part.topic,
             retry=retry_policy(config.destination.retry),
+            read_only=read_only,
         )
 
 
-def _continue_at(part: RestorePartition, position: int | None) -> int:
-    """Where the restore of `part` continues, given where its destination ends (None: empty)."""
+def schema_fields(config: RestoreConfig) -> tuple[Field, ...]:
+    """The fields whose schema IDs the restore maps: those `schemas` does not leave off."""
+    schemas = config.schemas
+    if schemas is None or not schemas.on:
+        return ()
+    return tuple(name for name in FIELDS if (schemas.key if name == "key" else schemas.value) != "off")
+
+
+def check_schemas(parts: list[RestorePartition], destination: Callable[[SchemaRewrite], Registry]) -> None:
+    """Every schema ID the surveys noted, mapped into the destination registry as the tasks will map it, on a
+    `PlannedRegistry` (registrations planned, none made): ArchivedSchemaRefusedError for the first that cannot be
+    (no document in the archive, a strict subject that is not a copy), before any record is written. Blocking."""
+    planned: dict[str, PlannedRegistry] = {}
+    maps: dict[tuple[str, str, str, Field], SchemaIdMap] = {}
+    for part in parts:
+        rewrite = part.schemas
+        if rewrite is None or part.survey is None:
+            continue
+        assert isinstance(rewrite.source_registry, ArchivedSchemas), "a restore's source is its archive"
+        registry = planned.get(rewrite.destination_registry.url)
+        if registry is None:
+            registry = planned[rewrite.destination_registry.url] = PlannedRegistry(destination(rewrite))
+        for name, schema_id, offset in part.survey.schema_ids:
+            field_name: Field = "key" if name == "key" else "value"
+            mode = rewrite.key if field_name == "key" else rewrite.value
+            if mode == "off":
+                continue
+            key = (part.archived, rewrite.source_topic, rewrite.destination_topic, field_name)
+            mapping = maps.get(key)
+            if mapping is None:
+                names = SubjectNames(rewrite.strategy, rewrite.source_topic, rewrite.destination_topic, field_name)
+                source = ArchivedRegistry(rewrite.source_registry)
+                mapping = maps[key] = SchemaIdMap(source, registry, mode, names)
+            try:
+                mapping.destination_id(schema_id)
+            except (SchemaCopyError, ArchivedSchemaMissingError) as exc:
+                raise ArchivedSchemaRefusedError(part.name, field_name, schema_id, offset, exc) from None
+
+
+def _continue_at(part: RestorePartition, position: int | None, config: RestoreConfig) -> int:
+    """Where the restore of `part` continues, given where its destination ends in archived offsets (None: empty):
+    DestinationBehindError below the range's first offset, DestinationAheadError past its end."""
     if position is None:  # an empty destination (preserve: its first record goes to offset 0)
         position = part.first
     if position < part.first:
-        raise RestoreRefusedError(
-            part.name,
-            f"destination {part.topic}/{part.partition} already holds this chain up to offset {position - 1}, "
-            f"below the restore's first offset {part.first}: the offsets in between would be skipped; restore "
-            f"into another topic, or set from-offset to at most {position}",
-        )
-    return min(position, part.end)
+        raise DestinationBehindError(part.name, part.topic, part.partition, position, part.first)
+    if position > part.end:
+        mode = config.destination.offsets
+        raise DestinationAheadError(part.name, part.topic, part.partition, part.end, position, config.as_of_ms, mode)
+    return position
 
 
 async def _for_each(parts: list[RestorePartition], check: Callable[[RestorePartition], Awaitable[None]]) -> None:
@@ -584,6 +711,84 @@ async def log_append_time_topics(parts: list[RestorePartition]) -> list[str]:
     return found
 
 
+class RestoreIO(Protocol):
+    """What a restore asks of the world beyond its own decisions (Kafka, Spark, the registry). `preflight` runs every
+    check through it; the fast tests give it fakes, the CLI `SparkKafkaIO`."""
+
+    async def would_create(self, config: RestoreConfig, topics: list[RestoredTopic]) -> dict[str, str]:
+        """The topics the real run would create, each with the line a dry run prints (nothing created)."""
+        ...
+
+    async def destination_end(self, config: RestoreConfig, part: RestorePartition, *, deep: bool) -> int | None:
+        """Where `part`'s destination partition ends, in archived offsets (None: empty), read-only, its topic
+        checked; `deep`: preserve's last record compared with the archive's too."""
+        ...
+
+    async def start_spark(self, config: RestoreConfig) -> None: ...
+
+    async def narrow_by_time(self, config: RestoreConfig, parts: list[RestorePartition]) -> None: ...
+
+    async def survey(self, config: RestoreConfig, parts: list[RestorePartition], fields: tuple[Field, ...]) -> None: ...
+
+    def registry(self, rewrite: SchemaRewrite) -> Registry:
+        """The destination registry of `rewrite`, blocking calls."""
+        ...
+
+    async def describe(
+        self, config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments, checked: Preflight
+    ) -> str:
+        """The dry run's report (nothing written)."""
+        ...
+
+    async def write(
+        self, config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments, checked: Preflight
+    ) -> str:
+        """The real run, once `preflight` has passed: create the topics, restore the records, commit the groups."""
+        ...
+
+
+@dataclass(frozen=True)
+class Preflight:
+    """What the checks found that the run then uses."""
+
+    topics: list[RestoredTopic]
+    would_create: dict[str, str]  # topic -> the dry run's line
+
+
+async def preflight(
+    config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments, io: RestoreIO
+) -> Preflight:
+    """Every check a restore makes before it writes, read-only: the dry run and the real run both call it first, so
+    the dry run is refused exactly where the real run would be (same error, same line, same exit code), and the real
+    run refuses before its first record. In order:
+
+    1. the destination, before Spark starts (a refused restore says why within seconds): each topic (missing, too
+       few partitions), each partition (preserve into an empty one from a later offset; one that holds less than
+       the range begins with or more than it ends with, e.g. records from after `as-of`; preserve: one whose last
+       record is not the archive's);
+    2. Spark: ranges set by timestamps, then a survey of every range (records, holes, every blob readable, the schema
+       IDs the records carry);
+    3. preserve: a hole refuses;
+    4. `schemas`: every schema ID the records carry is copied into the destination registry on a plan (none made):
+       a missing `_schemas/<id>.json` or a strict subject that is not a copy refuses;
+    5. the destination of the partitions whose range a timestamp set (known only now)."""
+    chosen = [(p.archived, p.topic, p.partition) for p in parts]
+    topics = await restored_topics(config, chosen, store, config.as_of_ms)
+    await plan_schemas(config, parts, store, read_only=True)  # preserve's check of the last record maps its IDs
+    would_create = await io.would_create(config, topics)
+    known = [p for p in parts if p.since_ms is None and p.until_ms is None]
+    timed = [p for p in parts if p.since_ms is not None or p.until_ms is not None]
+    await check_destinations(config, known, would_create, io)
+    await io.start_spark(config)
+    await io.narrow_by_time(config, parts)
+    await io.survey(config, parts, schema_fields(config))
+    if config.destination.offsets == "preserve":
+        refuse_holes_for_preserve(parts)
+    await anyio.to_thread.run_sync(check_schemas, parts, io.registry)
+    await check_destinations(config, timed, would_create, io)
+    return Preflight(topics, would_create)
+
+
 async def run_restore(
     config: RestoreConfig,
     launch: SparkLaunch,
@@ -591,6 +796,7 @@ async def run_restore(
     dry_run: bool = False,
     families: MetricFamilies | None = None,
     metrics_port: int = 0,
+    io: RestoreIO | None = None,
 ) -> str:
     """The whole command; returns what it prints on stdout. With `families`, the restore's series are served on
     the metrics port (/metrics, /healthz, /readyz: ready once every destination partition is open)."""
@@ -601,73 +807,101 @@ async def run_restore(
     store = factory.documents()
     assert store is not None, "an archive is a blob destination"
     try:
-        return await _restore(config, launch, parts, store, dry_run, families, metrics_port)
+        return await restore_parts(config, parts, store, dry_run, io or SparkKafkaIO(launch, families, metrics_port))
     finally:
         await store.close()
 
 
-async def _restore(
-    config: RestoreConfig,
-    launch: SparkLaunch,
-    parts: list[RestorePartition],
-    store: ArchiveDocuments,
-    dry_run: bool,
-    families: MetricFamilies | None,
-    metrics_port: int,
+async def restore_parts(
+    config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments, dry_run: bool, io: RestoreIO
 ) -> str:
-    chosen = [(p.archived, p.topic, p.partition) for p in parts]
-    topics = await restored_topics(config, chosen, store, config.as_of_ms)
-    # Fail fast: the destination checks that need no Spark job (a missing topic, preserve into an empty partition
-    # from a later offset, a destination that already holds more) run before the session starts, read-only, in a
-    # dry run and a real run alike: a refused restore says why within seconds. Ranges set by timestamps are known
-    # only after a Spark job (narrow_by_time), and are checked with the rest below.
-    await plan_schemas(config, parts, store)  # preserve's check of a destination's last record maps its IDs
-    would_create = await prepare_topics(config, topics, dry_run=True, quiet=True)
-    known = [p for p in parts if p.since_ms is None and p.until_ms is None]
-    await check_destinations(config, known, would_create)
-    await start_spark(config.spark, launch)  # before the clock of restore_all starts, in every mode
-    await narrow_by_time(config, parts)
-    mode = config.destination.offsets
-    if dry_run or mode == "preserve":
-        await survey(config, parts)
-    if mode == "preserve":
-        refuse_holes_for_preserve(parts)
-    created = await prepare_topics(config, topics, dry_run=dry_run)
-    ranges = [RestoredRange(p.archived, p.partition, p.topic, p.first, p.end) for p in parts]
-    if dry_run:  # every check the real run makes before it writes, read-only
-        await check_destinations(config, parts, created)
+    """The selected partitions restored (or, dry, described) once `preflight` passed: its refusals come first."""
+    checked = await preflight(config, parts, store, io)
+    if dry_run:
+        return await io.describe(config, parts, store, checked)
+    return await io.write(config, parts, store, checked)
+
+
+class SparkKafkaIO:
+    """The restore's world: the destination cluster through the Kafka sink, the archive through Spark jobs, the
+    destination registry over HTTP."""
+
+    def __init__(self, launch: SparkLaunch, families: MetricFamilies | None, metrics_port: int) -> None:
+        self._launch, self._families, self._metrics_port = launch, families, metrics_port
+
+    async def would_create(self, config: RestoreConfig, topics: list[RestoredTopic]) -> dict[str, str]:
+        return await prepare_topics(config, topics, dry_run=True)
+
+    async def destination_end(self, config: RestoreConfig, part: RestorePartition, *, deep: bool) -> int | None:
+        settings, policy = kafka_settings(config.destination), retry_policy(config.destination.retry)
+        retrying = RetryingSink(_destination_sink(settings, part), policy, log_fields={"chain": part.name})
+        try:
+            return (await retrying.inspect(deep=deep)).next_offset
+        finally:
+            await retrying.close()
+
+    async def start_spark(self, config: RestoreConfig) -> None:
+        await start_spark(config.spark, self._launch)
+
+    async def narrow_by_time(self, config: RestoreConfig, parts: list[RestorePartition]) -> None:
+        await narrow_by_time(config, parts)
+
+    async def survey(self, config: RestoreConfig, parts: list[RestorePartition], fields: tuple[Field, ...]) -> None:
+        await survey(config, parts, fields)
+
+    def registry(self, rewrite: SchemaRewrite) -> Registry:
+        return RetryingRegistry(registry_for(rewrite.destination_registry), rewrite.retry)
+
+    async def describe(
+        self, config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments, checked: Preflight
+    ) -> str:
+        ranges = [RestoredRange(p.archived, p.partition, p.topic, p.first, p.end) for p in parts]
         positions = await restore_positions(config, ranges, store, dry_run=True)
         as_of = [] if config.as_of_ms is None else [f"as of {moment_text(config.as_of_ms)}"]
-        return "\n".join([*as_of, *created.values(), render_dry_run(parts, mode), *positions])
-    metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
-    views = {part.name: PlainMirror(part.name) for part in parts}
-    endpoint = None if families is None else HttpEndpoint(families.registry, Readiness(views.values), metrics_port)
-    if endpoint is not None:
-        await endpoint.start()
-    try:
-        await open_destinations(config, parts, metrics, views)
-        stamped_by_broker = await log_append_time_topics(parts)
-        summary = await restore_all(config, parts, Progress(parts), metrics)
-    finally:
-        await close_all(parts)
-        if endpoint is not None:
-            await endpoint.stop()
-    fields = {
-        "partitions": summary.partitions,
-        "records": summary.records,
-        "mb": round(summary.record_bytes / 1e6, 2),
-        "seconds": round(summary.seconds, 1),
-    }
-    log_event(log, logging.INFO, "restore finished", **fields)
-    rate = summary.records / summary.seconds if summary.seconds > 0 else 0.0
-    lines = [
-        f"restored {summary.records} records ({summary.record_bytes / 1e6:.1f} MB) into {summary.partitions} "
-        f"partitions in {summary.seconds:.1f}s ({rate:,.0f} records/s), offsets: {mode}"
-    ]
-    if stamped_by_broker:
-        lines.append(
-            f"timestamps not restored: {', '.join(stamped_by_broker)} stamp LogAppendTime, so the broker set its "
-            "own time on every record"
+        mode = config.destination.offsets
+        return "\n".join([*as_of, *checked.would_create.values(), render_dry_run(parts, mode), *positions])
+
+    async def write(
+        self, config: RestoreConfig, parts: list[RestorePartition], store: ArchiveDocuments, checked: Preflight
+    ) -> str:
+        await prepare_topics(config, checked.topics, dry_run=False, quiet=True)
+        for part in parts:  # checked read-only; now the tasks register what the destination lacks
+            if part.schemas is not None:
+                part.schemas = dataclasses.replace(part.schemas, read_only=False)
+        ranges = [RestoredRange(p.archived, p.partition, p.topic, p.first, p.end) for p in parts]
+        families = self._families
+        metrics = RestoreMetrics(families or MetricFamilies(CollectorRegistry()))
+        views = {part.name: PlainMirror(part.name) for part in parts}
+        endpoint = (
+            None if families is None else HttpEndpoint(families.registry, Readiness(views.values), self._metrics_port)
         )
-    lines += await restore_positions(config, ranges, store, dry_run=False)  # the records are in: consumers may come
-    return "\n".join(lines)
+        if endpoint is not None:
+            await endpoint.start()
+        try:
+            await open_destinations(config, parts, metrics, views)
+            stamped_by_broker = await log_append_time_topics(parts)
+            summary = await restore_all(config, parts, Progress(parts), metrics)
+        finally:
+            await close_all(parts)
+            if endpoint is not None:
+                await endpoint.stop()
+        fields = {
+            "partitions": summary.partitions,
+            "records": summary.records,
+            "mb": round(summary.record_bytes / 1e6, 2),
+            "seconds": round(summary.seconds, 1),
+        }
+        log_event(log, logging.INFO, "restore finished", **fields)
+        rate = summary.records / summary.seconds if summary.seconds > 0 else 0.0
+        mode = config.destination.offsets
+        lines = [
+            f"restored {summary.records} records ({summary.record_bytes / 1e6:.1f} MB) into {summary.partitions} "
+            f"partitions in {summary.seconds:.1f}s ({rate:,.0f} records/s), offsets: {mode}"
+        ]
+        if stamped_by_broker:
+            lines.append(
+                f"timestamps not restored: {', '.join(stamped_by_broker)} stamp LogAppendTime, so the broker set its "
+                "own time on every record"
+            )
+        lines += await restore_positions(config, ranges, store, dry_run=False)  # the records are in: consumers may come
+        return "\n".join(lines)

@@ -4,7 +4,9 @@ the restore put there? Read-only, three checks, each named per row:
 - **topics**: each destination topic against the archive's metadata of it as of the restore's moment (partition
   count, cleanup policy, the configs `destination.topic-configs` copies), as `restore` checks an existing topic;
 - **partitions**: each restored partition holds its whole range: the restore would continue at the range's end
-  (where the destination ends, its last record checked against the archive, as a rerun of `restore` finds it);
+  (where the destination ends, its last record checked against the archive with the IDs of its schemas mapped, as
+  a rerun of `restore` finds it: `commands.restore.destination_position`); a destination that holds more than the
+  range (records from after `as-of`) is named with how many offsets past its end;
 - **groups**: each selected group's committed offsets on the restored partitions equal its archived position,
   clipped to what was restored (renumber: translated, the rule `restore` commits by). Run it before consumers
   start: a position they moved on is reported `ahead`. A group with members is not compared.
@@ -23,13 +25,23 @@ from typing import Annotated
 import msgspec
 
 from commands.output import about, document_schema, table_lines
-from commands.restore import RestorePartition, close_all, destination_position, narrow_by_time, select_partitions
+from commands.restore import (
+    DestinationAheadError,
+    RestoreIO,
+    RestorePartition,
+    SparkKafkaIO,
+    close_all,
+    destination_position,
+    narrow_by_time,
+    plan_schemas,
+    select_partitions,
+)
 from commands.restore_groups import DestinationPositions, RestoredRange, archived_positions
 from commands.restore_topics import plan_restored_topic, restored_topics
 from config.restore import RestoreConfig
 from kafka_clients.admin import destination_admin
 from sinks.archive_documents import ArchiveDocuments, moment_text
-from sinks.factory import SinkFactory, kafka_settings, retry_policy
+from sinks.factory import SinkFactory
 from supervisor.describe import describe_error
 from supervisor.spark_start import start_spark
 from workers.spark_session import SparkLaunch
@@ -56,9 +68,23 @@ class PartitionCheck(msgspec.Struct, rename="kebab"):
     first: Annotated[int, about("First archived offset of the restored range.")]
     end: Annotated[int, about("End (exclusive) of the restored range.")]
     restored_to: Annotated[
-        int | None, about("Where a rerun of the restore would continue: `end` when the range is whole.")
+        int | None,
+        about(
+            "Where a rerun of the restore would continue: `end` when the range is whole. Past `end` when the "
+            "destination holds more than the archive (as of the moment): where it ends, in archived offsets."
+        ),
     ]
-    error: Annotated[str | None, about("Why it could not be checked (a missing topic, a foreign record), or null.")]
+    error: Annotated[
+        str | None,
+        about("Why it is not the restore's (a missing topic, a foreign record, records past the range), or null."),
+    ]
+    beyond: Annotated[
+        int | None,
+        about(
+            "Offsets the destination holds past the range's end (archived offsets `end` to `restored-to` - 1): more "
+            "than the archive held as of the moment; null when it holds none."
+        ),
+    ] = None
 
     @property
     def ok(self) -> bool:
@@ -112,8 +138,9 @@ async def verify_restore(config: RestoreConfig, launch: SparkLaunch) -> RestoreV
         if any(p.since_ms is not None or p.until_ms is not None for p in parts):
             await start_spark(config.spark, launch)
             await narrow_by_time(config, parts)
+        await plan_schemas(config, parts, store, read_only=True)  # the last record's IDs mapped, as restore maps them
         topics = await _topics(config, parts, store)
-        partitions = await _partitions(config, parts)
+        partitions = await _partitions(config, parts, SparkKafkaIO(launch, None, 0))
         groups = await _groups(config, parts, store)
     finally:
         await close_all(parts)
@@ -147,13 +174,15 @@ async def _topics(config: RestoreConfig, parts: list[RestorePartition], store: A
     return checks
 
 
-async def _partitions(config: RestoreConfig, parts: list[RestorePartition]) -> list[PartitionCheck]:
-    settings, policy = kafka_settings(config.destination), retry_policy(config.destination.retry)
+async def _partitions(config: RestoreConfig, parts: list[RestorePartition], io: RestoreIO) -> list[PartitionCheck]:
+    """Each part as a rerun of `restore` finds it (`destination_position`: the same rule, the same schema mapping)."""
     checks = []
     for part in parts:
         row = PartitionCheck(part.name, part.topic, part.partition, part.first, part.end, None, None)
         try:
-            row.restored_to = await destination_position(settings, policy, part)
+            row.restored_to = await destination_position(config, part, io)
+        except DestinationAheadError as exc:
+            row.restored_to, row.beyond, row.error = exc.held_to, exc.beyond, str(exc)
         except Exception as exc:
             row.error = describe_error(exc)
         checks.append(row)

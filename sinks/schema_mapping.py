@@ -286,3 +286,54 @@ class SchemaIdMap:
         if found is None:
             raise SchemaCopyError(subject, None, f"registered, then not found in {self._destination.url}")
         return found
+
+
+class PlannedRegistry:
+    """A destination registry as it would be after the registrations asked of it, none of them made: reads see the
+    real registry and the planned registrations, `register` only plans (`--dry-run`, and the checks a real run makes
+    before it writes anything). So a `SchemaIdMap` over it runs every check the real copy runs (a strict subject that
+    is not a copy, a lenient one whose order differs, a version or reference the source lacks) without writing.
+
+    A planned schema gets an ID below 0 (never a registry's); `planned` lists the registrations in order."""
+
+    def __init__(self, real: Registry) -> None:
+        self.url = real.url
+        self._real = real
+        self.planned: list[SubjectVersion] = []
+
+    def _of(self, subject: str) -> list[SubjectVersion]:
+        return [found for found in self.planned if found.subject == subject]
+
+    def schema(self, schema_id: int) -> Schema:
+        for found in self.planned:
+            if found.schema_id == schema_id:
+                return found.schema
+        return self._real.schema(schema_id)
+
+    def subjects_of(self, schema_id: int) -> list[tuple[str, int]]:
+        planned = [(found.subject, found.version) for found in self.planned if found.schema_id == schema_id]
+        return planned or self._real.subjects_of(schema_id)
+
+    def versions(self, subject: str) -> list[int]:
+        return self._real.versions(subject) + [found.version for found in self._of(subject)]
+
+    def version(self, subject: str, version: int) -> SubjectVersion:
+        for found in self._of(subject):
+            if found.version == version:
+                return found
+        return self._real.version(subject, version)
+
+    def lookup(self, subject: str, schema: Schema) -> SubjectVersion | None:
+        for found in self._of(subject):
+            if same_schema(found.schema, schema):
+                return found
+        return self._real.lookup(subject, schema)
+
+    def register(self, subject: str, schema: Schema) -> int:
+        found = self.lookup(subject, schema)
+        if found is not None:
+            return found.schema_id
+        version = max(self.versions(subject), default=0) + 1
+        planned = SubjectVersion(subject, version, -1 - len(self.planned), schema)
+        self.planned.append(planned)
+        return planned.schema_id

@@ -3,6 +3,7 @@ and files that are not what their names promise."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,6 +40,25 @@ def test_the_survey_counts_records_and_finds_the_first_hole(tmp_path: Path) -> N
     assert (found.records, found.holes, found.first_hole) == (245, 5, 49)
     assert survey_archived(reader, blobs, 0, 49).first_hole is None
     assert survey_archived(reader, blobs, 100, 149).holes == 0
+
+
+def test_the_survey_notes_each_schema_id_the_records_carry_with_its_first_offset(tmp_path: Path) -> None:
+    """What a restore with `schemas` must find documents of before it writes: read column-wise, keys and values
+    apart; null, short and unframed data carry none."""
+    source = FakePartitionSource()
+    source.append(300)
+    for offset, record in source.records.items():
+        framed = b"\x00" + (7 if offset < 150 else 9).to_bytes(4, "big") + b"payload"
+        value = framed if offset % 10 else (None if offset % 20 else b"\x00\x00")  # every tenth: null or short
+        source.records[offset] = dataclasses.replace(
+            record, key=b"\x00\x00\x00\x00\x03" if offset == 42 else b"k", value=value
+        )
+    blobs = archive(source, tmp_path, 300, 100)
+    reader = FilesystemBlobReader(str(tmp_path))
+    found = survey_archived(reader, blobs, 0, 300, ("key", "value"))
+    assert found.schema_ids == (("key", 3, 42), ("value", 7, 1), ("value", 9, 151))
+    assert survey_archived(reader, blobs, 160, 300, ("value",)).schema_ids == (("value", 9, 161),)
+    assert survey_archived(reader, blobs, 0, 300).schema_ids == ()  # without `schemas`: not read
 
 
 def test_holes_at_the_end_of_a_range_are_found(tmp_path: Path) -> None:

@@ -137,20 +137,32 @@ class ArchiveSurvey:
     records: int
     holes: int  # offsets of [first, end) with no record
     first_hole: int | None
+    # With `fields`: each schema ID the keys or values carry in the registry's wire format, and the first offset
+    # carrying it: (field, schema ID, offset), sorted.
+    schema_ids: tuple[tuple[str, int, int], ...] = ()
 
 
-def survey_archived(reader: BlobReader, blobs: tuple[BlobRange, ...], first: int, end: int) -> ArchiveSurvey:
-    """What [first, end) holds, reading only the offset column of each blob."""
+def survey_archived(
+    reader: BlobReader, blobs: tuple[BlobRange, ...], first: int, end: int, fields: tuple[str, ...] = ()
+) -> ArchiveSurvey:
+    """What [first, end) holds, reading only the offset column of each blob (and the `fields`, "key" or "value",
+    whose schema IDs it notes: the five bytes of each, compared column-wise)."""
     records, first_hole, expected = 0, None, first
+    schema_ids: dict[tuple[str, int], int] = {}
     for blob in _overlapping(blobs, first, end):
         parquet = _open(reader, blob)
         offsets = _OffsetCheck(reader.location(blob.name), blob)
-        for batch in parquet.iter_batches(columns=["offset"]):
+        for batch in parquet.iter_batches(columns=["offset", *fields]):
             column = batch.column(0)
             offsets.check(column.to_pylist())
-            inside = pc.filter(column, pc.and_(pc.greater_equal(column, first), pc.less(column, end)))
+            within = pc.and_(pc.greater_equal(column, first), pc.less(column, end))
+            inside = pc.filter(column, within)
             if len(inside) == 0:
                 continue
+            for index, name in enumerate(fields, start=1):
+                for schema_id, offset in _schema_ids(pc.filter(batch.column(index), within), inside):
+                    if (name, schema_id) not in schema_ids:
+                        schema_ids[name, schema_id] = offset
             records += len(inside)
             if first_hole is None:
                 # The first offset of this batch that is not where a hole-free run would put it.
@@ -161,7 +173,23 @@ def survey_archived(reader: BlobReader, blobs: tuple[BlobRange, ...], first: int
             expected = inside[-1].as_py() + 1
     if first_hole is None and expected < end:
         first_hole = expected
-    return ArchiveSurvey(first, end, records, (end - first) - records, first_hole)
+    noted = tuple(sorted((name, schema_id, offset) for (name, schema_id), offset in schema_ids.items()))
+    return ArchiveSurvey(first, end, records, (end - first) - records, first_hole, noted)
+
+
+def _schema_ids(data: pa.Array, offsets: pa.Array) -> list[tuple[int, int]]:
+    """The schema IDs `data` (keys or values) carries in the wire format (a zero byte, then the ID in 4 bytes, as
+    `sinks.schema_rewrite` reads them), each with the first of `offsets` carrying it."""
+    framed = pc.and_(pc.greater_equal(pc.binary_length(data), 5), pc.equal(pc.binary_slice(data, 0, 1), b"\x00"))
+    framed = pc.fill_null(framed, False)
+    headers = pc.binary_slice(pc.filter(data, framed), 1, 5)
+    if len(headers) == 0:
+        return []
+    carried = pc.filter(offsets, framed)
+    found = []
+    for header in pc.unique(headers).to_pylist():
+        found.append((int.from_bytes(header, "big"), carried[pc.index(headers, header).as_py()].as_py()))
+    return found
 
 
 def first_stamped_at_or_after(

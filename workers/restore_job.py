@@ -2,7 +2,8 @@
 
 Time search: each item finds, in a run of blobs, the first offsets stamped at or after a restore's timestamp
 bounds (`workers.archive_records.first_stamped_at_or_after`).
-Survey: each item counts the records and holes of a run of blobs (`workers.archive_records.survey_archived`).
+Survey: each item counts the records and holes of a run of blobs, and notes the schema IDs its keys or values carry
+(`workers.archive_records.survey_archived`).
 Produce: each item is the next range of one partition, read from the archived blobs (`ArchivedRange` is its
 reader) and written with the Kafka destination's own target (`sinks.kafka_produce`: a transaction that also
 commits the position in renumber mode, offset-checked deliveries in preserve mode), exactly as a live flush is
@@ -75,14 +76,23 @@ def _results(outcomes: Sequence[Outcome[Any]]) -> list[Any]:
     return [outcome.get() for outcome in outcomes]
 
 
-def run_survey_job(spark: SparkSession, ranges: tuple[ArchivedRange, ...], job_group: str) -> list[ArchiveSurvey]:
-    spec = JobSpec(job_group, "mirror-v3.restore", f"survey {len(ranges)} archived ranges")
-    packs = balanced_packs(spark, [work.end - work.first for work in ranges])
-    return _results(run_items(spark, ranges, packs, _survey, spec))
+@dataclass(frozen=True)
+class Survey:
+    """Count the records and holes of `archived`, and note the schema IDs its `fields` ("key", "value") carry."""
+
+    archived: ArchivedRange
+    fields: tuple[str, ...] = ()
 
 
-def _survey(work: ArchivedRange, state: dict[str, Any]) -> ArchiveSurvey:
-    return survey_archived(work.reader, work.blobs, work.first, work.end)
+def run_survey_job(spark: SparkSession, surveys: tuple[Survey, ...], job_group: str) -> list[ArchiveSurvey]:
+    spec = JobSpec(job_group, "mirror-v3.restore", f"survey {len(surveys)} archived ranges")
+    packs = balanced_packs(spark, [work.archived.end - work.archived.first for work in surveys])
+    return _results(run_items(spark, surveys, packs, _survey, spec))
+
+
+def _survey(work: Survey, state: dict[str, Any]) -> ArchiveSurvey:
+    archived = work.archived
+    return survey_archived(archived.reader, archived.blobs, archived.first, archived.end, work.fields)
 
 
 def run_time_search_job(
