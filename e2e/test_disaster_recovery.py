@@ -2,7 +2,8 @@
 committed and aborted transactions) backed up to the filesystem and to S3 while producers write and three consumer
 groups commit; a fresh cluster rebuilt from the archives as of a moment T (topics, records, group positions), with
 a kill -9 in the middle of the restore; `verify` of the restore; each group then reads exactly the records after
-its position at T, compared record by record with the source."""
+its position at T, compared record by record with the source; `verify --as-of` a moment before anything was archived
+names the records the cluster holds from after it."""
 
 from __future__ import annotations
 
@@ -137,6 +138,7 @@ def landed(fresh: KafkaBroker, topics: list[str]) -> int:
 def test_an_estate_is_rebuilt_as_of_a_moment_in_a_fresh_cluster(
     kafka: KafkaBroker, fs: FilesystemTarget, s3: S3Target, topic_name: str, tmp_path: Path
 ) -> None:
+    before_ms = int(time.time() * 1000)  # nothing archived yet
     estate = Estate(kafka.bootstrap, topic_name)
     targets: list[BlobTarget] = [fs, s3]
     with ExitStack() as running:
@@ -250,6 +252,19 @@ def test_an_estate_is_rebuilt_as_of_a_moment_in_a_fresh_cluster(
         last = refused.stderr.strip().splitlines()[-1]
         assert refused.returncode == 1 and last.startswith("restore refused: "), refused.stderr
         assert "transaction markers" in last and last.endswith("use offsets: renumber"), last
+
+        # As of a moment before anything was archived, the rebuilt cluster holds records from after it: each partition
+        # says how many, in both modes (not `whole`, not a hole).
+        for config, target in ((renumber, fs), (preserve, s3)):
+            early = run_cli(
+                "verify", "--config", str(config), "--as-of", str(before_ms), "--format", "json", env=target.env()
+            )
+            assert early.returncode == 1, early.stdout + early.stderr
+            rows = json.loads(early.stdout)["partitions"]
+            assert rows and all(row["end"] == 0 and row["beyond"] == row["restored-to"] > 0 for row in rows), rows
+            assert all(
+                "past the restored range's end 0: more than what the archive held as of" in row["error"] for row in rows
+            )
 
         # Each group reads exactly the records after its position at T, up to T, in order, none twice.
         source = {(topic, p): source_records(kafka.bootstrap, topic, p) for topic in topics for p in PARTITIONS}

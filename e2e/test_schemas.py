@@ -19,7 +19,7 @@ from confluent_kafka.serialization import MessageField, SerializationContext
 
 from e2e.harness import mirror_config, partitions_of, readyz, refused, start
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import Record, consume_all, create_topic, produce
+from testkit.kafka_data import Record, consume_all, create_topic, produce, watermarks
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.ports import free_port
 from testkit.schema_registry import SchemaRegistry
@@ -215,6 +215,17 @@ def test_migrate_schemas_copies_the_subjects_and_their_compatibility_before_a_cu
     again = run_cli(*command)
     assert again.returncode == 0 and "0 versions registered" in again.stdout, again.stdout
 
+    # strict: the destination's money.proto (its own version first) is not a copy. The dry run says so as the real run
+    # does, with the same line, and neither registers anything (the copies are planned first, then made).
+    with_schemas(config, source_registry.url, destination_registry.url, "strict")
+    held = {name: destination.get_versions(name) for name in (subject, money, receipt, by_name)}
+    dry, real = run_cli(*command, "--dry-run"), run_cli(*command)
+    dry_line, real_line = (r.stderr.strip().splitlines()[-1] for r in (dry, real))
+    assert dry.returncode == real.returncode == 1 and dry_line == real_line, dry.stderr + real.stderr
+    assert dry_line.startswith(f"migrate-schemas refused: schemas: subject '{money}'"), dry_line
+    assert dry_line.endswith("nothing was registered") and "would register" not in dry.stdout, dry_line
+    assert {name: destination.get_versions(name) for name in held} == held, "a refused copy registered"
+
 
 def test_a_registry_down_for_a_while_is_ridden_out(
     kafka: KafkaBroker,
@@ -287,7 +298,8 @@ def test_an_archive_keeps_the_schemas_and_a_restore_copies_them_into_a_new_regis
     subject, and a named type another subject holds); `verify` checks each resolves. The source registry is then out
     of the picture: a restore with `schemas` copies the subjects from the archive into another registry whose IDs
     differ, and every restored value decodes with that registry to the source's record; records not in the wire
-    format come back as they were."""
+    format come back as they were. Restored again with preserve, `verify` of the restore maps the IDs as `restore`
+    does; a restore needing a document the archive lost is refused before it writes, its dry run alike."""
     source = SchemaRegistryClient({"url": source_registry.url})
     destination = SchemaRegistryClient({"url": destination_registry.url})
     for index in range(4):  # the destination's IDs run elsewhere
@@ -358,6 +370,32 @@ def test_an_archive_keeps_the_schemas_and_a_restore_copies_them_into_a_new_regis
             continue
         assert read_destination(copy.value, context) == read_source(original.value, context)
 
+    # preserve, into a topic of its own: `verify` of the restore maps the last record's IDs as `restore` does.
+    document = yaml.safe_load(restore.read_text())
+    kept_topic = f"{topic_name}-kept"
+    create_topic(kafka.bootstrap, kept_topic)
+    document["restore"] = [{"topic": topic_name, "rename": kept_topic}]
+    document["destination"]["offsets"] = "preserve"
+    preserve = tmp_path / "preserve.yaml"
+    preserve.write_text(yaml.safe_dump(document))
+    done = run_cli("restore", "--config", str(preserve), timeout=300)
+    assert done.returncode == 0 and "restored 401 records" in done.stdout, done.stdout + done.stderr
+    verified = run_cli("verify", "--config", str(preserve), "--format", "json")
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    assert [row["restored-to"] for row in json.loads(verified.stdout)["partitions"]] == [401], verified.stdout
+
     (fs.root / topic_name / "_schemas" / f"{kept[-1]}.json").unlink()
     broken = run_cli("verify", "--config", str(config))
     assert broken.returncode == 1 and f"schema ID {kept[-1]}, carried from offset 201" in broken.stdout, broken.stdout
+    # A restore needing the lost document is refused before its first record, and its dry run with the same line.
+    document["restore"] = [{"topic": topic_name, "rename": f"{topic_name}-again"}]
+    create_topic(kafka.bootstrap, f"{topic_name}-again")
+    lost = tmp_path / "lost.yaml"
+    lost.write_text(yaml.safe_dump(document))
+    dry = run_cli("restore", "--config", str(lost), "--dry-run", timeout=300)
+    real = run_cli("restore", "--config", str(lost), timeout=300)
+    dry_line, real_line = (r.stderr.strip().splitlines()[-1] for r in (dry, real))
+    assert dry.returncode == real.returncode == 1 and dry_line == real_line, dry.stderr + real.stderr
+    assert dry_line.startswith(f"restore refused: {topic_name}/0: values carry schema ID {kept[-1]} from offset 201 on")
+    assert "holds no schema document" in dry_line and "records to restore" not in dry.stdout, dry_line
+    assert watermarks(kafka.bootstrap, f"{topic_name}-again", 0)[1] == 0, "a refused restore wrote"
