@@ -15,6 +15,7 @@ that meet exactly, whatever the destination holds.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -208,7 +209,12 @@ async def _prepare(
             offsets = await clusters.get(mirror.source, mirror.source_field).offsets(
                 mirror.topic, mirror.partition, mirror.source.isolation_level
             )
-        source = source_partition(mirror, group_id=f"mirror-v3.verify.{mirror.name}")
+        # A one-shot check asks nothing again: a read waits up to a request timeout for the source, not the mirror's
+        # read-stall timeout (which `run` can afford because its actors ask again).
+        source = dataclasses.replace(
+            source_partition(mirror, group_id=f"mirror-v3.verify.{mirror.name}"),
+            stall_timeout_s=mirror.source.request_timeout_ms / 1000,
+        )
         slices: tuple[VerifySlice, ...]
         if isinstance(sink, KafkaSink):
             assert isinstance(config.destination, KafkaDestination)
