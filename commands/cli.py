@@ -83,7 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     status = commands.add_parser("status", help="show source and destination offsets and the lag per mirror")
     status.add_argument("--config", required=True, help="path to the YAML config")
     status.add_argument("--format", choices=["table", "json"], default="table")
-    status.add_argument("--timeout", type=float, default=15.0, help="seconds allowed per query (default 15)")
+    status.add_argument(
+        "--timeout",
+        type=float,
+        default=15.0,
+        help="seconds the whole command may take (default 15; each round with --watch): reading the clusters' "
+        "topics, every mirror's queries, the process's, closing the clients; what has not answered by then is "
+        "named as not answered in time",
+    )
     status.add_argument("--shard", help="I/N: add the column of the shard that owns each partition")
     status.add_argument(
         "--process",
@@ -92,7 +99,10 @@ def build_parser() -> argparse.ArgumentParser:
         "http://127.0.0.1:$MIRROR_V3_METRICS_PORT; 'none': do not ask",
     )
     status.add_argument(
-        "--deep", action="store_true", help="validate every blob name of each chain, not just its tail (slower)"
+        "--deep",
+        action="store_true",
+        help="validate every blob name of each chain, not just its tail (slower: the destinations may take ten "
+        "times --timeout)",
     )
     status.add_argument("--wide", action="store_true", help="every column (the default table fits 100 columns)")
     status.add_argument("--cluster", help="only the mirrors of this source cluster")
@@ -218,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return _plan(config, args.format, args.timeout, shard)
     if args.command == "status":
+        if args.timeout <= 0:
+            return _report(ConfigError("--timeout", "must be above 0 seconds"), "status")
         if args.watch is not None:
             return _watch_status(config, args, shard, runtime)
         return _status(config, args, shard, _process_url(args.process, runtime))

@@ -2,35 +2,39 @@
 running process.
 
 No Spark: offsets come from aiokafka, the destination position from the sink's read-only inspect.
-Every mirror is queried concurrently, each bounded by a timeout. The state comes from the process's
-/mirrors endpoint (by default the one on this host's metrics port, as `kubectl exec` into the pod
+One deadline bounds the whole command (reading the clusters' topics, every mirror's queries, the process's
+/mirrors, closing the clients): the clusters are read concurrently, each mirror is queried as soon as its
+cluster's topics are known (its source and its destination at the same time), and what has not answered when the
+deadline comes is named in its row, or as an unreadable cluster, as not answered in time. The state comes from
+the process's /mirrors endpoint (by default the one on this host's metrics port, as `kubectl exec` into the pod
 reaches it); without an answer the state is unknown, never guessed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
-import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Protocol
 
 import aiohttp
 import anyio
 import msgspec
+from anyio.abc import TaskGroup
 
 from commands.output import about, document_schema
-from config.estate import MirrorSpec, Shard, compile_entries
-from config.model import Config
+from config.estate import Entry, MirrorSpec, Shard, compile_entries, expand
+from config.model import Config, Destination, SourceConfig
 from config.secrets import ConfigReferenceError
-from core.errors import SourceError, first_line
-from sinks.base import DestinationError, Sink
+from core.clock import SYSTEM_CLOCK, Clock
+from core.errors import MirrorV3Error, SourceError, first_error, first_line
+from sinks.base import DestinationError, Inspection
 from sinks.factory import SinkFactory
 from source.lookup import source_lookup
-from source.offsets import SourceClusters
+from source.offsets import SourceClusters, SourceOffsets
 from supervisor.describe import describe_error
-from supervisor.discovery import plan_readable
 from supervisor.http import ProcessState, SparkLoad
 
 
@@ -155,6 +159,19 @@ class StatusDocument(msgspec.Struct):
 
 FAILED_STATES = ("restarting", "failed", "data-lost")
 PROCESS_TIMEOUT_S = 3.0  # a process on this host answers at once, or is not there
+# Of the command's time, what is kept for closing the clients once the queries' deadline has passed: a tenth of
+# it, at most this (closing an aiokafka client or a sink takes milliseconds; one that hangs is left behind).
+CLOSE_RESERVE_S = 1.0
+DEEP_FACTOR = 10  # --deep: the destinations' inspections (and so the command) may take this many times --timeout
+
+
+class StatusTimeoutError(MirrorV3Error):
+    """Something `status` asked had not answered when the command's deadline came: `what` (a source cluster's
+    topics, a partition's offsets, a destination partition), within `timeout_s` seconds."""
+
+    def __init__(self, what: str, timeout_s: float) -> None:
+        self.what, self.timeout_s = what, timeout_s
+        super().__init__(f"{what}: no answer within the {timeout_s:g}s timeout")
 
 
 @dataclass(frozen=True)
@@ -215,61 +232,69 @@ def apply_rates(rows: list[MirrorStatus], previous: StatusReport, elapsed_s: flo
             row.eta_seconds = row.lag / row.rate
 
 
+class StatusCluster(Protocol):
+    """What `status` asks a source cluster (source.offsets.SourceCluster)."""
+
+    async def topic_partitions(self) -> dict[str, int]: ...
+
+    async def check_partition(self, topic: str, partition: int) -> None: ...
+
+    async def offsets(self, topic: str, partition: int, isolation_level: str) -> SourceOffsets: ...
+
+
+class StatusClusters(Protocol):
+    """The clients of the source clusters, one per cluster (source.offsets.SourceClusters)."""
+
+    def get(self, source: SourceConfig, field: str) -> StatusCluster: ...
+
+    async def close(self) -> None: ...
+
+
+class StatusSink(Protocol):
+    """What `status` asks a destination partition: a sink's read-only inspection."""
+
+    @property
+    def description(self) -> str: ...
+
+    async def inspect(self, deep: bool = False) -> Inspection: ...
+
+    async def close(self) -> None: ...
+
+
+def read_only_sinks(destination: Destination) -> Callable[[MirrorSpec], StatusSink]:
+    """Each mirror's sink, without retries: status answers now, and says what failed.
+
+    Raises DestinationError, or ConfigReferenceError when a file the destination names cannot be read."""
+    factory = SinkFactory(destination, source_lookup)
+    return lambda mirror: factory.build(mirror, retries=False)
+
+
+@dataclass(frozen=True)
+class StatusLinks:
+    """Where `status` asks, and the clock its deadline runs on (the tests give fakes)."""
+
+    clusters: Callable[[], StatusClusters] = SourceClusters
+    sinks: Callable[[Destination], Callable[[MirrorSpec], StatusSink]] = read_only_sinks
+    process: Callable[[str, float], Awaitable[ProcessState | None]] = process_state
+    clock: Clock = SYSTEM_CLOCK
+
+
 async def collect_status(
     config: Config,
     timeout_s: float = 15.0,
     deep: bool = False,
     shard: Shard | None = None,
     process: str | None = None,
+    links: StatusLinks = StatusLinks(),
 ) -> StatusReport:
     """One row per mirror the config selects now (selections are matched against the clusters' metadata),
     with each one's state in the process at `process` (a base URL) if it answers.
 
-    A cluster whose topics cannot be read is named in the report (its selections' rows are missing); raises
-    ConfigError on a collision."""
-    clusters = SourceClusters()
-    try:
-        with anyio.fail_after(timeout_s):
-            # Every shard's (the owner is a column).
-            plan, errors = await plan_readable(clusters, compile_entries(config), None)
-    except TimeoutError:
-        await clusters.close()
-        raise SourceError(f"reading the source clusters' topics timed out after {timeout_s:g}s") from None
-    except BaseException:
-        await clusters.close()
-        raise
-    rows: list[MirrorStatus] = [MirrorStatus("", "", 0, "", "")] * len(plan.mirrors)
-    try:
-        sinks: SinkFactory | DestinationError = SinkFactory(config.destination, source_lookup)
-    except DestinationError as exc:
-        sinks = exc
-    except ConfigReferenceError as exc:
-        sinks = DestinationError(str(exc))
-
-    async def query(index: int, mirror: MirrorSpec) -> None:
-        rows[index] = await _query_one(mirror, sinks, clusters, timeout_s, deep)
-        if shard is not None:
-            rows[index].owner = shard.owner(*mirror.key)
-
-    state: ProcessState | None = None
-
-    async def ask_process() -> None:
-        nonlocal state
-        if process is not None:
-            state = await process_state(process, min(timeout_s, PROCESS_TIMEOUT_S))
-
-    try:
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(ask_process)
-            for index, mirror in enumerate(plan.mirrors):
-                tasks.start_soon(query, index, mirror)
-    finally:
-        await clusters.close()
-    apply_states(rows, state)
-    unreadable = {cluster: first_line(error) for cluster, error in errors.items()}
-    if state is None:
-        return StatusReport(rows, unreadable=unreadable)
-    return StatusReport(rows, process, state.spark, unreadable)
+    The whole command takes at most `timeout_s` (ten times that with `deep`, for the destinations): what has not
+    answered by then is named in its row, or as an unreadable cluster, as not answered in time. A cluster whose
+    topics cannot be read is named in the report (its selections' rows are missing); raises ConfigError on a
+    collision."""
+    return await _Collection(config, timeout_s, deep, shard, links).collect(process)
 
 
 async def watch_status(
@@ -280,75 +305,208 @@ async def watch_status(
     deep: bool = False,
     shard: Shard | None = None,
     process: str | None = None,
-    clock: Callable[[], float] = time.monotonic,
+    links: StatusLinks = StatusLinks(),
 ) -> None:
-    """status --watch: collect, add each row's rate and ETA against the previous round, emit; until cancelled."""
+    """status --watch: collect (each round within `timeout_s`, as one `status`), add each row's rate and ETA against
+    the previous round, emit; until cancelled. A round begins `interval_s` after the previous one began, or when it
+    ends if it took longer."""
+    clock = links.clock
     previous: tuple[StatusReport, float] | None = None
     while True:
-        began = clock()
-        report = await collect_status(config, timeout_s, deep, shard, process)
+        began = clock.monotonic()
+        report = await collect_status(config, timeout_s, deep, shard, process, links)
         if previous is not None:
             apply_rates(report.rows, previous[0], began - previous[1])
         emit(report)
         previous = (report, began)
-        await anyio.sleep(max(0.0, interval_s - (clock() - began)))
+        await clock.sleep(max(0.0, interval_s - (clock.monotonic() - began)))
 
 
-async def _query_one(
-    mirror: MirrorSpec,
-    sinks: SinkFactory | DestinationError,
-    clusters: SourceClusters,
-    timeout_s: float,
-    deep: bool,
-) -> MirrorStatus:
-    # No retries here: status answers now, and says what failed.
-    sink: Sink[Any] | None = None if isinstance(sinks, DestinationError) else sinks.build(mirror, retries=False)
-    row = MirrorStatus(mirror.name, mirror.topic, mirror.partition, sink.description if sink else "-", mirror.cluster)
-    errors: list[str] = []
-    timeout_ms = min(mirror.source.request_timeout_ms, int(timeout_s * 1000))
-    try:
-        cluster = clusters.get(
-            msgspec.structs.replace(mirror.source, request_timeout_ms=timeout_ms), mirror.source_field
-        )
-        with anyio.fail_after(timeout_s):
-            # Metadata first: a missing topic or partition is answered as such at once, where an offset query
-            # would retry it until the timeout.
-            await cluster.check_partition(mirror.topic, mirror.partition)
-            offsets = await cluster.offsets(mirror.topic, mirror.partition, mirror.source.isolation_level)
-        row.source_log_start, row.source_end = offsets.log_start, offsets.end
-        row.source_high_watermark = offsets.high_watermark
-    except TimeoutError:
-        errors.append(f"source {mirror.source.bootstrap_servers}: timed out after {timeout_s:g}s")
-    except Exception as exc:
-        errors.append(describe_error(exc))
-    destination_known = False
-    if sink is None:
-        errors.append(str(sinks))
-    else:
+class _Cutoff:
+    """Work cut short together when its time comes: each piece runs in a `scope()`; `expire()` cancels them all,
+    and a scope opened after it is cancelled at once."""
+
+    def __init__(self) -> None:
+        self.expired = False
+        self._scopes: set[anyio.CancelScope] = set()
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        with anyio.CancelScope() as scope:
+            if self.expired:
+                scope.cancel()
+            self._scopes.add(scope)
+            try:
+                yield
+            finally:
+                self._scopes.discard(scope)
+
+    def expire(self) -> None:
+        self.expired = True
+        for scope in list(self._scopes):
+            scope.cancel()
+
+
+class _Collection:
+    """One `status`: the clusters read concurrently, each mirror queried as soon as its cluster's topics are known
+    (single entries at once), all of it under the command's deadlines on `links.clock`:
+
+    - the queries' (source metadata and offsets, the process's /mirrors, the destinations without --deep): the
+      timeout, less what is kept for closing;
+    - the destinations' inspections: the same, or ten times the timeout with --deep;
+    - closing the sinks and the clients: the end of the command."""
+
+    def __init__(self, config: Config, timeout_s: float, deep: bool, shard: Shard | None, links: StatusLinks) -> None:
+        self.timeout_s, self.deep, self.shard, self.links = timeout_s, deep, shard, links
+        self.entries = compile_entries(config)
+        self.whole_s = timeout_s * (DEEP_FACTOR if deep else 1)  # the destinations' timeout, and the command's
+        self.queries, self.inspections, self.closes = _Cutoff(), _Cutoff(), _Cutoff()
+        self.sinks: Callable[[MirrorSpec], StatusSink] | DestinationError
         try:
-            with anyio.fail_after(timeout_s * (10 if deep else 1)):
-                inspection = await sink.inspect(deep)
-            row.destination_next = inspection.next_offset
-            destination_known = True
-            if inspection.last_write is not None:
-                row.last_flush = _iso_utc(inspection.last_write)
-        except TimeoutError:
-            errors.append(f"destination {sink.description}: timed out after {timeout_s:g}s")
-        except Exception as exc:
-            errors.append(describe_error(exc))
+            self.sinks = links.sinks(config.destination)
+        except DestinationError as exc:
+            self.sinks = exc
+        except ConfigReferenceError as exc:
+            self.sinks = DestinationError(str(exc))
+        self.clusters = links.clusters()
+        self.read: dict[str, dict[str, int]] = {}  # cluster → topic → partitions, for the clusters that answered
+        self.unreadable: dict[str, str] = {}  # cluster → why its topics are unknown
+        self.rows: dict[str, MirrorStatus] = {}  # by mirror name, each one's query started
+        self.state: ProcessState | None = None
+
+    async def collect(self, process: str | None) -> StatusReport:
+        reserve = min(CLOSE_RESERVE_S, self.timeout_s / 10)
+        deadlines = [
+            (self.timeout_s - reserve, self.queries),
+            (self.whole_s - reserve, self.inspections),
+            (self.whole_s, self.closes),
+        ]
+        # Shielded: after a cancellation (Ctrl-C during --watch) closing the clients is still bounded.
+        timer = anyio.CancelScope(shield=True)
+
+        async def run_out() -> None:
+            with timer:
+                began = self.links.clock.monotonic()
+                for at, cutoff in deadlines:
+                    await self.links.clock.sleep(max(0.0, began + at - self.links.clock.monotonic()))
+                    cutoff.expire()
+
+        try:
+            async with anyio.create_task_group() as timing:
+                timing.start_soon(run_out)
+                try:
+                    async with anyio.create_task_group() as work:
+                        if process is not None:
+                            work.start_soon(self.ask_process, process)
+                        self.start_queries(work)  # the single entries: no topics to read first
+                        # Every shard's (the owner is a column).
+                        sources = {entry.cluster: entry for entry in self.entries if entry.single is None}
+                        for name, entry in sources.items():
+                            work.start_soon(self.read_cluster, name, entry, work)
+                finally:
+                    with anyio.CancelScope(shield=True), self.closes.scope():
+                        await self.clusters.close()
+                    timer.cancel()
+        except BaseExceptionGroup as group:
+            failure = first_error(group)
+            if failure is group:
+                raise
+            raise failure from None
+        rows = [self.rows[mirror.name] for mirror in expand(self.entries, self.read, None).mirrors]
+        apply_states(rows, self.state)
+        if self.state is None:
+            return StatusReport(rows, unreadable=self.unreadable)
+        return StatusReport(rows, process, self.state.spark, self.unreadable)
+
+    def start_queries(self, work: TaskGroup) -> None:
+        """Query every mirror the clusters read so far select that is not queried yet (raises ConfigError on a
+        collision)."""
+        for mirror in expand(self.entries, self.read, None).mirrors:
+            if mirror.name not in self.rows:
+                self.rows[mirror.name] = MirrorStatus(mirror.name, mirror.topic, mirror.partition, "-", mirror.cluster)
+                work.start_soon(self.query, mirror)
+
+    async def read_cluster(self, name: str, entry: Entry, work: TaskGroup) -> None:
+        with self.queries.scope():
+            try:
+                cluster = self.clusters.get(self._capped(entry.source), entry.source_field)
+                topics = await cluster.topic_partitions()
+            except SourceError as exc:
+                self.unreadable[name] = first_line(exc)
+                return
+            self.read[name] = topics
+            self.start_queries(work)
+            return
+        self.unreadable[name] = str(
+            StatusTimeoutError(f"source cluster {entry.source.bootstrap_servers}", self.timeout_s)
+        )
+
+    async def ask_process(self, url: str) -> None:
+        with self.queries.scope():
+            self.state = await self.links.process(url, min(self.timeout_s, PROCESS_TIMEOUT_S))
+
+    async def query(self, mirror: MirrorSpec) -> None:
+        """The mirror's row: its source and its destination asked at the same time."""
+        row = self.rows[mirror.name]
+        if self.shard is not None:
+            row.owner = self.shard.owner(*mirror.key)
+        sink = None if isinstance(self.sinks, DestinationError) else self.sinks(mirror)
+        problems: dict[str, str] = {}  # "source", "destination" → why it is not known
+        async with anyio.create_task_group() as both:
+            both.start_soon(self._ask_source, mirror, row, problems)
+            if sink is not None:
+                row.destination = sink.description
+                both.start_soon(self._ask_destination, sink, row, problems)
+        if sink is None:
+            problems["destination"] = str(self.sinks)
+        # An unknown destination position (unreadable, corrupt chain) leaves the lag unknown, never a guess.
+        if row.source_end is not None and row.source_high_watermark is not None and "destination" not in problems:
+            position = row.destination_next if row.destination_next is not None else row.source_log_start
+            if position is not None:
+                row.lag = max(0, row.source_end - position)
+                row.high_watermark_lag = max(0, row.source_high_watermark - position)
+        if problems:
+            row.error = "; ".join(problems[part] for part in ("source", "destination") if part in problems)
+        _mark_lost(row, mirror)
+
+    async def _ask_source(self, mirror: MirrorSpec, row: MirrorStatus, problems: dict[str, str]) -> None:
+        with self.queries.scope():
+            try:
+                cluster = self.clusters.get(self._capped(mirror.source), mirror.source_field)
+                # Metadata first: a missing topic or partition is answered as such at once, where an offset query
+                # would retry it until the timeout.
+                await cluster.check_partition(mirror.topic, mirror.partition)
+                offsets = await cluster.offsets(mirror.topic, mirror.partition, mirror.source.isolation_level)
+            except Exception as exc:
+                problems["source"] = describe_error(exc)
+                return
+            row.source_log_start, row.source_end = offsets.log_start, offsets.end
+            row.source_high_watermark = offsets.high_watermark
+            return
+        problems["source"] = str(StatusTimeoutError(f"source {mirror.source.bootstrap_servers}", self.timeout_s))
+
+    async def _ask_destination(self, sink: StatusSink, row: MirrorStatus, problems: dict[str, str]) -> None:
+        try:
+            with self.inspections.scope():
+                try:
+                    inspection = await sink.inspect(self.deep)
+                except Exception as exc:
+                    problems["destination"] = describe_error(exc)
+                    return
+                row.destination_next = inspection.next_offset
+                if inspection.last_write is not None:
+                    row.last_flush = _iso_utc(inspection.last_write)
+                return
+            problems["destination"] = str(StatusTimeoutError(f"destination {sink.description}", self.whole_s))
         finally:
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), self.closes.scope():
                 await sink.close()
-    # An unknown destination position (unreadable, corrupt chain) leaves the lag unknown, never a guess.
-    if row.source_end is not None and row.source_high_watermark is not None and destination_known:
-        position = row.destination_next if row.destination_next is not None else row.source_log_start
-        if position is not None:
-            row.lag = max(0, row.source_end - position)
-            row.high_watermark_lag = max(0, row.source_high_watermark - position)
-    if errors:
-        row.error = "; ".join(errors)
-    _mark_lost(row, mirror)
-    return row
+
+    def _capped(self, source: SourceConfig) -> SourceConfig:
+        """The source's settings with requests no longer than the command (one client per cluster: the topics'
+        read and the mirrors' queries share it)."""
+        timeout_ms = min(source.request_timeout_ms, max(1, int(self.timeout_s * 1000)))
+        return msgspec.structs.replace(source, request_timeout_ms=timeout_ms)
 
 
 def _mark_lost(row: MirrorStatus, mirror: MirrorSpec) -> None:

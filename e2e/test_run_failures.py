@@ -9,8 +9,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
 from e2e.harness import backlog, mirror_config, one_mirror, refused, start, status_json
 from sinks.blob_chain import blob_name
@@ -18,6 +20,7 @@ from testkit.kafka_broker import KafkaBroker
 from testkit.mirror_run import run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget
+from testkit.tcp_proxy import TcpProxy
 
 
 def test_a_corrupt_chain_stops_run_and_status_naming_the_files(
@@ -43,7 +46,9 @@ def test_a_corrupt_chain_stops_run_and_status_naming_the_files(
     assert table.returncode == 1 and "corrupt chain" in table.stdout
 
 
-def test_an_unreachable_broker_is_named_by_run_and_by_status_within_its_timeout(tmp_path: Path) -> None:
+def test_an_unreachable_broker_is_named_by_run_and_by_status_within_its_timeout(
+    kafka: KafkaBroker, topic_name: str, tmp_path: Path
+) -> None:
     dead = f"127.0.0.1:{free_port()}"
     fs = FilesystemTarget(tmp_path / "archive")
     config = mirror_config(
@@ -64,6 +69,59 @@ def test_an_unreachable_broker_is_named_by_run_and_by_status_within_its_timeout(
     assert dead in row["error"], row
     assert row["source-end"] is None and row["lag"] is None
     assert elapsed < 5 + 15, f"status took {elapsed:.1f}s"  # the timeout, plus interpreter start-up
+
+    # One estate over three clusters: one answers, one is down (a killed broker: connections refused), one is
+    # blackholed (connections accepted, nothing answered). --timeout bounds the whole command: the answering
+    # cluster's rows are complete, the others are named as such, and it ends within the timeout of a status that
+    # finds every cluster up (the interpreter's start-up and the answers).
+    backlog(kafka.bootstrap, topic_name, [7])
+    with TcpProxy(kafka.port) as proxy:
+        proxy.blackhole(True)
+        hole = f"127.0.0.1:{proxy.port}"
+        clusters = {"up": kafka.bootstrap, "down": dead, "hole": hole}
+        estate: dict[str, Any] = {
+            "destination": fs.config(),
+            "clusters": {name: {"bootstrap-servers": address} for name, address in clusters.items()},
+            "mirrors": [
+                *(
+                    {"name": name, "cluster": name, "topics": [topic_name], "destination-name": {"suffix": f".{name}"}}
+                    for name in clusters
+                ),
+                *(
+                    {
+                        "name": f"{name}-1",
+                        "cluster": name,
+                        "topic": topic_name,
+                        "partition": 1,
+                        "destination-name-override": f"{topic_name}.{name}-1",
+                    }
+                    for name in ("down", "hole")
+                ),
+            ],
+        }
+        healthy = tmp_path / "healthy.yaml"
+        healthy.write_text(
+            yaml.safe_dump({**estate, "clusters": {"up": estate["clusters"]["up"]}, "mirrors": [estate["mirrors"][0]]})
+        )
+        began = time.monotonic()
+        assert status_json(healthy, "--timeout", "5", "--process", "none")[0] == 0
+        start_up = time.monotonic() - began
+        three = tmp_path / "three.yaml"
+        three.write_text(yaml.safe_dump(estate))
+        began = time.monotonic()
+        code, document = status_json(three, "--timeout", "5", "--process", "none")
+        elapsed = time.monotonic() - began
+    assert code == 1 and not document["ok"]
+    assert elapsed < start_up + 5 + 2, f"status took {elapsed:.1f}s, {start_up:.1f}s with every cluster up"
+    rows = {row["name"]: row for row in document["mirrors"]}
+    assert (rows[f"up.{topic_name}-0"]["source-end"], rows[f"up.{topic_name}-0"]["lag"]) == (7, 7)
+    assert rows[f"up.{topic_name}-0"]["error"] is None
+    assert dead in rows["down-1"]["error"] and "unreachable" in rows["down-1"]["error"], rows["down-1"]
+    assert rows["hole-1"]["error"] == f"source {hole}: no answer within the 5s timeout", rows["hole-1"]
+    assert set(rows) == {f"up.{topic_name}-0", "down-1", "hole-1"}
+    unreadable = document["unreadable-clusters"]
+    assert set(unreadable) == {"down", "hole"} and dead in unreadable["down"], unreadable
+    assert unreadable["hole"] == f"source cluster {hole}: no answer within the 5s timeout", unreadable
 
 
 def test_status_names_a_missing_topic_and_partition_at_once_and_watch_refreshes_until_interrupted(
