@@ -93,7 +93,9 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
             "The mirror in the running process: starting, running, source-unreachable (running, but its source "
             "cluster does not answer: `failure` says why; it fails at source.outage-deadline-ms), "
             "destination-unreachable (running, its writes being retried: `failure` says why; it fails at "
-            "destination.retry.deadline-ms), restarting (failed, "
+            "destination.retry.deadline-ms), held-by-job (running, but its flush has waited over a second in a "
+            "shared Spark job for other partitions' reads: `failure` says how long and which clusters), restarting "
+            "(failed, "
             "a restart is due), failed (stopped for good) or absent (the process does not run it: another shard's, "
             "or not discovered yet); null when no process answered. data-lost, whatever the process says: the "
             "source deleted records the destination still needs and source.on-data-loss is fail, so every start of "
@@ -102,7 +104,10 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     ] = None
     failure: Annotated[
         str | None,
-        about("Why the running process reports the mirror failed or restarting, or its source cluster unreachable."),
+        about(
+            "Why the running process reports the mirror failed or restarting, its source cluster unreachable, or "
+            "what holds its flush."
+        ),
     ] = None
     lost: Annotated[
         str | None,
