@@ -102,7 +102,7 @@ def source_partition(mirror: MirrorSpec, group_id: str | None = None) -> SourceP
     )
 
 
-def outage_long(mirror: MirrorSpec) -> float:
+def outage_stall_timeout_s(mirror: MirrorSpec) -> float:
     """A stall timeout that waits out an outage as long as the offset queries do, for a streamed read whose write
     cannot be given up midway (`WriteTarget.abandons_cleanly`): past the outage deadline by more than the driver
     needs to see an outage (a request timeout, then a metadata probe), so a read stalled by a down cluster fails
@@ -211,7 +211,7 @@ class SparkPartitionSource:
             raise SourceUnavailableError(f"source cluster {outage.name} unreachable: {outage.cause}; not read")
         partition = self._partition
         if not target.abandons_cleanly:
-            partition = dataclasses.replace(partition, stream_stall_timeout_s=outage_long(self._mirror))
+            partition = dataclasses.replace(partition, stream_stall_timeout_s=outage_stall_timeout_s(self._mirror))
         ranges = [TaskRange(t.first, t.read_from, t.end) for t in tasks]
         if target.ordered:
             # A partition's records must reach the destination in order: one task writes the whole range.
