@@ -17,6 +17,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from core.errors import MirrorV3Error, SourceUnavailableError
@@ -63,6 +64,10 @@ CONSUME_WAIT_S = 0.05
 STALLED_CLUSTER_PATIENCE_S = 0.5
 # librdkafka error codes (confluent_kafka.KafkaError) this reader acts on.
 _PARTITION_EOF = -191
+# Every broker of the cluster refuses or drops its connection (killed, stopped, restarting): nothing will come
+# until one is back, so a read that may be given up is given up at once instead of after its stall timeout.
+# librdkafka reports it to the client's error_cb (served inside consume), never as a message.
+_ALL_BROKERS_DOWN = -187
 _AUTO_OFFSET_RESET = -140
 _OFFSET_OUT_OF_RANGE = 1
 # Errors another fetch will not cure: authentication, TLS, authorization, a partition that is not there.
@@ -110,7 +115,8 @@ class SourceRangeError(MirrorV3Error):
 
 class ReadStalledError(SourceRangeError, SourceUnavailableError):
     """The read of `source` got nothing for `stalled_s` seconds at `offset` (reading up to `end`): the broker
-    does not answer (killed, stopped, cut off, slow) or the partition has no leader. It is given up so that a
+    does not answer (killed, stopped, cut off, slow) or the partition has no leader; or, sooner, librdkafka said
+    every broker of the cluster is down. It is given up so that a
     shared job's other partitions are not held, and is unavailability, not a verdict: the mirror asks again with
     backoff, within its source.outage-deadline-ms. `last_error` is librdkafka's last word on the partition;
     `streamed`: the range was read as it streamed into its write, which may have written records below `offset`
@@ -161,7 +167,8 @@ class SharedConsumers:
 
     A read that gets nothing for its source's stall timeout is given up (`ReadStalledError`); once one has, the
     task's later reads of that cluster give up after STALLED_CLUSTER_PATIENCE_S without progress, so a cluster that
-    stopped answering holds a task for one stall timeout, not one per range.
+    stopped answering holds a task for one stall timeout, not one per range. Once the cluster's client says every
+    broker is down (`client_error`: librdkafka's error_cb), its reads in this task are given up at once.
 
     A consumer only ever reads by explicit assignment and commits nothing, so the group id it was made with
     (the first partition's) plays no part in what any partition reads. `consumer_factory` and `clock` replace
@@ -172,12 +179,13 @@ class SharedConsumers:
         consumer_factory: Callable[[SourcePartition], Any] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._factory = consumer_factory or _new_consumer
+        self._factory = consumer_factory
         self._clock = clock
         self._consumers: dict[tuple[object, ...], Any] = {}
         self._announced: list[tuple[SourcePartition, int, int, int]] = []  # (source, read_from, end, bytes)
         self._prefetched: Prefetched = {}
         self._stalled: set[tuple[object, ...]] = set()  # clusters a read of this task stalled on
+        self._down: dict[tuple[object, ...], str] = {}  # clusters whose client said every broker is down: why
 
     @staticmethod
     def _cluster(source: SourcePartition) -> tuple[object, ...]:
@@ -187,8 +195,24 @@ class SharedConsumers:
         key = self._cluster(source)
         consumer = self._consumers.get(key)
         if consumer is None:
-            consumer = self._consumers[key] = self._factory(source)
+            if self._factory is not None:
+                consumer = self._factory(source)
+            else:
+                consumer = _new_consumer(source, partial(self.client_error, source))
+            self._consumers[key] = consumer
         return consumer
+
+    def client_error(self, source: SourcePartition, error: Any) -> None:
+        """A client-level error of the consumer of the source's cluster (librdkafka's error_cb, served inside consume):
+        every broker down gives up this task's reads of the cluster; the others librdkafka retries by itself."""
+        if error.code() == _ALL_BROKERS_DOWN:
+            key = self._cluster(source)
+            self._down[key] = error.str()
+            self._stalled.add(key)
+
+    def _brokers_down(self, source: SourcePartition) -> Callable[[], str | None]:
+        key = self._cluster(source)
+        return lambda: self._down.get(key)
 
     def _patience(self, source: SourcePartition, streamed: bool = False) -> float:
         """How long a read of the source's cluster may go without progress: its stall timeout (a streamed read's,
@@ -221,7 +245,15 @@ class SharedConsumers:
             return
         consumer = self.consumer_for(source)
         try:
-            yield from _consume(consumer, source, read_from, end, self._patience(source, streamed=True), self._clock)
+            yield from _consume(
+                consumer,
+                source,
+                read_from,
+                end,
+                self._patience(source, streamed=True),
+                self._clock,
+                self._brokers_down(source),
+            )
         except BaseException as exc:
             if isinstance(exc, ReadStalledError):
                 self._stalled.add(self._cluster(source))
@@ -264,7 +296,7 @@ class SharedConsumers:
         self._announced = [a for a in self._announced if (a[0].topic, a[0].partition, a[1], a[2]) not in taken]
         consumer = self.consumer_for(source)
         try:
-            found = _consume_many(consumer, chunk, self._patience(source), self._clock)
+            found = _consume_many(consumer, chunk, self._patience(source), self._clock, self._brokers_down(source))
         except BaseException:
             self._drop(consumer)
             raise
@@ -312,12 +344,13 @@ class LivePartition:
         return self.consumers.read(self.source, read_from, end)
 
 
-def _new_consumer(source: SourcePartition) -> Any:
+def _new_consumer(source: SourcePartition, on_error: Callable[[Any], None] | None = None) -> Any:
     from confluent_kafka import Consumer
 
     return Consumer(
         {
             **CONSUMER_SETTINGS,
+            **({} if on_error is None else {"error_cb": on_error}),
             "bootstrap.servers": source.bootstrap_servers,
             "group.id": source.group_id,
             "isolation.level": source.isolation_level,
@@ -340,9 +373,13 @@ class _RangeRead:
         patience_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         streamed: bool = False,
+        brokers_down: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.source, self.read_from, self.end, self.streamed = source, read_from, end, streamed
         self.patience_s = source.stall_timeout_s if patience_s is None else patience_s
+        # A streamed read on the longer stall timeout belongs to a write that cannot be given up midway: it waits.
+        self._waits_out_outages = streamed and source.stream_stall_timeout_s is not None
+        self._brokers_down = brokers_down  # why every broker of the cluster is down, as its client said (None: not)
         self._clock = clock
         self.last = read_from - 1
         self.last_error = ""
@@ -383,6 +420,9 @@ class _RangeRead:
         if position > self.last + 1:
             self.progressed_at = now
             self.last = position - 1
+        if not self._waits_out_outages and (down := self._brokers_down()) is not None:
+            waited = round(now - self.progressed_at, 3)
+            raise ReadStalledError(self.source.name, self.last + 1, self.end, waited, down, self.streamed)
         if now - self.progressed_at > self.patience_s:
             raise ReadStalledError(
                 self.source.name, self.last + 1, self.end, self.patience_s, self.last_error, self.streamed
@@ -401,11 +441,12 @@ def _consume(
     end: int,
     patience_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    brokers_down: Callable[[], str | None] = lambda: None,
 ) -> Iterator[list[Any]]:
     from confluent_kafka import TopicPartition
 
     consumer.assign([TopicPartition(source.topic, source.partition, read_from)])
-    read = _RangeRead(source, read_from, end, patience_s, clock, streamed=True)
+    read = _RangeRead(source, read_from, end, patience_s, clock, streamed=True, brokers_down=brokers_down)
     here = [TopicPartition(source.topic, source.partition)]
     while True:
         # Never ask for more than the range still holds: a batch that can fill returns at once.
@@ -434,13 +475,14 @@ def _consume_many(
     ranges: list[tuple[SourcePartition, int, int]],
     patience_s: float | None = None,
     clock: Callable[[], float] = time.monotonic,
+    brokers_down: Callable[[], str | None] = lambda: None,
 ) -> Prefetched:
     """Read the ranges of several partitions of one cluster at once (one fetch request carries them all), keeping
     each range's records, or the error that ended its read: one partition's failure is its own."""
     from confluent_kafka import TopicPartition
 
     reads = {
-        (s.topic, s.partition): _RangeRead(s, read_from, end, patience_s, clock)
+        (s.topic, s.partition): _RangeRead(s, read_from, end, patience_s, clock, brokers_down=brokers_down)
         for s, read_from, end in ranges
         if read_from < end
     }

@@ -17,7 +17,7 @@ from source.range_reader import (
     ReadStalledError,
     SharedConsumers,
 )
-from tests.fakes import FakeClusterConsumer, FakePartitionSource
+from tests.fakes import FakeClusterConsumer, FakeKafkaError, FakePartitionSource
 
 
 def partitions(count: int, records: int, holes_every: int = 0) -> list[FakePartitionSource]:
@@ -144,3 +144,45 @@ def test_a_streamed_read_has_its_own_stall_timeout_and_says_it_streamed() -> Non
         list(consumers.read(spec, 0, 50))
     assert caught.value.streamed and caught.value.stalled_s == 30.0
     assert 30.0 < ticks.now <= 30.0 + 2 * CONSUME_WAIT_S
+
+
+class BrokersDown(FakeClusterConsumer):
+    """Every broker of the cluster refuses its connections: librdkafka serves its client-level error to the
+    error_cb inside consume, and sends nothing."""
+
+    consumers: SharedConsumers
+
+    def consume(self, num_messages: int, timeout: float) -> list[Any]:
+        found = super().consume(num_messages, timeout)
+        source = FakePartitionSource().partition_spec()  # the cluster's (every fake partition shares it)
+        self.consumers.client_error(source, FakeKafkaError(-187, "1/1 brokers are down"))
+        return found
+
+
+def test_when_every_broker_is_down_reads_are_given_up_at_once_unless_their_write_cannot_be() -> None:
+    sources = partitions(2, 20)
+    ticks = Ticks()
+
+    def down(silent: list[tuple[str, int]]) -> SharedConsumers:
+        made: list[SharedConsumers] = []
+
+        def make(_: Any) -> BrokersDown:
+            consumer = BrokersDown(sources, silent=silent, waited=ticks.wait)
+            consumer.consumers = made[0]
+            return consumer
+
+        made.append(SharedConsumers(make, ticks))
+        return made[0]
+
+    consumers = down([("t", 0), ("t", 1)])
+    for source in sources:
+        consumers.announce(source.partition_spec(), 0, 20, 200)
+    for source in sources:
+        with pytest.raises(ReadStalledError) as caught:
+            offsets(consumers, source, 0, 20)
+        assert caught.value.last_error == "1/1 brokers are down" and caught.value.stalled_s < 1.0
+    assert ticks.now < 1.0  # not a stall timeout
+    preserve = dataclasses.replace(sources[0].partition_spec(), stream_stall_timeout_s=30.0)
+    with pytest.raises(ReadStalledError) as waited:
+        list(down([("t", 0)]).read(preserve, 0, 20))
+    assert waited.value.stalled_s == 30.0  # a Kafka preserve backlog read waits the outage out
