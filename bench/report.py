@@ -419,6 +419,37 @@ def restore_section(rows: list[Row]) -> list[str]:
     ]
 
 
+def outage_section(rows: list[Row]) -> list[str]:
+    """Two source clusters in one process, one of them blackholed, then stopped: the other's latency per window
+    (issue 46, bench.outage)."""
+    first = rows[0]
+    table = []
+    for (scenario, phase), runs in group(rows, "scenario", "phase").items():
+        table.append(
+            (
+                scenario,
+                phase,
+                num(sum(r["records"] for r in runs)),
+                *(spread([r[s] for r in runs], lambda x: f"{x:.2f} s") for s in ("p50", "p90", "p99", "max")),
+                ", ".join(f"{r['slow_flushes']} ({r['slowest_flush_ms'] / 1000:.1f} s)" for r in runs),
+                ", ".join(f"{r['held_polls']}/{r['polls']}" for r in runs),
+            )
+        )
+    return [
+        "## One of two clusters down under the shared flush jobs",
+        "",
+        f"One `run` process mirrors clusters a and b ({first['partitions']} partitions each, {num(first['rate'])} "
+        f"records/s of {num(first['value_size'])} B into each, `flush.max-time-ms: {first['max_time_ms']}`, every "
+        "other setting at its default) into a filesystem; b is read through a TCP proxy. After a "
+        f"{first['warmup_seconds']:g} s warm-up, three windows of {first['window_seconds']:g} s: both up; b's route "
+        "blackholed (no answer, no error); b's broker stopped. The latency is produce → durable of **a's** records "
+        "produced in the window; slow flushes: a's flushes that took over a second (the slowest); held: /mirrors "
+        "polls (every 0.5 s) that found one of a's mirrors `held-by-job`. Every offset of both clusters verified once.",
+        "",
+        *md_table("scenario|window|a's records|p50|p90|p99|max|slow flushes per run|held polls per run", table, 2),
+    ]
+
+
 def schemas_section(rows: list[Row]) -> list[str]:
     """Kafka → Kafka with schema IDs rewritten, and an archive keeping the schemas, each next to the same records
     copied as they are (issue 35)."""
@@ -546,6 +577,7 @@ def render(workdir: Path, output: Path) -> None:
         ("idle", idle_section),
         ("restore", restore_section),
         ("schemas", schemas_section),
+        ("outage", outage_section),
     )
     for kind, section in sections:
         if (kind,) in by_kind:

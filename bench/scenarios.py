@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 PATHS = ("filesystem", "s3", "kafka-preserve", "kafka-renumber")
-KINDS = ("throughput", "latency", "restart", "idle", "restore", "schemas", "estate-steady")
+KINDS = ("throughput", "latency", "restart", "idle", "restore", "schemas", "estate-steady", "outage")
 
 
 @dataclass(frozen=True)
@@ -24,9 +24,9 @@ class Scenario:
     paths: tuple[
         str, ...
     ] = ()  # throughput, estate-steady, schemas: destinations (PATHS); restart: "s3" and/or "filesystem"
-    rate: int = 0  # latency: records/s; estate-steady: records/s over all partitions
-    seconds: float = 0.0  # latency, estate-steady: measured window; idle: sampled window
-    warmup: float = 0.0  # latency, estate-steady: produced before the window; idle: settling time before it
+    rate: int = 0  # latency: records/s; estate-steady: records/s over all partitions; outage: per cluster
+    seconds: float = 0.0  # latency, estate-steady: measured window; idle: sampled window; outage: each window
+    warmup: float = 0.0  # latency, estate-steady, outage: produced before the window; idle: settling time before it
     max_time_ms: int = 1000  # the mirror's flush.max-time-ms
     extra: int = 0  # restart: records copied behind the chain after the restart
     mirrors: int = 0  # idle: mirrors in one process
@@ -77,6 +77,17 @@ def _cell(value_size: int, partitions: int, records: int, paths: tuple[str, ...]
     return Scenario(f"{label} records, {partitions} {parts}", "throughput", records, value_size, partitions, paths)
 
 
+# Issue 46: one of two clusters blackholed, then stopped, under the shared flush jobs: the other's latency per window.
+OUTAGE = Scenario(
+    "two clusters, one blackholed then stopped",
+    "outage",
+    value_size=1024,
+    partitions=16,
+    rate=500,
+    seconds=30,
+    warmup=15,
+)
+
 # About a gigabyte of 1 KiB records per cell, and enough 100 B records for a backlog of several seconds at the
 # target rate (500,000 records/s).
 FULL = (
@@ -104,7 +115,9 @@ FULL = (
     estate(64, 1000, PATHS),
     estate(256, 1000),
     estate(1024, 10_000, warmup=60.0, seconds=60.0),  # 15 s: 1,024 partitions still settling (lag falling)
+    OUTAGE,
 )
+
 
 # Every kind and every throughput path once, small: a smoke run of the whole bench in a few minutes.
 QUICK = (
@@ -123,10 +136,19 @@ QUICK = (
         ("kafka-renumber", "filesystem"),
     ),
     estate(4, 1000, rate=500, warmup=2.0, seconds=5.0),
+    Scenario(
+        "two clusters, one blackholed then stopped",
+        "outage",
+        value_size=1024,
+        partitions=2,
+        rate=100,
+        seconds=8,
+        warmup=3,
+    ),
 )
 
 # `python -m bench KIND`: the one row of that kind run alone (its fields changed with --set).
-ALONE = {"estate-steady": estate(16, 1000)}
+ALONE = {"estate-steady": estate(16, 1000), "outage": OUTAGE}
 
 
 def with_settings(s: Scenario, settings: Mapping[str, Any]) -> Scenario:
