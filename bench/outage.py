@@ -1,6 +1,6 @@
 """outage: two source clusters mirrored by one `run` process into a filesystem, both written steadily, and one of them
 made to fail under the shared flush jobs (issue 46): what the healthy cluster's produce -> durable latency is while
-the other is up, blackholed and stopped.
+the other is up, blackholed and killed.
 
 Cluster a is the run's source broker; cluster b is a broker of its own behind the test kit's TCP proxy (b's mirrors
 read it through the proxy, b's producer writes to it directly). Both topics have P partitions and get `rate`
@@ -10,10 +10,10 @@ three windows of `seconds` each:
 1. **both up**: the baseline, in the same run;
 2. **b blackholed**: the proxy forwards nothing and answers nothing (a dropped route: b's reads get no answer, no
    error), then the route is restored and b catches up for SETTLE_S;
-3. **b stopped**: b's broker shuts down (SIGTERM), and is started again when the window ends. (Not SIGKILL: a
-   single broker killed under a steady produce came back without the last records it had acknowledged and served,
-   which the mirror rightly refuses as a source behind its destination; a cluster of several brokers does not lose
-   acknowledged records to one crash.)
+3. **b killed**: b's producer has stopped; b gets a backlog (BURST records, acknowledged) and its broker is killed
+   (SIGKILL) at once, while b's mirrors read it; started again when the window ends. (b's producer stops first: a
+   single broker killed or stopped under a steady produce came back, in this bench, without the last records it had
+   acknowledged and served, which the mirror rightly refuses as a source behind its destination.)
 
 Per window: the latency of a's records produced in it (p50 / p90 / p99 / max, durable = the committed blob's ctime,
 bench.durable), how many of a's flushes took longer than a second, and how often a /mirrors poll (every 0.5 s) found
@@ -47,9 +47,11 @@ from testkit.targets import FilesystemTarget, VerificationError
 from testkit.tcp_proxy import TcpProxy
 
 PRIME = 100  # records into partition 0 of each topic made durable before the clock starts
-SETTLE_S = 10.0  # after the blackhole is lifted, before the broker is stopped: b catches up
+SETTLE_S = 10.0  # after the blackhole is lifted, before the broker is killed: b catches up
+GAP_MAX_TIMES = 3  # max-times between the both-up window and the blackhole
 POLL_S = 0.5  # how often /mirrors is asked during the windows
-PHASES = ("both up", "b blackholed", "b stopped")
+PHASES = ("both up", "b blackholed", "b killed")
+BURST = 40_000  # records into b (over its partitions) just before its broker is killed
 
 
 class StatePoller(threading.Thread):
@@ -112,10 +114,12 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             produce_now(ctx.bootstrap, a_topic, {0: PRIME}, s.value_size)
             produce_now(b_broker.bootstrap, b_topic, {0: PRIME}, s.value_size)
             _wait_landed(run, target, {a_topic: {0: PRIME}, b_topic: {0: PRIME}}, ctx.timeout)
-            seconds = s.warmup + 3 * s.seconds + SETTLE_S
+            seconds = s.warmup + 3 * s.seconds + SETTLE_S + GAP_MAX_TIMES * s.max_time_ms / 1000
             producers = [
                 SteadyProducer(ctx.bootstrap, a_topic, s.partitions, s.rate, s.value_size, seconds),
-                SteadyProducer(b_broker.bootstrap, b_topic, s.partitions, s.rate, s.value_size, seconds),
+                SteadyProducer(
+                    b_broker.bootstrap, b_topic, s.partitions, s.rate, s.value_size, seconds - s.seconds - 1.0
+                ),
             ]
             poller = StatePoller(port, "a.")
             for producer in producers:
@@ -123,25 +127,32 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
                 producer.started.wait()
             poller.start()
             began = producers[0].began + s.warmup
+            # A gap after the both-up window, so that its last records are durable before b fails.
+            gap = GAP_MAX_TIMES * s.max_time_ms / 1000
+            blackholed = began + s.seconds + gap
+            killed = blackholed + s.seconds + SETTLE_S
             windows = {
                 "both up": (began, began + s.seconds),
-                "b blackholed": (began + s.seconds, began + 2 * s.seconds),
-                "b stopped": (began + 2 * s.seconds + SETTLE_S, began + 3 * s.seconds + SETTLE_S),
+                "b blackholed": (blackholed, blackholed + s.seconds),
+                "b killed": (killed, killed + s.seconds),
             }
             _sleep_until(windows["b blackholed"][0])
             proxy.blackhole(True)
             _sleep_until(windows["b blackholed"][1])
             proxy.blackhole(False)
-            _sleep_until(windows["b stopped"][0])
-            b_broker.shut_down()
-            _sleep_until(windows["b stopped"][1])
+            producers[1].join_checked(ctx.timeout)
+            burst = {p: BURST // s.partitions for p in partitions}
+            _sleep_until(windows["b killed"][0])
+            produce_now(b_broker.bootstrap, b_topic, burst, s.value_size)
+            b_broker.kill()
+            _sleep_until(windows["b killed"][1])
             b_broker.start()
             for producer in producers:
                 producer.join_checked(ctx.timeout)
             poller.stop()
             ends = {
-                topic: {p: producer.sent[p] + (PRIME if p == 0 else 0) for p in partitions}
-                for topic, producer in zip((a_topic, b_topic), producers, strict=True)
+                topic: {p: producer.sent[p] + (PRIME if p == 0 else 0) + extra.get(p, 0) for p in partitions}
+                for topic, producer, extra in zip((a_topic, b_topic), producers, ({}, burst), strict=True)
             }
             _wait_landed(run, target, ends, ctx.timeout)
             flushed = [f for f in run.events("flushed") if f["mirror"].startswith("a.")]

@@ -420,7 +420,7 @@ def restore_section(rows: list[Row]) -> list[str]:
 
 
 def outage_section(rows: list[Row]) -> list[str]:
-    """Two source clusters in one process, one of them blackholed, then stopped: the other's latency per window
+    """Two source clusters in one process, one of them blackholed, then killed: the other's latency per window
     (issue 46, bench.outage)."""
     first = rows[0]
     table = []
@@ -442,7 +442,8 @@ def outage_section(rows: list[Row]) -> list[str]:
         f"records/s of {num(first['value_size'])} B into each, `flush.max-time-ms: {first['max_time_ms']}`, every "
         "other setting at its default) into a filesystem; b is read through a TCP proxy. After a "
         f"{first['warmup_seconds']:g} s warm-up, three windows of {first['window_seconds']:g} s: both up; b's route "
-        "blackholed (no answer, no error); b's broker stopped. The latency is produce → durable of **a's** records "
+        "blackholed (no answer, no error); b's broker killed (SIGKILL) while b's mirrors read a backlog. The latency "
+        "is produce → durable of **a's** records "
         "produced in the window; slow flushes: a's flushes that took over a second (the slowest); held: /mirrors "
         "polls (every 0.5 s) that found one of a's mirrors `held-by-job`. Every offset of both clusters verified once.",
         "",

@@ -77,9 +77,9 @@ def _cell(value_size: int, partitions: int, records: int, paths: tuple[str, ...]
     return Scenario(f"{label} records, {partitions} {parts}", "throughput", records, value_size, partitions, paths)
 
 
-# Issue 46: one of two clusters blackholed, then stopped, under the shared flush jobs: the other's latency per window.
+# Issue 46: one of two clusters blackholed, then killed, under the shared flush jobs: the other's latency per window.
 OUTAGE = Scenario(
-    "two clusters, one blackholed then stopped",
+    "two clusters, one blackholed then killed",
     "outage",
     value_size=1024,
     partitions=16,
@@ -137,7 +137,7 @@ QUICK = (
     ),
     estate(4, 1000, rate=500, warmup=2.0, seconds=5.0),
     Scenario(
-        "two clusters, one blackholed then stopped",
+        "two clusters, one blackholed then killed",
         "outage",
         value_size=1024,
         partitions=2,

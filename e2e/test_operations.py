@@ -16,7 +16,7 @@ import yaml
 
 from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog, mirror_config, one_mirror, readyz, start
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import create_topic
+from testkit.kafka_data import create_topic, generate_records, produce
 from testkit.mirror_run import MirrorRun, log_time
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget
@@ -120,6 +120,9 @@ def write(path: Path, document: dict[str, Any]) -> Path:
     return path
 
 
+BURST = 20_000  # records b gets just before its broker is killed: its mirror reads them when it dies
+
+
 class SteadyProducer:
     """Produces `per_tick` records to partition 0 of a topic every `tick_s` in a thread, noting when each offset was
     acknowledged; `durable_at` notes when each offset was first seen durable at the destination, so each record's
@@ -180,15 +183,15 @@ class SteadyProducer:
         return sorted(self.durable_at[o] - at for o, at in acked if o in self.durable_at)
 
 
-def test_a_cluster_blackholed_then_stopped_mid_read_delays_no_other_clusters_flushes(
+def test_a_cluster_blackholed_then_killed_mid_read_delays_no_other_clusters_flushes(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
     """One process mirrors cluster a and cluster b (b behind a TCP proxy) to a filesystem, both written steadily,
-    flushes at max-time 1 s sharing Spark jobs. b's route is blackholed (requests get no answer) for 6 s, then its
-    broker is stopped for 10 s (gracefully: a single broker killed with SIGKILL can come back without records it
-    had acknowledged and served, which the mirror rightly refuses). a's records land within max-time plus b's
-    read-stall timeout (2 s) and a margin throughout; b's outage is seen (WARN, gauge, /readyz, its mirror
-    `source-unreachable`, a's `running`), ridden out by the same process, and both copies are exact."""
+    flushes at max-time 1 s sharing Spark jobs. b's route is blackholed (requests get no answer) until the outage
+    is seen and 5 s more, then its broker is killed (SIGKILL) for 6 s while b's mirror reads a backlog. a's records land
+    within max-time plus b's read-stall timeout (2 s) and a margin throughout; b's outage is seen (WARN, gauge,
+    /readyz, its mirror `source-unreachable`, a's `running`), ridden out by the same process, and both copies are
+    exact."""
     create_topic(kafka.bootstrap, topic_name, partitions=1)
     with (
         KafkaBroker(advertised_port=free_port()) as broker,
@@ -228,17 +231,21 @@ def test_a_cluster_blackholed_then_stopped_mid_read_delays_no_other_clusters_flu
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/mirrors", timeout=5) as response:
                 states = {m["name"]: m["state"] for m in json.loads(response.read())["mirrors"]}
             assert states == {f"a.{topic_name}-0": "running", f"b.{b_topic}-0": "source-unreachable"}, states
-            time.sleep(6)
+            time.sleep(5)
             proxy.blackhole(False)
             run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=30)
-            time.sleep(3)
-            broker.shut_down()  # with b's flushes reading every second, most likely mid-read
-            time.sleep(10)
+            # Killed while its mirror reads a backlog: b's producer stops first, so that nothing b acknowledges is in
+            # flight when it dies (a single broker killed under a steady produce came back without records it had
+            # acknowledged and served, which the mirror rightly refuses).
+            b_end = b.stop() + BURST
+            produce(broker.bootstrap, b_topic, 0, generate_records(BURST, seed=3))
+            broker.kill()
+            time.sleep(6)
             broker.start()
             run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=60, count=2)
-            produced = {"a": a.stop(), "b": b.stop()}
-            run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: produced["a"]}, timeout=60)
-            run.wait_for_offsets(lambda p: fs.next_offset(b_topic, p), {0: produced["b"]}, timeout=120)
+            a_end = a.stop()
+            run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: a_end}, timeout=60)
+            run.wait_for_offsets(lambda p: fs.next_offset(b_topic, p), {0: b_end}, timeout=120)
             run.drain()
         assert run.errors() == [], run.errors()
         assert "%3|" not in run.log_text()
