@@ -625,7 +625,8 @@ class SourceConfig(_Strict, frozen=True):
         msgspec.Meta(
             ge=100,
             description="A read of the source that receives nothing (no record, no move of its position) for this "
-            "long is given up and asked again by its mirror, alone, with backoff (within source.outage-deadline-ms): "
+            "long (or at once, when the client reports every broker of the cluster down) is given up and asked again "
+            "by its mirror, alone, with backoff (within source.outage-deadline-ms): "
             "a broker that dies or stops answering while a Spark job reads it holds the other partitions of that job "
             "at most about this long. (A Kafka preserve-mode backlog read, which cannot be given up midway, waits up "
             "to the outage deadline instead.)",

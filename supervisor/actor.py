@@ -406,7 +406,7 @@ class MirrorActor(Generic[W]):
         began = self._clock.monotonic()
         self._metrics.reading.set(plan.end - plan.first)
         try:
-            items = await self._outages.ride_out(partial(self._read, plan, [False]), "read")
+            items = await self._outages.ride_out(partial(self._read, plan), "read")
         except OffsetsDeletedError as exc:
             # Deleted while the job read: the next offset query sees the new log start and applies
             # source.on-data-loss (fail, or skip them) before anything is committed past them.
@@ -448,20 +448,19 @@ class MirrorActor(Generic[W]):
         self._metrics.offset_verified.set(self._next)
         self._metrics.source_lag.set(self.lag)
 
-    async def _read(self, plan: FlushPlan, retry: list[bool]) -> list[W]:
-        """One attempt at the plan's Spark work (the OutageRider asks again while the source is unavailable). A read
-        that stalled is tried again in a job of its own (`retry[0]`), so it holds no other partition's flush."""
+    async def _read(self, plan: FlushPlan) -> list[W]:
+        """One attempt at the plan's Spark work (the OutageRider asks again while the source is unavailable: a read
+        that stalled is tried again, through its cluster's probe, `supervisor.flush_scheduler`)."""
         target = self._sink.target()
         # A claimed blob is written whole: the writer that claimed it cut it already.
         limits = self._blob_limits if plan.trigger != "claimed" else UNCUT
         try:
-            return await self._source.run(plan.tasks, limits, target, self._planner.bytes_per_offset, retry[0])
+            return await self._source.run(plan.tasks, limits, target, self._planner.bytes_per_offset)
         except ReadStalledError as exc:
             if exc.streamed and not target.abandons_cleanly:
                 # Records below the stall may be in the destination already: only it can say where to go on, which
                 # a restart asks. (Such a read waits out the outage deadline before it stalls.)
                 raise SourceRangeError(exc.source, exc.offset, exc.problem) from None
-            retry[0] = True
             raise
 
     async def _commit(self, item: W, trigger: str, began: float, staged_at: float) -> None:

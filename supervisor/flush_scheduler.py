@@ -17,11 +17,14 @@ the submission of the Spark work is shared:
   its mirror's FAIR pool: it pays the job's cost over many records, and the pools keep one backlog from starving
   the shared lane, whose jobs have a pool of their own.
 
-- **a read tried again**: a flush whose read stalled (its broker died or stopped answering: the task gave it up
-  after `source.read-stall-timeout-ms`, so its job's other partitions got their results) is asked again by its
-  actor in a job of its own, never a shared one, and only one such retry per source cluster runs at a time: the
-  others of that cluster are refused at once (`ReadRetryBusy`, their actors back off and ask again), so a
-  cluster that keeps stalling holds one core at most, never every core nor a shared job.
+- **a cluster whose reads stalled** (its broker died or stopped answering: the task gave the read up after
+  `source.read-stall-timeout-ms`, or at once when the client said every broker is down, so the job's other
+  partitions got their results) is *suspect* until a read of it succeeds: its flushes join no shared job; one of
+  them at a time runs as a job of its own (the probe) while the others of that cluster wait for its outcome. A
+  probe that reads makes the cluster healthy and the waiters go on as usual; one that stalls leaves it suspect, its
+  actor backs off, and the next waiter probes. Flushes of a cluster that turned suspect while queued for a shared
+  job are handed back (`ClusterReadsStalled`) and come through the probe. So a cluster that keeps stalling holds
+  one core at most, never every core nor a shared job, and its partitions never wait for each other's backoff.
 
 Cancelling a mirror's work withdraws its queued flushes and interrupts its own-lane job; a shared job in flight
 runs on for its other partitions (what it staged for a cancelled mirror is a leftover that mirror's next start
@@ -44,6 +47,7 @@ import anyio.to_thread
 from core.errors import SourceUnavailableError
 from core.logs import log_event
 from sinks.write_target import Written
+from source.range_reader import ReadStalledError
 from supervisor.http import SparkLoad
 from supervisor.metrics import MetricFamilies
 from workers.job_packing import pack
@@ -90,13 +94,13 @@ LOAD_WINDOW_S = 60.0  # what `load` summarises (status, /mirrors)
 JobRunner = Callable[[Sequence[WriteItem], Sequence[Sequence[int]], JobSpec], list[Outcome[list[Written]]]]
 
 
-class ReadRetryBusy(SourceUnavailableError):
-    """A flush of `cluster` was to be tried again alone while another mirror's retry of that cluster (`busy_with`)
-    still runs: it is refused without reading, and its actor asks again after its backoff."""
+class ClusterReadsStalled(SourceUnavailableError):
+    """A flush queued for a shared job was handed back unread: a read of its source `cluster` stalled meanwhile, so
+    it goes through the cluster's probe when its actor asks again."""
 
-    def __init__(self, cluster: str, busy_with: str) -> None:
-        self.cluster, self.busy_with = cluster, busy_with
-        super().__init__(f"source cluster {cluster}: reads stalled; {busy_with} is trying again first")
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        super().__init__(f"source cluster {cluster}: its reads stalled; not read, asked again through a probe")
 
 
 @dataclass(frozen=True)
@@ -156,7 +160,9 @@ class FlushScheduler:
         self._queue: list[_Queued] = []
         self._queued = anyio.Event()
         self._own_jobs: dict[str, set[str]] = {}  # owner → job groups of its own-lane jobs in flight
-        self._retrying: dict[str, str] = {}  # source cluster → the owner whose read of it is being tried again
+        # Source clusters whose reads stalled, until one reads again: each with the event its current probe's end sets.
+        self._suspect: dict[str, anyio.Event] = {}
+        self._probing: set[str] = set()
         self._in_flight: dict[str, _InFlight] = {}  # owner → its flush's job, while it runs
         self._started: deque[_Started] = deque()  # the jobs of the last LOAD_WINDOW_S
 
@@ -176,25 +182,45 @@ class FlushScheduler:
         items: Sequence[WriteItem],
         weights: Sequence[int],
         may_wait_s: float = GATHER_S,
-        alone: bool = False,
         cluster: str = "",
     ) -> list[list[Written]]:
         """Run the writes of one flush of mirror `owner`, which reads source cluster `cluster`; per write, what it
         wrote. Raises the first failed write's error (by order), or the job's. A flush in the shared lane may wait
-        up to `may_wait_s` for others to join its job (`gather_window`). `alone`: a read tried again after it
-        stalled, run in a job of its own, one per cluster at a time (else ReadRetryBusy at once)."""
+        up to `may_wait_s` for others to join its job (`gather_window`); a flush of a suspect cluster waits for its
+        probe, or is it."""
         due_at = time.monotonic()
-        if alone:
-            busy_with = self._retrying.setdefault(cluster, owner)
-            if busy_with != owner:
-                raise ReadRetryBusy(cluster, busy_with)
-            try:
-                return await self._own(owner, cluster, items, due_at)
-            finally:
-                del self._retrying[cluster]
+        while cluster in self._suspect:
+            if cluster not in self._probing:
+                return await self._probe(owner, cluster, items, due_at)
+            await self._suspect[cluster].wait()
         if self.joins_shared_job(items, sum(weights)):
             return [await self._shared(owner, cluster, items[0], weights[0], due_at, may_wait_s)]
         return await self._own(owner, cluster, items, due_at)
+
+    async def _probe(self, owner: str, cluster: str, items: Sequence[WriteItem], due_at: float) -> list[list[Written]]:
+        """The flush that finds out whether a suspect cluster reads again, as a job of its own."""
+        self._probing.add(cluster)
+        try:
+            written = await self._own(owner, cluster, items, due_at)
+            self._healthy(cluster)
+            return written
+        finally:
+            self._probing.discard(cluster)
+            ended = self._suspect.get(cluster)
+            if ended is not None:  # still suspect: the next waiter probes (with a new event for its own waiters)
+                self._suspect[cluster] = anyio.Event()
+                ended.set()
+
+    def _healthy(self, cluster: str) -> None:
+        ended = self._suspect.pop(cluster, None)
+        if ended is not None:
+            ended.set()
+
+    def _note_stalls(self, clusters: Sequence[str], outcomes: Sequence[Outcome[list[Written]]]) -> None:
+        """A read that stalled makes its cluster suspect."""
+        for cluster, outcome in zip(clusters, outcomes, strict=True):
+            if isinstance(outcome.error, ReadStalledError) and cluster not in self._suspect:
+                self._suspect[cluster] = anyio.Event()
 
     def job_seconds(self, owner: str, now: float | None = None) -> float:
         """How long the mirror's flush in flight has been in its running job (0: none)."""
@@ -247,6 +273,7 @@ class FlushScheduler:
             # Abandoned on cancel: the thread finishes (or fails) on its own once `cancel` has interrupted the
             # Spark job; the actor does not wait for it.
             outcomes = await anyio.to_thread.run_sync(self._run_job, items, packs, spec, abandon_on_cancel=True)
+            self._note_stalls([cluster] * len(items), outcomes)
         finally:
             self._in_flight.pop(owner, None)
             groups.discard(spec.job_group)
@@ -300,7 +327,12 @@ class FlushScheduler:
             self._queued = anyio.Event()
 
     def _take(self) -> list[_Queued]:
-        """The oldest queued writes up to the shared job's byte bound (at least one)."""
+        """The oldest queued writes up to the shared job's byte bound (at least one). Those of a cluster that turned
+        suspect since they were queued are handed back unread (`ClusterReadsStalled`)."""
+        for queued in [q for q in self._queue if q.cluster in self._suspect]:
+            self._queue.remove(queued)
+            queued.failure = ClusterReadsStalled(queued.cluster)
+            queued.done.set()
         taken: list[_Queued] = []
         total = 0
         for queued in self._queue:
@@ -333,6 +365,7 @@ class FlushScheduler:
             for queued in batch:
                 if self._in_flight.get(queued.owner) is flight:
                     del self._in_flight[queued.owner]
+        self._note_stalls([queued.cluster for queued in batch], outcomes)
         for queued, outcome in zip(batch, outcomes, strict=True):
             queued.outcome = outcome
             queued.done.set()

@@ -72,13 +72,11 @@ class PartitionSource(Protocol):
         limits: BlobLimits,
         target: WriteTarget[W],
         bytes_per_offset: float | None = None,
-        alone: bool = False,
     ) -> list[W]:
         """Write consecutive tasks' ranges with the target: what was written, covering exactly
         [tasks[0].first, tasks[-1].end), in offset order (an ordered target's tasks are written as one range).
         `bytes_per_offset` (as learned so far) estimates the work. Raises the first failed write's typed error;
-        SourceUnavailableError without reading while the source cluster is known to be down. `alone`: in a Spark
-        job of its own, never a shared one (a read tried again after it stalled: it must not hold others)."""
+        SourceUnavailableError without reading while the source cluster is known to be down."""
         ...
 
     def cancel(self) -> None:
@@ -200,7 +198,6 @@ class SparkPartitionSource:
         limits: BlobLimits,
         target: WriteTarget[W],
         bytes_per_offset: float | None = None,
-        alone: bool = False,
     ) -> list[W]:
         if self._cancelled:
             raise JobCancelled(f"flush of {self._mirror.name}")
@@ -222,7 +219,7 @@ class SparkPartitionSource:
         ]
         may_wait_s = gather_window(self._mirror.flush.max_time_ms)
         cluster = self._mirror.cluster
-        written = await self._scheduler.submit(self._mirror.name, items, weights, may_wait_s, alone, cluster)
+        written = await self._scheduler.submit(self._mirror.name, items, weights, may_wait_s, cluster)
         # The writes of `target` are its own kind of Written (a staged blob, a produced range).
         return [cast(W, each) for per_item in written for each in per_item]
 

@@ -314,7 +314,6 @@ class FakePartitionSource:
         self.cores = 2
         self.fail_check: Exception | None = None
         self.fail_runs: list[Exception] = []  # raised by the next runs, one each, before anything is read
-        self.alone: list[bool] = []  # per run: whether it was asked to run alone
         self.cancelled = False
         self._watchers: list[Callable[[], None]] = []
         self._seen: list[Sighting] = []
@@ -390,11 +389,9 @@ class FakePartitionSource:
         limits: BlobLimits,
         target: WriteTarget[Any],
         bytes_per_offset: float | None = None,
-        alone: bool = False,
     ) -> list[Any]:
         assert all(t.end <= self.end for t in tasks), "job past the end"
         assert not target.ordered, "ordered (Kafka) targets: tests/test_kafka_produce.py"
-        self.alone.append(alone)
         self.jobs.append([(t.first, t.read_from, t.end) for t in tasks])
         if self.job_delay:
             await (self.clock.sleep(self.job_delay) if self.clock is not None else anyio.sleep(self.job_delay))

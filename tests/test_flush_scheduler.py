@@ -4,6 +4,7 @@ a mirror touches only its own work."""
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -15,16 +16,17 @@ import pytest
 
 from core.errors import SourceUnavailableError
 from sinks.write_target import BlobLimits, TaskRange, Written
-from source.range_reader import OffsetsDeletedError, SourcePartition
+from source.range_reader import OffsetsDeletedError, ReadStalledError, SourcePartition
 from supervisor.flush_scheduler import (
     GATHER_MAX_S,
     HELD_AFTER_S,
     SHARED_POOL,
     SHARED_WRITE_BYTES,
     SHARED_WRITE_OFFSETS,
+    ClusterReadsStalled,
     FlushScheduler,
-    ReadRetryBusy,
     SchedulerLimits,
+    _Queued,
     gather_window,
 )
 from supervisor.metrics import MetricFamilies
@@ -315,37 +317,58 @@ async def test_cancelling_a_mirror_interrupts_its_own_job() -> None:
     assert spark.cancelled == [spark.jobs[0][0].job_group]
 
 
-async def test_a_read_tried_again_runs_alone_and_one_per_cluster_at_a_time() -> None:
-    """A small flush whose read stalled is asked again in a job of its own (its mirror's pool, never the shared
-    one); while it runs, another mirror's retry of the same cluster is refused at once, naming who goes first,
-    and a retry of another cluster is not held."""
-    spark = FakeSpark(hold=threading.Event())
+def item_of(owner: str, cluster: str) -> WriteItem:
+    source = dataclasses.replace(SOURCE, bootstrap_servers=cluster)
+    return WriteItem(source, TaskRange(0, 0, 10), BlobLimits(10**9, 10**9), Target(owner))
+
+
+async def test_a_cluster_whose_read_stalled_is_probed_by_one_flush_while_its_others_wait_for_the_outcome() -> None:
+    """A stall in a shared job makes the cluster suspect: its flushes join no shared job; one at a time runs alone
+    (the probe) while the others of that cluster wait for its outcome, not for a backoff: a probe that stalls again
+    hands the turn to the next, one that reads makes the cluster healthy and everyone goes on in shared jobs. Another
+    cluster is never held."""
+    stalled = ReadStalledError("c-0", 0, 10, 5.0, "")
+    spark = FakeSpark(failing={"c0": stalled})
     flushes = scheduler(spark)
     found: dict[str, Any] = {}
+
+    async def flush(owner: str, cluster: str) -> None:
+        try:
+            found[owner] = await flushes.submit(owner, [item_of(owner, cluster)], [100], 0.0, cluster=cluster)
+        except Exception as exc:
+            found[owner] = exc
+
     async with anyio.create_task_group() as running:
-
-        async def retry(owner: str, cluster: str) -> None:
-            try:
-                found[owner] = await flushes.submit(owner, [item(owner, 0, 10)], [100], alone=True, cluster=cluster)
-            except Exception as exc:
-                found[owner] = exc
-
-        running.start_soon(retry, "c0", "C")
+        running.start_soon(flushes.run)
+        await flush("c0", "C")  # stalls in a shared job: C is suspect now
+        assert found["c0"] is stalled and spark.jobs[-1][0].pool == SHARED_POOL
+        spark.hold = threading.Event()
+        spark.started.clear()
+        running.start_soon(flush, "c0", "C")  # the probe: alone, and it stalls again
         await anyio.to_thread.run_sync(spark.started.wait, 10)
-        await retry("c1", "C")
-        running.start_soon(retry, "a0", "A")
-        await anyio.wait_all_tasks_blocked()
-        spark.hold.set()  # type: ignore[union-attr]
-    busy = found["c1"]
-    assert isinstance(busy, ReadRetryBusy) and isinstance(busy, SourceUnavailableError)
-    assert (busy.cluster, busy.busy_with) == ("C", "c0")
-    assert [(spec.pool, owners) for spec, owners, _ in spark.jobs] == [
-        ("mirror-v3.c0", ["c0"]),
-        ("mirror-v3.a0", ["a0"]),
-    ]
-    assert found["c0"][0][0].first == 0 and found["a0"][0][0].first == 0
-    await retry("c1", "C")  # c0's is done: c1 may go now
-    assert found["c1"][0][0].first == 0
+        async with anyio.create_task_group() as waiting:
+            waiting.start_soon(flush, "c1", "C")
+            waiting.start_soon(flush, "c2", "C")
+            waiting.start_soon(flush, "a0", "A")
+            await anyio.wait_all_tasks_blocked()
+            started = sorted((spec.pool, owners) for spec, owners, _ in spark.jobs[1:])
+            assert started == [("mirror-v3.c0", ["c0"]), (SHARED_POOL, ["a0"])], started  # c1, c2 wait; a0 not
+            spark.hold.set()  # c0's probe stalls again; C's other flushes read
+        running.cancel_scope.cancel()
+    assert found["c0"] is stalled
+    pools = [(spec.pool, owners) for spec, owners, _ in spark.jobs[3:]]
+    assert pools[0] in (("mirror-v3.c1", ["c1"]), ("mirror-v3.c2", ["c2"])), pools  # the next probe
+    assert pools[1:] and all(pool == SHARED_POOL for pool, _ in pools[1:]), pools  # it read: the other one shares
+    assert all(found[owner][0][0].first == 0 for owner in ("c1", "c2", "a0"))
+
+
+async def test_a_flush_queued_for_a_shared_job_when_its_cluster_turns_suspect_is_handed_back_unread() -> None:
+    flushes = scheduler(FakeSpark())
+    flushes._suspect["C"] = anyio.Event()  # as a stall in the job before would leave it
+    waiting = _Queued("c1", "C", item_of("c1", "C"), 100, time.monotonic(), 0.0)
+    flushes._queue.append(waiting)
+    assert flushes._take() == [] and isinstance(waiting.failure, ClusterReadsStalled)
+    assert waiting.failure.cluster == "C" and isinstance(waiting.failure, SourceUnavailableError)
 
 
 async def test_load_says_how_many_jobs_run_how_full_they_are_and_how_long_flushes_wait() -> None:
