@@ -23,8 +23,10 @@ the submission of the Spark work is shared:
   them at a time runs as a job of its own (the probe) while the others of that cluster wait for its outcome. A
   probe that reads makes the cluster healthy and the waiters go on as usual; one that stalls leaves it suspect, its
   actor backs off, and the next waiter probes. Flushes of a cluster that turned suspect while queued for a shared
-  job are handed back (`ClusterReadsStalled`) and come through the probe. So a cluster that keeps stalling holds
-  one core at most, never every core nor a shared job, and its partitions never wait for each other's backoff.
+  job are handed back (`ClusterReadsStalled`) and come through the probe. And a partition whose own read stalled
+  joins no shared job until a read of it succeeds, whatever its cluster's state (a leaderless partition of a cluster
+  that otherwise answers). So a cluster or a partition that keeps stalling holds one core at most, never every core
+  nor a shared job, and partitions never wait for each other's backoff.
 
 Cancelling a mirror's work withdraws its queued flushes and interrupts its own-lane job; a shared job in flight
 runs on for its other partitions (what it staged for a cancelled mirror is a leftover that mirror's next start
@@ -163,6 +165,7 @@ class FlushScheduler:
         # Source clusters whose reads stalled, until one reads again: each with the event its current probe's end sets.
         self._suspect: dict[str, anyio.Event] = {}
         self._probing: set[str] = set()
+        self._stalled_owners: set[str] = set()  # mirrors whose own last read stalled: no shared job until one reads
         self._in_flight: dict[str, _InFlight] = {}  # owner → its flush's job, while it runs
         self._started: deque[_Started] = deque()  # the jobs of the last LOAD_WINDOW_S
 
@@ -193,9 +196,9 @@ class FlushScheduler:
             if cluster not in self._probing:
                 return await self._probe(owner, cluster, items, due_at)
             await self._suspect[cluster].wait()
-        if self.joins_shared_job(items, sum(weights)):
-            return [await self._shared(owner, cluster, items[0], weights[0], due_at, may_wait_s)]
-        return await self._own(owner, cluster, items, due_at)
+        if owner in self._stalled_owners or not self.joins_shared_job(items, sum(weights)):
+            return await self._own(owner, cluster, items, due_at)
+        return [await self._shared(owner, cluster, items[0], weights[0], due_at, may_wait_s)]
 
     async def _probe(self, owner: str, cluster: str, items: Sequence[WriteItem], due_at: float) -> list[list[Written]]:
         """The flush that finds out whether a suspect cluster reads again, as a job of its own."""
@@ -216,11 +219,23 @@ class FlushScheduler:
         if ended is not None:
             ended.set()
 
-    def _note_stalls(self, clusters: Sequence[str], outcomes: Sequence[Outcome[list[Written]]]) -> None:
-        """A read that stalled makes its cluster suspect."""
-        for cluster, outcome in zip(clusters, outcomes, strict=True):
-            if isinstance(outcome.error, ReadStalledError) and cluster not in self._suspect:
+    def _note_stalls(
+        self, owner_clusters: Sequence[tuple[str, str]], outcomes: Sequence[Outcome[list[Written]]]
+    ) -> None:
+        """A read that stalled makes its mirror one that joins no shared job, and its cluster suspect unless that
+        mirror had stalled already (one partition that keeps stalling, alone, must not hold its cluster's others at
+        the probe); a mirror whose writes all succeeded read again."""
+        stalled = {
+            pair
+            for pair, outcome in zip(owner_clusters, outcomes, strict=True)
+            if isinstance(outcome.error, ReadStalledError)
+        }
+        for owner, cluster in stalled:
+            if owner not in self._stalled_owners and cluster not in self._suspect:
                 self._suspect[cluster] = anyio.Event()
+            self._stalled_owners.add(owner)
+        for owner, _ in set(owner_clusters) - stalled:
+            self._stalled_owners.discard(owner)
 
     def job_seconds(self, owner: str, now: float | None = None) -> float:
         """How long the mirror's flush in flight has been in its running job (0: none)."""
@@ -273,7 +288,7 @@ class FlushScheduler:
             # Abandoned on cancel: the thread finishes (or fails) on its own once `cancel` has interrupted the
             # Spark job; the actor does not wait for it.
             outcomes = await anyio.to_thread.run_sync(self._run_job, items, packs, spec, abandon_on_cancel=True)
-            self._note_stalls([cluster] * len(items), outcomes)
+            self._note_stalls([(owner, cluster)] * len(items), outcomes)
         finally:
             self._in_flight.pop(owner, None)
             groups.discard(spec.job_group)
@@ -365,7 +380,7 @@ class FlushScheduler:
             for queued in batch:
                 if self._in_flight.get(queued.owner) is flight:
                     del self._in_flight[queued.owner]
-        self._note_stalls([queued.cluster for queued in batch], outcomes)
+        self._note_stalls([(queued.owner, queued.cluster) for queued in batch], outcomes)
         for queued, outcome in zip(batch, outcomes, strict=True):
             queued.outcome = outcome
             queued.done.set()

@@ -362,6 +362,39 @@ async def test_a_cluster_whose_read_stalled_is_probed_by_one_flush_while_its_oth
     assert all(found[owner][0][0].first == 0 for owner in ("c1", "c2", "a0"))
 
 
+async def test_a_partition_whose_read_stalled_joins_no_shared_job_until_a_read_of_it_succeeds() -> None:
+    """Its cluster may read again (another partition's probe), yet a partition that stalled (a leaderless one) reads
+    alone until its own read succeeds: it never holds a shared job twice."""
+    stalled = ReadStalledError("c-0", 0, 10, 5.0, "")
+    spark = FakeSpark(failing={"p": stalled})
+    flushes = scheduler(spark)
+
+    async def flush(owner: str) -> Any:
+        try:
+            return await flushes.submit(owner, [item_of(owner, "C")], [100], 0.0, cluster="C")
+        except Exception as exc:
+            return exc
+
+    async with anyio.create_task_group() as running:
+        running.start_soon(flushes.run)
+        assert await flush("p") is stalled  # in a shared job: C suspect, p stalled
+        assert (await flush("q"))[0][0].first == 0  # q probes alone and reads: C is healthy again
+        assert await flush("p") is stalled  # alone, though C is healthy
+        assert (await flush("r"))[0][0].first == 0  # and C stays healthy: r shares a job, no probe waits on p
+        del spark.failing["p"]
+        assert (await flush("p"))[0][0].first == 0  # alone, and it reads
+        assert (await flush("p"))[0][0].first == 0  # shared again
+        running.cancel_scope.cancel()
+    assert [spec.pool for spec, _, _ in spark.jobs] == [
+        SHARED_POOL,
+        "mirror-v3.q",
+        "mirror-v3.p",
+        SHARED_POOL,
+        "mirror-v3.p",
+        SHARED_POOL,
+    ]
+
+
 async def test_a_flush_queued_for_a_shared_job_when_its_cluster_turns_suspect_is_handed_back_unread() -> None:
     flushes = scheduler(FakeSpark())
     flushes._suspect["C"] = anyio.Event()  # as a stall in the job before would leave it
