@@ -57,16 +57,19 @@ class _Spell:
         self._retries = 0
 
     def failed(self) -> Retry | None:
-        """The next retry, or None when waiting for it would pass the deadline."""
+        """The next retry, or None once the deadline has passed. The last wait is cut to end at the deadline, so the
+        operation is asked until then, not up to a backoff less (which once failed a mirror 5 s before its source's
+        outage deadline while its message said the deadline had passed)."""
         now = self._clock()
         self._since = now if self._since is None else self._since
         self._retries += 1
         if self._rng is None:  # made at the first failure: seeding one reads the OS's entropy, and most calls succeed
             self._rng = random.Random()
-        delay = self._policy.backoff(self._retries, self._rng)
-        if now + delay - self._since > self._policy.deadline_s:
+        elapsed = now - self._since
+        if elapsed >= self._policy.deadline_s:
             return None
-        return Retry(self._retries, delay, now - self._since)
+        delay = min(self._policy.backoff(self._retries, self._rng), self._policy.deadline_s - elapsed)
+        return Retry(self._retries, delay, elapsed)
 
     @property
     def attempts(self) -> int:

@@ -120,12 +120,21 @@ class ReadStalledError(SourceRangeError, SourceUnavailableError):
     shared job's other partitions are not held, and is unavailability, not a verdict: the mirror asks again with
     backoff, within its source.outage-deadline-ms. `last_error` is librdkafka's last word on the partition;
     `streamed`: the range was read as it streamed into its write, which may have written records below `offset`
-    (else it was read whole before anything was written)."""
+    (else it was read whole before anything was written); `brokers_down`: given up because the client said every
+    broker of the cluster is down (the cluster's outage starts now), not because the wait ran out."""
 
     def __init__(
-        self, source: str, offset: int, end: int, stalled_s: float, last_error: str, streamed: bool = False
+        self,
+        source: str,
+        offset: int,
+        end: int,
+        stalled_s: float,
+        last_error: str,
+        streamed: bool = False,
+        brokers_down: bool = False,
     ) -> None:
         self.end, self.stalled_s, self.last_error, self.streamed = end, stalled_s, last_error, streamed
+        self.brokers_down = brokers_down
         why = last_error or "the broker sent nothing (did it stop answering, or the partition shrink?)"
         super().__init__(
             source, offset, f"no progress for {stalled_s:g}s at offset {offset} while reading up to {end - 1}: {why}"
@@ -422,7 +431,7 @@ class _RangeRead:
             self.last = position - 1
         if not self._waits_out_outages and (down := self._brokers_down()) is not None:
             waited = round(now - self.progressed_at, 3)
-            raise ReadStalledError(self.source.name, self.last + 1, self.end, waited, down, self.streamed)
+            raise ReadStalledError(self.source.name, self.last + 1, self.end, waited, down, self.streamed, True)
         if now - self.progressed_at > self.patience_s:
             raise ReadStalledError(
                 self.source.name, self.last + 1, self.end, self.patience_s, self.last_error, self.streamed

@@ -457,6 +457,10 @@ class MirrorActor(Generic[W]):
         try:
             return await self._source.run(plan.tasks, limits, target, self._planner.bytes_per_offset)
         except ReadStalledError as exc:
+            if exc.brokers_down:
+                # An unanswered request like any other: the cluster is down from now (its WARN, gauge and /readyz, and
+                # the outage deadline counted from here), not from the estate poll's next failure.
+                self._source.reachability.failed(exc)
             if exc.streamed and not target.abandons_cleanly:
                 # Records below the stall may be in the destination already: only it can say where to go on, which
                 # a restart asks. (Such a read waits out the outage deadline before it stalls.)

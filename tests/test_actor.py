@@ -542,3 +542,21 @@ async def test_a_read_that_stalled_is_asked_again_after_a_backoff_and_lands_once
     retries = [vars(r)["mirror_v3_fields"] for r in caplog.records if r.getMessage() == "source unavailable, retrying"]
     assert [(r["operation"], r["attempt"]) for r in retries] == [("read", 1), ("read", 2)], retries
     assert retries[0]["error"] == "t-0: no progress for 5s at offset 0 while reading up to 99: Connection refused"
+
+
+async def test_a_read_given_up_because_every_broker_is_down_starts_the_clusters_outage_at_once() -> None:
+    """Not at the estate poll's next failure: the WARN, the gauge, /readyz and the outage deadline count from it."""
+    source, store, clock = FakePartitionSource(), InMemoryStore(), FakeClock()
+    source.append(100)
+    source.fail_runs = [ReadStalledError("t-0", 0, 100, 0.05, "1/1 brokers are down", brokers_down=True)]
+    actor, stop, _ = make_actor(source, store, clock=clock)
+    async with anyio.create_task_group() as tasks:
+        tasks.start_soon(actor.run)
+        await actor.started.wait()
+        await clock.run_until(lambda: source.reachability.outage is not None, step_s=0.01)
+        outage = source.reachability.outage
+        assert outage is not None and outage.cause.endswith("1/1 brokers are down"), outage
+        source.reachability.answered()  # the poll hears from it again
+        await clock.run_until(lambda: destination_next(store) == 100, step_s=0.05)
+        stop.set()
+    assert read_back(store) == expected_rows(source)

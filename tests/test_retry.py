@@ -3,10 +3,12 @@ a retried commit never duplicates or skips a blob."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pytest
 
+from core.retry import retry_async
 from sinks.base import DestinationError
 from sinks.blob_chain import BlobExistsError, is_temp_name
 from sinks.blob_sink import BlobSink
@@ -135,3 +137,29 @@ def test_backoff_is_capped_and_jittered() -> None:
     delays = [policy.backoff(n, rng) for n in range(1, 12)]
     assert all(0.05 <= d <= 1.0 for d in delays)
     assert delays[-1] >= 0.5  # reached the cap (jittered down at most by half)
+
+
+async def test_an_operation_is_asked_until_its_deadline_the_last_wait_cut_to_end_there() -> None:
+    """Not given up a backoff early: the last ask is at the deadline itself."""
+    now = [0.0]
+    asked: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    async def operation() -> None:
+        asked.append(now[0])
+        raise TransientDestinationError("refused")
+
+    policy = RetryPolicy(initial_backoff_s=5.0, max_backoff_s=5.0, deadline_s=12.0)
+    with pytest.raises(RuntimeError, match="attempts"):
+        await retry_async(
+            operation,
+            TransientDestinationError,
+            policy,
+            lambda exc, attempts: RuntimeError(f"after {attempts} attempts"),
+            clock=lambda: now[0],
+            sleep=sleep,
+        )
+    assert asked[0] == 0.0 and asked[-1] == pytest.approx(12.0), asked
+    assert all(0 < later - earlier <= 5.0 for earlier, later in itertools.pairwise(asked)), asked

@@ -181,6 +181,7 @@ def test_when_every_broker_is_down_reads_are_given_up_at_once_unless_their_write
         with pytest.raises(ReadStalledError) as caught:
             offsets(consumers, source, 0, 20)
         assert caught.value.last_error == "1/1 brokers are down" and caught.value.stalled_s < 1.0
+        assert caught.value.brokers_down
     assert ticks.now < 1.0  # not a stall timeout
     preserve = dataclasses.replace(sources[0].partition_spec(), stream_stall_timeout_s=30.0)
     with pytest.raises(ReadStalledError) as waited:
