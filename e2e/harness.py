@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
+import yaml
 
 from testkit.kafka_data import create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, log_time, run_cli, write_config
@@ -22,6 +23,12 @@ from tools.generated import STATUS_SCHEMA
 # Offset queries every 200 ms instead of 500: the tests wait less for a mirror to notice new records.
 SOURCE_DEFAULTS = {"poll-interval-ms": 200}
 STATUS_SCHEMA = json.loads(STATUS_SCHEMA.path.read_text())
+
+
+def write_yaml(path: Path, document: Mapping[str, Any]) -> Path:
+    """A config document written as YAML (estate configs the tests build as dicts)."""
+    path.write_text(yaml.safe_dump(dict(document), sort_keys=False))
+    return path
 
 
 def backlog(bootstrap: str, topic: str, counts: Sequence[int], *, seed: int = 0, config: Any = None) -> None:

@@ -10,9 +10,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog, status_json
+from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog, status_json, write_yaml
 from sinks.blob_chain import BlobRange
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
@@ -29,11 +27,6 @@ from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, assert_same_records, chain, source_records
 
 DISCOVERY_MS = 4_000
-
-
-def write(path: Path, document: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
 
 
 def plan_keys(config: Path) -> list[tuple[str, str, int]]:
@@ -53,7 +46,7 @@ def test_a_regex_estate_is_planned_mirrored_and_followed_while_it_changes(
     layout = {f"{base}-a": [300, 200, 100, 50], f"{base}-b": [400], f"{base}-c": [120, 80], f"{base}-skip": [10]}
     for topic, counts in layout.items():
         backlog(kafka.bootstrap, topic, counts, seed=len(topic))
-    config = write(
+    config = write_yaml(
         tmp_path / "estate.yaml",
         {
             "destination": fs.config({"max-time-ms": 300}),
@@ -120,14 +113,14 @@ def test_two_clusters_with_one_topic_name_write_two_chains_and_two_series(
             {"name": "dr", "cluster": "dr", "topics": [topic_name]},
         ],
     }
-    colliding = run_cli("validate", "--config", str(write(tmp_path / "colliding.yaml", document)))
+    colliding = run_cli("validate", "--config", str(write_yaml(tmp_path / "colliding.yaml", document)))
     assert colliding.returncode == 2
     assert colliding.stderr.strip().startswith(f"invalid config: mirrors[1]: destination {topic_name}/0: "), colliding
     assert f"(dr: {topic_name}-0)" in colliding.stderr and f"(prod: {topic_name}-0)" in colliding.stderr
     assert "Traceback" not in colliding.stderr
 
     document["mirrors"][1]["destination-name"] = {"suffix": ".dr"}
-    config = write(tmp_path / "estate.yaml", document)
+    config = write_yaml(tmp_path / "estate.yaml", document)
     port = free_port()
     with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
         run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 300})
@@ -170,7 +163,7 @@ def test_an_unreachable_cluster_degrades_only_its_own_mirrors(
                 {"name": "dr", "cluster": "dr", "topics": [topic_name], "destination-name": {"suffix": ".dr"}},
             ],
         }
-        config = write(tmp_path / "estate.yaml", document)
+        config = write_yaml(tmp_path / "estate.yaml", document)
         port = free_port()
         with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
             run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 300})
@@ -204,7 +197,7 @@ def test_with_restart_a_failing_mirror_is_restarted_while_the_others_flush(
     backlog(kafka.bootstrap, broken, [500], seed=1)
     backlog(kafka.bootstrap, healthy, [500], seed=2)
     destination = {**fs.config({"max-time-ms": 300}), "retry": {"deadline-ms": 1_000, "max-backoff-ms": 200}}
-    config = write(
+    config = write_yaml(
         tmp_path / "estate.yaml",
         {
             "destination": destination,
@@ -262,7 +255,7 @@ def test_start_at_latest_and_daily_blobs(
     midnight = int(time.time() // 86_400 * 86_400_000)  # the last UTC midnight: recent enough for retention
     around = [Record(b"k", b"v%d" % i, timestamp_ms=midnight - 300 + 100 * i) for i in range(6)]
     produce(kafka.bootstrap, daily, 0, around)  # three records before midnight, three after
-    config = write(
+    config = write_yaml(
         tmp_path / "estate.yaml",
         {
             "destination": fs.config({"max-time-ms": 300}),
@@ -292,7 +285,7 @@ def test_shards_cover_each_partition_once_and_a_rescale_loses_and_repeats_nothin
 ) -> None:
     partitions = 12
     backlog(kafka.bootstrap, topic_name, [200] * partitions, seed=3)
-    config = write(
+    config = write_yaml(
         tmp_path / "estate.yaml",
         {
             "destination": fs.config({"max-time-ms": 300}),

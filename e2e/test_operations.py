@@ -12,9 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog, mirror_config, one_mirror, readyz, start
+from e2e.harness import (
+    SOURCE_DEFAULTS,
+    assert_exactly_once,
+    backlog,
+    mirror_config,
+    one_mirror,
+    readyz,
+    start,
+    write_yaml,
+)
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, generate_records, produce
 from testkit.mirror_run import MirrorRun, log_time
@@ -115,11 +122,6 @@ def test_an_unreachable_spark_master_fails_at_once_naming_it_and_the_process_is_
     assert elapsed < 30, f"took {elapsed:.0f}s"  # Spark's own registration retries would take over a minute
 
 
-def write(path: Path, document: dict[str, Any]) -> Path:
-    path.write_text(yaml.safe_dump(document, sort_keys=False))
-    return path
-
-
 BURST = 20_000  # records b gets just before its broker is killed: its mirror reads them when it dies
 
 
@@ -213,7 +215,7 @@ def test_a_cluster_blackholed_then_killed_mid_read_delays_no_other_clusters_flus
                 {"name": "b", "cluster": "b", "topics": [b_topic]},
             ],
         }
-        config = write(tmp_path / "two-clusters.yaml", document)
+        config = write_yaml(tmp_path / "two-clusters.yaml", document)
         a = SteadyProducer(kafka.bootstrap, topic_name)
         b = SteadyProducer(broker.bootstrap, b_topic)
         port = free_port()

@@ -219,19 +219,18 @@ class SharedConsumers:
             self._down[key] = error.str()
             self._stalled.add(key)
 
-    def _brokers_down(self, source: SourcePartition) -> Callable[[], str | None]:
-        key = self._cluster(source)
-        return lambda: self._down.get(key)
-
-    def _patience(self, source: SourcePartition, streamed: bool = False) -> float:
-        """How long a read of the source's cluster may go without progress: its stall timeout (a streamed read's,
-        if it has one of its own), at most STALLED_CLUSTER_PATIENCE_S once a read of its cluster stalled here."""
-        own = source.stall_timeout_s
+    def _patience(self, source: SourcePartition, streamed: bool = False) -> tuple[float, Callable[[], str | None]]:
+        """How long a read of the source's cluster may go without progress (its stall timeout, at most
+        STALLED_CLUSTER_PATIENCE_S once a read of its cluster stalled here), and what says every broker of it is
+        down. A streamed read with a stall timeout of its own belongs to a write that cannot be given up midway: it
+        waits that long, whatever the client says."""
         if streamed and source.stream_stall_timeout_s is not None:
-            own = source.stream_stall_timeout_s
-        if self._cluster(source) in self._stalled:
-            return min(own, STALLED_CLUSTER_PATIENCE_S)
-        return own
+            return source.stream_stall_timeout_s, lambda: None
+        key = self._cluster(source)
+        seconds = source.stall_timeout_s
+        if key in self._stalled:
+            seconds = min(seconds, STALLED_CLUSTER_PATIENCE_S)
+        return seconds, lambda: self._down.get(key)
 
     def announce(self, source: SourcePartition, read_from: int, end: int, estimated_bytes: int) -> None:
         """A range this task will read (ranges are read in the order announced)."""
@@ -254,15 +253,7 @@ class SharedConsumers:
             return
         consumer = self.consumer_for(source)
         try:
-            yield from _consume(
-                consumer,
-                source,
-                read_from,
-                end,
-                self._patience(source, streamed=True),
-                self._clock,
-                self._brokers_down(source),
-            )
+            yield from _consume(consumer, source, read_from, end, *self._patience(source, streamed=True), self._clock)
         except BaseException as exc:
             if isinstance(exc, ReadStalledError):
                 self._stalled.add(self._cluster(source))
@@ -305,7 +296,7 @@ class SharedConsumers:
         self._announced = [a for a in self._announced if (a[0].topic, a[0].partition, a[1], a[2]) not in taken]
         consumer = self.consumer_for(source)
         try:
-            found = _consume_many(consumer, chunk, self._patience(source), self._clock, self._brokers_down(source))
+            found = _consume_many(consumer, chunk, *self._patience(source), self._clock)
         except BaseException:
             self._drop(consumer)
             raise
@@ -380,14 +371,12 @@ class _RangeRead:
         read_from: int,
         end: int,
         patience_s: float | None = None,
+        brokers_down: Callable[[], str | None] = lambda: None,
         clock: Callable[[], float] = time.monotonic,
         streamed: bool = False,
-        brokers_down: Callable[[], str | None] = lambda: None,
     ) -> None:
         self.source, self.read_from, self.end, self.streamed = source, read_from, end, streamed
         self.patience_s = source.stall_timeout_s if patience_s is None else patience_s
-        # A streamed read on the longer stall timeout belongs to a write that cannot be given up midway: it waits.
-        self._waits_out_outages = streamed and source.stream_stall_timeout_s is not None
         self._brokers_down = brokers_down  # why every broker of the cluster is down, as its client said (None: not)
         self._clock = clock
         self.last = read_from - 1
@@ -429,7 +418,7 @@ class _RangeRead:
         if position > self.last + 1:
             self.progressed_at = now
             self.last = position - 1
-        if not self._waits_out_outages and (down := self._brokers_down()) is not None:
+        if (down := self._brokers_down()) is not None:
             waited = round(now - self.progressed_at, 3)
             raise ReadStalledError(self.source.name, self.last + 1, self.end, waited, down, self.streamed, True)
         if now - self.progressed_at > self.patience_s:
@@ -449,13 +438,13 @@ def _consume(
     read_from: int,
     end: int,
     patience_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
     brokers_down: Callable[[], str | None] = lambda: None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[list[Any]]:
     from confluent_kafka import TopicPartition
 
     consumer.assign([TopicPartition(source.topic, source.partition, read_from)])
-    read = _RangeRead(source, read_from, end, patience_s, clock, streamed=True, brokers_down=brokers_down)
+    read = _RangeRead(source, read_from, end, patience_s, brokers_down, clock, streamed=True)
     here = [TopicPartition(source.topic, source.partition)]
     while True:
         # Never ask for more than the range still holds: a batch that can fill returns at once.
@@ -483,15 +472,15 @@ def _consume_many(
     consumer: Any,
     ranges: list[tuple[SourcePartition, int, int]],
     patience_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
     brokers_down: Callable[[], str | None] = lambda: None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Prefetched:
     """Read the ranges of several partitions of one cluster at once (one fetch request carries them all), keeping
     each range's records, or the error that ended its read: one partition's failure is its own."""
     from confluent_kafka import TopicPartition
 
     reads = {
-        (s.topic, s.partition): _RangeRead(s, read_from, end, patience_s, clock, brokers_down=brokers_down)
+        (s.topic, s.partition): _RangeRead(s, read_from, end, patience_s, brokers_down, clock)
         for s, read_from, end in ranges
         if read_from < end
     }
