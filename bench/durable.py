@@ -39,7 +39,7 @@ import pyarrow.parquet as pq
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.latency import TIME_DIGITS, percentile, value_stamps
-from sinks.blob_chain import parse_blob_name
+from sinks.blob.chain import parse_blob_name
 from testkit.kafka_data import RDKAFKA_LOGGER
 from testkit.mirror_run import log_time
 from testkit.targets import FilesystemTarget, S3Target, VerificationError, chain

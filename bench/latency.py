@@ -24,7 +24,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from bench.mirror import Context, finish, flushes, start, wait_landed
 from bench.raw import PRODUCER
 from bench.scenarios import Scenario
-from sinks.blob_chain import parse_blob_name
+from sinks.blob.chain import parse_blob_name
 from testkit.kafka_data import KafkaDataError, create_topic
 from testkit.targets import FilesystemTarget, chain
 

@@ -21,7 +21,7 @@ from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartit
 
 from core.messages import RecordColumns, message_bytes
 from core.records import parquet_writer
-from sinks.blob_writer import ROW_GROUP_BYTES, ROW_GROUP_ROWS
+from sinks.blob.writer import ROW_GROUP_BYTES, ROW_GROUP_ROWS
 from testkit.kafka_data import RDKAFKA_LOGGER, KafkaDataError, watermarks
 
 KEY_BYTES = 8  # b"%08x" % (i mod 2**32)

@@ -24,7 +24,7 @@ from bench.scenarios import Scenario
 from bench.throughput import RamMoto
 from config.model import FilesystemDestination
 from core.records import KAFKA_SCHEMA, encode_parquet
-from sinks.blob_chain import blob_name
+from sinks.blob.chain import blob_name
 from testkit.kafka_data import ConsumedRecord, consume_all, create_topic
 from testkit.mirror_run import log_time
 from testkit.s3_servers import MotoServer

@@ -9,7 +9,7 @@ written. `--dry-run` then prints what it would register and set.
 Which subjects: under the `topic` strategy, `<topic>-key` / `<topic>-value` of every topic the entry selects now
 (for the fields it mirrors), where the source registry has them; under `record` and `topic-record`, subjects are
 named after record types, which only the records tell: `--subjects REGEX` picks source subjects by name (for every
-entry, added to the topic subjects). Copying is the mirror's own (`sinks.schema_mapping`), so a rerun registers
+entry, added to the topic subjects). Copying is the mirror's own (`sinks.schemas.mapping`), so a rerun registers
 nothing, and a mirror started afterwards finds its subjects ready.
 """
 
@@ -23,11 +23,11 @@ from typing import Protocol
 import anyio.to_thread
 
 from config.estate import MirrorSpec, compile_entries
-from config.model import Config, KafkaDestination, SchemaMode, SchemasConfig
+from config.model import Config, SchemaMode, SchemasConfig
 from core.errors import MirrorV3Error
 from kafka_clients.schema_registry import RegistryAccess, RegistryClient, Schema
-from kafka_clients.settings import registry_access
-from sinks.schema_mapping import (
+from sinks.destinations import open_destination
+from sinks.schemas.mapping import (
     Field,
     PlannedRegistry,
     Registry,
@@ -89,15 +89,15 @@ async def migrate_schemas(config: Config, *, dry_run: bool, subjects: re.Pattern
     """Copy (or, dry, survey) every subject; the lines the command prints. Both first plan every copy on a
     `PlannedRegistry` (`preflight`): the real run's own checks, nothing written; a refusal there
     (MigrationRefusedError) ends either before anything is registered, with the same line."""
-    destination = config.destination
-    if not isinstance(destination, KafkaDestination) or destination.schema_registry is None:
+    cluster = open_destination(config.destination).cluster
+    target = None if cluster is None else cluster.schema_registry
+    if target is None:
         return ["no entry copies schemas: nothing to migrate"]
     clusters = SourceClusters()
     try:
         plan = await plan_estate(clusters, compile_entries(config), None)
     finally:
         await clusters.close()
-    target = registry_access(destination.schema_registry, "destination.schema-registry")
     work = _subjects_of(plan.mirrors)
     if not work:
         return ["no entry copies schemas: nothing to migrate"]

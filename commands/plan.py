@@ -13,7 +13,7 @@ from commands.output import about, table_lines
 from config.estate import Shard, compile_entries
 from config.model import Config
 from core.errors import SourceError
-from sinks.factory import location
+from sinks.destinations import open_destination
 from source.offsets import SourceClusters
 from supervisor.discovery import plan_estate
 
@@ -54,6 +54,7 @@ async def collect_plan(config: Config, timeout_s: float, shard: Shard | None) ->
     finally:
         with anyio.CancelScope(shield=True):
             await clusters.close()
+    destination = open_destination(config.destination)
     rows = [
         PlannedMirror(
             cluster=spec.cluster,
@@ -61,7 +62,7 @@ async def collect_plan(config: Config, timeout_s: float, shard: Shard | None) ->
             partition=spec.partition,
             mirror=spec.name,
             entry=f"mirrors[{spec.entry}]",
-            destination=location(config.destination, spec.destination_name, spec.partition),
+            destination=destination.location(spec.destination_name, spec.partition),
             owner=None if shard is None else shard.owner(*spec.key),
         )
         for spec in plan.mirrors

@@ -1,12 +1,12 @@
 """`restore`: put archived chains back into Kafka topics, exactly once, resumable after a kill at any moment.
 
 The driver decides, Spark tasks move the records:
-1. The archive's chains are listed (`sinks.archive_catalog`) and selected by the config's entries; each chain's
+1. The archive's chains are listed (`Archive.chains`) and selected by the config's entries; each chain's
    blob names are validated in full, and its range to restore is the chain's extent cut by the entry's offset
    bounds, then by its timestamp bounds (a Spark job finds the first offsets stamped at or after them).
 2. In preserve mode (and for `--dry-run`) a survey job counts each range's records and holes first: a hole
    cannot keep its offset, so preserve refuses before anything is written, naming the first hole.
-3. Each destination partition is opened as the Kafka destination of a mirror would be (`sinks.kafka.KafkaSink`):
+3. Each destination partition is opened as the Kafka destination of a mirror would be (`sinks.kafka.sink.KafkaSink`):
    renumber takes the partition over and fences older writers, and its position is the archived offset its
    consumer group committed (or the last record's header); preserve's position is the partition's end, whose
    last record must be the archive's own record at that offset. The restore continues from there. `--dry-run`
@@ -41,24 +41,24 @@ from commands.restore_groups import RestoredRange, restore_positions
 from commands.restore_progress import Progress, RestoreMetrics
 from commands.restore_topics import RestoredTopic, prepare_topics, restored_topics
 from config.errors import ConfigError
-from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
 from core.errors import MirrorV3Error
 from core.logs import log_event
 from kafka_clients.clients import KafkaRecord
 from kafka_clients.schema_registry import registry_for
 from kafka_clients.settings import registry_access
-from sinks.archive_catalog import filesystem_chains, s3_chains
-from sinks.archive_documents import ArchiveDocuments, moment_text
-from sinks.archived_schemas import ArchivedRegistry, ArchivedSchemaMissingError, ArchivedSchemas
-from sinks.blob_chain import BlobRange, BlobStore, verify_all
-from sinks.blob_reading import BlobReader
-from sinks.factory import SinkFactory, kafka_settings, retry_policy, s3_settings
-from sinks.kafka import KafkaSink, KafkaSinkSettings, partition_name, refuse_preserve_into_empty
-from sinks.kafka_produce import ProducedRange
-from sinks.retry import RetryingSink
-from sinks.schema_archive import read_schemas
-from sinks.schema_mapping import (
+from sinks.archive.documents import ArchiveDocuments, moment_text
+from sinks.blob.chain import BlobRange, BlobStore, verify_all
+from sinks.blob.reading import BlobReader
+from sinks.destination import Archive
+from sinks.destinations import open_destination
+from sinks.kafka.destination import kafka_settings
+from sinks.kafka.produce import ProducedRange
+from sinks.kafka.sink import KafkaSink, KafkaSinkSettings, partition_name, refuse_preserve_into_empty
+from sinks.retry import RetryingSink, retry_policy
+from sinks.schemas.archive import read_schemas
+from sinks.schemas.archived import ArchivedRegistry, ArchivedSchemaMissingError, ArchivedSchemas
+from sinks.schemas.mapping import (
     FIELDS,
     Field,
     PlannedRegistry,
@@ -67,7 +67,7 @@ from sinks.schema_mapping import (
     SchemaIdMap,
     SubjectNames,
 )
-from sinks.schema_rewrite import RetryingRegistry, SchemaRewrite
+from sinks.schemas.rewrite import RetryingRegistry, SchemaRewrite
 from supervisor.describe import describe_error
 from supervisor.http import HttpEndpoint, PlainMirror, Readiness
 from supervisor.metrics import MetricFamilies
@@ -245,18 +245,18 @@ class ArchiveLookup:
         return await anyio.to_thread.run_sync(read)
 
 
-async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list[RestorePartition]:
+def archive_of(config: RestoreConfig) -> Archive:
+    """The archive a restore reads (`archive:` is a blob destination: config.restore checks it)."""
+    archive = open_destination(config.archive).archive
+    assert archive is not None, "config.restore takes only a blob destination as the archive"
+    return archive
+
+
+async def select_partitions(config: RestoreConfig, archive: Archive) -> list[RestorePartition]:
     """The archived chains the entries select, each with its range; ConfigError for a name or partition the
     archive does not hold, a chain selected twice, or two chains restored into one partition."""
-    archive = config.archive
-    if isinstance(archive, FilesystemDestination):
-        catalog = await anyio.to_thread.run_sync(filesystem_chains, archive.root)
-        where = archive.root
-    else:
-        assert isinstance(archive, S3Destination)
-        settings = s3_settings(archive)
-        catalog = await anyio.to_thread.run_sync(s3_chains, settings, archive.prefix, retry_policy(archive.retry))
-        where = f"s3://{archive.bucket}/{archive.prefix or ''}"
+    catalog = await anyio.to_thread.run_sync(archive.chains)
+    where = archive.where
     chosen: list[tuple[int, RestoreEntry, str, int]] = []
     for index, entry in enumerate(config.restore):
         names = _names(index, entry, catalog, where)
@@ -280,7 +280,7 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
 
     async def load(slot: int, entry: RestoreEntry, name: str, partition: int) -> None:
         async with limiter:
-            store = factory.chain_store(name, partition)
+            store = archive.chain_store(name, partition)
             try:
                 chain = await verify_all(store)
                 if config.as_of_ms is not None:
@@ -290,8 +290,7 @@ async def select_partitions(config: RestoreConfig, factory: SinkFactory) -> list
                 return
             finally:
                 await store.close()
-        reader = factory.chain_reader(name, partition)
-        assert reader is not None
+        reader = archive.reader(name, partition)
         first = max(chain[0].first, entry.from_offset or 0) if chain else 0
         end = (
             min(chain[-1].last + 1, entry.to_offset if entry.to_offset is not None else chain[-1].last + 1)
@@ -800,12 +799,11 @@ async def run_restore(
 ) -> str:
     """The whole command; returns what it prints on stdout. With `families`, the restore's series are served on
     the metrics port (/metrics, /healthz, /readyz: ready once every destination partition is open)."""
-    factory = SinkFactory(config.archive)
-    parts = await select_partitions(config, factory)
+    archive = archive_of(config)
+    parts = await select_partitions(config, archive)
     if not parts:
         raise ConfigError(("restore",), "the entries select no archived chain")
-    store = factory.documents()
-    assert store is not None, "an archive is a blob destination"
+    store = archive.documents()
     try:
         return await restore_parts(config, parts, store, dry_run, io or SparkKafkaIO(launch, families, metrics_port))
     finally:

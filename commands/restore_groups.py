@@ -1,5 +1,5 @@
 """A restore's consumer-group positions (`group-positions`): where the selected groups were, from the archive's
-newest positions of each source cluster (`sinks.group_positions`), committed on the destination once the records
+newest positions of each source cluster (`sinks.archive.group_positions`), committed on the destination once the records
 are in, so consumers continue there as they would have at the source.
 
 Each position is clipped to the restored range of its partition (`[first, end]`: a consumer behind the range
@@ -25,9 +25,9 @@ from core.logs import log_event
 from kafka_clients.admin import destination_admin
 from kafka_clients.clients import KafkaClients
 from kafka_clients.settings import cluster_access
-from sinks.archive_documents import ArchiveDocuments
-from sinks.group_positions import ArchivedPositions, newest_of_every_cluster
-from sinks.kafka import destination_offset_for
+from sinks.archive.documents import ArchiveDocuments
+from sinks.archive.group_positions import ArchivedPositions, newest_of_every_cluster
+from sinks.kafka.sink import destination_offset_for
 
 log = logging.getLogger("mirror_v3.restore")
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from core.logs import log_event
-from sinks.kafka_produce import ProducedRange
+from sinks.kafka.produce import ProducedRange
 from supervisor.metrics import MetricFamilies, MirrorMetrics
 
 log = logging.getLogger("mirror_v3.restore")

@@ -1,4 +1,4 @@
-"""The destination topics of a restore, from the archive's topic metadata (`sinks.topic_metadata`): with
+"""The destination topics of a restore, from the archive's topic metadata (`sinks.archive.topic_metadata`): with
 `create-topics`, a missing topic is created as the archive saw its source (partition count, and the configs of
 `destination.topic-configs` it set); an existing one is checked against it and the differences are reported.
 
@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from config.restore import RestoreConfig
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, ClusterAdmin, TopicState, destination_admin
-from sinks.archive_documents import ArchiveDocuments
-from sinks.topic_metadata import ArchivedTopic, as_of
+from sinks.archive.documents import ArchiveDocuments
+from sinks.archive.topic_metadata import ArchivedTopic, as_of
 
 log = logging.getLogger("mirror_v3.restore")
 

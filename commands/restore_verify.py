@@ -30,6 +30,7 @@ from commands.restore import (
     RestoreIO,
     RestorePartition,
     SparkKafkaIO,
+    archive_of,
     close_all,
     destination_position,
     narrow_by_time,
@@ -40,8 +41,7 @@ from commands.restore_groups import DestinationPositions, RestoredRange, archive
 from commands.restore_topics import plan_restored_topic, restored_topics
 from config.restore import RestoreConfig
 from kafka_clients.admin import destination_admin
-from sinks.archive_documents import ArchiveDocuments, moment_text
-from sinks.factory import SinkFactory
+from sinks.archive.documents import ArchiveDocuments, moment_text
 from supervisor.describe import describe_error
 from supervisor.spark_start import start_spark
 from workers.spark_session import SparkLaunch
@@ -130,10 +130,9 @@ class RestoreVerification:
 async def verify_restore(config: RestoreConfig, launch: SparkLaunch) -> RestoreVerification:
     """Check the restore `config` describes against its archive. Raises ConfigError for entries that select
     nothing the archive holds (as `restore` does)."""
-    factory = SinkFactory(config.archive)
-    parts = await select_partitions(config, factory)
-    store = factory.documents()
-    assert store is not None, "an archive is a blob destination"
+    archive = archive_of(config)
+    parts = await select_partitions(config, archive)
+    store = archive.documents()
     try:
         if any(p.since_ms is not None or p.until_ms is not None for p in parts):
             await start_spark(config.spark, launch)

@@ -31,7 +31,7 @@ from config.secrets import ConfigReferenceError
 from core.clock import SYSTEM_CLOCK, Clock
 from core.errors import MirrorV3Error, SourceError, first_error, first_line
 from sinks.base import DestinationError, Inspection
-from sinks.factory import SinkFactory
+from sinks.destinations import open_destination
 from source.lookup import source_lookup
 from source.offsets import SourceClusters, SourceOffsets
 from supervisor.describe import describe_error
@@ -270,8 +270,9 @@ def read_only_sinks(destination: Destination) -> Callable[[MirrorSpec], StatusSi
     """Each mirror's sink, without retries: status answers now, and says what failed.
 
     Raises DestinationError, or ConfigReferenceError when a file the destination names cannot be read."""
-    factory = SinkFactory(destination, source_lookup)
-    return lambda mirror: factory.build(mirror, retries=False)
+    opened = open_destination(destination, source_lookups=source_lookup)
+    opened.resolve()
+    return lambda mirror: opened.sink(mirror, retries=False)
 
 
 @dataclass(frozen=True)

@@ -28,16 +28,15 @@ import msgspec
 
 from commands.output import about, document_schema, table_lines
 from config.estate import MirrorSpec, Shard, compile_entries
-from config.model import Config, KafkaDestination
+from config.model import Config
 from core.errors import MirrorV3Error, SourceError
-from kafka_clients.admin import destination_admin
-from kafka_clients.settings import cluster_access
-from sinks.blob_chain import BlobRange, verify_all
-from sinks.blob_sink import BlobSink
-from sinks.factory import SinkFactory
-from sinks.kafka import KafkaSink
-from sinks.schema_archive import SchemaArchive
-from sinks.schema_rewrite import SchemaRewrite
+from sinks.blob.chain import BlobRange, verify_all
+from sinks.blob.sink import BlobSink
+from sinks.destination import Destination, DestinationCluster
+from sinks.destinations import open_destination
+from sinks.kafka.sink import KafkaSink
+from sinks.schemas.archive import SchemaArchive
+from sinks.schemas.rewrite import SchemaRewrite
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceClusters, SourceOffsets
 from source.range_reader import SourcePartition
@@ -155,13 +154,15 @@ async def collect_verification(
         with anyio.fail_after(timeout_s):
             plan = await plan_estate(clusters, compile_entries(config), shard)
         mirrors = [m for m in plan.mirrors if select is None or select.fullmatch(m.name)]
-        sinks = SinkFactory(config.destination, source_lookup, source_registries=source_registry)
+        destination = open_destination(
+            config.destination, source_lookups=source_lookup, source_registries=source_registry
+        )
         prepared: list[_Prepared | None] = [None] * len(mirrors)
-        destination_id = await _destination_id(config) if mirrors else None
+        destination_id = await _destination_id(destination.cluster) if mirrors else None
 
         async def prepare(index: int, mirror: MirrorSpec) -> None:
             prepared[index] = await _prepare(
-                mirror, sinks, clusters, config, max_differences, timeout_s, ignore_unmapped, destination_id
+                mirror, destination, clusters, config, max_differences, timeout_s, ignore_unmapped, destination_id
             )
 
         async with anyio.create_task_group() as tasks:
@@ -192,7 +193,7 @@ def _run_job(config: Config, work: tuple[VerifySlice, ...]) -> list[SliceCheck] 
 
 async def _prepare(
     mirror: MirrorSpec,
-    sinks: SinkFactory,
+    destination: Destination,
     clusters: SourceClusters,
     config: Config,
     max_differences: int,
@@ -200,7 +201,7 @@ async def _prepare(
     ignore_unmapped: bool = False,
     destination_id: str | Exception | None = None,
 ) -> _Prepared:
-    sink = sinks.build(mirror, retries=False)
+    sink = destination.sink(mirror, retries=False)
     schemas: SchemaArchive | None = None
     row = MirrorVerification(mirror.name, mirror.topic, mirror.partition, mirror.cluster, sink.description)
     per_slice = config.spark.offsets_per_task
@@ -216,34 +217,33 @@ async def _prepare(
             stall_timeout_s=mirror.source.request_timeout_ms / 1000,
         )
         slices: tuple[VerifySlice, ...]
-        if isinstance(sink, KafkaSink):
-            assert isinstance(config.destination, KafkaDestination)
-            destination = _destination_partition(config.destination, mirror)
+        cluster, archive = destination.cluster, destination.archive
+        if cluster is not None:
+            assert isinstance(sink, KafkaSink)
+            copy = _destination_partition(cluster, mirror)
             with anyio.fail_after(timeout_s * 10):
-                renumbered = config.destination.offsets == "renumber"
                 if isinstance(destination_id, Exception):
                     raise destination_id
                 slices = await _kafka_slices(
                     row,
                     sink,
                     source,
-                    destination,
+                    copy,
                     offsets,
-                    renumbered,
+                    cluster.renumbers,
                     per_slice,
                     max_differences,
                     destination_id,
                     ignore_unmapped,
-                    sinks.schema_rewrite(mirror, read_only=True),
+                    cluster.schema_rewrite(mirror, read_only=True),
                 )
         else:
-            assert isinstance(sink, BlobSink)
-            reader = sinks.blob_reader(mirror)
-            assert reader is not None
+            assert isinstance(sink, BlobSink) and archive is not None
+            reader = archive.reader(mirror.destination_name, mirror.partition)
             with anyio.fail_after(timeout_s * 10):
                 chain = await verify_all(sink.chain.store)
             _ranges(row, chain, offsets)
-            schemas = sinks.schema_archive(mirror)
+            schemas = archive.schema_archive(mirror)
             fields = () if schemas is None else schemas.fields
             slices = tuple(
                 BlobSlice(source, reader, blobs, offsets.log_start, offsets.end, max_differences, fields)
@@ -261,27 +261,26 @@ async def _prepare(
     return _Prepared(row, slices, schemas)
 
 
-async def _destination_id(config: Config) -> str | Exception | None:
+async def _destination_id(cluster: DestinationCluster | None) -> str | Exception | None:
     """renumber: the destination cluster's id, read once for every mirror (a failure is each mirror's error)."""
-    destination = config.destination
-    if not isinstance(destination, KafkaDestination) or destination.offsets != "renumber":
+    if cluster is None or not cluster.renumbers:
         return None
     try:
-        return await destination_admin(destination).cluster_id()
+        return await cluster.admin().cluster_id()
     except Exception as exc:
         return exc
 
 
-def _destination_partition(destination: KafkaDestination, mirror: MirrorSpec) -> SourcePartition:
+def _destination_partition(cluster: DestinationCluster, mirror: MirrorSpec) -> SourcePartition:
     """The destination partition as a Spark task reads it: committed records only."""
     return SourcePartition(
-        bootstrap_servers=destination.bootstrap_servers,
+        bootstrap_servers=cluster.bootstrap_servers,
         topic=mirror.destination_name,
         partition=mirror.partition,
         isolation_level="read_committed",
         group_id=f"mirror-v3.verify.{mirror.name}",
-        stall_timeout_s=destination.request_timeout_ms / 1000,
-        client_properties=cluster_access(destination, "destination").librdkafka(),
+        stall_timeout_s=cluster.request_timeout_s,
+        client_properties=cluster.reader_properties(),
     )
 
 

@@ -1,6 +1,6 @@
 """The renumber-mode headers: each record's source offset, and the cluster it was copied from.
 
-Written by the tasks that produce into the Kafka destination (`sinks.kafka_produce`), right after the
+Written by the tasks that produce into the Kafka destination (`sinks.kafka.produce`), right after the
 record's own headers: the offset, then the cluster. The sink reads the offset back to find its position
 when the group's committed offset is gone; a mirror skips a record whose cluster header names its own
 destination (it came from there), so two mirrors in opposite directions never copy a record back.

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog, status_json, write_yaml
-from sinks.blob_chain import BlobRange
+from sinks.blob.chain import BlobRange
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
     Record,

@@ -34,7 +34,7 @@ from e2e.harness import (
     status_json,
     status_rows,
 )
-from sinks.blob_chain import blob_name, is_temp_name, temp_name
+from sinks.blob.chain import blob_name, is_temp_name, temp_name
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, committed_offset, create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, run_cli

@@ -206,7 +206,7 @@ def test_kill_9_at_random_moments(
 def test_preserve_refuses_a_source_with_holes(
     kafka: KafkaBroker, kafka_destination_broker: KafkaBroker, topic_name: str, tmp_path: Path
 ) -> None:
-    """Transaction markers here; compaction makes the same kind of hole (sinks.kafka_produce)."""
+    """Transaction markers here; compaction makes the same kind of hole (sinks.kafka.produce)."""
     _transactional_source(kafka, topic_name)
     create_topic(kafka_destination_broker.bootstrap, topic_name)
     destination = KafkaTarget(kafka_destination_broker.bootstrap, "preserve")

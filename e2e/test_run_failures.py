@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from e2e.harness import backlog, mirror_config, one_mirror, refused, start, status_json
-from sinks.blob_chain import blob_name
+from sinks.blob.chain import blob_name
 from testkit.kafka_broker import KafkaBroker
 from testkit.mirror_run import run_cli
 from testkit.ports import free_port

@@ -28,7 +28,7 @@ from e2e.harness import (
     status_json,
     status_rows,
 )
-from sinks.blob_chain import blob_name
+from sinks.blob.chain import blob_name
 from testkit.http_fault_proxy import FaultProxy, RequestInfo
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import Record, create_topic, produce

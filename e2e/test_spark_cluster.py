@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from e2e.harness import assert_exactly_once, backlog, one_mirror, start
-from sinks.blob_chain import is_temp_name
+from sinks.blob.chain import is_temp_name
 from testkit.kafka_broker import KafkaBroker
 from testkit.mirror_run import MirrorRun
 from testkit.spark_cluster import SparkCluster

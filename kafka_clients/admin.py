@@ -46,7 +46,7 @@ class TopicState:
 
 @dataclass(frozen=True)
 class TopicLayout:
-    """A topic as an archive keeps it (`sinks.topic_metadata`): what rebuilding it elsewhere needs."""
+    """A topic as an archive keeps it (`sinks.archive.topic_metadata`): what rebuilding it elsewhere needs."""
 
     partitions: int
     replication_factor: int

@@ -35,7 +35,7 @@ class DestinationOutage:
 
 class DestinationHealth:
     def __init__(self, location: str, clock: Callable[[], float] = time.monotonic) -> None:
-        self.location = location  # the destination as a whole (sinks.factory.root_location)
+        self.location = location  # the destination as a whole (sinks.destination.Destination.where)
         self._clock = clock
         self._failing: dict[str, str] = {}  # mirror → the words of its spell's latest failure
         self._since: float | None = None

@@ -1,6 +1,7 @@
-"""Leases on a blob destination's chains: one live writer per chain, known before anything there is touched.
+"""Leases on a destination's chains: one live writer per chain, known before anything there is touched. Each kind
+keeps them in its own store (`LeaseStore`: `sinks.filesystem.leases`, `sinks.s3.leases`, `sinks.kafka.leases`).
 
-The blob chain already refuses a second writer's commits (`sinks.blob_chain`), but only once it commits: before
+The blob chain already refuses a second writer's commits (`sinks.blob.chain`), but only once it commits: before
 that, a second process's start-up would clean the live writer's staged files (filesystem) or abort its uploads
 (S3). A lease makes the second writer visible first. Two records, so that renewing costs one write per process,
 not one per chain:

@@ -19,17 +19,27 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Generic, Protocol, TypeVar
 
+from config.model import RetryConfig
 from core.errors import first_line
 from core.logs import log_event
 from core.retry import Retry, RetryPolicy, retry_async, retry_blocking
 from sinks.base import Committed, DestinationError, Inspection, Sink
 from sinks.write_target import WriteTarget, Written
 
-__all__ = ["RetriesExhaustedError", "RetryPolicy", "RetryingSink", "TransientDestinationError"]
+__all__ = ["RetriesExhaustedError", "RetryPolicy", "RetryingSink", "TransientDestinationError", "retry_policy"]
 
 T = TypeVar("T")
 W = TypeVar("W", bound=Written)
 log = logging.getLogger("mirror_v3.retry")
+
+
+def retry_policy(retry: RetryConfig) -> RetryPolicy:
+    """A destination's `retry` block, in seconds."""
+    return RetryPolicy(
+        initial_backoff_s=retry.initial_backoff_ms / 1000,
+        max_backoff_s=retry.max_backoff_ms / 1000,
+        deadline_s=retry.deadline_ms / 1000,
+    )
 
 
 class TransientDestinationError(DestinationError):

@@ -16,7 +16,7 @@ from anyio.abc import TaskGroup
 
 from config.errors import ConfigError
 from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
-from config.model import Config, KafkaDestination
+from config.model import Config
 from config.runtime import RuntimeSettings
 from config.secrets import ConfigReferenceError
 from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, SourceError, exit_code_for
@@ -26,7 +26,8 @@ from kafka_clients.admin import SourceAdmins
 from kafka_clients.schema_registry import RegistryAccess
 from kafka_clients.settings import registry_access
 from sinks.base import DestinationError
-from sinks.factory import SinkFactory, chain_name
+from sinks.destination import Destination, chain_name
+from sinks.destinations import open_destination
 from sinks.leases import Holder, LeaseLostError, Leases
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceCluster, SourceClusters
@@ -78,7 +79,7 @@ class Supervisor:
         self._entries = compile_entries(config)
         self._discovers = any(entry.single is None for entry in self._entries)
         self._clusters = SourceClusters()
-        self._sinks: SinkFactory | None = None
+        self._destination: Destination | None = None  # opened by run()
         self.stop_requested = anyio.Event()
         self.spark_abandoned = False  # the process ended while Spark still started (see commands.cli._run)
         self.mirrors: dict[MirrorKey, MirrorRecord] = {}  # one record per mirror: its actor, scope and fate
@@ -123,7 +124,7 @@ class Supervisor:
             heartbeat_secs=self._runtime.heartbeat_secs,
             drain_timeout_secs=self._runtime.drain_timeout_secs,
         )
-        assert self._sinks is not None, "run() makes the sink factory before any mirror"
+        assert self._destination is not None, "run() opens the destination before any mirror"
         metrics = MirrorMetrics.for_mirror(
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )
@@ -138,7 +139,7 @@ class Supervisor:
         return MirrorActor(
             mirror=spec,
             source=SparkPartitionSource(spec, cluster, self._spark, self._scheduler),
-            sink=self._sinks.build(
+            sink=self._destination.sink(
                 spec, on_retry=metrics.inflight_retry.set, cluster_ids=self._loop_ids.get(spec.cluster)
             ),
             metrics=metrics,
@@ -153,6 +154,7 @@ class Supervisor:
 
     async def run(self) -> int:
         quiet_aiokafka_leaks()
+        leases: Leases | None = None
         try:
             plan, unreadable = await plan_readable(self._clusters, self._entries, self._shard)
             if unreadable and len(unreadable) == len({e.cluster for e in self._entries}):
@@ -161,29 +163,37 @@ class Supervisor:
                 self._listen(entry.cluster, self._clusters.get(entry.source, entry.source_field))
             # Its selections start when discovery can read it; the other clusters' mirrors go on.
             self._discovery_failed(unreadable)
-            destination = self._config.destination
-            if isinstance(destination, KafkaDestination) and destination.offsets == "renumber":
+            destination = open_destination(
+                self._config.destination,
+                holder=self._holder,
+                source_lookups=source_lookup,
+                source_registries=source_registry,
+            )
+            destination.resolve()  # a secret or TLS file it cannot read: named now, before anything starts
+            services = destination.services
+            if services.loop_guard is not None:
                 sources = {entry.cluster: (entry.source, entry.source_field) for entry in self._entries}
-                self._loop_ids = await loop_ids(destination, sources)
-            if isinstance(destination, KafkaDestination) and destination.sync_groups is not None:
-                self._groups = GroupSync(destination, self._families)
+                self._loop_ids = await loop_ids(services.loop_guard, sources)
+            if services.sync_groups is not None:
+                self._groups = GroupSync(services.sync_groups, self._families)
             if any(entry.source.commit_source_offsets for entry in self._entries):
                 self._commits = SourceOffsetCommitter(self._source_admins, self._families)
-            if isinstance(destination, KafkaDestination) and destination.create_topics:
-                self._topics = TopicManager(destination)
+            if services.create_topics is not None:
+                self._topics = TopicManager(services.create_topics)
                 await self._topics.prepare(plan.mirrors)
             # Now, not with the first mirror: a destination's leases are kept renewed from the start even when the
             # first mirrors come from discovery later.
-            self._sinks = SinkFactory(self._config.destination, source_lookup, self._holder, source_registry)
-            up = self._families.destination_up.labels(self._sinks.health.location)
-            self._sinks.health.listen(lambda outage: up.set(0 if outage else 1))
+            self._destination = destination
+            leases = destination.leases
+            up = self._families.destination_up.labels(destination.health.location)
+            destination.health.listen(lambda outage: up.set(0 if outage else 1))
             for spec in plan.mirrors:
                 self.mirrors[spec.key] = self._record(spec)
-            self._archiver = self._topic_archiver()
+            self._archiver = self._topic_archiver(destination)
             if self._archiver is not None:
                 self._archiver.watch(plan.mirrors)
-            self._positions = self._group_archiver()
-            self._registries = self._registry_watch()
+            self._positions = self._group_archiver(destination)
+            self._registries = self._registry_watch(destination)
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
             self._fail(None, exc, exc.headline or "cannot start")
         if self._failure is not None:
@@ -198,13 +208,12 @@ class Supervisor:
                 max_lag=self._runtime.readiness_lag,
                 spark_load=self._scheduler.load,
                 unreachable=self._unreachable,
-                destination=None if self._sinks is None else self._sinks.health,
+                destination=None if self._destination is None else self._destination.health,
                 registries=self._registries_down,
             ),
             self._runtime.metrics_port,
         )
         await self.http.start()
-        leases = None if self._sinks is None else self._sinks.leases
         try:
             async with anyio.create_task_group() as outer:
                 outer.start_soon(self._watch_signals)
@@ -260,15 +269,14 @@ class Supervisor:
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.mirrors))
         return EXIT_OK
 
-    def _topic_archiver(self) -> TopicArchiver | None:
-        """A blob destination's topic metadata keeper (`supervisor.topic_archiver`), unless turned off."""
-        destination = self._config.destination
-        store = None if self._sinks is None else self._sinks.documents()
-        if store is None or isinstance(destination, KafkaDestination) or destination.topic_metadata_interval_ms == 0:
+    def _topic_archiver(self, destination: Destination) -> TopicArchiver | None:
+        """A blob archive's topic metadata keeper (`supervisor.topic_archiver`), unless turned off."""
+        archive, every_s = destination.archive, destination.services.topic_metadata_every_s
+        if archive is None or every_s is None:
             return None
-        return TopicArchiver(store, self._source_admins, destination.topic_metadata_interval_ms / 1000)
+        return TopicArchiver(archive.documents(), self._source_admins, every_s)
 
-    def _registry_watch(self) -> RegistryWatch | None:
+    def _registry_watch(self, destination: Destination) -> RegistryWatch | None:
         """The schema registries the entries with `schemas` use, probed for the gauge and /readyz (None: none)."""
         found: dict[str, RegistryAccess] = {}
         for entry in self._entries:
@@ -276,10 +284,9 @@ class Supervisor:
             if entry.schemas is not None and entry.schemas.on and registry is not None:
                 access = registry_access(registry, f"{entry.source_field}.schema-registry")
                 found.setdefault(access.url, access)
-        destination = self._config.destination
-        if found and isinstance(destination, KafkaDestination) and destination.schema_registry is not None:
-            access = registry_access(destination.schema_registry, "destination.schema-registry")
-            found.setdefault(access.url, access)
+        destination_registry = destination.services.schema_registry
+        if found and destination_registry is not None:
+            found.setdefault(destination_registry.url, destination_registry)
         if not found:
             return None
         watch = RegistryWatch(list(found.values()))
@@ -294,14 +301,12 @@ class Supervisor:
         else:
             self._registries_down[url] = outage.cause
 
-    def _group_archiver(self) -> GroupArchiver | None:
-        """A blob destination's keeper of consumer-group positions (`destination.archive-groups`), if asked for."""
-        destination = self._config.destination
-        if isinstance(destination, KafkaDestination) or destination.archive_groups is None or self._sinks is None:
+    def _group_archiver(self, destination: Destination) -> GroupArchiver | None:
+        """A blob archive's keeper of consumer-group positions (`destination.archive-groups`), if asked for."""
+        archive, selection = destination.archive, destination.services.group_positions
+        if archive is None or selection is None:
             return None
-        store = self._sinks.documents()
-        assert store is not None, "a blob destination keeps documents"
-        return GroupArchiver(store, self._source_admins, destination.archive_groups)
+        return GroupArchiver(archive.documents(), self._source_admins, selection)
 
     @cached_property
     def _source_admins(self) -> SourceAdmins:

@@ -7,8 +7,7 @@ from kafka_clients.admin import AdminRequestError, ClusterAdmin
 from kafka_clients.diagnosis import diagnose_bootstrap
 from kafka_clients.settings import cluster_access
 from sinks.base import DestinationError
-from sinks.factory import retry_policy
-from sinks.retry import TransientDestinationError, retry_transient
+from sinks.retry import TransientDestinationError, retry_policy, retry_transient
 
 _PROBE_MS = 3_000
 

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from core.errors import DataLossError
 from core.retry import RetryPolicy
 from sinks.base import FencedError
-from sinks.blob_chain import BlobExistsError, CorruptChainError
-from sinks.kafka_produce import DestinationMovedError, PreserveHoleError
-from sinks.s3_errors import PreconditionFailed
+from sinks.blob.chain import BlobExistsError, CorruptChainError
+from sinks.kafka.produce import DestinationMovedError, PreserveHoleError
+from sinks.s3.errors import PreconditionFailed
 from source.range_reader import OffsetsDeletedError
 
 # Facts about the data or the destination's owner: corrupt chain, lost records, a hole preserve mode cannot write,

@@ -6,7 +6,7 @@ write them. A flush is due when the readable backlog holds a full blob (`max-off
 since it became readable, when the mirror drains, and once right after start (the first flush
 reads a short probe range to learn the bytes per offset that max-bytes is judged by). Tasks cover
 consecutive ranges whose boundaries are whole estimated blobs, so most blobs come out near
-`max-bytes`; the tasks cut the actual blobs from the records they read (`sinks.blob_writer`). A
+`max-bytes`; the tasks cut the actual blobs from the records they read (`sinks.blob.writer`). A
 size-triggered flush writes whole blobs; the rest waits for its own max-time, unless it has waited
 that long already (the tail of a backlog), and then goes in the same job.
 

@@ -1,4 +1,4 @@
-"""Consumer-group positions into the blob archive (`sinks.group_positions`, `destination.archive-groups`).
+"""Consumer-group positions into the blob archive (`sinks.archive.group_positions`, `destination.archive-groups`).
 
 Every `interval-ms`, per source cluster of the running mirrors: the selected groups (one ListGroups), each one's
 committed offsets (one OffsetFetch per group), kept for the partitions this process archives, next to how far the
@@ -22,9 +22,9 @@ from config.model import ArchiveGroupsConfig
 from core.errors import MirrorV3Error, first_line
 from core.logs import SpellLog, log_event
 from kafka_clients.admin import SourceAdmins
-from sinks import group_positions
-from sinks.archive_documents import ArchiveDocuments, moment_text
-from sinks.group_positions import ArchivedPositions, Offsets
+from sinks.archive import group_positions
+from sinks.archive.documents import ArchiveDocuments, moment_text
+from sinks.archive.group_positions import ArchivedPositions, Offsets
 from supervisor.group_sync import MirroredPartition
 
 log = logging.getLogger("mirror_v3.groups")

@@ -6,8 +6,9 @@ Per group and mirrored partition, every interval:
 - the source offset is the group's committed offset, but never beyond the mirror's position (the next source
   offset the destination durably holds): a consumer moved there must not skip a record still on its way;
 - preserve mode writes it unchanged (offsets are the same on both sides); renumber mode writes the destination
-  offset of the first record whose `mirror-v3.source-offset` is at or above it (`sinks.kafka.destination_offset_for`,
-  a binary search), or the partition's end when every record below it is there;
+  offset of the first record whose `mirror-v3.source-offset` is at or above it
+  (`sinks.kafka.sink.destination_offset_for`, a binary search), or the partition's end when every record below it
+  is there;
 - a group with members on the destination is left alone (its consumers own its offsets there), and a partition
   whose destination offset is already at or beyond the target is not moved back.
 
@@ -31,7 +32,7 @@ from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from kafka_clients.clients import KafkaClients
 from kafka_clients.settings import cluster_access
-from sinks.kafka import destination_offset_for
+from sinks.kafka.sink import destination_offset_for
 from supervisor.describe import describe_error
 from supervisor.metrics import MetricFamilies
 

@@ -1,5 +1,5 @@
-"""Each archived topic's metadata into the blob archive (`sinks.topic_metadata`), when its mirrors start and again
-whenever it changes.
+"""Each archived topic's metadata into the blob archive (`sinks.archive.topic_metadata`), when its mirrors start and
+again whenever it changes.
 
 Every `topic-metadata-interval-ms` (and at once for topics whose mirrors just started) it reads every watched
 source topic's layout (partition count, replication factor, topic ID, the configs set on it: two admin requests per
@@ -25,9 +25,9 @@ from config.model import SourceConfig
 from core.errors import MirrorV3Error, first_line
 from core.logs import SpellLog, log_event
 from kafka_clients.admin import SourceAdmins, TopicLayout
-from sinks import topic_metadata
-from sinks.archive_documents import ArchiveDocuments, moment_text
-from sinks.topic_metadata import ArchivedTopic, newest
+from sinks.archive import topic_metadata
+from sinks.archive.documents import ArchiveDocuments, moment_text
+from sinks.archive.topic_metadata import ArchivedTopic, newest
 
 log = logging.getLogger("mirror_v3.topics")
 

@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sinks.blob_chain import BlobRange, is_temp_name, parse_blob_name
-from sinks.filesystem import is_bookkeeping
+from sinks.blob.chain import BlobRange, is_temp_name, parse_blob_name
+from sinks.filesystem.store import is_bookkeeping
 from testkit.kafka_data import ConsumedRecord, committed_offset, consume_all, consume_as_group, watermarks
 
 SOURCE_OFFSET_HEADER = "mirror-v3.source-offset"

@@ -17,11 +17,11 @@ from prometheus_client import CollectorRegistry
 from core.records import KAFKA_SCHEMA
 from kafka_clients.schema_registry import RegistryRequestError, Schema, SubjectVersion
 from sinks.base import DestinationError
-from sinks.blob_chain import BlobExistsError, is_temp_name, temp_name
+from sinks.blob.chain import BlobExistsError, is_temp_name, temp_name
+from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.retry import TransientDestinationError
-from sinks.s3_staging import S3Settings
-from sinks.schema_mapping import same_schema
-from sinks.staging import BlobFormat, StagedBlob
+from sinks.s3.staging import S3Settings
+from sinks.schemas.mapping import same_schema
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.offsets import PolledOffsets, Sighting, SourceOffsets
 from source.outages import ClusterReachability
@@ -598,7 +598,7 @@ class MemoryRegistry:
 
 
 class MemoryGroupOffsets:
-    """A cluster's committed group offsets with their metadata, as `sinks.kafka_leases.GroupOffsets` (the admin
+    """A cluster's committed group offsets with their metadata, as `sinks.kafka.leases.GroupOffsets` (the admin
     client) sees them: commits overwrite, a deleted group has none. Each call yields once, so concurrent callers
     interleave as they would over the network."""
 

@@ -16,9 +16,9 @@ from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
 from core.clock import SYSTEM_CLOCK
 from core.errors import DataLossError, SourceBehindDestinationError, SourceUnavailableError
-from sinks.blob_chain import blob_name, parse_blob_name
-from sinks.blob_sink import BlobSink
-from sinks.staging import StagedBlob
+from sinks.blob.chain import blob_name, parse_blob_name
+from sinks.blob.sink import BlobSink
+from sinks.blob.staging import StagedBlob
 from source.offsets import PolledOffsets, SourceOffsets
 from source.outages import SourceOutageError
 from source.range_reader import ReadStalledError

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from core.records import KAFKA_SCHEMA
-from sinks.blob_reading import FilesystemBlobReader
+from sinks.filesystem.reading import FilesystemBlobReader
 from tests.fakes import FakePartitionSource
 from tests.test_verify_task import archive
 from workers.archive_records import ArchiveReadError, first_stamped_at_or_after, read_archived, survey_archived

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sinks.blob_chain import (
+from sinks.blob.chain import (
     BlobChain,
     BlobExistsError,
     BlobRange,
@@ -20,8 +20,8 @@ from sinks.blob_chain import (
     temp_name,
     validate_chain,
 )
-from sinks.filesystem import FilesystemStore, is_bookkeeping
-from sinks.staging import BlobFormat, StagedBlob
+from sinks.blob.staging import BlobFormat, StagedBlob
+from sinks.filesystem.store import FilesystemStore, is_bookkeeping
 from tests.fakes import InMemoryStore, stage_bytes
 
 

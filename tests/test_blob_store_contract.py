@@ -1,6 +1,6 @@
 """The `BlobStore` contract, once, against every store: in memory, a directory, and S3 (moto in this process).
 
-The blob chain (sinks/blob_chain.py) relies on exactly these behaviours, so each store is held to them here rather
+The blob chain (sinks/blob/chain.py) relies on exactly these behaviours, so each store is held to them here rather
 than through the CLI: a staged blob (written as a Spark task does it) is committed only under a free name and what
 is there stays, an answer lost after the commit landed is retried without a duplicate or a false "another writer",
 listings come in name order from any `start_after`, temporaries are never listed and leftovers of interrupted
@@ -19,12 +19,12 @@ from typing import Any, cast
 import anyio.to_thread
 import pytest
 
-import sinks.blob_chain
-import sinks.durable_dirs
-import sinks.filesystem
+import sinks.blob.chain
+import sinks.filesystem.durable_dirs
+import sinks.filesystem.store
 from core.thread_batches import ThreadBatches
 from sinks.base import DestinationError
-from sinks.blob_chain import (
+from sinks.blob.chain import (
     BlobChain,
     BlobExistsError,
     BlobRange,
@@ -38,10 +38,10 @@ from sinks.blob_chain import (
     parse_blob_name,
     temp_name,
 )
-from sinks.filesystem import FilesystemStore
+from sinks.blob.staging import BlobFormat, BlobStaging, StagedBlob
+from sinks.filesystem.store import FilesystemStore
 from sinks.retry import RetryPolicy
-from sinks.s3 import S3Connection, S3Store
-from sinks.staging import BlobFormat, BlobStaging, StagedBlob
+from sinks.s3.store import S3Connection, S3Store
 from testkit.http_fault_proxy import FaultProxy, RequestInfo
 from tests.fakes import InMemoryStore, MemoryStaging, moto_settings
 
@@ -88,7 +88,7 @@ def _memory() -> StoreUnderTest:
 
 
 def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderTest:
-    fsync_directory = sinks.durable_dirs.fsync_directory
+    fsync_directory = sinks.filesystem.durable_dirs.fsync_directory
 
     def lose_next_answer() -> None:
         # The link has made the blob visible; the directory fsync then fails (EIO): the caller cannot know.
@@ -102,7 +102,7 @@ def _filesystem(directory: Path, monkeypatch: pytest.MonkeyPatch) -> StoreUnderT
                 raise OSError(errno.EIO, "Input/output error")
             fsync_directory(path)
 
-        monkeypatch.setattr(sinks.filesystem, "fsync_directory", failing_once)
+        monkeypatch.setattr(sinks.filesystem.store, "fsync_directory", failing_once)
 
     def leave(name: str) -> None:
         directory.mkdir(parents=True, exist_ok=True)
@@ -316,7 +316,7 @@ async def test_the_tail_of_a_long_chain_is_found_with_few_listings(
     under_test: StoreUnderTest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """30 pages of blobs of skewed sizes (pages of 10 names stand in for S3's 1 000)."""
-    monkeypatch.setattr(sinks.blob_chain, "PAGE", 10)
+    monkeypatch.setattr(sinks.blob.chain, "PAGE", 10)
     offset = 0
     for index in range(300):
         size = (1, 7, 1000, 3)[index % 4] if index < 200 else 1  # large blobs, then a run of tiny ones

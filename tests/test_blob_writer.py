@@ -10,8 +10,8 @@ import pytest
 
 from core.records import KAFKA_SCHEMA
 from core.schema_wire import with_schema_id
-from sinks.blob_writer import stage_blobs
-from sinks.staging import StagedBlob
+from sinks.blob.staging import StagedBlob
+from sinks.blob.writer import stage_blobs
 from sinks.write_target import BlobLimits, TaskRange
 from source.range_reader import OffsetsDeletedError, SourceRangeError, consume_range
 from tests.fakes import FakeConsumer, FakeMessage, FakePartitionSource, FakeRecord, InMemoryStore, MemoryStaging

@@ -15,7 +15,7 @@ from config.restore import parse_restore_config
 from kafka_clients.admin import destination_admin
 from kafka_clients.property_check import librdkafka_refusal
 from kafka_clients.settings import librdkafka_properties
-from sinks.factory import kafka_settings
+from sinks.kafka.destination import kafka_settings
 from source import range_reader
 from supervisor.partition_source import source_partition
 

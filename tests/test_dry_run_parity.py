@@ -32,13 +32,13 @@ from config.estate import expand
 from config.restore import RestoreConfig, parse_restore_config
 from core.errors import MirrorV3Error, cli_line
 from kafka_clients.schema_registry import Schema
-from sinks.archive_documents import FilesystemDocuments
-from sinks.archived_schemas import ArchivedSchema, ArchivedSchemaMissingError, document_name, encode, schema_directory
 from sinks.base import DestinationError
-from sinks.blob_chain import BlobRange
-from sinks.blob_reading import FilesystemBlobReader
-from sinks.schema_mapping import Registry, SchemaCopyError
-from sinks.schema_rewrite import SchemaRewrite
+from sinks.blob.chain import BlobRange
+from sinks.filesystem.documents import FilesystemDocuments
+from sinks.filesystem.reading import FilesystemBlobReader
+from sinks.schemas.archived import ArchivedSchema, ArchivedSchemaMissingError, document_name, encode, schema_directory
+from sinks.schemas.mapping import Registry, SchemaCopyError
+from sinks.schemas.rewrite import SchemaRewrite
 from tests.fakes import MemoryRegistry
 from workers.archive_records import ArchiveSurvey
 
@@ -145,7 +145,7 @@ def both_runs(tmp_path: Path, config: RestoreConfig, make_io: Any, first: int = 
     found = []
     for dry_run in (True, False):
         io = make_io()
-        store = FilesystemDocuments(str(tmp_path / "archive"))
+        store = FilesystemDocuments(tmp_path / "archive")
 
         async def run(io: Any = io, store: Any = store, dry_run: bool = dry_run) -> str:
             return await restore_parts(config, [partition(tmp_path, first, end)], store, dry_run, io)

@@ -21,7 +21,7 @@ from core.errors import (
     cli_line,
     exit_code_for,
 )
-from sinks.blob_chain import BlobRange, ChainProblem, CorruptChainError
+from sinks.blob.chain import BlobRange, ChainProblem, CorruptChainError
 from workers.spark_session import SparkStartError
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,10 +9,10 @@ import pytest
 
 from core.errors import DataLossError, SourceError
 from sinks.base import FencedError
-from sinks.blob_chain import BlobExistsError, BlobRange, ChainProblem, CorruptChainError
-from sinks.kafka_produce import DestinationMovedError, PreserveHoleError, ProducerFencedError
+from sinks.blob.chain import BlobExistsError, BlobRange, ChainProblem, CorruptChainError
+from sinks.kafka.produce import DestinationMovedError, PreserveHoleError, ProducerFencedError
 from sinks.retry import RetriesExhaustedError, TransientDestinationError
-from sinks.s3_errors import PreconditionFailed
+from sinks.s3.errors import PreconditionFailed
 from source.range_reader import OffsetsDeletedError, SourceRangeError
 from supervisor.failures import Collapse, Restart, RestartPolicy, StopForGood, after_failure, is_permanent
 from workers.range_job import SparkTaskError

@@ -12,8 +12,8 @@ import pytest
 
 from config.model import ArchiveGroupsConfig, SourceConfig
 from core.errors import MirrorV3Error
-from sinks.archive_documents import FilesystemDocuments
-from sinks.group_positions import cluster_directory, history
+from sinks.archive.group_positions import cluster_directory, history
+from sinks.filesystem.documents import FilesystemDocuments
 from supervisor.group_archiver import GroupArchiver
 from supervisor.group_sync import MirroredPartition
 
@@ -56,7 +56,7 @@ def mirrored(position: int = 150) -> list[MirroredPartition]:
 
 
 async def test_positions_are_archived_when_they_change(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    store, admin, now = FilesystemDocuments(str(tmp_path)), FakeAdmin(), [1_700_000_000.0]
+    store, admin, now = FilesystemDocuments(tmp_path), FakeAdmin(), [1_700_000_000.0]
     archiver = GroupArchiver(store, FakeAdmins(admin), SETTINGS, clock=lambda: now[0])  # type: ignore[arg-type]
     with caplog.at_level(logging.INFO, logger="mirror_v3.groups"):
         await archiver.capture(mirrored())
@@ -82,7 +82,7 @@ async def test_positions_are_archived_when_they_change(tmp_path: Path, caplog: p
 
 
 async def test_a_cluster_that_cannot_be_read_is_one_warning(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    store, admin = FilesystemDocuments(str(tmp_path)), FakeAdmin()
+    store, admin = FilesystemDocuments(tmp_path), FakeAdmin()
     archiver = GroupArchiver(store, FakeAdmins(admin), SETTINGS)  # type: ignore[arg-type]
     admin.failing = "list consumer groups on k:9092: no answer within 30s"
     with caplog.at_level(logging.INFO, logger="mirror_v3.groups"):
@@ -102,7 +102,7 @@ def test_a_cluster_named_by_its_bootstrap_servers_is_a_safe_directory() -> None:
 
 
 async def test_the_first_round_waits_for_running_mirrors_and_a_drain_takes_a_last_one(tmp_path: Path) -> None:
-    store, admin = FilesystemDocuments(str(tmp_path)), FakeAdmin()
+    store, admin = FilesystemDocuments(tmp_path), FakeAdmin()
     archiver = GroupArchiver(store, FakeAdmins(admin), SETTINGS)  # type: ignore[arg-type]  # interval: a minute
     calls: Iterator[list[MirroredPartition]] = iter([[]])  # no mirror has started yet at the first look
 

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from core.kafka_records import parse_source_offset, source_cluster_header, source_offset_header
-from sinks.kafka_produce import (
+from sinks.kafka.produce import (
     DestinationMovedError,
     DestinationTaskError,
     KafkaProduceTarget,

@@ -13,7 +13,7 @@ from aiokafka import TopicPartition
 
 from kafka_clients.clients import KafkaClients, KafkaRecord
 from sinks.base import DestinationError
-from sinks.kafka import KafkaSink, KafkaSinkSettings
+from sinks.kafka.sink import KafkaSink, KafkaSinkSettings
 
 
 def record(offset: int, value: bytes, timestamp_ms: int = 1_700_000_000_000) -> KafkaRecord:

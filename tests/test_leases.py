@@ -18,14 +18,14 @@ from typing import Any
 import anyio
 import pytest
 
-import sinks.kafka_leases
+import sinks.kafka.leases
 import sinks.leases
-from sinks.filesystem_leases import HOLDERS_DIRECTORY, FilesystemLeases
-from sinks.kafka_leases import KafkaLeases
+from sinks.filesystem.leases import HOLDERS_DIRECTORY, FilesystemLeases
+from sinks.kafka.leases import KafkaLeases
 from sinks.leases import Holder, LeaseHeldError, LeaseLostError, Leases, LeaseStore, Sighting, is_live
 from sinks.retry import RetryPolicy
-from sinks.s3 import S3Connection
-from sinks.s3_leases import S3Leases
+from sinks.s3.leases import S3Leases
+from sinks.s3.store import S3Connection
 from tests.fakes import MemoryGroupOffsets, moto_settings
 
 ME = Holder(id="me", host="here", pid=100, since=1_700_000_000.0)
@@ -84,8 +84,8 @@ def kafka_timing(monkeypatch: pytest.MonkeyPatch) -> None:
     """The Kafka store's timing, scaled down (its liveness is watched, not read off a clock)."""
     monkeypatch.setattr(sinks.leases, "RENEW_EVERY_S", 0.02)
     monkeypatch.setattr(sinks.leases, "LEASE_TIMEOUT_S", 0.4)
-    monkeypatch.setattr(sinks.kafka_leases, "SETTLE_S", 0.05)
-    monkeypatch.setattr(sinks.kafka_leases, "WATCH_EVERY_S", 0.01)
+    monkeypatch.setattr(sinks.kafka.leases, "SETTLE_S", 0.05)
+    monkeypatch.setattr(sinks.kafka.leases, "WATCH_EVERY_S", 0.01)
 
 
 @pytest.fixture(params=["filesystem", "s3", "kafka"])
@@ -215,7 +215,7 @@ def test_a_filesystem_lease_held_by_a_live_process_of_this_host_is_refused(tmp_p
     script = f"""
 import anyio, sys
 from pathlib import Path
-from sinks.filesystem_leases import FilesystemLeases
+from sinks.filesystem.leases import FilesystemLeases
 from sinks.leases import Holder, Leases
 from sinks.retry import RetryPolicy
 async def main():
@@ -286,7 +286,7 @@ async def test_a_kafka_holder_whose_chain_another_took_stops_at_its_next_renewal
     rival_me = other(id="rival", host="elsewhere")
     await rival.beat(rival_me)
     await cluster.commit_group_offsets_with_metadata(
-        "p.lease", {("t", 1): (0, sinks.kafka_leases.encode_lease(rival_me, ("t", 1)))}
+        "p.lease", {("t", 1): (0, sinks.kafka.leases.encode_lease(rival_me, ("t", 1)))}
     )
     with pytest.raises(LeaseLostError) as lost, anyio.fail_after(5):
         await holder.keep_renewed()

@@ -7,7 +7,7 @@ from aiokafka import TopicPartition
 
 from core.kafka_records import source_offset_header
 from kafka_clients.clients import KafkaClients, KafkaRecord
-from sinks.kafka import destination_offset_for
+from sinks.kafka.sink import destination_offset_for
 
 TP = TopicPartition("orders", 0)
 

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from sinks.blob_writer import BlobTarget
-from sinks.kafka_produce import PreserveHoleError
+from sinks.blob.writer import BlobTarget
+from sinks.kafka.produce import PreserveHoleError
 from sinks.write_target import BlobLimits, RangeCoverageError, TaskRange, Written
 from source.range_reader import SharedConsumers
 from tests.fakes import FakeConsumer, FakePartitionSource, InMemoryStore, MemoryStaging

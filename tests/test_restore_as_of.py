@@ -10,12 +10,13 @@ import pytest
 from commands.restore import held_at
 from config.errors import ConfigError
 from config.restore import parse_as_of
-from sinks.archive_documents import FilesystemDocuments, moment_text
-from sinks.blob_chain import BlobRange
-from sinks.group_positions import ArchivedPositions, newest_of_every_cluster
-from sinks.group_positions import add as add_positions
-from sinks.topic_metadata import ArchivedTopic, as_of
-from sinks.topic_metadata import add as add_topic
+from sinks.archive.documents import moment_text
+from sinks.archive.group_positions import ArchivedPositions, newest_of_every_cluster
+from sinks.archive.group_positions import add as add_positions
+from sinks.archive.topic_metadata import ArchivedTopic, as_of
+from sinks.archive.topic_metadata import add as add_topic
+from sinks.blob.chain import BlobRange
+from sinks.filesystem.documents import FilesystemDocuments
 from tests.fakes import InMemoryStore
 
 
@@ -35,7 +36,7 @@ def topic(ms: int, partitions: int) -> ArchivedTopic:
 
 
 async def test_metadata_and_positions_as_of_a_moment(tmp_path: Path) -> None:
-    store = FilesystemDocuments(str(tmp_path))
+    store = FilesystemDocuments(tmp_path)
     for ms, partitions in ((1_000, 3), (5_000, 6)):
         await add_topic(store, "orders", topic(ms, partitions))
     assert (await as_of(store, "orders", 4_999)).partitions == 3  # type: ignore[union-attr]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from commands.restore_groups import RestoredRange, plan_positions
 from config.model import GroupSelection
-from sinks.group_positions import ArchivedPositions
+from sinks.archive.group_positions import ArchivedPositions
 
 
 def positions(cluster: str, groups: dict[str, dict[str, dict[str, int]]]) -> ArchivedPositions:

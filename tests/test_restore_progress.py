@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry
 
 from commands.restore_progress import RestoreMetrics
-from sinks.kafka_produce import ProducedRange
+from sinks.kafka.produce import ProducedRange
 from supervisor.metrics import MetricFamilies
 
 TOPIC = {"source_cluster": "archive", "topic": "orders", "destination": "orders-back"}

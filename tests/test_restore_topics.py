@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from commands.restore_topics import RestoredTopic, TopicPlan, plan_restored_topic
 from kafka_clients.admin import TopicState
-from sinks.archive_documents import moment_text
-from sinks.topic_metadata import ArchivedTopic
+from sinks.archive.documents import moment_text
+from sinks.archive.topic_metadata import ArchivedTopic
 
 ALLOWED = ("cleanup.policy", "retention.ms", "max.message.bytes")
 METADATA = ArchivedTopic(

@@ -10,10 +10,10 @@ import pytest
 
 from core.retry import retry_async
 from sinks.base import DestinationError
-from sinks.blob_chain import BlobExistsError, is_temp_name
-from sinks.blob_sink import BlobSink
+from sinks.blob.chain import BlobExistsError, is_temp_name
+from sinks.blob.sink import BlobSink
+from sinks.blob.staging import StagedBlob
 from sinks.retry import RetriesExhaustedError, RetryingSink, RetryPolicy, TransientDestinationError
-from sinks.staging import StagedBlob
 from tests.fakes import InMemoryStore, MemoryStaging, stage_bytes
 
 FAST = RetryPolicy(initial_backoff_s=0.001, max_backoff_s=0.01, deadline_s=5)

@@ -8,10 +8,10 @@ from typing import Any
 
 import anyio.to_thread
 
-from sinks.blob_chain import BlobChain
+from sinks.blob.chain import BlobChain
 from sinks.retry import RetryPolicy
-from sinks.s3 import PROBES_DIRECTORY, S3Connection, S3Store
-from sinks.s3_staging import S3Staging
+from sinks.s3.staging import S3Staging
+from sinks.s3.store import PROBES_DIRECTORY, S3Connection, S3Store
 from testkit.http_fault_proxy import FaultProxy
 from tests.fakes import moto_settings
 

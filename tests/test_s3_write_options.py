@@ -11,11 +11,11 @@ import pytest
 from config.errors import ConfigError
 from config.loader import parse_config
 from config.secrets import MissingSecretError
-from sinks.blob_chain import blob_name
-from sinks.factory import s3_settings
+from sinks.blob.chain import blob_name
 from sinks.retry import RetryPolicy
-from sinks.s3 import S3Connection, S3Store, claims_prefix
-from sinks.s3_staging import S3Settings, S3Staging
+from sinks.s3.destination import s3_settings
+from sinks.s3.staging import S3Settings, S3Staging
+from sinks.s3.store import S3Connection, S3Store, claims_prefix
 from testkit.http_fault_proxy import FaultProxy
 from tests.fakes import moto_settings
 

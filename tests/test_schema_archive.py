@@ -1,4 +1,4 @@
-"""The schemas an archive keeps (sinks.schema_archive, sinks.archived_schemas): a document for every ID its blobs
+"""The schemas an archive keeps (sinks.schemas.archive, sinks.schemas.archived): a document for every ID its blobs
 carry and for all each needs, written needed-first, fetched once; and the read-only registry a restore makes of
 them, which copies subjects into a new registry as a live source would. In-memory registries with the Confluent
 API's rules; the real registry is e2e's."""
@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from kafka_clients.schema_registry import Reference, RegistryAccess, RegistryUnavailableError, Schema
-from sinks.archive_documents import FilesystemDocuments
-from sinks.archived_schemas import ArchivedRegistry, ArchivedSchemaMissingError
-from sinks.schema_archive import SchemaArchive, read_schemas
-from sinks.schema_mapping import SchemaIdMap, SubjectNames
-from sinks.schema_rewrite import RegistryOutageError
+from sinks.filesystem.documents import FilesystemDocuments
+from sinks.schemas.archive import SchemaArchive, read_schemas
+from sinks.schemas.archived import ArchivedRegistry, ArchivedSchemaMissingError
+from sinks.schemas.mapping import SchemaIdMap, SubjectNames
+from sinks.schemas.rewrite import RegistryOutageError
 from tests.fakes import MemoryRegistry
 
 
@@ -29,7 +29,7 @@ V3 = Schema(order({"name": "line", "type": "shop.Line"}), references=(Reference(
 
 
 class RecordingDocuments(FilesystemDocuments):
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: Path) -> None:
         super().__init__(root)
         self.added: list[str] = []
 
@@ -51,7 +51,7 @@ def archive(store: FilesystemDocuments, registry: MemoryRegistry) -> SchemaArchi
 
 async def test_a_schema_is_kept_after_all_it_needs_and_fetched_once(tmp_path: Path) -> None:
     source, (v1, v2, v3) = source_registry()
-    store = RecordingDocuments(str(tmp_path))
+    store = RecordingDocuments(tmp_path)
     kept = archive(store, source)
     await kept.keep([v3])
     line = source.ids[LINE]
@@ -63,7 +63,7 @@ async def test_a_schema_is_kept_after_all_it_needs_and_fetched_once(tmp_path: Pa
 
     asked = source.requests
     await kept.keep([v1, v3])
-    await archive(RecordingDocuments(str(tmp_path)), source).keep([v2, line])  # a new process lists, then knows
+    await archive(RecordingDocuments(tmp_path), source).keep([v2, line])  # a new process lists, then knows
     assert source.requests == asked
 
     down = MemoryRegistry("http://down")
@@ -72,7 +72,7 @@ async def test_a_schema_is_kept_after_all_it_needs_and_fetched_once(tmp_path: Pa
         raise RegistryUnavailableError(down.url, f"GET /schemas/ids/{schema_id}", "connection refused")
 
     down.schema = unavailable  # type: ignore[method-assign]
-    outage = RecordingDocuments(str(tmp_path / "other"))
+    outage = RecordingDocuments(tmp_path / "other")
     with pytest.raises(RegistryOutageError) as caught:  # a transient destination failure: the commit is retried
         await archive(outage, down).keep([1])
     assert caught.value.registry == "http://down" and outage.added == []
@@ -80,7 +80,7 @@ async def test_a_schema_is_kept_after_all_it_needs_and_fetched_once(tmp_path: Pa
 
 async def test_a_restore_copies_the_kept_subjects_as_a_live_source_would(tmp_path: Path) -> None:
     source, (_, _, v3) = source_registry()
-    store = FilesystemDocuments(str(tmp_path))
+    store = FilesystemDocuments(tmp_path)
     await archive(store, source).keep([v3])
     kept = await read_schemas(store, "orders")
     assert kept.source_topic == "orders" and len(kept.documents) == 4

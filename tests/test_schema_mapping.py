@@ -10,7 +10,7 @@ import pytest
 
 from core.schema_wire import schema_id, with_schema_id
 from kafka_clients.schema_registry import Reference, RegistryRequestError, Schema
-from sinks.schema_mapping import SchemaCopyError, SchemaIdMap, SubjectNames, record_name
+from sinks.schemas.mapping import SchemaCopyError, SchemaIdMap, SubjectNames, record_name
 from tests.fakes import MemoryRegistry
 
 

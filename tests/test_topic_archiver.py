@@ -14,8 +14,8 @@ from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig
 from core.errors import MirrorV3Error
 from kafka_clients.admin import TopicLayout
-from sinks.archive_documents import FilesystemDocuments
-from sinks.topic_metadata import history
+from sinks.archive.topic_metadata import history
+from sinks.filesystem.documents import FilesystemDocuments
 from supervisor.topic_archiver import TopicArchiver
 
 LAYOUT = TopicLayout(
@@ -52,7 +52,7 @@ def spec(topic: str, partition: int) -> MirrorSpec:
 async def test_a_topic_is_archived_when_first_seen_and_again_only_when_it_changes(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store, admin, now = FilesystemDocuments(str(tmp_path)), FakeAdmin(), [1_700_000_000.0]
+    store, admin, now = FilesystemDocuments(tmp_path), FakeAdmin(), [1_700_000_000.0]
     archiver = TopicArchiver(store, FakeAdmins(admin), 60, clock=lambda: now[0])  # type: ignore[arg-type]
     archiver.watch([spec("orders", 0), spec("orders", 1), spec("gone", 0)])  # gone: no such topic at the source
     with caplog.at_level(logging.INFO, logger="mirror_v3.topics"):
@@ -80,7 +80,7 @@ async def test_a_topic_is_archived_when_first_seen_and_again_only_when_it_change
 async def test_a_cluster_that_cannot_be_read_is_one_warning_and_is_tried_again(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    store, admin = FilesystemDocuments(str(tmp_path)), FakeAdmin()
+    store, admin = FilesystemDocuments(tmp_path), FakeAdmin()
     archiver = TopicArchiver(store, FakeAdmins(admin), 60)  # type: ignore[arg-type]
     archiver.watch([spec("orders", 0)])
     admin.failing = "describe topic 'orders' on k:9092: no answer within 30s"

@@ -12,9 +12,11 @@ from typing import Any
 
 import pytest
 
-from sinks.archive_documents import ArchiveDocuments, FilesystemDocuments, S3Documents, moment_text
-from sinks.s3 import S3Connection
-from sinks.topic_metadata import ArchivedTopic, add, decode, encode, history, location, newest
+from sinks.archive.documents import ArchiveDocuments, moment_text
+from sinks.archive.topic_metadata import ArchivedTopic, add, decode, encode, history, location, newest
+from sinks.filesystem.documents import FilesystemDocuments
+from sinks.s3.documents import S3Documents
+from sinks.s3.store import S3Connection
 from tests.fakes import moto_settings
 
 _buckets = itertools.count()
@@ -49,7 +51,7 @@ def test_a_document_is_plain_json_and_says_when_and_what() -> None:
 @pytest.fixture(params=["filesystem", "s3"])
 async def store(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[ArchiveDocuments]:
     if request.param == "filesystem":
-        yield FilesystemDocuments(str(tmp_path))
+        yield FilesystemDocuments(tmp_path)
         return
     import boto3
 
@@ -82,7 +84,7 @@ async def test_documents_are_added_and_read_back_oldest_first(store: ArchiveDocu
 
 
 async def test_a_directory_keeps_only_whole_documents(tmp_path: Path) -> None:
-    store = FilesystemDocuments(str(tmp_path))
+    store = FilesystemDocuments(tmp_path)
     await add(store, "orders", archived(1_000))
     directory = tmp_path / "orders" / "_topic"
     assert os.listdir(directory) == ["0000000001000.json"]  # no temporary left

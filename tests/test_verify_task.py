@@ -9,10 +9,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from core.records import KAFKA_SCHEMA
-from sinks.blob_chain import BlobRange, blob_name
-from sinks.blob_reading import FilesystemBlobReader
-from sinks.blob_writer import stage_blobs
-from sinks.filesystem import FilesystemStaging
+from sinks.blob.chain import BlobRange, blob_name
+from sinks.blob.writer import stage_blobs
+from sinks.filesystem.reading import FilesystemBlobReader
+from sinks.filesystem.store import FilesystemStaging
 from sinks.write_target import BlobLimits, TaskRange
 from tests.fakes import FakeConsumer, FakePartitionSource
 from workers.verify_task import SliceCheck, check_slice

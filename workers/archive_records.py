@@ -1,7 +1,7 @@
 """Records of an archived chain, read back inside a Spark task (`restore`, `verify`).
 
 A chain's blobs are Parquet files of KAFKA_SCHEMA rows named by their offset range. `read_archived` yields the
-records of an offset range as librdkafka-like messages, so the Kafka produce path (`sinks.kafka_produce`) takes
+records of an offset range as librdkafka-like messages, so the Kafka produce path (`sinks.kafka.produce`) takes
 them as it takes a consumer's. `survey_archived` counts what a range holds without producing it: records, holes
 (offsets with no record: compaction, transaction markers, aborted records) and the first hole, for `restore
 --dry-run` and for the preserve-mode check that must fail before anything is written. `first_stamped_at_or_after`
@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 
 from core.errors import MirrorV3Error
 from core.records import KAFKA_SCHEMA
-from sinks.blob_chain import BlobRange
-from sinks.blob_reading import BlobReader
+from sinks.blob.chain import BlobRange
+from sinks.blob.reading import BlobReader
 from workers.record_comparison import Record
 
 
@@ -179,7 +179,7 @@ def survey_archived(
 
 def _schema_ids(data: pa.Array, offsets: pa.Array) -> list[tuple[int, int]]:
     """The schema IDs `data` (keys or values) carries in the wire format (a zero byte, then the ID in 4 bytes, as
-    `sinks.schema_rewrite` reads them), each with the first of `offsets` carrying it."""
+    `sinks.schemas.rewrite` reads them), each with the first of `offsets` carrying it."""
     framed = pc.and_(pc.greater_equal(pc.binary_length(data), 5), pc.equal(pc.binary_slice(data, 0, 1), b"\x00"))
     framed = pc.fill_null(framed, False)
     headers = pc.binary_slice(pc.filter(data, framed), 1, 5)

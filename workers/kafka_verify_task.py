@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from core.kafka_records import copied_from, split_source_offset
-from sinks.schema_rewrite import SchemaRewrite, rewriter_for
+from sinks.schemas.rewrite import SchemaRewrite, rewriter_for
 from source.range_reader import SourcePartition, consume_range
 from workers.record_comparison import KAFKA_DESTINATION_FIELDS, Difference, Record, compare_range
 from workers.verify_task import SliceCheck, records_of_messages

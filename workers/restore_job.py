@@ -5,7 +5,7 @@ bounds (`workers.archive_records.first_stamped_at_or_after`).
 Survey: each item counts the records and holes of a run of blobs, and notes the schema IDs its keys or values carry
 (`workers.archive_records.survey_archived`).
 Produce: each item is the next range of one partition, read from the archived blobs (`ArchivedRange` is its
-reader) and written with the Kafka destination's own target (`sinks.kafka_produce`: a transaction that also
+reader) and written with the Kafka destination's own target (`sinks.kafka.produce`: a transaction that also
 commits the position in renumber mode, offset-checked deliveries in preserve mode), exactly as a live flush is
 (`workers.range_job.run_write_job`). Every job's items are packed into one task per core, balanced by offsets
 (`workers.job_packing`): the partitions of a job run in parallel, each partition's records in offset order.
@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from core.errors import MirrorV3Error
-from sinks.blob_chain import BlobRange
-from sinks.blob_reading import BlobReader
-from sinks.kafka_produce import ProducedRange
+from sinks.blob.chain import BlobRange
+from sinks.blob.reading import BlobReader
+from sinks.kafka.produce import ProducedRange
 from sinks.write_target import UNCUT, TaskRange, WriteTarget
 from source.range_reader import SharedConsumers
 from workers.archive_records import ArchiveSurvey, first_stamped_at_or_after, read_archived, survey_archived
@@ -59,7 +59,7 @@ class ArchivedRange:
 @dataclass(frozen=True)
 class RestoreTask:
     archived: ArchivedRange  # the task's range
-    target: WriteTarget[ProducedRange]  # the Kafka destination's (`sinks.kafka_produce.KafkaProduceTarget`)
+    target: WriteTarget[ProducedRange]  # the Kafka destination's (`sinks.kafka.produce.KafkaProduceTarget`)
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from sinks.blob_chain import BlobRange
-from sinks.blob_reading import BlobReader
+from sinks.blob.chain import BlobRange
+from sinks.blob.reading import BlobReader
 from source.range_reader import SourcePartition
 from workers.kafka_verify_task import KafkaSlice
 from workers.range_job import JobSpec, balanced_packs, run_items

@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 
 from core.records import KAFKA_SCHEMA
 from core.schema_wire import schema_id
-from sinks.blob_chain import BlobRange
-from sinks.blob_reading import BlobReader
+from sinks.blob.chain import BlobRange
+from sinks.blob.reading import BlobReader
 from source.range_reader import SourcePartition, consume_range
 from workers.archive_records import records_of_batch
 from workers.record_comparison import Comparison, Record, compare_range

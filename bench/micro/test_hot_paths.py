@@ -17,8 +17,8 @@ from pytest_benchmark.fixture import BenchmarkFixture
 
 from core.messages import RecordColumns, message_bytes
 from core.records import KAFKA_SCHEMA, conform, encode_parquet
-from sinks.blob_chain import BlobRange, blob_name, find_tail
-from sinks.staging import StagedBlob
+from sinks.blob.chain import BlobRange, blob_name, find_tail
+from sinks.blob.staging import StagedBlob
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner
 
 T = TypeVar("T")

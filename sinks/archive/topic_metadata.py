@@ -7,7 +7,7 @@ history of them answers "as of when". Each time the mirror sees a topic differ f
 
     <root or prefix>/<destination name>/_topic/<seen at, ms since the epoch, 13 digits>.json
 
-Documents are added whole and never changed (`sinks.archive_documents`). Readable with any JSON tool
+Documents are added whole and never changed (`sinks.archive.documents`). Readable with any JSON tool
 (`jq . <dest-name>/_topic/*.json`).
 
 Cost: a document of a few hundred bytes per topic per change; reading a topic's history is one listing and one read
@@ -19,8 +19,8 @@ from __future__ import annotations
 import msgspec
 import msgspec.structs
 
-from sinks import archive_documents
-from sinks.archive_documents import ArchiveDocuments, document_name
+from sinks.archive import documents as archive_documents
+from sinks.archive.documents import ArchiveDocuments, document_name
 
 TOPIC_DIRECTORY = "_topic"
 FORMAT = 1  # of the document; a reader skips documents of a format it does not know

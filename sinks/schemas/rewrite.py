@@ -1,5 +1,5 @@
 """A mirror's schema-registry rewriting, as its Kafka produce tasks apply it: each key or value in the registry's
-wire format (`core.schema_wire`) leaves with the destination registry's ID of its schema (`sinks.schema_mapping`
+wire format (`core.schema_wire`) leaves with the destination registry's ID of its schema (`sinks.schemas.mapping`
 decides it and copies the subject); anything else leaves as it came and is counted.
 
 `SchemaRewrite` is the frozen value the driver puts in the task's target; `rewriter_for` gives the Python worker's
@@ -30,9 +30,9 @@ from kafka_clients.schema_registry import (
     SubjectVersion,
     registry_for,
 )
-from sinks.archived_schemas import ArchivedRegistry, ArchivedSchemas
 from sinks.retry import TransientDestinationError, retry_transient_sync
-from sinks.schema_mapping import Field, SchemaIdMap, SourceRegistry, SubjectNames, SubjectStrategy
+from sinks.schemas.archived import ArchivedRegistry, ArchivedSchemas
+from sinks.schemas.mapping import Field, SchemaIdMap, SourceRegistry, SubjectNames, SubjectStrategy
 
 T = TypeVar("T")
 

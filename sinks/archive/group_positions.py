@@ -8,7 +8,7 @@ One document per source cluster and capture that found something changed: `group
 names (the mirrors' destination names) and partitions to its committed offset; `archived` maps the same partitions
 to the offset the archive was durable up to (the mirror's verified position) when the positions were read, so a
 position the archive had not reached yet can be told apart. Documents are added whole and never changed
-(`sinks.archive_documents`); `jq . _groups/<cluster>/*.json` reads them.
+(`sinks.archive.documents`); `jq . _groups/<cluster>/*.json` reads them.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import re
 
 import msgspec
 
-from sinks import archive_documents
-from sinks.archive_documents import ArchiveDocuments, document_name
+from sinks.archive import documents as archive_documents
+from sinks.archive.documents import ArchiveDocuments, document_name
 
 GROUPS_DIRECTORY = "_groups"
 FORMAT = 1

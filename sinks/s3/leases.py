@@ -4,7 +4,7 @@ objects beside each chain.
 A heartbeat is the object `<holder id>.json`, rewritten by its process every renewal; its age is the store's own
 clock's (the `Date` of the answer minus the object's `LastModified`), so no two machines' clocks are compared.
 A chain's lease is the newest of `<prefix>/<name>/_leases/<partition>/<generation>`: taking it over creates the next
-generation with `If-None-Match: *` (the same conditional create the blob claims rely on, `sinks.s3`), so of two
+generation with `If-None-Match: *` (the same conditional create the blob claims rely on, `sinks.s3.store`), so of two
 processes that found the same lease dead exactly one creates its successor; older generations are then deleted.
 The lease objects sit beside the chain under a name Spark, Hive and Athena skip, like the claims.
 
@@ -20,8 +20,8 @@ from email.utils import parsedate_to_datetime
 from typing import Any
 
 from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, Taken, is_live, take_each
-from sinks.s3 import ConnectionUser, S3Connection
-from sinks.s3_errors import NoSuchKey, PreconditionFailed
+from sinks.s3.errors import NoSuchKey, PreconditionFailed
+from sinks.s3.store import ConnectionUser, S3Connection
 
 HOLDERS_DIRECTORY = "_mirror-v3/holders"
 LEASES_DIRECTORY = "_leases"

@@ -1,37 +1,20 @@
-"""Which chains an archive holds: the names (directories or key segments) and partitions mirror-v3 wrote under a
-filesystem root or an S3 prefix (`<root-or-prefix>/<name>/<partition>/<blobs>`).
+"""Which chains an S3 archive holds: the key segments and partitions mirror-v3 wrote under its prefix
+(`<prefix>/<name>/<partition>/<blobs>`).
 
-Blocking (run it in a thread): a directory listing, or S3 ListObjectsV2 with a delimiter, one page (1 000 names)
-per request, retried under the archive's retry policy (listing is idempotent). A name whose entries are not
-partition numbers (the S3 claims directory `_claims`, anything else put there) is passed over. Cost: one
-listing of the root and one per name.
+Blocking (run it in a thread): S3 ListObjectsV2 with a delimiter, one page (1 000 names) per request, retried
+under the archive's retry policy (listing is idempotent). A name whose entries are not partition numbers (the
+claims directory `_claims`, anything else put there) is passed over. Cost: one listing of the prefix and one per
+name.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from sinks.base import DestinationError
 from sinks.retry import RetryPolicy, retry_transient_sync
-from sinks.s3 import CLAIMS_DIRECTORY
-from sinks.s3_errors import call_blocking
-from sinks.s3_staging import S3Settings, blocking_client
-
-
-def filesystem_chains(root: str) -> dict[str, list[int]]:
-    """{name: partitions} under a filesystem archive's root."""
-    base = Path(root).expanduser().resolve()
-    try:
-        names = sorted(entry for entry in base.iterdir() if entry.is_dir())
-    except OSError as exc:
-        raise DestinationError(f"archive {base}: cannot be listed: {exc.strerror or exc}") from None
-    found: dict[str, list[int]] = {}
-    for entry in names:
-        partitions = sorted(int(p.name) for p in entry.iterdir() if p.is_dir() and p.name.isdigit())
-        if partitions:
-            found[entry.name] = partitions
-    return found
+from sinks.s3.errors import call_blocking
+from sinks.s3.staging import S3Settings, blocking_client
+from sinks.s3.store import CLAIMS_DIRECTORY
 
 
 def s3_chains(settings: S3Settings, prefix: str | None, retry: RetryPolicy) -> dict[str, list[int]]:

@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow as pa
 
 from core.process_cache import PerProcess
-from sinks.blob_chain import blob_name
+from sinks.blob.chain import blob_name
+from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.retry import RetryPolicy, retry_transient_sync
-from sinks.s3_errors import call_blocking
-from sinks.staging import BlobFormat, StagedBlob
+from sinks.s3.errors import call_blocking
 
 SHA256_METADATA = "mirror-v3-sha256"
 WRITER_METADATA = "mirror-v3-writer"  # one random id per process: tells our own blobs from a twin's

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sinks.base import DestinationError
-from sinks.staging import StagedBlob
+from sinks.blob.staging import StagedBlob
 
 BLOB_SUFFIX = ".parquet"
 _OFFSET_DIGITS = 20

@@ -1,6 +1,6 @@
 """The Kafka destination: one partition of another cluster, in `preserve` or `renumber` mode.
 
-The records are produced by the Spark tasks (the task half, `sinks.kafka_produce`), never by the driver. This
+The records are produced by the Spark tasks (the task half, `sinks.kafka.produce`), never by the driver. This
 sink, the driver half, finds where the destination ends on open, hands each job its target (`target`) and records each
 range a task reports as produced, in offset order.
 
@@ -39,9 +39,9 @@ from core.logs import log_event
 from kafka_clients.clients import KafkaClients, KafkaRecord, new_producer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from sinks.base import Committed, DestinationError, FencedError, Inspection
-from sinks.kafka_produce import KafkaProduceTarget, ProducedRange
+from sinks.kafka.produce import KafkaProduceTarget, ProducedRange
 from sinks.retry import RetryPolicy, TransientDestinationError
-from sinks.schema_rewrite import SchemaRewrite, rewriter_for
+from sinks.schemas.rewrite import SchemaRewrite, rewriter_for
 
 log = logging.getLogger("mirror_v3.sinks.kafka")
 T = TypeVar("T")
@@ -133,7 +133,7 @@ class KafkaSink:
         take_lease: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._settings = settings
-        self._take_lease = take_lease  # `sinks.kafka_leases`: before open() fences or appends anything
+        self._take_lease = take_lease  # `sinks.kafka.leases`: before open() fences or appends anything
         self._schemas = schemas  # the tasks give each record its schema's ID at the destination registry
         # renumber: (source cluster id, destination cluster id), so the tasks stamp the source's on every record
         # and leave out those a mirror copied from the destination (two-way mirrors); None: neither.

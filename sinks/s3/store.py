@@ -1,7 +1,7 @@
 """S3 BlobStore on aiobotocore (the driver's side): one key prefix per partition, conditional commits.
 
 Spark tasks stage each blob as a multipart upload that is uploaded but not completed
-(`sinks.s3_staging`). The driver commits it in two conditional steps, each `If-None-Match: *`:
+(`sinks.s3.staging`). The driver commits it in two conditional steps, each `If-None-Match: *`:
 
 1. claim: a small object `<parent>/_claims/<partition>/<offset>` naming the blob, where `<offset>` is
    the offset the chain continues at (`start` for an empty chain). Two writers that cut blobs at
@@ -17,7 +17,7 @@ earlier attempt whose answer was lost; anything else is another writer. A proces
 the two steps leaves a claim without its blob: the next writer finds it on open
 (`interrupted_commit`) and writes exactly that blob next. Claims live beside the chain, never in it,
 under a name that Spark, Hive and Athena skip (a leading underscore). Cost: one small PUT per blob,
-one LIST per open. Errors are classified for the retry layer (`sinks.s3_errors`).
+one LIST per open. Errors are classified for the retry layer (`sinks.s3.errors`).
 
 Some S3-compatible stores ignore `If-None-Match` (VersityGW, s3rver): there, each commit also lists right behind
 the previous tail, where another writer shows up within one flush. Whether the store honours it is asked once per
@@ -52,16 +52,16 @@ from botocore.exceptions import (
 from core.errors import first_line
 from core.logs import log_event
 from sinks.base import DestinationError
-from sinks.blob_chain import BlobExistsError, ChainProblem, CorruptChainError, blob_name, parse_blob_name
+from sinks.blob.chain import BlobExistsError, ChainProblem, CorruptChainError, blob_name, parse_blob_name
+from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.retry import RetryPolicy, TransientDestinationError
-from sinks.s3_errors import (
+from sinks.s3.errors import (
     NoSuchUpload,
     NotImplementedByStore,
     PreconditionFailed,
     classify_client_error,
 )
-from sinks.s3_staging import SHA256_METADATA, WRITER_METADATA, S3Settings, S3Staging
-from sinks.staging import BlobFormat, StagedBlob
+from sinks.s3.staging import SHA256_METADATA, WRITER_METADATA, S3Settings, S3Staging
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ A heartbeat is a small file, `<holder id>.json`, that its process keeps open wit
 it runs; renewing it sets its modification time. The kernel drops the lock when the process dies, and NFSv4 honours
 it across machines, so a free lock on this host proves its holder dead at once; elsewhere, where locks may not be
 shared, the modification time decides. A chain's lease is `.chain.lease` in its directory, the holder's record
-padded to a fixed width and overwritten in place under the chain's commit lock (`sinks.filesystem`), so a
+padded to a fixed width and overwritten in place under the chain's commit lock (`sinks.filesystem.store`), so a
 lease is taken by exactly one of two processes and a crash never leaves half of one.
 
 Blocking I/O runs in a worker thread. Cost: a renewal is one utime(2); taking a chain is one read, one locked
@@ -24,8 +24,8 @@ from pathlib import Path
 
 import anyio.to_thread
 
-from sinks.durable_dirs import make_durable_dirs
-from sinks.filesystem import LOCK_NAME
+from sinks.filesystem.durable_dirs import make_durable_dirs
+from sinks.filesystem.store import LOCK_NAME
 from sinks.leases import Holder, HolderSightings, LeaseHeldError, Sighting, Taken, is_live, take_each
 
 HOLDERS_DIRECTORY = Path(".mirror-v3") / "holders"

@@ -16,24 +16,17 @@ import errno
 import fcntl
 import os
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import aiofiles
 import aiofiles.os
 import pyarrow as pa
 
-from config.model import FilesystemDestination
 from core.thread_batches import ThreadBatches
-from sinks.blob_chain import BLOB_SUFFIX, BlobExistsError, is_temp_name, temp_name
-from sinks.blob_sink import BlobSink
-from sinks.durable_dirs import fsync_directory, make_durable_dirs
-from sinks.staging import BlobFormat, StagedBlob
-
-if TYPE_CHECKING:  # at run time it comes from the factory: sinks.archive_documents imports this room
-    from sinks.schema_archive import SchemaArchive
+from sinks.blob.chain import BLOB_SUFFIX, BlobExistsError, is_temp_name, temp_name
+from sinks.blob.staging import BlobFormat, StagedBlob
+from sinks.filesystem.durable_dirs import fsync_directory, make_durable_dirs
 
 _LINK_UNSUPPORTED = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 # Bookkeeping beside the blobs: the chain's lock and the name of its last blob (see _commit_locked).
@@ -271,23 +264,3 @@ class FilesystemBlobOutput:
             self.file.close()
         with contextlib.suppress(FileNotFoundError):
             self._path.unlink()
-
-
-def filesystem_sink(
-    destination: FilesystemDestination,
-    destination_name: str,
-    partition: int,
-    take_lease: Callable[[], Awaitable[None]] | None = None,
-    schemas: SchemaArchive | None = None,
-    commits: ThreadBatches | None = None,
-) -> BlobSink:
-    directory = Path(destination.root).expanduser().resolve() / destination_name / str(partition)
-    store = FilesystemStore(directory, commits)
-    blob_format = BlobFormat(destination.compression, destination.compression_level)
-    return BlobSink(
-        store,
-        description=f"filesystem:{directory}",
-        staging=store.staging(blob_format),
-        take_lease=take_lease,
-        schemas=schemas,
-    )

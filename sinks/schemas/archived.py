@@ -2,13 +2,13 @@
 
 An archived record whose key or value is in the registry's wire format carries a source registry's schema ID, which
 means nothing once that registry is gone. So the archive keeps, beside the topic's chains, one JSON document per
-schema ID its records reference (`sinks.schema_archive` writes them before the blob that needs them is committed):
+schema ID its records reference (`sinks.schemas.archive` writes them before the blob that needs them is committed):
 
     <root or prefix>/<destination name>/_schemas/<source schema ID>.json
 
 with the schema (text, type, references) and the subjects and versions it was registered as. With every schema the
 archive holds, it also holds the earlier versions of its subjects and the schemas it references, so a restore can
-copy subjects into a new registry exactly as a mirror copies them from a live one (`sinks.schema_mapping`, strict or
+copy subjects into a new registry exactly as a mirror copies them from a live one (`sinks.schemas.mapping`, strict or
 lenient): `ArchivedRegistry` answers the calls a mirror makes of its source registry from these documents alone.
 
 Pure: no I/O. Cost: `ArchivedSchemas` holds every document of one topic (a few hundred bytes to a few KiB each);
@@ -23,7 +23,7 @@ import msgspec
 
 from core.errors import MirrorV3Error
 from kafka_clients.schema_registry import Reference, Schema, SubjectVersion
-from sinks import archive_documents
+from sinks.archive import documents as archive_documents
 
 SCHEMA_DIRECTORY = "_schemas"
 FORMAT = 1  # of the document; a reader skips documents of a format it does not know
@@ -106,7 +106,7 @@ class ArchivedSchemas:
 
 
 class ArchivedRegistry:
-    """The calls `sinks.schema_mapping` makes of a source registry (`SourceRegistry`), answered from an archive's
+    """The calls `sinks.schemas.mapping` makes of a source registry (`SourceRegistry`), answered from an archive's
     documents."""
 
     def __init__(self, archived: ArchivedSchemas) -> None:

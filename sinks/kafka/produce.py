@@ -1,6 +1,6 @@
 """The Kafka destination's task half: copy an exact offset range into a destination partition, inside a Spark task.
 
-The driver's sink (`sinks.kafka.KafkaSink`) decides the target per job and records each reported range as
+The driver's sink (`sinks.kafka.sink.KafkaSink`) decides the target per job and records each reported range as
 committed; the target is a small frozen value that travels to the executors inside the job's closure.
 
 The task reads the range from the reader it is given (a live source partition, or archived blobs for `restore`)
@@ -46,7 +46,7 @@ from core.record_times import RecordTimes
 from kafka_clients.oauth_tokens import librdkafka_config
 from sinks.base import FencedError
 from sinks.retry import RetryPolicy, TransientDestinationError, retry_transient_sync
-from sinks.schema_rewrite import SchemaRewrite, rewriter_for
+from sinks.schemas.rewrite import SchemaRewrite, rewriter_for
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, Written
 
 # librdkafka error codes (confluent_kafka.KafkaError) that mean another producer took the partition over.

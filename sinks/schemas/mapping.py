@@ -36,7 +36,7 @@ FIELDS: tuple[Field, ...] = ("key", "value")
 
 class SourceRegistry(Protocol):
     """The calls of kafka_clients.schema_registry.RegistryClient this module makes of a source registry (a live one,
-    or an archive's documents: `sinks.archived_schemas`)."""
+    or an archive's documents: `sinks.schemas.archived`)."""
 
     @property
     def url(self) -> str: ...

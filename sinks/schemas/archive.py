@@ -1,9 +1,9 @@
-"""Keeping in a blob archive the source schemas its records reference (`sinks.archived_schemas` says what and why).
+"""Keeping in a blob archive the source schemas its records reference (`sinks.schemas.archived` says what and why).
 
 A blob task notes the schema IDs its records' keys and values carry (`Written.schema_ids`); before the sink commits
 the blob, `SchemaArchive.keep` makes sure the archive holds a document for each, and for what each needs to be
 copied again later: the earlier versions of its subjects and the schemas it references, recursively. Documents are
-written needed-first, each whole (`sinks.archive_documents`), so any committed blob's schemas are all in the archive,
+written needed-first, each whole (`sinks.archive.documents`), so any committed blob's schemas are all in the archive,
 and so are their dependencies, even after a crash between two documents: a document is only ever written after
 everything it needs.
 
@@ -25,8 +25,8 @@ import anyio
 import anyio.to_thread
 
 from kafka_clients.schema_registry import RegistryAccess, RegistryClient, RegistryUnavailableError, registry_for
-from sinks.archive_documents import ArchiveDocuments, moment_text
-from sinks.archived_schemas import (
+from sinks.archive.documents import ArchiveDocuments, moment_text
+from sinks.schemas.archived import (
     ArchivedReference,
     ArchivedSchema,
     ArchivedSchemas,
@@ -36,8 +36,8 @@ from sinks.archived_schemas import (
     id_of,
     schema_directory,
 )
-from sinks.schema_mapping import Field
-from sinks.schema_rewrite import RegistryOutageError
+from sinks.schemas.mapping import Field
+from sinks.schemas.rewrite import RegistryOutageError
 
 T = TypeVar("T")
 

@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING
 
 from sinks.base import Committed, Inspection
-from sinks.blob_chain import BlobChain, BlobStore
-from sinks.blob_writer import BlobTarget
-from sinks.staging import BlobStaging, StagedBlob
-
-if TYPE_CHECKING:  # at run time it comes from the factory: sinks.archive_documents imports this room
-    from sinks.schema_archive import SchemaArchive
+from sinks.blob.chain import BlobChain, BlobStore
+from sinks.blob.staging import BlobStaging, StagedBlob
+from sinks.blob.writer import BlobTarget
+from sinks.schemas.archive import SchemaArchive
 
 
 class BlobSink:

@@ -25,7 +25,7 @@ from core.messages import RecordColumns, message_bytes
 from core.record_times import SMALL, RecordTimes
 from core.records import parquet_writer
 from core.schema_wire import schema_id
-from sinks.staging import BlobOutput, BlobStaging, StagedBlob
+from sinks.blob.staging import BlobOutput, BlobStaging, StagedBlob
 from sinks.write_target import BlobLimits, RecordSource, TaskRange
 
 # A row group is written when either is reached: bounds a task's memory and keeps groups large
@@ -68,7 +68,7 @@ def stage_blobs(
     schema_fields: tuple[str, ...] = (),
 ) -> list[StagedBlob]:
     """Read the task's range and stage it as consecutive blobs covering exactly [first, end); each notes the schema
-    IDs of its records' `schema_fields` (their schemas are archived before it is committed: `sinks.schema_archive`)."""
+    IDs of its records' `schema_fields` (their schemas are archived before it is committed: `sinks.schemas.archive`)."""
     writer = _BlobWriter(records, staging, limits, schema_fields)
     try:
         writer.start(task.first)
