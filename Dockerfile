@@ -15,6 +15,7 @@ COPY pyproject.toml README.md LICENSE NOTICE CHANGELOG.md ./
 COPY core ./core
 COPY config ./config
 COPY kafka_clients ./kafka_clients
+COPY telemetry ./telemetry
 COPY source ./source
 COPY sinks ./sinks
 COPY supervisor ./supervisor

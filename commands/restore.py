@@ -43,6 +43,7 @@ from commands.restore_topics import RestoredTopic, prepare_topics, restored_topi
 from config.errors import ConfigError
 from config.model import FilesystemDestination, S3Destination
 from config.restore import RestoreConfig, RestoreEntry
+from core.describe import describe_error
 from core.errors import MirrorV3Error
 from core.logs import log_event
 from kafka_clients.clients import KafkaRecord
@@ -68,10 +69,9 @@ from sinks.schema_mapping import (
     SubjectNames,
 )
 from sinks.schema_rewrite import RetryingRegistry, SchemaRewrite
-from supervisor.describe import describe_error
-from supervisor.http import HttpEndpoint, PlainMirror, Readiness
-from supervisor.metrics import MetricFamilies
 from supervisor.spark_start import start_spark
+from telemetry.http import HttpEndpoint, PlainMirror, Readiness
+from telemetry.metrics import MetricFamilies
 from workers.archive_records import ArchiveSurvey, read_archived
 from workers.restore_job import (
     ArchivedRange,

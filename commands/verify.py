@@ -29,6 +29,7 @@ import msgspec
 from commands.output import about, document_schema, table_lines
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config, KafkaDestination
+from core.describe import describe_error
 from core.errors import MirrorV3Error, SourceError
 from kafka_clients.admin import destination_admin
 from kafka_clients.settings import cluster_access
@@ -38,11 +39,10 @@ from sinks.factory import SinkFactory
 from sinks.kafka import KafkaSink
 from sinks.schema_archive import SchemaArchive
 from sinks.schema_rewrite import SchemaRewrite
+from source.discovery import plan_estate
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceClusters, SourceOffsets
 from source.range_reader import SourcePartition
-from supervisor.describe import describe_error
-from supervisor.discovery import plan_estate
 from supervisor.partition_source import source_partition
 from supervisor.spark_start import start_spark
 from workers.kafka_verify_task import KafkaSlice

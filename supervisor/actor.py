@@ -30,9 +30,9 @@ from source.offsets import SourceOffsets
 from source.outages import OutageRider, SourceOutageError
 from source.range_reader import OffsetsDeletedError, ReadStalledError, SourceRangeError
 from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
-from supervisor.metrics import MirrorMetrics
 from supervisor.partition_source import PartitionSource
 from supervisor.transaction_hold import TransactionHold
+from telemetry.metrics import MirrorMetrics
 
 log = logging.getLogger("mirror_v3.actor")
 # An answer asked at most this long ago is fresh enough to end a flush that max-time made due.

@@ -27,7 +27,7 @@ from source.offsets import PolledOffsets, Sighting, SourceOffsets
 from source.outages import ClusterReachability
 from source.range_reader import SharedConsumers, SourcePartition
 from supervisor.flush_planner import PlannedTask
-from supervisor.metrics import MetricFamilies, MirrorMetrics
+from telemetry.metrics import MetricFamilies, MirrorMetrics
 
 
 @dataclass

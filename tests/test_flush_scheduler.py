@@ -29,7 +29,7 @@ from supervisor.flush_scheduler import (
     _Queued,
     gather_window,
 )
-from supervisor.metrics import MetricFamilies
+from telemetry.metrics import MetricFamilies
 from tests.fakes import fresh_metrics
 from workers.range_job import JobCancelled, JobSpec, Outcome, SparkGoneError, WriteItem
 

@@ -18,7 +18,7 @@ from prometheus_client.core import REGISTRY, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from core.record_times import RecordTimes
-from supervisor.version import installed_version
+from core.version import installed_version
 
 # Counters would each carry a `_created` series as well: twice the series for no use on a dashboard.
 disable_created_metrics()  # type: ignore[no-untyped-call]
