@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prepare_jvm(directory: Path | None) -> int:
     from commands.jvm_cache import prepare_class_archive
-    from supervisor.spark_start import log_jvm_event
+    from workers.spark_start import log_jvm_event
 
     if directory is None:
         return _report(ConfigError("MIRROR_V3_JVM_CACHE", "is off: there is no directory to prepare"), "prepare-jvm")

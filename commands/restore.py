@@ -69,7 +69,6 @@ from sinks.schema_mapping import (
     SubjectNames,
 )
 from sinks.schema_rewrite import RetryingRegistry, SchemaRewrite
-from supervisor.spark_start import start_spark
 from telemetry.http import HttpEndpoint, PlainMirror, Readiness
 from telemetry.metrics import MetricFamilies
 from workers.archive_records import ArchiveSurvey, read_archived
@@ -83,6 +82,7 @@ from workers.restore_job import (
     run_time_search_job,
 )
 from workers.spark_session import SparkLaunch, started_spark
+from workers.spark_start import start_spark
 
 log = logging.getLogger("mirror_v3.restore")
 

@@ -43,8 +43,8 @@ from core.describe import describe_error
 from kafka_clients.admin import destination_admin
 from sinks.archive_documents import ArchiveDocuments, moment_text
 from sinks.factory import SinkFactory
-from supervisor.spark_start import start_spark
 from workers.spark_session import SparkLaunch
+from workers.spark_start import start_spark
 
 
 class TopicCheck(msgspec.Struct, rename="kebab"):

@@ -43,10 +43,10 @@ from source.discovery import plan_estate
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceClusters, SourceOffsets
 from source.range_reader import SourcePartition
-from supervisor.partition_source import source_partition
-from supervisor.spark_start import start_spark
 from workers.kafka_verify_task import KafkaSlice
+from workers.partition_source import source_partition
 from workers.spark_session import SparkLaunch, started_spark
+from workers.spark_start import start_spark
 from workers.verify_job import BlobSlice, VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
 

@@ -35,20 +35,20 @@ from source.offsets import SourceCluster, SourceClusters
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.cluster_ids import loop_ids
 from supervisor.failures import Collapse, Restart, RestartPolicy, StopForGood, after_failure
-from supervisor.flush_planner import FlushLimits
-from supervisor.flush_scheduler import SchedulerLimits
 from supervisor.group_archiver import GroupArchiver
 from supervisor.group_sync import GroupSync, MirroredPartition
 from supervisor.mirror_record import MirrorRecord
-from supervisor.partition_source import SparkPartitionSource, SparkRuntime
 from supervisor.registry_watch import RegistryWatch
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
-from supervisor.spark_start import start_spark
 from supervisor.topic_archiver import TopicArchiver
 from supervisor.topic_manager import TopicManager
 from telemetry.http import HttpEndpoint, Readiness
 from telemetry.metrics import MetricFamilies, MirrorMetrics
+from workers.flush_planner import FlushLimits
+from workers.flush_scheduler import SchedulerLimits
+from workers.partition_source import SparkPartitionSource, SparkRuntime
 from workers.spark_session import SparkLaunch, SparkStartError, stop_spark
+from workers.spark_start import start_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 MirrorKey = tuple[str, str, int]  # (cluster, topic, partition)

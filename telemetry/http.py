@@ -43,7 +43,7 @@ class MirrorState(msgspec.Struct, rename="kebab"):
 
 class SparkLoad(msgspec.Struct, rename="kebab"):
     """How busy the process's Spark jobs for flushes were over the last `window-seconds`
-    (supervisor.flush_scheduler): whether the estate fits the machine."""
+    (workers.flush_scheduler): whether the estate fits the machine."""
 
     window_seconds: float
     jobs_per_second: float

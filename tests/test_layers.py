@@ -12,6 +12,8 @@ LAYERS = ("core", "config", "kafka_clients", "telemetry", "sinks", "source", "wo
 # `python -m supervisor run` is the documented way in (fixed by the design), and the CLI lives above the runtime.
 ENTRY_POINTS = {Path("supervisor/__main__.py")}
 TOOLING = ("testkit", "bench", "tools", "tests", "e2e")
+# What commands/ may import of supervisor/: the run process's entry (`run` starts a `Supervisor`).
+RUN_PROCESS_ENTRY = "supervisor.app"
 
 
 def imported_packages(path: Path) -> set[str]:
@@ -37,11 +39,44 @@ def test_no_layer_imports_one_above_it_or_the_test_tooling() -> None:
     assert not wrong, "imports that run upwards:\n" + "\n".join(wrong)
 
 
+def imported_modules(path: Path) -> set[str]:
+    """The dotted names a module imports: `from a.b import c` names `a.b`, or `a.b.c` when `a.b` is a package of
+    this repository (`c` may be one of its modules)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if ROOT.joinpath(*node.module.split("."), "__init__.py").is_file():
+                found.update(f"{node.module}.{alias.name}" for alias in node.names)
+            else:
+                found.add(node.module)
+    return found
+
+
+def test_commands_need_of_supervisor_only_the_run_process_entry() -> None:
+    # supervisor/ is the run process: whatever a one-shot command shares with `run` (errors described, versions,
+    # discovery, metrics and the HTTP endpoint, starting Spark) lives in a layer below it.
+    wrong = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in sorted((ROOT / "commands").rglob("*.py"))
+        for module in sorted(imported_modules(path))
+        if module.split(".")[0] == "supervisor" and module != RUN_PROCESS_ENTRY
+    ]
+    assert not wrong, f"commands/ may import {RUN_PROCESS_ENTRY} only of supervisor/:\n" + "\n".join(wrong)
+
+
 def test_the_rule_is_checked_against_real_imports() -> None:
     # The check itself must see imports, including those under `if TYPE_CHECKING:`.
-    assert {"config", "sinks", "workers"} <= imported_packages(ROOT / "supervisor" / "partition_source.py")
+    assert {"config", "sinks", "source", "telemetry"} <= imported_packages(ROOT / "workers" / "partition_source.py")
     assert "config" in imported_packages(ROOT / "sinks" / "factory.py")
     assert "pathlib" in imported_packages(ROOT / "commands" / "config_files.py")
+    # ... and each module by its dotted name: the entry `run` imports inside a function, a module taken from its
+    # package by name, a module imported whole.
+    assert RUN_PROCESS_ENTRY in imported_modules(ROOT / "commands" / "cli.py")
+    assert "core.early_signals" in imported_modules(ROOT / "supervisor" / "__main__.py")
+    assert {"workers.spark_start", "core.describe"} <= imported_modules(ROOT / "commands" / "verify.py")
+    assert "anyio.to_thread" in imported_modules(ROOT / "commands" / "verify.py")
 
 
 # What config/ may not import: it parses and validates text it is given, and reaches no file, socket or broker.
