@@ -21,7 +21,6 @@ COPY sinks ./sinks
 COPY supervisor ./supervisor
 COPY commands ./commands
 COPY workers ./workers
-COPY testkit ./testkit
 COPY scripts ./scripts
 COPY schemas ./schemas
 COPY examples ./examples

@@ -4,6 +4,8 @@ never one above, and product code never imports the test tooling."""
 from __future__ import annotations
 
 import ast
+import fnmatch
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -77,6 +79,19 @@ def test_the_rule_is_checked_against_real_imports() -> None:
     assert "core.early_signals" in imported_modules(ROOT / "supervisor" / "__main__.py")
     assert {"workers.spark_start", "core.describe"} <= imported_modules(ROOT / "commands" / "verify.py")
     assert "anyio.to_thread" in imported_modules(ROOT / "commands" / "verify.py")
+
+
+def test_the_wheel_and_the_image_carry_the_product_layers_and_no_tooling() -> None:
+    # The wheel's top-level packages as setuptools' packages.find picks them (namespaces on, its default: every
+    # directory whose dotted name an include pattern matches), and the directories the image copies to install from.
+    # e2e/test_release.py checks a built wheel; this is its fast half.
+    include = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    directories = {path.name for path in ROOT.iterdir() if path.is_dir()}
+    packaged = {name for name in directories if any(fnmatch.fnmatchcase(name, pattern) for pattern in include)}
+    assert packaged == set(LAYERS), sorted(packaged ^ set(LAYERS))
+    dockerfile = (ROOT / "Dockerfile").read_text().splitlines()
+    copied = {line.split()[1] for line in dockerfile if line.startswith("COPY ") and "--from=" not in line}
+    assert set(LAYERS) <= copied and not copied & set(TOOLING), sorted(copied)
 
 
 # What config/ may not import: it parses and validates text it is given, and reaches no file, socket or broker.
