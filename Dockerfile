@@ -15,12 +15,12 @@ COPY pyproject.toml README.md LICENSE NOTICE CHANGELOG.md ./
 COPY core ./core
 COPY config ./config
 COPY kafka_clients ./kafka_clients
+COPY telemetry ./telemetry
 COPY source ./source
 COPY sinks ./sinks
 COPY supervisor ./supervisor
 COPY commands ./commands
 COPY workers ./workers
-COPY testkit ./testkit
 COPY scripts ./scripts
 COPY schemas ./schemas
 COPY examples ./examples

@@ -27,10 +27,10 @@ from config.estate import Shard
 from config.model import Config
 from config.restore import RestoreConfig
 from config.runtime import RuntimeSettings, parse_runtime
+from core import early_signals
 from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
 from core.logs import setup_logging
-from supervisor import early_signals
-from supervisor.version import installed_version
+from core.version import installed_version
 from workers import spark_daemon
 from workers.spark_session import SparkLaunch
 
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _prepare_jvm(directory: Path | None) -> int:
     from commands.jvm_cache import prepare_class_archive
-    from supervisor.spark_start import log_jvm_event
+    from workers.spark_start import log_jvm_event
 
     if directory is None:
         return _report(ConfigError("MIRROR_V3_JVM_CACHE", "is off: there is no directory to prepare"), "prepare-jvm")
@@ -349,7 +349,7 @@ def _restore_config(args: argparse.Namespace) -> RestoreConfig:
 
 def _restore(args: argparse.Namespace, runtime: RuntimeSettings, launch: SparkLaunch) -> int:
     from commands.restore import run_restore
-    from supervisor.metrics import MetricFamilies
+    from telemetry.metrics import MetricFamilies
     from workers.spark_session import stop_spark
 
     try:
@@ -470,7 +470,7 @@ def _run(
     # (from `__main__` on, or from here when called directly) until the supervisor's handling takes over.
     early_signals.install()
     from supervisor.app import Supervisor
-    from supervisor.metrics import MetricFamilies
+    from telemetry.metrics import MetricFamilies
 
     families = MetricFamilies()
     supervisor = Supervisor(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def main() -> int:
-    from supervisor import early_signals
+    from core import early_signals
 
     early_signals.install()  # before the imports below: they take long enough for a SIGTERM to arrive
     from commands.cli import main as cli_main

@@ -37,9 +37,9 @@ from sinks.schemas.mapping import (
     SubjectNames,
     SubjectStrategy,
 )
+from source.discovery import plan_estate
 from source.lookup import source_registry
 from source.offsets import SourceClusters
-from supervisor.discovery import plan_estate
 
 
 @dataclass

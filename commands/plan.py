@@ -14,8 +14,8 @@ from config.estate import Shard, compile_entries
 from config.model import Config
 from core.errors import SourceError
 from sinks.destinations import open_destination
+from source.discovery import plan_estate
 from source.offsets import SourceClusters
-from supervisor.discovery import plan_estate
 
 
 class PlannedMirror(msgspec.Struct, rename="kebab"):

@@ -42,6 +42,7 @@ from commands.restore_progress import Progress, RestoreMetrics
 from commands.restore_topics import RestoredTopic, prepare_topics, restored_topics
 from config.errors import ConfigError
 from config.restore import RestoreConfig, RestoreEntry
+from core.describe import describe_error
 from core.errors import MirrorV3Error
 from core.logs import log_event
 from kafka_clients.clients import KafkaRecord
@@ -68,10 +69,8 @@ from sinks.schemas.mapping import (
     SubjectNames,
 )
 from sinks.schemas.rewrite import RetryingRegistry, SchemaRewrite
-from supervisor.describe import describe_error
-from supervisor.http import HttpEndpoint, PlainMirror, Readiness
-from supervisor.metrics import MetricFamilies
-from supervisor.spark_start import start_spark
+from telemetry.http import HttpEndpoint, PlainMirror, Readiness
+from telemetry.metrics import MetricFamilies
 from workers.archive_records import ArchiveSurvey, read_archived
 from workers.restore_job import (
     ArchivedRange,
@@ -83,6 +82,7 @@ from workers.restore_job import (
     run_time_search_job,
 )
 from workers.spark_session import SparkLaunch, started_spark
+from workers.spark_start import start_spark
 
 log = logging.getLogger("mirror_v3.restore")
 

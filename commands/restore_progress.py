@@ -15,7 +15,7 @@ from typing import Protocol
 
 from core.logs import log_event
 from sinks.kafka.produce import ProducedRange
-from supervisor.metrics import MetricFamilies, MirrorMetrics
+from telemetry.metrics import MetricFamilies, MirrorMetrics
 
 log = logging.getLogger("mirror_v3.restore")
 

@@ -40,11 +40,11 @@ from commands.restore import (
 from commands.restore_groups import DestinationPositions, RestoredRange, archived_positions
 from commands.restore_topics import plan_restored_topic, restored_topics
 from config.restore import RestoreConfig
+from core.describe import describe_error
 from kafka_clients.admin import destination_admin
 from sinks.archive.documents import ArchiveDocuments, moment_text
-from supervisor.describe import describe_error
-from supervisor.spark_start import start_spark
 from workers.spark_session import SparkLaunch
+from workers.spark_start import start_spark
 
 
 class TopicCheck(msgspec.Struct, rename="kebab"):

@@ -29,13 +29,13 @@ from config.estate import Entry, MirrorSpec, Shard, compile_entries, expand
 from config.model import Config, Destination, SourceConfig
 from config.secrets import ConfigReferenceError
 from core.clock import SYSTEM_CLOCK, Clock
+from core.describe import describe_error
 from core.errors import MirrorV3Error, SourceError, first_error, first_line
 from sinks.base import DestinationError, Inspection
 from sinks.destinations import open_destination
 from source.lookup import source_lookup
 from source.offsets import SourceClusters, SourceOffsets
-from supervisor.describe import describe_error
-from supervisor.http import ProcessState, SparkLoad
+from telemetry.http import ProcessState, SparkLoad
 
 
 class MirrorStatus(msgspec.Struct, rename="kebab"):

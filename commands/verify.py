@@ -29,6 +29,7 @@ import msgspec
 from commands.output import about, document_schema, table_lines
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
+from core.describe import describe_error
 from core.errors import MirrorV3Error, SourceError
 from sinks.blob.chain import BlobRange, verify_all
 from sinks.blob.sink import BlobSink
@@ -37,15 +38,14 @@ from sinks.destinations import open_destination
 from sinks.kafka.sink import KafkaSink
 from sinks.schemas.archive import SchemaArchive
 from sinks.schemas.rewrite import SchemaRewrite
+from source.discovery import plan_estate
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceClusters, SourceOffsets
 from source.range_reader import SourcePartition
-from supervisor.describe import describe_error
-from supervisor.discovery import plan_estate
-from supervisor.partition_source import source_partition
-from supervisor.spark_start import start_spark
 from workers.kafka_verify_task import KafkaSlice
+from workers.partition_source import source_partition
 from workers.spark_session import SparkLaunch, started_spark
+from workers.spark_start import start_spark
 from workers.verify_job import BlobSlice, VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
 

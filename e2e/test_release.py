@@ -39,8 +39,9 @@ def test_the_wheel_installs_into_a_clean_virtualenv_and_the_command_works(tmp_pa
         licences = {Path(name).name for name in archive.namelist() if ".dist-info/licenses/" in name}
         packaged = {name.split("/")[0] for name in archive.namelist()}
     assert set(LEGAL) <= licences
-    assert {"supervisor", "commands", "workers", "sinks", "source", "config", "core"} <= packaged
-    assert not packaged & {"tests", "e2e", "bench"}
+    product = {"core", "config", "kafka_clients", "telemetry", "sinks", "source", "workers", "supervisor", "commands"}
+    assert product <= packaged
+    assert not packaged & {"testkit", "tests", "e2e", "bench", "tools"}  # tooling stays in the checkout
 
     venv = tmp_path / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], tmp_path, 120)

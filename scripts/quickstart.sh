@@ -6,4 +6,6 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$here/scripts/setup.sh"
 cd "${MIRROR_V3_QUICKSTART_DIR:-$here}"
+# The quickstart is test tooling (testkit/), which the installed package does not carry: run it from this checkout.
+export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"
 exec "${MIRROR_V3_VENV:-$here/.venv}/bin/python" -m testkit.quickstart

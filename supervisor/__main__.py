@@ -1,4 +1,4 @@
-from supervisor import early_signals
+from core import early_signals
 
 early_signals.install()  # before the imports below: they take long enough for a SIGTERM to arrive
 

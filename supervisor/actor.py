@@ -29,10 +29,10 @@ from sinks.write_target import UNCUT, BlobLimits, Written
 from source.offsets import SourceOffsets
 from source.outages import OutageRider, SourceOutageError
 from source.range_reader import OffsetsDeletedError, ReadStalledError, SourceRangeError
-from supervisor.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
-from supervisor.metrics import MirrorMetrics
-from supervisor.partition_source import PartitionSource
 from supervisor.transaction_hold import TransactionHold
+from telemetry.metrics import MirrorMetrics
+from workers.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
+from workers.partition_source import PartitionSource
 
 log = logging.getLogger("mirror_v3.actor")
 # An answer asked at most this long ago is fresh enough to end a flush that max-time made due.
@@ -450,7 +450,7 @@ class MirrorActor(Generic[W]):
 
     async def _read(self, plan: FlushPlan) -> list[W]:
         """One attempt at the plan's Spark work (the OutageRider asks again while the source is unavailable: a read
-        that stalled is tried again, through its cluster's probe, `supervisor.flush_scheduler`)."""
+        that stalled is tried again, through its cluster's probe, `workers.flush_scheduler`)."""
         target = self._sink.target()
         # A claimed blob is written whole: the writer that claimed it cut it already.
         limits = self._blob_limits if plan.trigger != "claimed" else UNCUT

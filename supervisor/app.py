@@ -19,6 +19,7 @@ from config.estate import EstatePlan, MirrorSpec, Shard, compile_entries, expand
 from config.model import Config
 from config.runtime import RuntimeSettings
 from config.secrets import ConfigReferenceError
+from core.describe import describe_error
 from core.errors import EXIT_OK, EXIT_SECOND_SIGNAL, MirrorV3Error, SourceError, exit_code_for
 from core.logs import log_event, quiet_aiokafka_leaks
 from core.reachability import Outage
@@ -29,27 +30,26 @@ from sinks.base import DestinationError
 from sinks.destination import Destination, chain_name
 from sinks.destinations import open_destination
 from sinks.leases import Holder, LeaseLostError, Leases
+from source.discovery import ClusterRead, plan_readable, read_clusters
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceCluster, SourceClusters
 from supervisor.actor import ActorSettings, MirrorActor
 from supervisor.cluster_ids import loop_ids
-from supervisor.describe import describe_error
-from supervisor.discovery import ClusterRead, plan_readable, read_clusters
 from supervisor.failures import Collapse, Restart, RestartPolicy, StopForGood, after_failure
-from supervisor.flush_planner import FlushLimits
-from supervisor.flush_scheduler import SchedulerLimits
 from supervisor.group_archiver import GroupArchiver
 from supervisor.group_sync import GroupSync, MirroredPartition
-from supervisor.http import HttpEndpoint, Readiness
-from supervisor.metrics import MetricFamilies, MirrorMetrics
 from supervisor.mirror_record import MirrorRecord
-from supervisor.partition_source import SparkPartitionSource, SparkRuntime
 from supervisor.registry_watch import RegistryWatch
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
-from supervisor.spark_start import start_spark
 from supervisor.topic_archiver import TopicArchiver
 from supervisor.topic_manager import TopicManager
+from telemetry.http import HttpEndpoint, Readiness
+from telemetry.metrics import MetricFamilies, MirrorMetrics
+from workers.flush_planner import FlushLimits
+from workers.flush_scheduler import SchedulerLimits
+from workers.partition_source import SparkPartitionSource, SparkRuntime
 from workers.spark_session import SparkLaunch, SparkStartError, stop_spark
+from workers.spark_start import start_spark
 
 log = logging.getLogger("mirror_v3.supervisor")
 MirrorKey = tuple[str, str, int]  # (cluster, topic, partition)

@@ -28,13 +28,13 @@ import anyio
 from aiokafka import TopicPartition
 
 from config.model import KafkaDestination, SourceConfig
+from core.describe import describe_error
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from kafka_clients.clients import KafkaClients
 from kafka_clients.settings import cluster_access
 from sinks.kafka.sink import destination_offset_for
-from supervisor.describe import describe_error
-from supervisor.metrics import MetricFamilies
+from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.groups")
 

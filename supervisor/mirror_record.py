@@ -2,7 +2,7 @@
 cancel scope, and how it fares (started, failed and why, when its restart is due).
 
 The supervisor keeps one `MirrorRecord` per mirror (by `MirrorSpec.key`) and replaces only the actor when it
-restarts one; /readyz and /mirrors read the same records (`supervisor.http.MirrorView`), so there is nothing
+restarts one; /readyz and /mirrors read the same records (`telemetry.http.MirrorView`), so there is nothing
 to keep in step by hand.
 """
 

@@ -23,7 +23,7 @@ import anyio
 from config.model import SourceConfig
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError
-from supervisor.metrics import MetricFamilies
+from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.source_commits")
 COALESCE_SECONDS = 1.0

@@ -19,9 +19,9 @@ import anyio
 
 from config.estate import MirrorSpec
 from config.model import KafkaDestination
+from core.describe import describe_error
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, SourceAdmins, destination_admin
-from supervisor.describe import describe_error
 from supervisor.topic_plan import TopicActions, plan_topic
 
 log = logging.getLogger("mirror_v3.topics")

@@ -26,8 +26,8 @@ from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget,
 from source.offsets import PolledOffsets, Sighting, SourceOffsets
 from source.outages import ClusterReachability
 from source.range_reader import SharedConsumers, SourcePartition
-from supervisor.flush_planner import PlannedTask
-from supervisor.metrics import MetricFamilies, MirrorMetrics
+from telemetry.metrics import MetricFamilies, MirrorMetrics
+from workers.flush_planner import PlannedTask
 
 
 @dataclass

@@ -23,9 +23,9 @@ from source.offsets import PolledOffsets, SourceOffsets
 from source.outages import SourceOutageError
 from source.range_reader import ReadStalledError
 from supervisor.actor import ActorSettings, MirrorActor
-from supervisor.flush_planner import START_PROBE_OFFSETS, FlushLimits
-from supervisor.metrics import MetricFamilies
+from telemetry.metrics import MetricFamilies
 from tests.fakes import FakeClock, FakePartitionSource, InMemoryStore, MemoryStaging, fresh_metrics, sample
+from workers.flush_planner import START_PROBE_OFFSETS, FlushLimits
 
 MIRROR = MirrorSpec(
     name="m",

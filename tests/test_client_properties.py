@@ -17,7 +17,7 @@ from kafka_clients.property_check import librdkafka_refusal
 from kafka_clients.settings import librdkafka_properties
 from sinks.kafka.destination import kafka_settings
 from source import range_reader
-from supervisor.partition_source import source_partition
+from workers.partition_source import source_partition
 
 CONFIG = """
 destination:

@@ -13,7 +13,7 @@ import tomllib
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PRODUCT = ("core", "config", "kafka_clients", "source", "sinks", "workers", "supervisor", "commands")
+PRODUCT = ("core", "config", "kafka_clients", "telemetry", "source", "sinks", "workers", "supervisor", "commands")
 TESTING = ("testkit", "tests", "e2e", "bench", "tools")
 FIRST_PARTY = set(PRODUCT + TESTING)
 

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.parser import text_string_to_metric_families
 
 from config import parse_config
-from supervisor.metrics import MetricFamilies, MirrorMetrics
+from telemetry.metrics import MetricFamilies, MirrorMetrics
 from testkit.tools import helm, promtool
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"

@@ -25,7 +25,7 @@ from sinks.blob.chain import BlobRange, ChainProblem, CorruptChainError
 from workers.spark_session import SparkStartError
 
 ROOT = Path(__file__).resolve().parent.parent
-PRODUCT = ("core", "config", "kafka_clients", "sinks", "source", "workers", "supervisor", "commands")
+PRODUCT = ("core", "config", "kafka_clients", "telemetry", "sinks", "source", "workers", "supervisor", "commands")
 
 
 def test_exit_codes_and_headlines_come_from_the_error() -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from supervisor.flush_planner import START_PROBE_OFFSETS, Backlog, FlushLimits, FlushPlanner, ReadableSince
+from workers.flush_planner import START_PROBE_OFFSETS, Backlog, FlushLimits, FlushPlanner, ReadableSince
 
 LIMITS = FlushLimits(
     max_offsets=1_000_000,

@@ -17,7 +17,9 @@ import pytest
 from core.errors import SourceUnavailableError
 from sinks.write_target import BlobLimits, TaskRange, Written
 from source.range_reader import OffsetsDeletedError, ReadStalledError, SourcePartition
-from supervisor.flush_scheduler import (
+from telemetry.metrics import MetricFamilies
+from tests.fakes import fresh_metrics
+from workers.flush_scheduler import (
     GATHER_MAX_S,
     HELD_AFTER_S,
     SHARED_POOL,
@@ -29,8 +31,6 @@ from supervisor.flush_scheduler import (
     _Queued,
     gather_window,
 )
-from supervisor.metrics import MetricFamilies
-from tests.fakes import fresh_metrics
 from workers.range_job import JobCancelled, JobSpec, Outcome, SparkGoneError, WriteItem
 
 LIMITS = SchedulerLimits(task_bytes=1_000, task_offsets=1_000, job_bytes=10_000)

@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from config.model import GroupSyncConfig, KafkaDestination, SourceConfig
 from supervisor.group_sync import GroupSync, MirroredPartition
-from supervisor.metrics import MetricFamilies
+from telemetry.metrics import MetricFamilies
 
 SOURCE = SourceConfig(bootstrap_servers="a:9092")
 

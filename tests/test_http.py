@@ -9,7 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
 from sinks.destination_health import DestinationHealth
-from supervisor.http import HttpEndpoint, PlainMirror, Readiness
+from telemetry.http import HttpEndpoint, PlainMirror, Readiness
 from testkit.ports import free_port
 
 

@@ -9,8 +9,8 @@ import threading
 
 import pytest
 
-from supervisor.spark_start import log_jvm_event
 from workers.jvm_logs import JvmEvent, JvmLogRelay, parse_event, relevel
+from workers.spark_start import log_jvm_event
 
 
 def event_json(level: str, logger: str, msg: str, exception: str | None = None) -> str:

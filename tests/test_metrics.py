@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from core.record_times import RecordTimes
-from supervisor.metrics import MetricFamilies, MirrorMetrics
+from telemetry.metrics import MetricFamilies, MirrorMetrics
 from testkit.tools import promtool
 
 

@@ -12,8 +12,8 @@ import pytest
 
 from core.reachability import Outage
 from kafka_clients.schema_registry import RegistryAccess, RegistryClient, RegistryUnavailableError
-from supervisor.http import Readiness
 from supervisor.registry_watch import RegistryWatch
+from telemetry.http import Readiness
 
 
 class FakeClient:

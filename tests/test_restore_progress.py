@@ -9,7 +9,7 @@ from prometheus_client import CollectorRegistry
 
 from commands.restore_progress import RestoreMetrics
 from sinks.kafka.produce import ProducedRange
-from supervisor.metrics import MetricFamilies
+from telemetry.metrics import MetricFamilies
 
 TOPIC = {"source_cluster": "archive", "topic": "orders", "destination": "orders-back"}
 LABELS = {**TOPIC, "partition": "2"}

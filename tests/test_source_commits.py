@@ -9,8 +9,8 @@ from prometheus_client import CollectorRegistry
 
 from config.model import SourceConfig
 from kafka_clients.admin import AdminRequestError
-from supervisor.metrics import MetricFamilies
 from supervisor.source_commits import CommitGroup, SourceOffsetCommitter
+from telemetry.metrics import MetricFamilies
 
 SOURCE = SourceConfig(bootstrap_servers="k:9092")
 GROUP = CommitGroup("prod", "mirror-v3.orders", SOURCE, "clusters.prod")

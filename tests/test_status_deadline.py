@@ -24,7 +24,7 @@ from config.model import Config, Destination, SourceConfig
 from core.errors import MissingSourcePartitionError
 from sinks.base import Inspection
 from source.offsets import SourceOffsets
-from supervisor.http import ProcessState
+from telemetry.http import ProcessState
 from tests.fakes import FakeClock
 
 CONFIG = """

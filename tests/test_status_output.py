@@ -19,7 +19,7 @@ from commands.status_view import (
     render_table,
     summarize,
 )
-from supervisor.http import MirrorState, ProcessState, SparkLoad
+from telemetry.http import MirrorState, ProcessState, SparkLoad
 from tools.generated import STATUS_SCHEMA
 
 

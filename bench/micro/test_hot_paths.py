@@ -19,7 +19,7 @@ from core.messages import RecordColumns, message_bytes
 from core.records import KAFKA_SCHEMA, conform, encode_parquet
 from sinks.blob.chain import BlobRange, blob_name, find_tail
 from sinks.blob.staging import StagedBlob
-from supervisor.flush_planner import Backlog, FlushLimits, FlushPlanner
+from workers.flush_planner import Backlog, FlushLimits, FlushPlanner
 
 T = TypeVar("T")
 ROWS = 20_000

@@ -18,9 +18,9 @@ from sinks.write_target import BlobLimits, TaskRange, WriteTarget, Written
 from source.offsets import BATCH_PATIENCE_SECONDS, OffsetWatch, PolledOffsets, SourceCluster, SourceOffsets
 from source.outages import ClusterReachability
 from source.range_reader import SourcePartition
-from supervisor.flush_planner import PlannedTask
-from supervisor.flush_scheduler import FlushScheduler, SchedulerLimits, gather_window
-from supervisor.metrics import MetricFamilies
+from telemetry.metrics import MetricFamilies
+from workers.flush_planner import PlannedTask
+from workers.flush_scheduler import FlushScheduler, SchedulerLimits, gather_window
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem, cancel_job, run_write_job
 from workers.spark_session import SparkLaunch, current_spark, get_spark
 

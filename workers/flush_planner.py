@@ -10,7 +10,8 @@ consecutive ranges whose boundaries are whole estimated blobs, so most blobs com
 size-triggered flush writes whole blobs; the rest waits for its own max-time, unless it has waited
 that long already (the tail of a backlog), and then goes in the same job.
 
-Frozen data in and out; no I/O, no clock (callers pass the time).
+Frozen data in and out; no I/O, no clock (callers pass the time). The run process's actor (`supervisor.actor`)
+asks it; it sits with the data plane's driver half, below the actor.
 """
 
 from __future__ import annotations

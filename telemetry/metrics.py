@@ -18,7 +18,7 @@ from prometheus_client.core import REGISTRY, HistogramMetricFamily
 from prometheus_client.registry import Collector
 
 from core.record_times import RecordTimes
-from supervisor.version import installed_version
+from core.version import installed_version
 
 # Counters would each carry a `_created` series as well: twice the series for no use on a dashboard.
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -347,7 +347,7 @@ class MetricFamilies:
         self.build = Info("mirror_v3_build", "The running version of mirror-v3 and its runtimes.", registry=registry)
         self.build.info(build_labels())
 
-        # The process's Spark jobs (supervisor.flush_scheduler): whether the estate fits its machine.
+        # The process's Spark jobs (workers.flush_scheduler): whether the estate fits its machine.
         self.spark_jobs = Counter(
             "mirror_v3_spark_jobs",
             "Spark jobs run for flushes: lane=shared (small flushes of many partitions in one job) or own (a "

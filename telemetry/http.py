@@ -1,10 +1,11 @@
-"""The process's HTTP endpoint: /metrics, /healthz, /readyz and /mirrors on one port (SPEC §6).
+"""The process's HTTP endpoint: /metrics, /healthz, /readyz and /mirrors on one port (SPEC §6), for `run` and
+`restore` (and the `ProcessState` that `status` reads from /mirrors).
 
 /mirrors is each mirror's state as JSON (`ProcessState`): what `status` shows beside the offsets, and
 the only place a failed mirror of a process that keeps running (`on-mirror-failure: restart`) shows
 outside the logs and metrics.
 
-It runs on the supervisor's event loop, so an answer from /healthz is itself proof that the loop
+It runs on the process's event loop, so an answer from /healthz is itself proof that the loop
 turns; a watchdog task also measures how late the loop wakes up and reports unhealthy when it lags.
 """
 
@@ -22,7 +23,6 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from core.logs import log_event
-from sinks.destination_health import DestinationHealth
 
 log = logging.getLogger("mirror_v3.http")
 WATCHDOG_INTERVAL_S = 0.5
@@ -43,7 +43,7 @@ class MirrorState(msgspec.Struct, rename="kebab"):
 
 class SparkLoad(msgspec.Struct, rename="kebab"):
     """How busy the process's Spark jobs for flushes were over the last `window-seconds`
-    (supervisor.flush_scheduler): whether the estate fits the machine."""
+    (workers.flush_scheduler): whether the estate fits the machine."""
 
     window_seconds: float
     jobs_per_second: float
@@ -79,6 +79,23 @@ class MirrorView(Protocol):
     def held_since(self) -> float | None: ...
     def pending_age(self) -> float | None: ...
     def held(self) -> str | None: ...  # what its flush waits on that is not its own work (None: nothing)
+
+
+class DestinationOutageView(Protocol):
+    """A spell of the destination failing writes, as /readyz words it."""
+
+    @property
+    def cause(self) -> str: ...  # the first failure's words
+    @property
+    def retrying(self) -> int: ...  # how many mirrors are retrying now
+
+
+class DestinationView(Protocol):
+    """What /readyz and /mirrors read of the destination's health (`run`'s is `sinks.destination_health`)."""
+
+    @property
+    def outage(self) -> DestinationOutageView | None: ...  # None: the destination answers
+    def retrying(self, mirror: str) -> str | None: ...  # why `mirror` is retrying its writes now (None: it is not)
 
 
 @dataclass
@@ -119,7 +136,7 @@ class Readiness:
     max_lag: float | None = None
     spark_load: Callable[[], SparkLoad | None] = lambda: None
     unreachable: dict[str, str] = field(default_factory=dict)  # source cluster → why it is unreachable (degraded)
-    destination: DestinationHealth | None = None  # run's: whether its writes are being retried (degraded)
+    destination: DestinationView | None = None  # run's: whether its writes are being retried (degraded)
     registries: dict[str, str] = field(default_factory=dict)  # schema registry URL → why it is unreachable (degraded)
 
     def state(self) -> ProcessState:

@@ -50,8 +50,8 @@ from core.errors import SourceUnavailableError
 from core.logs import log_event
 from sinks.write_target import Written
 from source.range_reader import ReadStalledError
-from supervisor.http import SparkLoad
-from supervisor.metrics import MetricFamilies
+from telemetry.http import SparkLoad
+from telemetry.metrics import MetricFamilies
 from workers.job_packing import pack
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem
 

@@ -2,8 +2,9 @@
 
 `python -m supervisor run` spends a second or two importing and starting before its event loop
 watches for signals; an orchestrator that stops the pod at once must still get a drain and exit 0,
-not a process killed by the default action. `install()` runs first thing in `__main__`; the
-supervisor replays what was `received`. Other commands restore the default action (`release`).
+not a process killed by the default action. `install()` runs first thing in both entry points
+(`supervisor/__main__.py`, `commands/console.py`); `run`'s supervisor replays what was `received`. Other
+commands restore the default action (`release`).
 """
 
 from __future__ import annotations
