@@ -469,11 +469,11 @@ def _run(
     # A SIGTERM that arrives while the process is still starting must drain like any other: remembered
     # (from `__main__` on, or from here when called directly) until the supervisor's handling takes over.
     early_signals.install()
-    from supervisor.app import Supervisor
+    from supervisor.app import RunProcess
     from telemetry.metrics import MetricFamilies
 
     families = MetricFamilies()
-    supervisor = Supervisor(
+    process = RunProcess(
         config,
         families,
         early_signals=early_signals.received,
@@ -483,10 +483,10 @@ def _run(
         launch=launch,
     )
     try:
-        code = anyio.run(supervisor.run)
+        code = anyio.run(process.run)
     except KeyboardInterrupt:
         return EXIT_FAILURE
-    if supervisor.spark_abandoned:
+    if process.spark_abandoned:
         # The thread starting Spark cannot be interrupted, and the interpreter would wait for it (seconds, more on
         # a busy machine) before exiting: end now. The JVM exits when its stdin, a pipe from this process, closes.
         logging.shutdown()

@@ -9,16 +9,21 @@ writer. Those stop the mirror for good and are reported.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass
 
+from core.describe import describe_error
 from core.errors import DataLossError
+from core.logs import log_event
 from core.retry import RetryPolicy
 from sinks.base import FencedError
 from sinks.blob.chain import BlobExistsError, CorruptChainError
 from sinks.kafka.produce import DestinationMovedError, PreserveHoleError
 from sinks.s3.errors import PreconditionFailed
 from source.range_reader import OffsetsDeletedError
+
+log = logging.getLogger("mirror_v3.supervisor")
 
 # Facts about the data or the destination's owner: corrupt chain, lost records, a hole preserve mode cannot write,
 # a second writer (fenced producers included), a destination moved under the mirror.
@@ -92,3 +97,20 @@ def after_failure(
         return StopForGood()
     restart = 1 if ran_for_s > policy.healthy_after_s else restarts_before + 1
     return Restart(restart, policy.delay(restart, rng))
+
+
+class FirstFailure:
+    """The process's first failure: its cause, and so its exit code (`core.errors.exit_code_for`), reported as one
+    ERROR line; the failures after it are its consequences and say nothing more."""
+
+    def __init__(self) -> None:
+        self.cause: BaseException | None = None
+
+    def record(self, mirror: str | None, exc: BaseException, message: str = "mirror failed", **fields: object) -> None:
+        if self.cause is not None:
+            return
+        self.cause = exc
+        if mirror is not None:
+            fields = {"mirror": mirror, **fields}
+        log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))
+        log.debug("failure detail", exc_info=exc)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 
 import anyio
+from anyio.abc import TaskStatus
 
 from config.model import ArchiveGroupsConfig
 from core.errors import MirrorV3Error, first_line
@@ -25,12 +26,14 @@ from kafka_clients.admin import SourceAdmins
 from sinks.archive import group_positions
 from sinks.archive.documents import ArchiveDocuments, moment_text
 from sinks.archive.group_positions import ArchivedPositions, Offsets
-from supervisor.group_sync import MirroredPartition
+from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
 
 log = logging.getLogger("mirror_v3.groups")
 
 
-class GroupArchiver:
+class GroupArchiver(ProcessService):
+    name = "group positions archive"
+
     def __init__(
         self,
         store: ArchiveDocuments,
@@ -47,6 +50,16 @@ class GroupArchiver:
 
     async def close(self) -> None:
         await self._store.close()
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        try:
+            await self.run_forever(process.mirrored, process.stop_requested)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.close()
 
     async def run_forever(self, mirrored: Callable[[], Sequence[MirroredPartition]], stop: anyio.Event) -> None:
         """A round every interval, the first as soon as mirrors run (they start in seconds), and a last one when

@@ -26,28 +26,19 @@ from dataclasses import dataclass, field
 
 import anyio
 from aiokafka import TopicPartition
+from anyio.abc import TaskStatus
 
-from config.model import KafkaDestination, SourceConfig
+from config.model import KafkaDestination
 from core.describe import describe_error
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, ClusterAdmin, SourceAdmins, destination_admin
 from kafka_clients.clients import KafkaClients
 from kafka_clients.settings import cluster_access
 from sinks.kafka.sink import destination_offset_for
+from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
 from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.groups")
-
-
-@dataclass(frozen=True)
-class MirroredPartition:
-    cluster: str
-    source: SourceConfig
-    source_field: str
-    topic: str
-    partition: int
-    destination_topic: str
-    position: int  # the next source offset the destination durably holds
 
 
 @dataclass
@@ -68,7 +59,9 @@ def source_offsets(
     return {tp: min(offset, mirrored[tp].position) for tp, offset in committed.items() if tp in mirrored}
 
 
-class GroupSync:
+class GroupSync(ProcessService):
+    name = "group offset sync"
+
     def __init__(self, destination: KafkaDestination, families: MetricFamilies) -> None:
         assert destination.sync_groups is not None
         self._settings = destination.sync_groups
@@ -85,6 +78,12 @@ class GroupSync:
 
     def selects(self, group: str) -> bool:
         return self._settings.selects(group)
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await self.run_forever(process.mirrored, process.stop_requested)
 
     async def run_forever(self, mirrored: Callable[[], Sequence[MirroredPartition]], stop: anyio.Event) -> None:
         interval = self._settings.interval_ms / 1000

@@ -10,18 +10,39 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol
 
 import anyio
 
 from config.estate import MirrorSpec
-from supervisor.actor import MirrorActor
+
+
+class MirrorActorLike(Protocol):
+    """What the supervisor and the readiness read of a mirror's actor (`supervisor.actor.MirrorActor`)."""
+
+    metrics_labels: dict[str, str]
+    started: anyio.Event
+
+    async def run(self) -> None: ...
+
+    def cancel_jobs(self) -> None: ...
+
+    @property
+    def position(self) -> int: ...
+
+    @property
+    def lag(self) -> int: ...
+
+    @property
+    def held_since(self) -> float | None: ...
+
+    def pending_age(self) -> float: ...
 
 
 @dataclass(eq=False)
 class MirrorRecord:
     spec: MirrorSpec
-    actor: MirrorActor[Any]  # the one running now: a restart replaces it, the record stays
+    actor: MirrorActorLike  # the one running now: a restart replaces it, the record stays
     scope: anyio.CancelScope | None = None  # its task's, once launched; cancelled: stopped on purpose
     failure: str | None = None  # why it failed, while it is failed (restarting, or stopped for good)
     restart_at: float | None = None  # Unix time its restart is due (failed, restarting)
@@ -60,6 +81,6 @@ class MirrorRecord:
     def fail(self, why: str, restart_at: float | None) -> None:
         self.failure, self.restart_at = why, restart_at
 
-    def replace(self, actor: MirrorActor[Any]) -> None:
+    def replace(self, actor: MirrorActorLike) -> None:
         """A new actor runs the mirror (a restart): not failed, not started yet."""
         self.actor, self.failure, self.restart_at = actor, None, None

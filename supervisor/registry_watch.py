@@ -23,9 +23,11 @@ from collections.abc import Callable
 
 import anyio
 import anyio.to_thread
+from anyio.abc import TaskStatus
 
 from core.reachability import Reachability
 from kafka_clients.schema_registry import RegistryAccess, RegistryClient, RegistryUnavailableError, registry_for
+from supervisor.process_service import ProcessService, RunningProcess
 
 log = logging.getLogger("mirror_v3.schemas")
 
@@ -42,8 +44,10 @@ class RegistryReachability(Reachability):
         self.down(f"{exc.request}: {exc.reason}")
 
 
-class RegistryWatch:
-    """Probes every registry the process depends on (`supervisor.app` starts `run_forever` beside the mirrors)."""
+class RegistryWatch(ProcessService):
+    name = "schema registry watch"
+
+    """Probes every registry the process depends on (a process service: `supervisor.process_service`)."""
 
     def __init__(
         self,
@@ -71,6 +75,12 @@ class RegistryWatch:
             self.reachability[url].failed(exc)
             return
         self.reachability[url].answered()
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await self.run_forever(process.stop_requested)
 
     async def run_forever(self, stop: anyio.Event) -> None:
         while not stop.is_set():

@@ -19,14 +19,17 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
+from anyio.abc import TaskStatus
 
 from config.model import SourceConfig
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError
+from supervisor.process_service import ProcessService, RunningProcess
 from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.source_commits")
 COALESCE_SECONDS = 1.0
+DRAINED_COMMIT_S = 5.0  # the drain's last commits wait for the source this long at most
 RETRY_SECONDS = 30.0  # after a failed commit: a group that has members stays refused until they leave
 
 
@@ -51,7 +54,9 @@ class ClusterAdmins(Protocol):
     def get(self, source: SourceConfig, field: str) -> GroupCommits: ...
 
 
-class SourceOffsetCommitter:
+class SourceOffsetCommitter(ProcessService):
+    name = "source offset commits"
+
     def __init__(self, admins: ClusterAdmins, families: MetricFamilies) -> None:
         self._admins = admins
         self._families = families
@@ -63,6 +68,17 @@ class SourceOffsetCommitter:
         """A mirror's destination holds everything below `position` now (called after each commit)."""
         self._pending.setdefault(group, {})[(topic, partition)] = position
         self._wake.set()
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await self.run_forever()
+
+    async def drained(self) -> None:
+        """The positions of the drain's last commits, if the source answers within DRAINED_COMMIT_S."""
+        with anyio.move_on_after(DRAINED_COMMIT_S):
+            await self.commit_pending()
 
     async def run_forever(self) -> None:
         while True:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import anyio
+from anyio.abc import TaskStatus
 
 from config.estate import MirrorSpec
 from config.model import SourceConfig
@@ -28,6 +29,7 @@ from kafka_clients.admin import SourceAdmins, TopicLayout
 from sinks.archive import topic_metadata
 from sinks.archive.documents import ArchiveDocuments, moment_text
 from sinks.archive.topic_metadata import ArchivedTopic, newest
+from supervisor.process_service import ProcessService, RunningProcess
 
 log = logging.getLogger("mirror_v3.topics")
 
@@ -40,7 +42,9 @@ class _Watched:
     topic: str  # the source topic
 
 
-class TopicArchiver:
+class TopicArchiver(ProcessService):
+    name = "topic metadata archive"
+
     def __init__(
         self,
         store: ArchiveDocuments,
@@ -65,6 +69,19 @@ class TopicArchiver:
                     spec.cluster, spec.source, spec.source_field, spec.topic
                 )
                 self._new.set()
+
+    async def mirrors_added(self, mirrors: Sequence[MirrorSpec]) -> None:
+        self.watch(mirrors)
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        try:
+            await self.run_forever(process.stop_requested)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.close()
 
     async def run_forever(self, stop: anyio.Event) -> None:
         while not stop.is_set():

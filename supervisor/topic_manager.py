@@ -13,22 +13,26 @@ partitions are added without `add-partitions`, never what a mirror writes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import anyio
+from anyio.abc import TaskStatus
 
 from config.estate import MirrorSpec
 from config.model import KafkaDestination
 from core.describe import describe_error
 from core.logs import log_event
 from kafka_clients.admin import AdminRequestError, SourceAdmins, destination_admin
+from supervisor.process_service import ProcessService, RunningProcess
 from supervisor.topic_plan import TopicActions, plan_topic
 
 log = logging.getLogger("mirror_v3.topics")
 CONCURRENT_TOPICS = 8  # admin requests in flight at once: an estate of thousands of topics starts in seconds
 
 
-class TopicManager:
+class TopicManager(ProcessService):
+    name = "destination topics"
+
     def __init__(self, destination: KafkaDestination) -> None:
         self._settings = destination
         self._timeout_s = destination.request_timeout_ms / 1000
@@ -56,6 +60,15 @@ class TopicManager:
         async with anyio.create_task_group() as group:
             for topic, spec in sorted(topics.items()):
                 group.start_soon(sync, topic, spec)
+
+    async def mirrors_added(self, mirrors: Sequence[MirrorSpec]) -> None:
+        await self.prepare(mirrors)
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        await self.sync_forever(process.stop_requested)
 
     async def sync_forever(self, stop: anyio.Event) -> None:
         interval = self._settings.sync_topic_configs_interval_ms / 1000

@@ -15,7 +15,7 @@ from core.errors import MirrorV3Error
 from sinks.archive.group_positions import cluster_directory, history
 from sinks.filesystem.documents import FilesystemDocuments
 from supervisor.group_archiver import GroupArchiver
-from supervisor.group_sync import MirroredPartition
+from supervisor.process_service import MirroredPartition
 
 SOURCE = SourceConfig(bootstrap_servers="k:9092")
 SETTINGS = ArchiveGroupsConfig(groups=["billing.*", "audit"], groups_exclude=["billing-test"])

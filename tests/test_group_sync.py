@@ -8,7 +8,8 @@ from typing import Any, Literal
 from prometheus_client import CollectorRegistry
 
 from config.model import GroupSyncConfig, KafkaDestination, SourceConfig
-from supervisor.group_sync import GroupSync, MirroredPartition
+from supervisor.group_sync import GroupSync
+from supervisor.process_service import MirroredPartition
 from telemetry.metrics import MetricFamilies
 
 SOURCE = SourceConfig(bootstrap_servers="a:9092")
