@@ -20,12 +20,11 @@ from typing import Generic, TypeVar
 import anyio
 
 from config.estate import MirrorSpec
-from config.model import FlushConfig
 from core.clock import SYSTEM_CLOCK, Clock
 from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
 from core.logs import log_event
 from sinks.base import Sink
-from sinks.write_target import UNCUT, BlobLimits, Written
+from sinks.write_target import UNCUT, Written
 from source.offsets import SourceOffsets
 from source.outages import OutageRider, SourceOutageError
 from source.range_reader import OffsetsDeletedError, ReadStalledError, SourceRangeError
@@ -42,8 +41,7 @@ MIN_WAIT_S = 0.001  # the shortest sleep of the flush loop (see _flush_loop)
 
 @dataclass(frozen=True)
 class ActorSettings:
-    flush: FlushConfig
-    limits: FlushLimits
+    limits: FlushLimits  # the flush settings, in the units the decisions use (`FlushLimits.of`)
     heartbeat_secs: float
     drain_timeout_secs: float = 25.0
 
@@ -75,8 +73,7 @@ class MirrorActor(Generic[W]):
         self._clock = clock
         self._planner = FlushPlanner(settings.limits)
         self._readable = ReadableSince()
-        flush = settings.flush
-        self._blob_limits = BlobLimits(max_bytes=flush.max_bytes, max_offsets=flush.max_offsets, daily=flush.daily)
+        self._blob_limits = settings.limits.blobs
         self._next = 0  # the destination's next offset: everything below it is committed
         self._read_from = 0  # where the next flush starts reading (above _next after skipped losses)
         self._claimed: tuple[int, int] | None = None  # the range the next blob must be (an interrupted commit's)

@@ -44,7 +44,7 @@ from supervisor.source_commits import CommitGroup
 from telemetry.http import HttpEndpoint, Readiness
 from telemetry.metrics import MetricFamilies, MirrorMetrics
 from workers.flush_planner import FlushLimits
-from workers.flush_scheduler import SchedulerLimits
+from workers.flush_scheduler import SchedulerLimits, gather_window
 from workers.partition_source import SparkPartitionSource, SparkRuntime
 from workers.spark_session import SparkLaunch, SparkStartError, stop_spark
 from workers.spark_start import start_spark
@@ -112,18 +112,9 @@ class RunProcess:
         )
 
     def _actor(self, spec: MirrorSpec) -> MirrorActor[Any]:
-        flush, spark = spec.flush, self._config.spark
+        limits = FlushLimits.of(spec.flush, self._config.spark)  # every flush decision's units, from here on
         settings = ActorSettings(
-            flush=flush,
-            limits=FlushLimits(
-                max_offsets=flush.max_offsets,
-                max_bytes=flush.max_bytes,
-                max_time_s=flush.max_time_ms / 1000,
-                task_offsets=spark.offsets_per_task,
-                task_bytes=spark.bytes_per_task,
-                job_offsets=spark.max_offsets_per_job,
-                job_bytes=spark.max_bytes_per_job,
-            ),
+            limits=limits,
             heartbeat_secs=self._runtime.heartbeat_secs,
             drain_timeout_secs=self._runtime.drain_timeout_secs,
         )
@@ -131,7 +122,7 @@ class RunProcess:
         metrics = MirrorMetrics.for_mirror(
             self._families, spec.cluster, spec.topic, spec.partition, spec.destination_name
         )
-        metrics.configure(flush.max_time_ms / 1000, spec.source.transaction_hold_alert_ms / 1000)
+        metrics.configure(limits.max_time_s, spec.source.transaction_hold_alert_ms / 1000)
         metrics.flush_job.set_function(partial(self._scheduler.job_seconds, spec.name))
         cluster = self._clusters.get(spec.source, spec.source_field)
         self._listen(spec.cluster, cluster)
@@ -142,7 +133,7 @@ class RunProcess:
             on_durable = partial(commits.durable, group, spec.topic, spec.partition)
         return MirrorActor(
             mirror=spec,
-            source=SparkPartitionSource(spec, cluster, self._spark, self._scheduler),
+            source=SparkPartitionSource(spec, cluster, self._spark, self._scheduler, gather_window(limits.max_time_s)),
             sink=self._destination.sink(
                 spec, on_retry=metrics.inflight_retry.set, cluster_ids=self._loop_ids.get(spec.cluster)
             ),

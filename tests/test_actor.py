@@ -59,7 +59,6 @@ def make_actor(
         sink=BlobSink(store, "mem", MemoryStaging(store)),
         metrics=metrics,
         settings=ActorSettings(
-            flush=flush,
             limits=FlushLimits(
                 max_offsets=flush.max_offsets,
                 max_bytes=flush.max_bytes,
@@ -68,6 +67,7 @@ def make_actor(
                 task_bytes=32 * 1024 * 1024,
                 job_offsets=max_per_job,
                 job_bytes=64 * 1024 * 1024,
+                daily=flush.daily,
             ),
             heartbeat_secs=0,
             drain_timeout_secs=drain_timeout,

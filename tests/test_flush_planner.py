@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from config.model import FlushConfig, SparkConfig
+from sinks.write_target import BlobLimits
 from workers.flush_planner import START_PROBE_OFFSETS, Backlog, FlushLimits, FlushPlanner, ReadableSince
 
 LIMITS = FlushLimits(
@@ -152,3 +154,12 @@ def test_readable_since_is_the_last_query_that_did_not_show_the_offset() -> None
     assert readable.since(15) is None
     readable.forget_below(12)
     assert readable.since(12) == 2.0
+
+
+def test_the_flush_settings_reach_the_decisions_in_one_unit() -> None:
+    flush = FlushConfig(max_time_ms=2_500, max_bytes=4096, max_offsets=300, daily=True)
+    spark = SparkConfig(offsets_per_task=100, bytes_per_task=1024, max_offsets_per_job=900, max_bytes_per_job=9000)
+    limits = FlushLimits.of(flush, spark)
+    assert (limits.max_time_s, limits.max_offsets, limits.max_bytes, limits.daily) == (2.5, 300, 4096, True)
+    assert (limits.task_offsets, limits.task_bytes, limits.job_offsets, limits.job_bytes) == (100, 1024, 900, 9000)
+    assert limits.blobs == BlobLimits(max_bytes=4096, max_offsets=300, daily=True)

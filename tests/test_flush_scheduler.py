@@ -256,9 +256,9 @@ async def test_a_jobs_worth_of_flushes_goes_without_waiting() -> None:
 
 
 def test_a_flushs_window_is_a_share_of_its_max_time_and_bounded() -> None:
-    assert gather_window(1_000) == pytest.approx(0.2)
-    assert gather_window(100) == pytest.approx(0.02)
-    assert gather_window(10_000) == gather_window(600_000) == GATHER_MAX_S == 0.5
+    assert gather_window(1.0) == pytest.approx(0.2)
+    assert gather_window(0.1) == pytest.approx(0.02)
+    assert gather_window(10.0) == gather_window(600.0) == GATHER_MAX_S == 0.5
 
 
 async def test_a_backlogs_flush_runs_as_a_job_of_its_own_in_its_mirrors_pool() -> None:

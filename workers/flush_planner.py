@@ -20,6 +20,9 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
+from config.model import FlushConfig, SparkConfig
+from sinks.write_target import BlobLimits
+
 _SMOOTHING = 0.5
 # The first flush after start knows no record size, so nothing could bound its job by bytes: it covers
 # only this many offsets, enough to learn the size, cheap whatever the size (a backlog of two million
@@ -36,6 +39,27 @@ class FlushLimits:
     task_bytes: int  # ... and about this many record bytes (spark.bytes-per-task)
     job_offsets: int  # one job covers at most this many offsets (spark.max-offsets-per-job)
     job_bytes: int  # ... and about this many record bytes (spark.max-bytes-per-job)
+    daily: bool = False  # never a blob with records of two UTC days (flush.daily)
+
+    @classmethod
+    def of(cls, flush: FlushConfig, spark: SparkConfig) -> FlushLimits:
+        """A mirror's flush settings as its flush decisions use them: the one place their units are converted
+        (max-time in seconds from here on, for the planner, the gather window of shared jobs and the metrics)."""
+        return cls(
+            max_offsets=flush.max_offsets,
+            max_bytes=flush.max_bytes,
+            max_time_s=flush.max_time_ms / 1000,
+            task_offsets=spark.offsets_per_task,
+            task_bytes=spark.bytes_per_task,
+            job_offsets=spark.max_offsets_per_job,
+            job_bytes=spark.max_bytes_per_job,
+            daily=flush.daily,
+        )
+
+    @property
+    def blobs(self) -> BlobLimits:
+        """Where a blob destination cuts the flush's range into blobs."""
+        return BlobLimits(max_bytes=self.max_bytes, max_offsets=self.max_offsets, daily=self.daily)
 
 
 @dataclass(frozen=True)

@@ -70,9 +70,9 @@ GATHER_MAX_S = 0.5
 GATHER_S = 0.025  # a flush whose caller does not say
 
 
-def gather_window(max_time_ms: int) -> float:
+def gather_window(max_time_s: float) -> float:
     """How long a shared flush of a mirror with this max-time may wait for others to join its job, in seconds."""
-    return min(GATHER_MAX_S, GATHER_SHARE * max_time_ms / 1000)
+    return min(GATHER_MAX_S, GATHER_SHARE * max_time_s)
 
 
 # A write joins a shared job when it is at most this big (estimated record bytes, offsets), or a task if that is

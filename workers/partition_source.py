@@ -20,7 +20,7 @@ from source.outages import ClusterReachability
 from source.range_reader import SourcePartition
 from telemetry.metrics import MetricFamilies
 from workers.flush_planner import PlannedTask
-from workers.flush_scheduler import FlushScheduler, SchedulerLimits, gather_window
+from workers.flush_scheduler import GATHER_S, FlushScheduler, SchedulerLimits
 from workers.range_job import JobCancelled, JobSpec, Outcome, WriteItem, cancel_job, run_write_job
 from workers.spark_session import SparkLaunch, current_spark, get_spark
 
@@ -149,9 +149,16 @@ class SparkPartitionSource:
     """Offsets from aiokafka; records read (and written) by Spark tasks, off the event loop."""
 
     def __init__(
-        self, mirror: MirrorSpec, cluster: SourceCluster, runtime: SparkRuntime, scheduler: FlushScheduler
+        self,
+        mirror: MirrorSpec,
+        cluster: SourceCluster,
+        runtime: SparkRuntime,
+        scheduler: FlushScheduler,
+        gather_s: float = GATHER_S,
     ) -> None:
-        """Raises ConfigReferenceError if the source's TLS files are unusable."""
+        """`gather_s`: how long its shared flushes may wait for others to join their job (`gather_window` of its
+        max-time). Raises ConfigReferenceError if the source's TLS files are unusable."""
+        self._gather_s = gather_s
         self._mirror = mirror
         self._partition = source_partition(mirror)
         self._cluster = cluster
@@ -217,9 +224,8 @@ class SparkPartitionSource:
         items = [
             WriteItem(partition, task, limits, target, weight) for task, weight in zip(ranges, weights, strict=True)
         ]
-        may_wait_s = gather_window(self._mirror.flush.max_time_ms)
         cluster = self._mirror.cluster
-        written = await self._scheduler.submit(self._mirror.name, items, weights, may_wait_s, cluster)
+        written = await self._scheduler.submit(self._mirror.name, items, weights, self._gather_s, cluster)
         # The writes of `target` are its own kind of Written (a staged blob, a produced range).
         return [cast(W, each) for per_item in written for each in per_item]
 
