@@ -566,6 +566,23 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
         if s3_problem is not None:
             raise error(("destination", s3_problem[0]), s3_problem[1])
 
+    table = None if isinstance(destination, KafkaDestination) else destination.table
+    if table is not None:
+        try:
+            named = table.name.format(topic="t", dest="d")
+        except (KeyError, IndexError, ValueError) as exc:
+            raise error(
+                ("destination", "table", "name"), f"a template of {{topic}} and {{dest}} only ({first_line(exc)})"
+            ) from None
+        if "." not in named.strip("."):
+            raise error(("destination", "table", "name"), "a table name is `namespace.table`")
+        if isinstance(destination, S3Destination) and table.catalog is None:
+            raise error(
+                ("destination", "table", "catalog"),
+                "an S3 archive's table needs a catalog every process reaches (a SQLite file is one machine's): "
+                "type sql with a database uri, rest, glue or hive",
+            )
+
     if isinstance(destination, KafkaDestination):
         if destination.flush.daily:
             raise error(("destination", "flush", "daily"), "only files and objects are cut by day; remove it")

@@ -325,6 +325,10 @@ class _BlobDestination(_Strict, frozen=True, kw_only=True):
         ArchiveGroupsConfig | None,
         msgspec.Meta(description="Keep the committed offsets of these source consumer groups in the archive."),
     ] = None
+    table: Annotated[
+        TableConfig | None,
+        msgspec.Meta(description="Keep the archive as a table too (Iceberg), following the chains."),
+    ] = None
 
 
 class FilesystemDestination(_BlobDestination, tag_field="type", tag="filesystem", frozen=True, kw_only=True):
@@ -472,6 +476,51 @@ class ArchiveGroupsConfig(GroupSelection, frozen=True):
     interval_ms: Annotated[
         int, msgspec.Meta(ge=1000, description="How often the positions are read (one request per group).")
     ] = 60_000
+
+
+class TableCatalogConfig(_Strict, frozen=True):
+    """Where an archive's Iceberg tables are registered: any catalog PyIceberg loads from its properties."""
+
+    type: Annotated[
+        Literal["sql", "rest", "glue", "hive"],
+        msgspec.Meta(description="PyIceberg catalog type: sql (a database: SQLite file or server), rest, glue, hive."),
+    ] = "sql"
+    properties: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="PyIceberg catalog properties (`uri`, `warehouse`, ...). A filesystem archive's default: a "
+            "SQLite catalog at `<root>/_catalog/iceberg.db` with the tables' metadata under `<root>/_iceberg`."
+        ),
+    ] = msgspec.field(default_factory=dict)
+    properties_env: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="Catalog properties whose values are secrets: property name → the environment variable "
+            "holding its value (`credential: ICEBERG_CREDENTIAL`)."
+        ),
+    ] = msgspec.field(default_factory=dict)
+
+
+class TableConfig(_Strict, frozen=True):
+    """The archive as a table engines open by name: each committed blob added once, in offset order, by the mirror
+    that wrote it (no coordinator)."""
+
+    format: Annotated[Literal["iceberg"], msgspec.Meta(description="Table format.")]
+    name: Annotated[
+        NonEmptyStr,
+        msgspec.Meta(
+            description="The table of each archived topic: a template with `{topic}` (the source topic) and "
+            "`{dest}` (its chains' name), `namespace.table`."
+        ),
+    ] = "mirror_v3.{dest}"
+    commit_interval_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1000,
+            description="One commit per table per interval carries every blob committed since, of every partition.",
+        ),
+    ] = 60_000
+    catalog: TableCatalogConfig | None = None
 
 
 class KafkaDestination(_Strict, tag_field="type", tag="kafka", frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from config.estate import MirrorSpec
-from config.model import ArchiveGroupsConfig, KafkaDestination
+from config.model import ArchiveGroupsConfig, KafkaDestination, TableConfig
 from kafka_clients.admin import ClusterAdmin
 from kafka_clients.schema_registry import RegistryAccess
 from sinks.base import Sink
@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # the kinds' packages import this module
     from sinks.blob.reading import BlobReader
     from sinks.schemas.archive import SchemaArchive
     from sinks.schemas.rewrite import SchemaRewrite
+    from sinks.tables.iceberg import IcebergCatalog
 
 # A mirror's source schema registry (None: its entry copies no schemas); the caller makes it, as the destination
 # layer builds no source client (tests/test_layers.py).
@@ -53,6 +54,8 @@ class DestinationServices:
     topic_metadata_every_s: float | None = None  # each archived topic's metadata kept (topic_archiver)
     group_positions: ArchiveGroupsConfig | None = None  # the source groups' positions kept (group_archiver)
     schema_registry: RegistryAccess | None = None  # where mirrors that copy schemas register them (watched)
+    table: TableConfig | None = None  # the archive kept as a table too (table_keeper)
+    daily: bool = False  # the destination's blobs each hold one UTC day (flush.daily): its table is partitioned by day
 
 
 class Destination(ABC):
@@ -148,6 +151,15 @@ class Archive(ABC):
     @abstractmethod
     def reader(self, destination_name: str, partition: int) -> BlobReader:
         """How a Spark task reads the blobs of one chain."""
+
+    @abstractmethod
+    def file_uri(self, destination_name: str, partition: int, name: str) -> str:
+        """A blob's address as a table's file IO reads it (a local path, `s3://bucket/key`)."""
+
+    @abstractmethod
+    def table_catalog(self) -> IcebergCatalog:
+        """Where the archive's tables are registered (`destination.table.catalog`, or the kind's default);
+        ConfigReferenceError for a secret property whose variable is not set."""
 
     @abstractmethod
     def documents(self) -> ArchiveDocuments:

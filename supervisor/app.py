@@ -192,6 +192,7 @@ class RunProcess:
                 unreachable=self._unreachable,
                 destination=None if self._destination is None else self._destination.health,
                 registries=self._services.registries_down,
+                tables=self._services.tables_down,
             ),
             self._runtime.metrics_port,
         )

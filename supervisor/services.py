@@ -18,6 +18,7 @@ from supervisor.group_sync import GroupSync
 from supervisor.process_service import ProcessService
 from supervisor.registry_watch import RegistryWatch
 from supervisor.source_commits import SourceOffsetCommitter
+from supervisor.table_keeper import TableKeeper
 from supervisor.topic_archiver import TopicArchiver
 from supervisor.topic_manager import TopicManager
 from telemetry.metrics import MetricFamilies
@@ -28,6 +29,7 @@ class ProcessServices:
     services: list[ProcessService] = field(default_factory=list)  # in the order they start
     commits: SourceOffsetCommitter | None = None  # the actors hand it their durable positions
     registries_down: dict[str, str] = field(default_factory=dict)  # registry URL → why it does not answer (/readyz)
+    tables_down: dict[str, str] = field(default_factory=dict)  # archive table → why it is not updated (/readyz)
 
 
 def process_services(entries: tuple[Entry, ...], destination: Destination, families: MetricFamilies) -> ProcessServices:
@@ -46,6 +48,10 @@ def process_services(entries: tuple[Entry, ...], destination: Destination, famil
         built.services.append(TopicArchiver(archive.documents(), admins, wants.topic_metadata_every_s))
     if archive is not None and wants.group_positions is not None:
         built.services.append(GroupArchiver(archive.documents(), admins, wants.group_positions))
+    if archive is not None and wants.table is not None:
+        keeper = TableKeeper(archive, wants.table, wants.daily, families)
+        built.tables_down = keeper.down
+        built.services.append(keeper)
     watch = _registry_watch(entries, wants.schema_registry, families, built.registries_down)
     if watch is not None:
         built.services.append(watch)

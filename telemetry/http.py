@@ -138,6 +138,7 @@ class Readiness:
     unreachable: dict[str, str] = field(default_factory=dict)  # source cluster → why it is unreachable (degraded)
     destination: DestinationView | None = None  # run's: whether its writes are being retried (degraded)
     registries: dict[str, str] = field(default_factory=dict)  # schema registry URL → why it is unreachable (degraded)
+    tables: dict[str, str] = field(default_factory=dict)  # archive table → why it cannot be committed (degraded)
 
     def state(self) -> ProcessState:
         mirrors = []
@@ -172,6 +173,7 @@ class Readiness:
         # Degraded: a readiness probe takes the pod out of rotation, never restarts it (liveness is /healthz).
         waiting += [f"source cluster {name} unreachable: {why}" for name, why in sorted(self.unreachable.items())]
         waiting += [f"schema registry {url} unreachable: {why}" for url, why in sorted(self.registries.items())]
+        waiting += [f"table {name} not updated: {why}" for name, why in sorted(self.tables.items())]
         outage = None if self.destination is None else self.destination.outage
         if outage is not None:
             waiting.append(f"destination unreachable: {outage.cause} (mirrors retrying: {outage.retrying})")

@@ -27,6 +27,7 @@ LABELS = ("source_cluster", "topic", "partition", "destination")
 CLUSTER_LABELS = ("source_cluster",)
 # Totals and sums over a topic's partitions, per destination (a topic may be mirrored to two destinations).
 TOPIC_SERIES_LABELS = ("source_cluster", "topic", "destination")
+TABLE_LABELS = ("table",)
 # Histograms are per source topic, not per partition: a histogram is a dozen series, and an estate of
 # thousands of partitions would pay that per partition for a distribution nobody reads per partition.
 TOPIC_LABELS = ("source_cluster", "topic")
@@ -450,6 +451,34 @@ class MetricFamilies:
             "mirror_v3_group_sync_last_timestamp_seconds",
             "Unix time the last group offset sync finished.",
             CLUSTER_LABELS,
+            registry=registry,
+        )
+
+        # The archive's tables (destination.table): per partition where its table is, per table its commits.
+        self.table_next_offset = gauge(
+            "mirror_v3_table_next_offset", "The chain offset the archive's table holds up to (exclusive)."
+        )
+        self.table_lag = gauge("mirror_v3_table_lag_records", "Offsets durable in the chain and not yet in its table.")
+        self.table_lag_seconds = gauge(
+            "mirror_v3_table_lag_seconds", "How long the table has been behind the chain (0: it holds every blob)."
+        )
+        self.table_commit = Histogram(
+            "mirror_v3_table_commit_seconds",
+            "Duration of one table commit (every blob of its chains since the last).",
+            TABLE_LABELS,
+            buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=registry,
+        )
+        self.table_commit_failures = Counter(
+            "mirror_v3_table_commit_failures",
+            "Failed reads or commits of a table (tried again at the next interval; the mirrors go on).",
+            TABLE_LABELS,
+            registry=registry,
+        )
+        self.table_up = Gauge(
+            "mirror_v3_table_up",
+            "1 while the table's reads and commits work, 0 while they fail.",
+            TABLE_LABELS,
             registry=registry,
         )
 

@@ -10,6 +10,7 @@ from typing import Any
 
 from config.estate import MirrorSpec
 from config.model import FilesystemDestination, S3Destination
+from config.secrets import env_secret
 from sinks.archive.documents import ArchiveDocuments
 from sinks.base import Sink
 from sinks.blob.chain import BlobStore
@@ -20,6 +21,7 @@ from sinks.leases import Holder
 from sinks.retry import retry_policy
 from sinks.schemas.archive import SchemaArchive
 from sinks.schemas.mapping import FIELDS
+from sinks.tables.iceberg import IcebergCatalog
 
 
 class BlobDestination(Destination, Archive):
@@ -53,7 +55,27 @@ class BlobDestination(Destination, Archive):
         return DestinationServices(
             topic_metadata_every_s=interval_ms / 1000 if interval_ms else None,
             group_positions=self._config.archive_groups,
+            table=self._config.table,
+            daily=self._config.flush.daily,
         )
+
+    def table_catalog(self) -> IcebergCatalog:
+        table = self._config.table
+        configured = None if table is None else table.catalog
+        if configured is None:
+            return self._default_catalog()
+        properties = {"type": configured.type, **self._file_io_properties(), **configured.properties}
+        for name, variable in configured.properties_env.items():
+            properties[name] = env_secret(variable, f"destination.table.catalog.properties-env.{name}")
+        return IcebergCatalog("mirror_v3", properties)
+
+    @abstractmethod
+    def _default_catalog(self) -> IcebergCatalog:
+        """The catalog of a table block without one (ConfigError where the kind has none)."""
+
+    def _file_io_properties(self) -> dict[str, str]:
+        """What the tables' file IO needs to read the archive's files (S3: its endpoint and credentials)."""
+        return {}
 
     def _sink(
         self,

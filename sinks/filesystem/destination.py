@@ -18,6 +18,7 @@ from sinks.filesystem.leases import FilesystemLeases
 from sinks.filesystem.reading import FilesystemBlobReader
 from sinks.filesystem.store import FilesystemStore
 from sinks.leases import Holder, LeaseStore
+from sinks.tables.iceberg import CATALOG_DIRECTORY, WAREHOUSE_DIRECTORY, IcebergCatalog
 
 
 class FilesystemDestination(BlobDestination):
@@ -52,6 +53,21 @@ class FilesystemDestination(BlobDestination):
 
     def reader(self, destination_name: str, partition: int) -> FilesystemBlobReader:
         return FilesystemBlobReader(str(self._directory(destination_name, partition)))
+
+    def file_uri(self, destination_name: str, partition: int, name: str) -> str:
+        return str(self._directory(destination_name, partition) / name)
+
+    def _default_catalog(self) -> IcebergCatalog:
+        # SQLite beside the chains: no server, and the catalog moves, is backed up and pruned with the archive.
+        return IcebergCatalog(
+            "mirror_v3",
+            {
+                "type": "sql",
+                "uri": f"sqlite:///{self.root / CATALOG_DIRECTORY / 'iceberg.db'}",
+                "warehouse": f"file://{self.root / WAREHOUSE_DIRECTORY}",
+                "init_catalog_tables": "true",
+            },
+        )
 
     def documents(self) -> FilesystemDocuments:
         return FilesystemDocuments(self.root)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from config.errors import ConfigError
 from config.model import S3Destination as S3Config
 from config.secrets import env_secret
 from sinks.blob.chain import BlobStore
@@ -19,6 +20,7 @@ from sinks.s3.leases import S3Leases
 from sinks.s3.reading import S3BlobReader
 from sinks.s3.staging import S3Settings
 from sinks.s3.store import S3Connection, S3Store
+from sinks.tables.iceberg import IcebergCatalog
 
 
 def s3_settings(config: S3Config) -> S3Settings:
@@ -82,6 +84,30 @@ class S3Destination(BlobDestination):
 
     def reader(self, destination_name: str, partition: int) -> S3BlobReader:
         return S3BlobReader(self._connection.settings, self._key_prefix(destination_name, partition), self.retry)
+
+    def file_uri(self, destination_name: str, partition: int, name: str) -> str:
+        return f"s3://{self._bucket}/{self._key_prefix(destination_name, partition)}{name}"
+
+    def _default_catalog(self) -> IcebergCatalog:
+        raise ConfigError(
+            ("destination", "table", "catalog"),
+            "an S3 archive's table needs a catalog every process reaches (a SQLite file is one machine's): "
+            "give `catalog` (type sql with a database `uri`, rest, glue or hive)",
+        )
+
+    def _file_io_properties(self) -> dict[str, str]:
+        settings = self._connection.settings
+        found = {"s3.region": settings.region or "us-east-1"}
+        if settings.endpoint:
+            found["s3.endpoint"] = settings.endpoint
+        if settings.access_key_id and settings.secret_access_key:
+            found["s3.access-key-id"] = settings.access_key_id
+            found["s3.secret-access-key"] = settings.secret_access_key
+        if settings.session_token:
+            found["s3.session-token"] = settings.session_token
+        if settings.path_style:
+            found["s3.force-virtual-addressing"] = "false"
+        return found
 
     def documents(self) -> S3Documents:
         return S3Documents(self._connection, self._prefix)

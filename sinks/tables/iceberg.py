@@ -1,0 +1,152 @@
+"""An archive's Iceberg tables through PyIceberg: made when first needed (the archive's columns, partitioned by source
+partition, and by day of the record timestamp with `flush.daily`), read for where they are (`positions`), and
+added to in one commit per table: the blobs' files as they lie in the archive (`add_files`: nothing is copied or
+rewritten) with each chain's new position in the snapshot's summary.
+
+Blocking (run it in a thread): a catalog request per table load, then the commit's manifest and metadata writes.
+PyIceberg does not refuse a file added twice unless it scans every manifest (its `check_duplicate_files`, a cost
+that grows with the table); the positions are the guard: a blob is added only after the position the table's
+own commits recorded. A commit that loses a race with another writer's (a shard writing other partitions) is
+tried again on the refreshed table. Tables get `gc.enabled=false`: their data files are the archive's.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from core.records import KAFKA_SCHEMA
+from sinks.base import DestinationError
+from sinks.tables.positions import TablePositions, position_key, walk_positions
+
+CATALOG_DIRECTORY = "_catalog"  # a filesystem archive's SQLite catalog (`_`: no chain listing takes it for one)
+WAREHOUSE_DIRECTORY = "_iceberg"  # ... and its tables' metadata
+COMMIT_ATTEMPTS = 5  # against other writers' commits, each on the refreshed table
+TABLE_PROPERTIES = {
+    "format-version": "2",
+    "gc.enabled": "false",  # the data files are the archive's: no engine's expiry may delete one
+    "write.parquet.compression-codec": "zstd",
+    "mirror-v3.archive": "true",
+}
+
+
+class TableError(DestinationError):
+    """A table operation failed: `table` (its identifier), `operation` (create, read, commit) and the `cause`'s
+    words. The mirror goes on; the table catches up when it works again."""
+
+    def __init__(self, table: str, operation: str, cause: str) -> None:
+        self.table, self.operation, self.cause = table, operation, cause
+        super().__init__(f"table {table}: {operation} failed: {cause}")
+
+
+@dataclass(frozen=True)
+class IcebergCatalog:
+    """Where an archive's tables are kept: PyIceberg catalog properties (`type`, `uri`, `warehouse`, ...), secrets
+    resolved."""
+
+    name: str
+    properties: dict[str, str]
+
+    def load(self) -> Any:
+        from pyiceberg.catalog import load_catalog  # imported when a table is configured: a heavy import
+
+        return load_catalog(self.name, **self.properties)
+
+
+class IcebergTable:
+    def __init__(self, catalog: IcebergCatalog, identifier: str, daily: bool) -> None:
+        self.identifier = identifier
+        self._catalog = catalog
+        self._daily = daily
+        self._table: Any = None
+
+    def _loaded(self) -> Any:
+        if self._table is None:
+            self._table = self._open()
+        return self._table
+
+    def _open(self) -> Any:
+        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.transforms import DayTransform
+
+        try:
+            catalog = self._catalog.load()
+            namespace = self.identifier.rsplit(".", 1)[0] if "." in self.identifier else None
+            if namespace:
+                catalog.create_namespace_if_not_exists(namespace)
+            try:
+                return catalog.load_table(self.identifier)
+            except NoSuchTableError:
+                pass
+            creating = catalog.create_table_transaction(self.identifier, KAFKA_SCHEMA, properties=TABLE_PROPERTIES)
+            with creating as tx, tx.update_spec() as spec:
+                spec.add_identity("partition")
+                if self._daily:  # each blob holds one UTC day
+                    spec.add_field("timestamp", DayTransform(), "timestamp_day")
+            return catalog.load_table(self.identifier)
+        except Exception as exc:
+            raise TableError(self.identifier, "open", _describe(exc)) from exc
+
+    def positions(self, chains: Iterable[str]) -> TablePositions:
+        """Where the table is for each chain, from its newest commits (`sinks.tables.positions.walk_positions`)."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        try:
+            table = self._loaded()
+            table.refresh()
+            metadata = table.metadata
+            history = list(ancestors_of(table.current_snapshot(), metadata))
+        except TableError:
+            raise
+        except Exception as exc:
+            self._table = None
+            raise TableError(self.identifier, "read", _describe(exc)) from exc
+        complete = not history or history[-1].parent_snapshot_id is None
+        summaries = (dict(snapshot.summary.ser_model()) if snapshot.summary else {} for snapshot in history)
+        return walk_positions(summaries, chains, complete)
+
+    def commit(self, files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None:
+        """One snapshot adding `files` (paths as the table's FileIO reads them) and recording `positions`, the files
+        having been chosen from `based_on` (each chain's position then). A lost race is tried again on the
+        refreshed table, COMMIT_ATTEMPTS times in all, as long as the table still says `based_on` (the winner wrote
+        other chains); if it says otherwise, nothing is added (TableError)."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        properties = {position_key(chain): str(offset) for chain, offset in sorted(positions.items())}
+        for attempt in itertools.count(1):
+            try:
+                if attempt > 1:
+                    now = self.positions(based_on).next_offsets
+                    if any(now.get(chain) != offset for chain, offset in based_on.items()):
+                        raise TableError(self.identifier, "commit", f"another writer moved its positions to {now}")
+                table = self._loaded()
+                # PyIceberg would retry a lost race itself, re-applying the append to the refreshed table without
+                # asking whether our chains' positions still hold; this loop asks. Set on this process's view of the
+                # table only (never committed: other writers' retries are theirs).
+                table.metadata = table.metadata.model_copy(
+                    update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
+                )
+                table.add_files(files, snapshot_properties=properties, check_duplicate_files=False)
+                return
+            except CommitFailedException as exc:
+                self._table = None  # refreshed at the next attempt
+                if attempt >= COMMIT_ATTEMPTS:
+                    raise TableError(self.identifier, "commit", _describe(exc)) from exc
+            except TableError:
+                raise
+            except Exception as exc:
+                self._table = None
+                raise TableError(self.identifier, "commit", _describe(exc)) from exc
+
+    def scan(self) -> Any:
+        """The table's rows as an Arrow table (tests and `verify`)."""
+        table = self._loaded()
+        table.refresh()
+        return table.scan().to_arrow()
+
+
+def _describe(exc: BaseException) -> str:
+    words = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {words[0] if words else ''}".rstrip(": ")

@@ -1,0 +1,93 @@
+"""Which blobs a table adds next, and where its commits say each chain is: pure, no I/O, no clock.
+
+Every table commit records, for each chain it follows, the chain's next offset the table holds (`NEXT_KEY`: in
+an Iceberg snapshot's summary). A later commit carries the positions of every chain its process follows, so the
+newest commit of this process answers for all of them; a snapshot without them (someone's maintenance: a
+compaction, an expiry) is walked past. What follows a position is exactly the chain's blobs from that offset on,
+consecutive: a blob that does not start there is a gap (or another writer), and nothing after it is added.
+
+Cost: reading positions walks the snapshots back from the newest until every chain is found (one, usually);
+choosing blobs is linear in the names listed after the position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from sinks.blob.chain import BlobRange, blob_name, parse_blob_name
+
+NEXT_KEY = "mirror-v3.next-offset."  # + "<dest-name>/<partition>": the chain's next offset the table holds
+
+
+def position_key(chain: str) -> str:
+    return NEXT_KEY + chain
+
+
+def positions_of(summary: Mapping[str, str]) -> dict[str, int]:
+    """The chain positions one commit's summary records (none: not a commit of mirror-v3)."""
+    found = {}
+    for key, value in summary.items():
+        if key.startswith(NEXT_KEY) and value.isdigit():
+            found[key[len(NEXT_KEY) :]] = int(value)
+    return found
+
+
+@dataclass(frozen=True)
+class TablePositions:
+    """Where the table is, per chain, as its commits say; `unknown`: chains no commit of the walked history names
+    although the history does not reach the table's beginning (expired snapshots): nothing is added to those, or a
+    blob could be added twice."""
+
+    next_offsets: dict[str, int]
+    unknown: frozenset[str] = frozenset()
+
+
+def walk_positions(
+    summaries_newest_first: Iterable[Mapping[str, str]], chains: Iterable[str], history_complete: bool
+) -> TablePositions:
+    """The position of each of `chains` from the newest commit that names it. A chain no commit names is at its
+    beginning (0: the table holds none of it) when the walked history is the table's whole history; otherwise its
+    position is unknown."""
+    wanted, found = set(chains), {}
+    for summary in summaries_newest_first:
+        for chain, offset in positions_of(summary).items():
+            if chain in wanted and chain not in found:
+                found[chain] = offset
+        if len(found) == len(wanted):
+            break
+    missing = wanted - set(found)
+    if history_complete:
+        return TablePositions({**found, **dict.fromkeys(missing, 0)})
+    return TablePositions(found, frozenset(missing))
+
+
+def list_after(position: int) -> str | None:
+    """The name a chain listing starts after so that the first name listed is the blob starting at `position`:
+    past every name of a blob that starts below it (`~` sorts after the `-` that follows a blob's first offset)."""
+    return None if position == 0 else f"{blob_name(position - 1, position - 1)[:20]}~"
+
+
+@dataclass(frozen=True)
+class NextBlobs:
+    blobs: tuple[BlobRange, ...]  # consecutive, the first starting at the position
+    next_offset: int  # the position after them
+    gap_at: BlobRange | None = None  # the first listed blob that does not continue (nothing from it on is added)
+
+
+def next_blobs(position: int, names: Sequence[str], durable_end: int | None = None) -> NextBlobs:
+    """The blobs that continue a chain from `position`, in order, from the names listed after it (`list_after`),
+    up to `durable_end` (the chain's next offset as its mirror knows it: blobs beyond are not the mirror's yet)."""
+    taken: list[BlobRange] = []
+    at = position
+    for name in names:
+        blob = parse_blob_name(name)
+        if blob is None:
+            continue
+        if durable_end is not None and blob.last >= durable_end:
+            break
+        if blob.first != at:
+            return NextBlobs(tuple(taken), at, blob)
+        taken.append(blob)
+        at = blob.last + 1
+    return NextBlobs(tuple(taken), at)

@@ -1,0 +1,224 @@
+"""The archive's tables follow its chains (`destination.table`): a process service that, every commit interval and
+once more when the mirrors have drained, adds to each table the blobs its chains committed since, in one commit
+per table (`sinks.tables`).
+
+Restart correctness comes from the destination: where a table is for each chain is read from the table's own
+commits (never from a local checkpoint) when the keeper starts and after any failure; what follows is listed
+from the chain, only up to the offset the chain's mirror made durable. A table that cannot be read or committed
+is a WARN once per spell, `mirror_v3_table_up` 0 and a degraded /readyz: the mirrors go on, and the table
+catches up when it works again. A chain whose table position cannot be known (its history expired before any
+mirror-v3 commit) gets nothing added, and says so: a blob added twice would be a duplicate row forever.
+
+Cost per interval and table: one listing page per chain that moved (S3: one LIST), one catalog commit; nothing
+for chains that did not move.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import anyio
+import anyio.to_thread
+from anyio.abc import TaskStatus
+
+from config.estate import MirrorSpec
+from config.model import TableConfig
+from core.clock import SYSTEM_CLOCK, Clock
+from core.describe import describe_error
+from core.logs import log_event
+from sinks.destination import Archive, chain_name
+from sinks.tables.iceberg import IcebergTable
+from sinks.tables.positions import NextBlobs, TablePositions, list_after, next_blobs
+from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
+from telemetry.metrics import MetricFamilies
+
+log = logging.getLogger("mirror_v3.tables")
+LIST_PAGE = 1000  # names per listing page
+
+
+class KeptTable(Protocol):
+    """What the keeper asks of a table (`sinks.tables.iceberg.IcebergTable`; tests give an in-memory one)."""
+
+    identifier: str
+
+    def positions(self, chains: Iterable[str]) -> TablePositions: ...
+
+    def commit(self, files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None: ...
+
+
+@dataclass
+class _Followed:
+    """One table and what this process knows of it."""
+
+    table: KeptTable
+    chains: dict[str, tuple[str, int]] = field(default_factory=dict)  # chain → (dest name, partition)
+    next_offsets: dict[str, int] | None = None  # chain → the table's position; None: to be read (again)
+    unknown: frozenset[str] = frozenset()  # chains whose position the table's history cannot tell
+    # chain → (durable position, when first seen) per round that saw it grow: how long the table has been behind
+    durable_seen: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    failing: bool = False
+
+
+class TableKeeper(ProcessService):
+    name = "archive tables"
+
+    def __init__(
+        self,
+        archive: Archive,
+        settings: TableConfig,
+        daily: bool,
+        families: MetricFamilies,
+        open_table: Callable[[str], KeptTable] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._archive = archive
+        self._settings = settings
+        self._families = families
+        self._clock = clock
+        if open_table is None:
+            catalog = archive.table_catalog()  # a missing secret: named at start
+
+            def open_table(identifier: str) -> KeptTable:
+                return IcebergTable(catalog, identifier, daily)
+
+        self._open_table = open_table
+        self._tables: dict[str, _Followed] = {}  # identifier → what this process follows of it
+        self.down: dict[str, str] = {}  # table → why it cannot be read or committed (/readyz)
+
+    def table_of(self, spec: MirrorSpec) -> str:
+        return self._settings.name.format(topic=spec.topic, dest=spec.destination_name)
+
+    async def mirrors_added(self, mirrors: Sequence[MirrorSpec]) -> None:
+        for spec in mirrors:
+            identifier = self.table_of(spec)
+            followed = self._tables.get(identifier)
+            if followed is None:
+                followed = self._tables[identifier] = _Followed(self._open_table(identifier))
+            chain = chain_name(spec.destination_name, spec.partition)
+            if chain not in followed.chains:
+                followed.chains[chain] = (spec.destination_name, spec.partition)
+                followed.next_offsets = None  # read the new chain's position with the others'
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        self._mirrored = process.mirrored
+        interval_s = self._settings.commit_interval_ms / 1000
+        while not await self._clock.wait_for(process.stop_requested, interval_s):
+            await self.commit_all(process.mirrored())
+
+    async def drained(self) -> None:
+        """The blobs of the drain's last flushes, in the table before the process ends."""
+        await self.commit_all(self._mirrored())
+
+    _mirrored: Callable[[], Sequence[MirroredPartition]] = list
+
+    async def commit_all(self, mirrored: Sequence[MirroredPartition]) -> None:
+        """One round: each table that has new blobs gets one commit."""
+        durable = {chain_name(m.destination_topic, m.partition): m for m in mirrored}
+        for identifier, followed in self._tables.items():
+            try:
+                await self._commit(identifier, followed, durable)
+            except Exception as exc:  # a helper of the mirrors: it never takes them down; tried again next time
+                followed.next_offsets = None  # read from the table again: it decides what is in it
+                self._families.table_commit_failures.labels(identifier).inc()
+                self._families.table_up.labels(identifier).set(0)
+                self.down[identifier] = describe_error(exc)
+                if not followed.failing:
+                    followed.failing = True
+                    log_event(
+                        log, logging.WARNING, "table not updated, retrying", table=identifier, error=describe_error(exc)
+                    )
+                continue
+            self._families.table_up.labels(identifier).set(1)
+            self.down.pop(identifier, None)
+            if followed.failing:
+                followed.failing = False
+                log_event(log, logging.INFO, "table updated again", table=identifier)
+
+    async def _commit(self, identifier: str, followed: _Followed, durable: dict[str, MirroredPartition]) -> None:
+        if followed.next_offsets is None:
+            read = await anyio.to_thread.run_sync(followed.table.positions, list(followed.chains))
+            followed.next_offsets, followed.unknown = dict(read.next_offsets), read.unknown
+            for chain in read.unknown:
+                log_event(
+                    log,
+                    logging.WARNING,
+                    "table position unknown: its history no longer holds a mirror-v3 commit of this chain; "
+                    "nothing of it is added (a blob added twice would be a duplicate row)",
+                    table=identifier,
+                    chain=chain,
+                )
+        positions = followed.next_offsets
+        added: dict[str, NextBlobs] = {}
+        for chain, (name, partition) in followed.chains.items():
+            mirror = durable.get(chain)
+            if mirror is None or chain in followed.unknown:
+                continue
+            at = positions[chain]
+            if mirror.position > at:
+                found = await self._next(name, partition, at, mirror.position)
+                if found.gap_at is not None:
+                    log_event(
+                        log,
+                        logging.WARNING,
+                        "table cannot follow its chain: the blob after its position does not continue it",
+                        table=identifier,
+                        chain=chain,
+                        position=at,
+                        blob=f"{found.gap_at.first}-{found.gap_at.last}",
+                    )
+                if found.blobs:
+                    added[chain] = found
+        if added:
+            files = [
+                self._archive.file_uri(*followed.chains[chain], blob.name)
+                for chain, found in added.items()
+                for blob in found.blobs
+            ]
+            new = {**positions, **{chain: found.next_offset for chain, found in added.items()}}
+            began = time.monotonic()
+            await anyio.to_thread.run_sync(followed.table.commit, files, new, dict(positions))
+            self._families.table_commit.labels(identifier).observe(time.monotonic() - began)
+            followed.next_offsets = positions = new
+            log_event(log, logging.INFO, "table committed", table=identifier, files=len(files), chains=len(added))
+        self._observe(followed, positions, durable)
+
+    async def _next(self, name: str, partition: int, position: int, durable_end: int) -> NextBlobs:
+        """The chain's blobs from `position` up to `durable_end`, listed page by page."""
+        store = self._archive.chain_store(name, partition)
+        try:
+            names: list[str] = []
+            after = list_after(position)
+            while True:
+                page, more = await store.list_page(after, LIST_PAGE)
+                names += page
+                found = next_blobs(position, names, durable_end)
+                if not more or not page or found.gap_at is not None or found.next_offset >= durable_end:
+                    return found
+                after = page[-1]
+        finally:
+            await store.close()
+
+    def _observe(self, followed: _Followed, positions: dict[str, int], durable: dict[str, MirroredPartition]) -> None:
+        now = self._clock.monotonic()
+        for chain, at in positions.items():
+            mirror = durable.get(chain)
+            if mirror is None:
+                continue
+            labels = (mirror.cluster, mirror.topic, str(mirror.partition), mirror.destination_topic)
+            self._families.table_next_offset.labels(*labels).set(at)
+            self._families.table_lag.labels(*labels).set(max(0, mirror.position - at))
+            # The oldest moment the chain was durable beyond the table's position: the table misses records at
+            # least that old (to the resolution of a round).
+            seen = followed.durable_seen.setdefault(chain, [])
+            if not seen or seen[-1][0] < mirror.position:
+                seen.append((mirror.position, now))
+            while seen and seen[0][0] <= at:
+                seen.pop(0)
+            self._families.table_lag_seconds.labels(*labels).set(now - seen[0][1] if seen else 0.0)

@@ -1,0 +1,102 @@
+"""An archive's Iceberg table through real PyIceberg on its SQLite catalog: made with the archive's columns and
+partitioning, blobs added as they lie with each chain's position in the commit, positions read back from the
+table's own commits (past someone else's), a lost race tried again only while the positions still hold."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from core.records import encode_parquet
+from sinks.blob.chain import blob_name
+from sinks.tables.iceberg import IcebergCatalog, IcebergTable, TableError
+from sinks.tables.positions import list_after, next_blobs, walk_positions
+from tests.fakes import FakeRecord, records_table
+
+
+def _catalog(root: Path) -> IcebergCatalog:
+    (root / "_catalog").mkdir(parents=True, exist_ok=True)
+    return IcebergCatalog(
+        "test",
+        {
+            "type": "sql",
+            "uri": f"sqlite:///{root / '_catalog' / 'iceberg.db'}",
+            "warehouse": f"file://{root / '_iceberg'}",
+            "init_catalog_tables": "true",
+        },
+    )
+
+
+def _blob(root: Path, partition: int, first: int, last: int) -> str:
+    records = [FakeRecord(offset, f"k{offset}".encode(), f"v{offset}".encode()) for offset in range(first, last + 1)]
+    directory = root / "orders" / str(partition)
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / blob_name(first, last)
+    path.write_bytes(encode_parquet(records_table(records, "orders", partition), "zstd", None))
+    return str(path)
+
+
+def test_blobs_are_added_once_with_their_chains_positions(tmp_path: Path) -> None:
+    table = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    assert table.positions(["orders/0", "orders/1"]).next_offsets == {"orders/0": 0, "orders/1": 0}  # new, empty
+    files = [_blob(tmp_path, 0, 0, 9), _blob(tmp_path, 0, 10, 14), _blob(tmp_path, 1, 0, 4)]
+    table.commit(files, {"orders/0": 15, "orders/1": 5}, based_on={"orders/0": 0, "orders/1": 0})
+    again = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)  # a new process reads the table
+    assert again.positions(["orders/0", "orders/1"]).next_offsets == {"orders/0": 15, "orders/1": 5}
+    rows = again.scan()
+    assert sorted(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)) == [
+        *((0, offset) for offset in range(15)),
+        *((1, offset) for offset in range(5)),
+    ]
+    assert rows.filter(pa.compute.equal(rows["offset"], 3))["value"].to_pylist() == [b"v3", b"v3"]
+    loaded = again._loaded()
+    assert loaded.properties["gc.enabled"] == "false"
+    assert [field.name for field in loaded.spec().fields] == ["partition"]
+    assert {f.file_path for task in loaded.scan().plan_files() for f in [task.file]} == set(files)  # in place
+
+
+def test_a_commit_that_lost_a_race_is_not_retried_once_its_positions_moved(tmp_path: Path) -> None:
+    first = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    first.positions(["orders/0"])
+    second = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    second.positions(["orders/0"])
+    second.commit([_blob(tmp_path, 0, 0, 9)], {"orders/0": 10}, based_on={"orders/0": 0})
+    # `first` still holds the table as it was: its commit conflicts, and on the refreshed table its base is gone.
+    with pytest.raises(TableError) as refused:
+        first.commit([_blob(tmp_path, 0, 0, 9)], {"orders/0": 10}, based_on={"orders/0": 0})
+    assert refused.value.operation == "commit" and "moved its positions" in refused.value.cause
+    assert len(second.scan()) == 10  # nothing added twice
+    reloaded = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)._loaded()
+    assert "commit.retry.num-retries" not in reloaded.properties  # our view's setting, never the table's
+
+
+def test_another_writers_commit_of_other_chains_is_retried_over(tmp_path: Path) -> None:
+    shard_a = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    shard_a.positions(["orders/0"])
+    shard_b = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    shard_b.commit([_blob(tmp_path, 1, 0, 4)], {"orders/1": 5}, based_on={"orders/1": 0})
+    shard_a.commit([_blob(tmp_path, 0, 0, 9)], {"orders/0": 10}, based_on={"orders/0": 0})
+    both = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    assert both.positions(["orders/0", "orders/1"]).next_offsets == {"orders/0": 10, "orders/1": 5}
+    assert len(both.scan()) == 15
+
+
+def test_positions_come_from_the_newest_commit_naming_each_chain() -> None:
+    summaries = [{"operation": "replace"}, {"mirror-v3.next-offset.o/0": "30"}, {"mirror-v3.next-offset.o/0": "20"}]
+    assert walk_positions(summaries, ["o/0", "o/1"], history_complete=True).next_offsets == {"o/0": 30, "o/1": 0}
+    # Expired history: a chain no remaining commit names is not assumed to be at its beginning.
+    cut = walk_positions(summaries, ["o/0", "o/1"], history_complete=False)
+    assert cut.next_offsets == {"o/0": 30} and cut.unknown == {"o/1"}
+
+
+def test_the_blobs_after_a_position_are_consecutive_and_durable() -> None:
+    names = [blob_name(10, 19), blob_name(20, 29), blob_name(30, 39)]
+    found = next_blobs(10, names, durable_end=30)
+    assert [(b.first, b.last) for b in found.blobs] == [(10, 19), (20, 29)] and found.next_offset == 30
+    gap = next_blobs(10, [blob_name(10, 19), blob_name(25, 29)])
+    assert gap.next_offset == 20 and gap.gap_at is not None and gap.gap_at.first == 25
+    assert list_after(0) is None
+    after = list_after(10)
+    assert after is not None and blob_name(9, 9) < after < blob_name(10, 10) and blob_name(9, 12) < after

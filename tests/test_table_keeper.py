@@ -1,0 +1,142 @@
+"""The archive's tables following its chains (`supervisor.table_keeper`), with an in-memory archive and table: each
+committed blob added once, in order, up to the durable position; positions read from the table after a failure;
+a failing table a WARN and degraded readiness, never an exception out of the keeper."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from config.estate import MirrorSpec
+from config.model import FlushConfig, SourceConfig, TableConfig
+from sinks.blob.chain import BlobStore, blob_name
+from sinks.tables.positions import TablePositions, walk_positions
+from supervisor.process_service import MirroredPartition
+from supervisor.table_keeper import TableKeeper
+from tests.fakes import InMemoryStore, fresh_metrics
+
+SOURCE = SourceConfig(bootstrap_servers="src:9092")
+
+
+class MemoryArchive:
+    def __init__(self) -> None:
+        self.stores: dict[tuple[str, int], InMemoryStore] = {}
+
+    def add(self, name: str, partition: int, first: int, last: int) -> None:
+        self.stores.setdefault((name, partition), InMemoryStore()).blobs[blob_name(first, last)] = b"x"
+
+    def chain_store(self, name: str, partition: int) -> BlobStore:
+        return self.stores.setdefault((name, partition), InMemoryStore())
+
+    def file_uri(self, name: str, partition: int, blob: str) -> str:
+        return f"mem://{name}/{partition}/{blob}"
+
+
+class MemoryTable:
+    def __init__(self, identifier: str) -> None:
+        self.identifier = identifier
+        self.files: list[str] = []
+        self.summaries: list[dict[str, int]] = []  # oldest first
+        self.fail_next: list[Exception] = []
+
+    def positions(self, chains: Iterable[str]) -> TablePositions:
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        found = [{f"mirror-v3.next-offset.{c}": str(o) for c, o in s.items()} for s in reversed(self.summaries)]
+        return walk_positions(found, chains, history_complete=True)
+
+    def commit(self, files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None:
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        self.files += files
+        self.summaries.append(dict(positions))
+
+
+def _spec(partition: int) -> MirrorSpec:
+    return MirrorSpec(
+        f"orders-{partition}", 0, "prod", SOURCE, "clusters.prod", "orders", partition, "orders", FlushConfig()
+    )
+
+
+def _mirrored(positions: dict[int, int]) -> list[MirroredPartition]:
+    return [
+        MirroredPartition("prod", SOURCE, "clusters.prod", "orders", p, "orders", at) for p, at in positions.items()
+    ]
+
+
+def _keeper(archive: MemoryArchive, tables: dict[str, MemoryTable]) -> tuple[TableKeeper, Any]:
+    families, _ = fresh_metrics()
+
+    def open_table(identifier: str) -> MemoryTable:
+        return tables.setdefault(identifier, MemoryTable(identifier))
+
+    settings = TableConfig(format="iceberg", name="archive.{topic}")
+    return TableKeeper(archive, settings, False, families, open_table=open_table), families  # type: ignore[arg-type]
+
+
+async def test_each_committed_blob_is_added_once_in_order_up_to_the_durable_position() -> None:
+    archive, tables = MemoryArchive(), dict[str, MemoryTable]()
+    keeper, families = _keeper(archive, tables)
+    await keeper.mirrors_added([_spec(0), _spec(1)])
+    for first, last in ((0, 9), (10, 19), (20, 29)):
+        archive.add("orders", 0, first, last)
+    archive.add("orders", 1, 0, 4)
+    await keeper.commit_all(_mirrored({0: 20, 1: 5}))  # 20-29 is in the chain, not yet durable for its mirror
+    table = tables["archive.orders"]
+    assert table.files == [
+        f"mem://orders/0/{blob_name(0, 9)}",
+        f"mem://orders/0/{blob_name(10, 19)}",
+        f"mem://orders/1/{blob_name(0, 4)}",
+    ]
+    assert table.summaries == [{"orders/0": 20, "orders/1": 5}]
+    await keeper.commit_all(_mirrored({0: 20, 1: 5}))
+    assert len(table.summaries) == 1  # nothing new: no commit
+    await keeper.commit_all(_mirrored({0: 30, 1: 5}))
+    assert table.files[-1] == f"mem://orders/0/{blob_name(20, 29)}"
+    assert table.summaries[-1] == {"orders/0": 30, "orders/1": 5}  # every chain's position in each commit
+    labels = {"source_cluster": "prod", "topic": "orders", "partition": "0", "destination": "orders"}
+    assert families.registry.get_sample_value("mirror_v3_table_next_offset", labels) == 30
+    assert families.registry.get_sample_value("mirror_v3_table_lag_records", labels) == 0
+
+
+async def test_after_a_failure_the_table_says_where_it_is_and_nothing_is_added_twice() -> None:
+    archive, tables = MemoryArchive(), dict[str, MemoryTable]()
+    keeper, families = _keeper(archive, tables)
+    await keeper.mirrors_added([_spec(0)])
+    archive.add("orders", 0, 0, 9)
+    await keeper.commit_all(_mirrored({0: 10}))
+    table = tables["archive.orders"]
+    archive.add("orders", 0, 10, 19)
+    # The commit's answer is lost although it landed: the keeper does not know, and reads the table again.
+    landed = table.commit
+
+    def lost_answer(files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None:
+        landed(files, positions, based_on)
+        raise OSError("connection reset")
+
+    table.commit = lost_answer  # type: ignore[method-assign]
+    await keeper.commit_all(_mirrored({0: 20}))
+    assert keeper.down == {"archive.orders": "OSError: connection reset"}
+    assert families.registry.get_sample_value("mirror_v3_table_up", {"table": "archive.orders"}) == 0
+    table.commit = landed  # type: ignore[method-assign]
+    await keeper.commit_all(_mirrored({0: 20}))
+    assert table.files == [f"mem://orders/0/{blob_name(0, 9)}", f"mem://orders/0/{blob_name(10, 19)}"]
+    assert keeper.down == {}
+    assert families.registry.get_sample_value("mirror_v3_table_up", {"table": "archive.orders"}) == 1
+
+
+async def test_a_new_process_continues_from_the_tables_commits(caplog: pytest.LogCaptureFixture) -> None:
+    archive, tables = MemoryArchive(), dict[str, MemoryTable]()
+    first, _ = _keeper(archive, tables)
+    await first.mirrors_added([_spec(0)])
+    archive.add("orders", 0, 0, 9)
+    await first.commit_all(_mirrored({0: 10}))
+    archive.add("orders", 0, 10, 14)
+    archive.add("orders", 0, 20, 29)  # a gap: 15-19 missing (another writer, a broken chain)
+    second, _ = _keeper(archive, tables)
+    await second.mirrors_added([_spec(0)])
+    await second.commit_all(_mirrored({0: 30}))
+    assert tables["archive.orders"].files[1:] == [f"mem://orders/0/{blob_name(10, 14)}"]  # up to the gap only
+    assert "does not continue it" in caplog.text
