@@ -256,7 +256,7 @@ async def select_partitions(config: RestoreConfig, archive: Archive) -> list[Res
     """The archived chains the entries select, each with its range; ConfigError for a name or partition the
     archive does not hold, a chain selected twice, or two chains restored into one partition."""
     catalog = await anyio.to_thread.run_sync(archive.chains)
-    where = archive.where
+    where = archive.root
     chosen: list[tuple[int, RestoreEntry, str, int]] = []
     for index, entry in enumerate(config.restore):
         names = _names(index, entry, catalog, where)

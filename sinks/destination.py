@@ -139,6 +139,7 @@ class Archive(ABC):
     the archivers): its chains listed, each one listed and read back, its documents, and the schemas it kept."""
 
     where: str
+    root: str  # how messages name the archive: its directory, or s3://bucket/prefix
 
     @abstractmethod
     def chains(self) -> dict[str, list[int]]:

@@ -18,7 +18,6 @@ from typing import Any
 
 import anyio
 import anyio.to_thread
-from anyio.abc import TaskStatus
 
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
@@ -38,8 +37,9 @@ from supervisor.cluster_ids import loop_ids
 from supervisor.failures import FirstFailure
 from supervisor.lease_keeper import LeaseKeeper
 from supervisor.mirrors import MirrorLinks, Supervisor, SupervisorSettings
-from supervisor.process_service import ProcessService, RunningProcess
+from supervisor.process_service import RunningProcess
 from supervisor.services import ProcessServices, process_services
+from supervisor.serving import serve_service
 from supervisor.source_commits import CommitGroup
 from telemetry.http import HttpEndpoint, Readiness
 from telemetry.metrics import MetricFamilies, MirrorMetrics
@@ -205,14 +205,14 @@ class RunProcess:
                 outer.start_soon(self.http.watch_loop)
                 if keeper is not None:
                     # Before Spark and before any chain is touched: a live writer's chains are left alone.
-                    await outer.start(self._serve, keeper, process, everything)
+                    await outer.start(serve_service, keeper, process, self._failure, everything)
                     if self._failure.cause is not None or not keeper.holding:
                         everything.cancel()
                         return exit_code_for(self._failure.cause) if self._failure.cause is not None else EXIT_OK
                 outer.start_soon(self._scheduler.run)
                 outer.start_soon(self._clusters.poll_forever)  # the offsets of every partition mirrored
                 for service in self._services.services:
-                    await outer.start(self._serve, service, process, everything)
+                    await outer.start(serve_service, service, process, self._failure, everything)
                 # Spark starts (seconds) while the actors check their source and destination, so a corrupt chain
                 # or an unreachable broker is reported without waiting for it.
                 outer.start_soon(self._start_spark, everything)
@@ -231,24 +231,6 @@ class RunProcess:
             return exit_code_for(self._failure.cause)
         log_event(log, logging.INFO, "all mirrors stopped", mirrors=len(self.supervisor.mirrors))
         return EXIT_OK
-
-    async def _serve(
-        self,
-        service: ProcessService,
-        process: RunningProcess,
-        everything: anyio.CancelScope,
-        *,
-        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """Run a service; one that fails (before it is ready or after) is the process's failure, and ends it."""
-        ready = _Readiness(task_status)
-        try:
-            await service.serve(process, task_status=ready)
-        except MirrorV3Error as exc:
-            self._failure.record(None, exc, exc.headline or f"{service.name} failed")
-            everything.cancel()
-        finally:
-            ready.started()  # the process goes on to see the failure, not a service that never said ready
 
     async def _mirrors_added(self, mirrors: Sequence[MirrorSpec]) -> None:
         for service in self._services.services:
@@ -305,15 +287,3 @@ class RunProcess:
             log_event(log, logging.ERROR, "second signal during drain, exiting now", signal=name)
             logging.shutdown()
             os._exit(EXIT_SECOND_SIGNAL)
-
-
-class _Readiness:
-    """A service's task status that may be told more than once (anyio's may not): the first time counts."""
-
-    def __init__(self, status: TaskStatus[None]) -> None:
-        self._status, self._told = status, False
-
-    def started(self, value: None = None) -> None:
-        if not self._told:
-            self._told = True
-            self._status.started()

@@ -25,19 +25,20 @@ class FilesystemDestination(BlobDestination):
     def __init__(
         self, config: FilesystemConfig, holder: Holder | None = None, source_registries: SourceRegistries | None = None
     ) -> None:
-        self.root = Path(config.root).expanduser().resolve()  # relative to the working directory of the process
-        super().__init__(config, f"filesystem:{self.root}", holder, source_registries)
+        self.directory = Path(config.root).expanduser().resolve()  # relative to the working directory
+        self.root = str(self.directory)
+        super().__init__(config, f"filesystem:{self.directory}", holder, source_registries)
         # The chains' commits, batched per trip to a worker thread (a job's partitions commit together).
         self._commits = ThreadBatches()
 
     def _directory(self, destination_name: str, partition: int) -> Path:
-        return self.root / destination_name / str(partition)
+        return self.directory / destination_name / str(partition)
 
     def location(self, destination_name: str, partition: int) -> str:
         return f"filesystem:{self._directory(destination_name, partition)}"
 
     def _lease_store(self) -> LeaseStore:
-        return FilesystemLeases(self.root)
+        return FilesystemLeases(self.directory)
 
     def _staged_chain(
         self, destination_name: str, partition: int, blob_format: BlobFormat
@@ -46,7 +47,7 @@ class FilesystemDestination(BlobDestination):
         return store, store.staging(blob_format)
 
     def chains(self) -> dict[str, list[int]]:
-        return filesystem_chains(self.root)
+        return filesystem_chains(self.directory)
 
     def chain_store(self, destination_name: str, partition: int) -> BlobStore:
         return FilesystemStore(self._directory(destination_name, partition), self._commits)
@@ -63,11 +64,11 @@ class FilesystemDestination(BlobDestination):
             "mirror_v3",
             {
                 "type": "sql",
-                "uri": f"sqlite:///{self.root / CATALOG_DIRECTORY / 'iceberg.db'}",
-                "warehouse": f"file://{self.root / WAREHOUSE_DIRECTORY}",
+                "uri": f"sqlite:///{self.directory / CATALOG_DIRECTORY / 'iceberg.db'}",
+                "warehouse": f"file://{self.directory / WAREHOUSE_DIRECTORY}",
                 "init_catalog_tables": "true",
             },
         )
 
     def documents(self) -> FilesystemDocuments:
-        return FilesystemDocuments(self.root)
+        return FilesystemDocuments(self.directory)

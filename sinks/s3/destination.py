@@ -51,6 +51,7 @@ class S3Destination(BlobDestination):
     ) -> None:
         super().__init__(config, f"s3://{config.bucket}/{config.prefix}", holder, source_registries)
         self._bucket, self._prefix = config.bucket, config.prefix
+        self.root = f"s3://{config.bucket}/{config.prefix}"
         self._s3_config = config
 
     @cached_property
