@@ -17,7 +17,6 @@ from tests.fakes import FakeRecord, records_table
 
 
 def _catalog(root: Path) -> IcebergCatalog:
-    (root / "_catalog").mkdir(parents=True, exist_ok=True)
     return IcebergCatalog(
         "test",
         {
@@ -26,6 +25,7 @@ def _catalog(root: Path) -> IcebergCatalog:
             "warehouse": f"file://{root / '_iceberg'}",
             "init_catalog_tables": "true",
         },
+        directory=str(root / "_catalog"),  # made by the catalog's first load
     )
 
 

@@ -68,6 +68,7 @@ class FilesystemDestination(BlobDestination):
                 "warehouse": f"file://{self.directory / WAREHOUSE_DIRECTORY}",
                 "init_catalog_tables": "true",
             },
+            directory=str(self.directory / CATALOG_DIRECTORY),
         )
 
     def documents(self) -> FilesystemDocuments:

@@ -13,6 +13,7 @@ tried again on the refreshed table. Tables get `gc.enabled=false`: their data fi
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -48,10 +49,13 @@ class IcebergCatalog:
 
     name: str
     properties: dict[str, str]
+    directory: str | None = None  # made first: where an embedded catalog's database file lives
 
     def load(self) -> Any:
         from pyiceberg.catalog import load_catalog  # imported when a table is configured: a heavy import
 
+        if self.directory is not None:
+            os.makedirs(self.directory, exist_ok=True)
         return load_catalog(self.name, **self.properties)
 
 
