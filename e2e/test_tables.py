@@ -41,7 +41,7 @@ def _config(tmp_path: Path, bootstrap: str, fs: FilesystemTarget, topic: str, pa
 
 def _table(fs: FilesystemTarget, topic: str) -> Any:
     catalog = load_catalog(
-        "check",
+        "mirror_v3",  # the SQL catalog keeps each catalog name's tables apart
         type="sql",
         uri=f"sqlite:///{fs.root / '_catalog' / 'iceberg.db'}",
         warehouse=f"file://{fs.root / '_iceberg'}",
