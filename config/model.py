@@ -505,12 +505,18 @@ class TableConfig(_Strict, frozen=True):
     """The archive as a table engines open by name: each committed blob added once, in offset order, by the mirror
     that wrote it (no coordinator)."""
 
-    format: Annotated[Literal["iceberg"], msgspec.Meta(description="Table format.")]
+    format: Annotated[
+        Literal["iceberg", "delta"],
+        msgspec.Meta(
+            description="Table format. iceberg: a table per `name` in `catalog`. delta: a table per chain name, at "
+            "the chains' own directory `<root>/<dest-name>` (filesystem archives)."
+        ),
+    ]
     name: Annotated[
         NonEmptyStr,
         msgspec.Meta(
             description="The table of each archived topic: a template with `{topic}` (the source topic) and "
-            "`{dest}` (its chains' name), `namespace.table`."
+            "`{dest}` (its chains' name), `namespace.table` (delta: the name in the table's metadata)."
         ),
     ] = "mirror_v3.{dest}"
     commit_interval_ms: Annotated[

@@ -11,30 +11,44 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 import yaml
+from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
 
+from config.estate import shard_of
 from e2e.harness import backlog, mirror_config, partitions_of, run_until, start
 from sinks.tables.positions import positions_of
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce, watermarks
-from testkit.targets import FilesystemTarget, SourceRecord, assert_same_records, source_records
+from testkit.mirror_run import MirrorRun
+from testkit.targets import FilesystemTarget, S3Target, SourceRecord, assert_same_records, source_records
 
 TABLE = "archive.{topic}"
 
 
-def _config(tmp_path: Path, bootstrap: str, fs: FilesystemTarget, topic: str, partitions: int) -> Path:
+def _config(
+    tmp_path: Path,
+    bootstrap: str,
+    target: FilesystemTarget | S3Target,
+    topic: str,
+    partitions: int,
+    catalog: dict[str, Any] | None = None,
+    table_format: str = "iceberg",
+) -> Path:
     path = mirror_config(
         tmp_path / "mirror.yaml",
         bootstrap,
-        fs,
+        target,
         partitions_of(topic, partitions),
         flush={"max-time-ms": 400, "max-offsets": 2_000},
         spark={"max-offsets-per-job": 4_000},
     )
     # The destination block as the target writes it, with the table: one commit a second.
     document = yaml.safe_load(path.read_text())
-    document["destination"]["table"] = {"format": "iceberg", "name": TABLE, "commit-interval-ms": 1000}
+    document["destination"]["table"] = {"format": table_format, "name": TABLE, "commit-interval-ms": 1000}
+    if catalog is not None:
+        document["destination"]["table"]["catalog"] = catalog
     path.write_text(yaml.safe_dump(document, sort_keys=False))
     return path
 
@@ -47,6 +61,23 @@ def _table(fs: FilesystemTarget, topic: str) -> Any:
         warehouse=f"file://{fs.root / '_iceberg'}",
     )
     return catalog.load_table(TABLE.format(topic=topic))
+
+
+def _check(table: Any, bootstrap: str, topic: str, chain_files: set[str], ends: dict[int, int]) -> None:
+    """The table holds exactly the chains' files, each once, and so exactly the source's records; its commits'
+    positions only grew, and end at the chains' ends."""
+    files = [task.file.file_path for task in table.scan().plan_files()]
+    assert len(files) == len(set(files)), "a file is referenced twice"
+    assert set(files) == chain_files  # every blob of the chains, in place, and nothing else
+    rows = table.scan().to_arrow()
+    for partition in ends:
+        assert_same_records(_table_records(rows, partition), source_records(bootstrap, topic, partition))
+    commits = _positions(table)
+    for partition, end in ends.items():
+        chain = f"{topic}/{partition}"
+        seen = [found[chain] for found in commits if chain in found]
+        assert seen == sorted(seen), f"{chain}: positions went back: {seen}"
+        assert seen[-1] == end
 
 
 def _table_records(rows: pa.Table, partition: int) -> list[SourceRecord]:
@@ -71,12 +102,13 @@ def _positions(table: Any) -> list[dict[str, int]]:
     return [found for found in history if found]
 
 
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
 def test_the_archive_is_a_table_exactly_once_across_a_kill_around_its_commits(
-    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path, table_format: str
 ) -> None:
     partitions, rng = 2, random.Random(20261127)
     backlog(kafka.bootstrap, topic_name, [6_000, 4_000], seed=48)
-    config = _config(tmp_path, kafka.bootstrap, fs, topic_name, partitions)
+    config = _config(tmp_path, kafka.bootstrap, fs, topic_name, partitions, table_format=table_format)
     with start(config, tmp_path / "run1.log", fs) as run:
         run.wait_for_log(r'msg="table committed"')
         for partition in range(partitions):  # work for the commits to come
@@ -87,21 +119,76 @@ def test_the_archive_is_a_table_exactly_once_across_a_kill_around_its_commits(
     second = run_until(config, tmp_path / "run2.log", fs, topic_name, ends)
     assert second.events("table committed"), "the drain's last blobs go into the table too"
     assert not second.events("table not updated, retrying")
-
-    table = _table(fs, topic_name)
-    assert table.properties["gc.enabled"] == "false"
-    files = [task.file.file_path for task in table.scan().plan_files()]
-    assert len(files) == len(set(files)), "a file is referenced twice"
     chain_files = {
         str(fs.directory(topic_name, p) / name) for p in range(partitions) for name in fs.names(topic_name, p)
     }
-    assert set(files) == chain_files  # every blob of the chains, in place, and nothing else
-    rows = table.scan().to_arrow()
+    if table_format == "iceberg":
+        table = _table(fs, topic_name)
+        assert table.properties["gc.enabled"] == "false"
+        _check(table, kafka.bootstrap, topic_name, chain_files, ends)
+        return
+    location = str(fs.root / topic_name)  # a Delta table per chain name, at its directory
+    delta = DeltaTable(location)
+    files = delta.file_uris()
+    assert len(files) == len(set(files)), "a file is referenced twice"
+    assert set(files) == chain_files
+    rows = pa.table(delta.to_pyarrow_table())
     for partition in range(partitions):
-        assert_same_records(_table_records(rows, partition), source_records(kafka.bootstrap, topic_name, partition))
-    commits = _positions(table)
-    for partition in range(partitions):
-        chain = f"{topic_name}/{partition}"
-        seen = [found[chain] for found in commits if chain in found]
-        assert seen == sorted(seen), f"{chain}: positions went back: {seen}"
-        assert seen[-1] == ends[partition]
+        records = _table_records(rows, partition)
+        assert_same_records(records, source_records(kafka.bootstrap, topic_name, partition))
+        app = f"mirror-v3:{topic_name}/{partition}"
+        seen = [DeltaTable(location, version=v).transaction_version(app) or 0 for v in range(delta.version() + 1)]
+        assert seen == sorted(seen) and seen[-1] == ends[partition], seen
+
+
+def test_two_shards_keep_one_table_of_an_s3_archive(
+    kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path
+) -> None:
+    """Two processes (shards 0/2 and 1/2) write different partitions of one topic into an S3 archive (moto) and
+    commit to its one table concurrently (a SQL catalog both reach, the table's metadata in the bucket)."""
+    partitions = next(
+        n for n in range(2, 9) if {shard_of(kafka.bootstrap, topic_name, p, 2) for p in range(n)} == {0, 1}
+    )
+    backlog(kafka.bootstrap, topic_name, [3_000] * partitions, seed=148)
+    catalog = {
+        "type": "sql",
+        "properties": {
+            "uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+            "warehouse": f"s3://{s3.bucket}/{s3.prefix}/_iceberg",
+            "init_catalog_tables": "true",
+        },
+    }
+    config = _config(tmp_path, kafka.bootstrap, s3, topic_name, partitions, catalog)
+    env = {**s3.env()}
+    shards = [MirrorRun(config, tmp_path / f"shard{i}.log", env={**env, "MIRROR_V3_SHARD": f"{i}/2"}) for i in range(2)]
+    try:
+        for partition in range(partitions):  # more while both run: commits of both shards, interleaved
+            produce(kafka.bootstrap, topic_name, partition, generate_records(2_000, seed=1480 + partition))
+        ends = {p: watermarks(kafka.bootstrap, topic_name, p)[1] for p in range(partitions)}
+        for shard in shards:
+            shard.wait_for_offsets(lambda p: s3.next_offset(topic_name, p), ends)
+        for shard in shards:
+            shard.drain()
+    finally:
+        for shard in shards:
+            shard.stop()
+    for shard in shards:
+        assert shard.events("table committed")
+    reader = load_catalog(
+        "mirror_v3",
+        type="sql",
+        uri=f"sqlite:///{tmp_path / 'catalog.db'}",
+        **{
+            "s3.endpoint": s3.endpoint,
+            "s3.access-key-id": s3.access_key,
+            "s3.secret-access-key": s3.secret_key,
+            "s3.region": s3.region,
+        },
+    )
+    table = reader.load_table(TABLE.format(topic=topic_name))
+    chain_files = {
+        f"s3://{s3.bucket}/{s3.key_prefix(topic_name, p)}{name}"
+        for p in range(partitions)
+        for name in s3.names(topic_name, p)
+    }
+    _check(table, kafka.bootstrap, topic_name, chain_files, ends)

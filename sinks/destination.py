@@ -158,6 +158,10 @@ class Archive(ABC):
         """A blob's address as a table's file IO reads it (a local path, `s3://bucket/key`)."""
 
     @abstractmethod
+    def chain_directory(self, destination_name: str) -> str:
+        """Where a chain name's partitions lie (a directory, `s3://bucket/prefix/<dest-name>`): a Delta table's root."""
+
+    @abstractmethod
     def table_catalog(self) -> IcebergCatalog:
         """Where the archive's tables are registered (`destination.table.catalog`, or the kind's default);
         ConfigReferenceError for a secret property whose variable is not set."""

@@ -31,13 +31,15 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.describe import describe_error
 from core.logs import log_event
 from sinks.destination import Archive, chain_name
+from sinks.tables.delta import DeltaArchiveTable
 from sinks.tables.iceberg import IcebergTable
-from sinks.tables.positions import NextBlobs, TablePositions, list_after, next_blobs
+from sinks.tables.positions import NextBlobs, TableFile, TablePositions, list_after, next_blobs
 from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
 from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.tables")
 LIST_PAGE = 1000  # names per listing page
+DRAINED_COMMIT_S = 20.0  # the drain's last commit waits this long at most
 
 
 class KeptTable(Protocol):
@@ -47,7 +49,7 @@ class KeptTable(Protocol):
 
     def positions(self, chains: Iterable[str]) -> TablePositions: ...
 
-    def commit(self, files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None: ...
+    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None: ...
 
 
 @dataclass
@@ -72,17 +74,22 @@ class TableKeeper(ProcessService):
         settings: TableConfig,
         daily: bool,
         families: MetricFamilies,
-        open_table: Callable[[str], KeptTable] | None = None,
+        open_table: Callable[[str, str], KeptTable] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._archive = archive
         self._settings = settings
         self._families = families
         self._clock = clock
-        if open_table is None:
+        if open_table is None and settings.format == "delta":
+
+            def open_table(location: str, name: str) -> KeptTable:
+                return DeltaArchiveTable(location, name)
+
+        elif open_table is None:
             catalog = archive.table_catalog()  # a missing secret: named at start
 
-            def open_table(identifier: str) -> KeptTable:
+            def open_table(identifier: str, name: str) -> KeptTable:
                 return IcebergTable(catalog, identifier, daily)
 
         self._open_table = open_table
@@ -90,6 +97,12 @@ class TableKeeper(ProcessService):
         self.down: dict[str, str] = {}  # table → why it cannot be read or committed (/readyz)
 
     def table_of(self, spec: MirrorSpec) -> str:
+        """How the table of a mirror's chain is known: its catalog identifier (iceberg), its location (delta)."""
+        if self._settings.format == "delta":
+            return self._archive.chain_directory(spec.destination_name)
+        return self._name_of(spec)
+
+    def _name_of(self, spec: MirrorSpec) -> str:
         return self._settings.name.format(topic=spec.topic, dest=spec.destination_name)
 
     async def mirrors_added(self, mirrors: Sequence[MirrorSpec]) -> None:
@@ -97,7 +110,7 @@ class TableKeeper(ProcessService):
             identifier = self.table_of(spec)
             followed = self._tables.get(identifier)
             if followed is None:
-                followed = self._tables[identifier] = _Followed(self._open_table(identifier))
+                followed = self._tables[identifier] = _Followed(self._open_table(identifier, self._name_of(spec)))
             chain = chain_name(spec.destination_name, spec.partition)
             if chain not in followed.chains:
                 followed.chains[chain] = (spec.destination_name, spec.partition)
@@ -113,8 +126,10 @@ class TableKeeper(ProcessService):
             await self.commit_all(process.mirrored())
 
     async def drained(self) -> None:
-        """The blobs of the drain's last flushes, in the table before the process ends."""
-        await self.commit_all(self._mirrored())
+        """The blobs of the drain's last flushes, in the table before the process ends, if its catalog answers
+        within DRAINED_COMMIT_S (a commit left running has an outcome the next start reads from the table)."""
+        with anyio.move_on_after(DRAINED_COMMIT_S):
+            await self.commit_all(self._mirrored())
 
     _mirrored: Callable[[], Sequence[MirroredPartition]] = list
 
@@ -143,7 +158,9 @@ class TableKeeper(ProcessService):
 
     async def _commit(self, identifier: str, followed: _Followed, durable: dict[str, MirroredPartition]) -> None:
         if followed.next_offsets is None:
-            read = await anyio.to_thread.run_sync(followed.table.positions, list(followed.chains))
+            read = await anyio.to_thread.run_sync(
+                followed.table.positions, list(followed.chains), abandon_on_cancel=True
+            )
             followed.next_offsets, followed.unknown = dict(read.next_offsets), read.unknown
             for chain in read.unknown:
                 log_event(
@@ -177,13 +194,14 @@ class TableKeeper(ProcessService):
                     added[chain] = found
         if added:
             files = [
-                self._archive.file_uri(*followed.chains[chain], blob.name)
+                TableFile(self._archive.file_uri(*followed.chains[chain], blob.name), f"{chain_partition}/{blob.name}")
                 for chain, found in added.items()
+                for chain_partition in [followed.chains[chain][1]]
                 for blob in found.blobs
             ]
             new = {**positions, **{chain: found.next_offset for chain, found in added.items()}}
             began = time.monotonic()
-            await anyio.to_thread.run_sync(followed.table.commit, files, new, dict(positions))
+            await anyio.to_thread.run_sync(followed.table.commit, files, new, dict(positions), abandon_on_cancel=True)
             self._families.table_commit.labels(identifier).observe(time.monotonic() - began)
             followed.next_offsets = positions = new
             log_event(log, logging.INFO, "table committed", table=identifier, files=len(files), chains=len(added))

@@ -8,11 +8,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from deltalake import DeltaTable
 
 from core.records import encode_parquet
 from sinks.blob.chain import blob_name
+from sinks.tables.delta import DeltaArchiveTable
 from sinks.tables.iceberg import IcebergCatalog, IcebergTable, TableError
-from sinks.tables.positions import list_after, next_blobs, walk_positions
+from sinks.tables.positions import TableFile, list_after, next_blobs, walk_positions
 from tests.fakes import FakeRecord, records_table
 
 
@@ -29,13 +31,13 @@ def _catalog(root: Path) -> IcebergCatalog:
     )
 
 
-def _blob(root: Path, partition: int, first: int, last: int) -> str:
+def _blob(root: Path, partition: int, first: int, last: int) -> TableFile:
     records = [FakeRecord(offset, f"k{offset}".encode(), f"v{offset}".encode()) for offset in range(first, last + 1)]
     directory = root / "orders" / str(partition)
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / blob_name(first, last)
     path.write_bytes(encode_parquet(records_table(records, "orders", partition), "zstd", None))
-    return str(path)
+    return TableFile(str(path), f"{partition}/{path.name}")
 
 
 def test_blobs_are_added_once_with_their_chains_positions(tmp_path: Path) -> None:
@@ -54,7 +56,7 @@ def test_blobs_are_added_once_with_their_chains_positions(tmp_path: Path) -> Non
     loaded = again._loaded()
     assert loaded.properties["gc.enabled"] == "false"
     assert [field.name for field in loaded.spec().fields] == ["partition"]
-    assert {f.file_path for task in loaded.scan().plan_files() for f in [task.file]} == set(files)  # in place
+    assert {task.file.file_path for task in loaded.scan().plan_files()} == {f.uri for f in files}  # in place
 
 
 def test_a_commit_that_lost_a_race_is_not_retried_once_its_positions_moved(tmp_path: Path) -> None:
@@ -100,3 +102,27 @@ def test_the_blobs_after_a_position_are_consecutive_and_durable() -> None:
     assert list_after(0) is None
     after = list_after(10)
     assert after is not None and blob_name(9, 9) < after < blob_name(10, 10) and blob_name(9, 12) < after
+
+
+def test_a_delta_table_rooted_at_the_chains_adds_each_blob_where_it_lies(tmp_path: Path) -> None:
+    table = DeltaArchiveTable(str(tmp_path / "orders"), "mirror_v3.orders")
+    assert table.positions(["orders/0", "orders/1"]).next_offsets == {"orders/0": 0, "orders/1": 0}
+    files = [_blob(tmp_path, 0, 0, 9), _blob(tmp_path, 0, 10, 14), _blob(tmp_path, 1, 0, 4)]
+    table.commit(files, {"orders/0": 15, "orders/1": 5}, based_on={"orders/0": 0, "orders/1": 0})
+    again = DeltaArchiveTable(str(tmp_path / "orders"), "mirror_v3.orders")  # a new process reads the table
+    assert again.positions(["orders/0", "orders/1"]).next_offsets == {"orders/0": 15, "orders/1": 5}
+    read = DeltaTable(str(tmp_path / "orders"))
+    assert sorted(read.file_uris()) == sorted(f.uri for f in files)  # in place: nothing copied
+    rows = read.to_pyarrow_table()
+    assert sorted(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True)) == [
+        *((0, offset) for offset in range(15)),
+        *((1, offset) for offset in range(5)),
+    ]
+    adds = pa.table(read.get_add_actions(flatten=True)).to_pydict()
+    assert sorted(adds["num_records"]) == [5, 5, 10] and sorted(adds["min.offset"]) == [0, 0, 10]
+    # A writer whose view is stale (the table moved on since it chose its files) adds nothing.
+    with pytest.raises(TableError) as refused:
+        stale = DeltaArchiveTable(str(tmp_path / "orders"), "mirror_v3.orders")
+        stale.commit([_blob(tmp_path, 0, 0, 9)], {"orders/0": 10}, based_on={"orders/0": 0})
+    assert refused.value.operation == "commit"
+    assert len(DeltaTable(str(tmp_path / "orders")).to_pyarrow_table()) == 20

@@ -12,7 +12,7 @@ import pytest
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig, TableConfig
 from sinks.blob.chain import BlobStore, blob_name
-from sinks.tables.positions import TablePositions, walk_positions
+from sinks.tables.positions import TableFile, TablePositions, walk_positions
 from supervisor.process_service import MirroredPartition
 from supervisor.table_keeper import TableKeeper
 from tests.fakes import InMemoryStore, fresh_metrics
@@ -47,10 +47,10 @@ class MemoryTable:
         found = [{f"mirror-v3.next-offset.{c}": str(o) for c, o in s.items()} for s in reversed(self.summaries)]
         return walk_positions(found, chains, history_complete=True)
 
-    def commit(self, files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None:
+    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
         if self.fail_next:
             raise self.fail_next.pop(0)
-        self.files += files
+        self.files += [file.uri for file in files]
         self.summaries.append(dict(positions))
 
 
@@ -69,7 +69,7 @@ def _mirrored(positions: dict[int, int]) -> list[MirroredPartition]:
 def _keeper(archive: MemoryArchive, tables: dict[str, MemoryTable]) -> tuple[TableKeeper, Any]:
     families, _ = fresh_metrics()
 
-    def open_table(identifier: str) -> MemoryTable:
+    def open_table(identifier: str, name: str) -> MemoryTable:
         return tables.setdefault(identifier, MemoryTable(identifier))
 
     settings = TableConfig(format="iceberg", name="archive.{topic}")
@@ -112,7 +112,7 @@ async def test_after_a_failure_the_table_says_where_it_is_and_nothing_is_added_t
     # The commit's answer is lost although it landed: the keeper does not know, and reads the table again.
     landed = table.commit
 
-    def lost_answer(files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None:
+    def lost_answer(files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
         landed(files, positions, based_on)
         raise OSError("connection reset")
 

@@ -55,6 +55,9 @@ class FilesystemDestination(BlobDestination):
     def reader(self, destination_name: str, partition: int) -> FilesystemBlobReader:
         return FilesystemBlobReader(str(self._directory(destination_name, partition)))
 
+    def chain_directory(self, destination_name: str) -> str:
+        return str(self.directory / destination_name)
+
     def file_uri(self, destination_name: str, partition: int, name: str) -> str:
         return str(self._directory(destination_name, partition) / name)
 

@@ -86,6 +86,9 @@ class S3Destination(BlobDestination):
     def reader(self, destination_name: str, partition: int) -> S3BlobReader:
         return S3BlobReader(self._connection.settings, self._key_prefix(destination_name, partition), self.retry)
 
+    def chain_directory(self, destination_name: str) -> str:
+        return f"s3://{self._bucket}/" + "/".join(p for p in (self._prefix, destination_name) if p)
+
     def file_uri(self, destination_name: str, partition: int, name: str) -> str:
         return f"s3://{self._bucket}/{self._key_prefix(destination_name, partition)}{name}"
 

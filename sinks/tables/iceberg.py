@@ -20,7 +20,7 @@ from typing import Any
 
 from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
-from sinks.tables.positions import TablePositions, position_key, walk_positions
+from sinks.tables.positions import TableFile, TablePositions, position_key, walk_positions
 
 CATALOG_DIRECTORY = "_catalog"  # a filesystem archive's SQLite catalog (`_`: no chain listing takes it for one)
 WAREHOUSE_DIRECTORY = "_iceberg"  # ... and its tables' metadata
@@ -111,7 +111,7 @@ class IcebergTable:
         summaries = (dict(snapshot.summary.ser_model()) if snapshot.summary else {} for snapshot in history)
         return walk_positions(summaries, chains, complete)
 
-    def commit(self, files: list[str], positions: dict[str, int], based_on: dict[str, int]) -> None:
+    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
         """One snapshot adding `files` (paths as the table's FileIO reads them) and recording `positions`, the files
         having been chosen from `based_on` (each chain's position then). A lost race is tried again on the
         refreshed table, COMMIT_ATTEMPTS times in all, as long as the table still says `based_on` (the winner wrote
@@ -132,7 +132,8 @@ class IcebergTable:
                 table.metadata = table.metadata.model_copy(
                     update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
                 )
-                table.add_files(files, snapshot_properties=properties, check_duplicate_files=False)
+                paths = [file.uri for file in files]
+                table.add_files(paths, snapshot_properties=properties, check_duplicate_files=False)
                 return
             except CommitFailedException as exc:
                 self._table = None  # refreshed at the next attempt

@@ -69,6 +69,15 @@ def list_after(position: int) -> str | None:
 
 
 @dataclass(frozen=True)
+class TableFile:
+    """A blob as a table adds it: its address as the table's file IO reads it (a local path, `s3://bucket/key`),
+    and its path under its chain name's directory (`<partition>/<blob>`: a Delta table rooted there)."""
+
+    uri: str
+    relative: str
+
+
+@dataclass(frozen=True)
 class NextBlobs:
     blobs: tuple[BlobRange, ...]  # consecutive, the first starting at the position
     next_offset: int  # the position after them

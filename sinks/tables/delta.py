@@ -1,0 +1,128 @@
+"""An archive's Delta tables through delta-rs (`deltalake`): one table per chain name, rooted at the chains' own
+directory (`<root>/<dest-name>`, its log in `_delta_log` beside the partitions' directories), so each blob is added
+where it lies by its path under the table (`<partition>/<blob>`): delta-rs reads no file outside a table's root.
+
+Each commit carries, per chain, a Delta application transaction (`txn`: app id `mirror-v3:<dest-name>/<partition>`,
+version the chain's next offset the table holds): the protocol's own idempotence record, kept in every snapshot
+and checkpoint, which a concurrent commit of the same app id conflicts with. delta-rs does not refuse a repeated
+version by itself: the keeper adds only what follows the recorded one. The table is not partitioned (a Delta data
+file must not hold its partition columns, and a blob holds `partition`); each file's statistics (records, the
+minimum and maximum partition, offset and timestamp) let engines skip files as partitions would.
+
+Blocking (run it in a thread): a log read per positions, a footer read per blob and one commit per round.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from core.records import KAFKA_SCHEMA
+from sinks.tables.iceberg import COMMIT_ATTEMPTS, TableError, _describe
+from sinks.tables.positions import TableFile, TablePositions
+
+APP_PREFIX = "mirror-v3:"
+_STATS_COLUMNS = ("partition", "offset", "timestamp")
+
+
+def app_id(chain: str) -> str:
+    return APP_PREFIX + chain
+
+
+class DeltaArchiveTable:
+    def __init__(self, uri: str, name: str, storage_options: dict[str, str] | None = None) -> None:
+        self.identifier = uri
+        self._name = name
+        self._options = storage_options
+        self._table: Any = None
+
+    def _loaded(self) -> Any:
+        from deltalake import DeltaTable
+
+        if self._table is None:
+            self._table = DeltaTable.create(
+                self.identifier,
+                KAFKA_SCHEMA,
+                mode="ignore",  # an existing table is opened as it is
+                name=self._name,
+                storage_options=self._options,
+            )
+        else:
+            self._table.update_incremental()
+        return self._table
+
+    def positions(self, chains: Iterable[str]) -> TablePositions:
+        """Each chain's version from the table's application transactions (0: the table holds none of it)."""
+        try:
+            table = self._loaded()
+            return TablePositions({chain: table.transaction_version(app_id(chain)) or 0 for chain in chains})
+        except Exception as exc:
+            self._table = None
+            raise TableError(self.identifier, "read", _describe(exc)) from exc
+
+    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
+        """One commit adding `files` with a transaction per chain of `positions`, made only while the table's
+        versions still say `based_on` (read again first: a Delta append does not conflict with another append, so
+        the check is ours); a lost race is tried again on the refreshed table the same way."""
+        from deltalake.transaction import AddAction, CommitProperties, Transaction
+
+        adds = [self._add(file, AddAction) for file in files]
+        transactions = [Transaction(app_id(chain), offset) for chain, offset in sorted(positions.items())]
+        for attempt in itertools.count(1):
+            try:
+                now = self.positions(based_on).next_offsets
+                if any(now.get(chain) != offset for chain, offset in based_on.items()):
+                    raise TableError(self.identifier, "commit", f"another writer moved its positions to {now}")
+                self._loaded().create_write_transaction(
+                    adds,
+                    mode="append",
+                    schema=KAFKA_SCHEMA,
+                    commit_properties=CommitProperties(app_transactions=transactions),
+                )
+                return
+            except TableError:
+                raise
+            except Exception as exc:
+                self._table = None
+                if attempt >= COMMIT_ATTEMPTS or not _is_conflict(exc):
+                    raise TableError(self.identifier, "commit", _describe(exc)) from exc
+
+    @staticmethod
+    def _add(file: TableFile, action: Any) -> Any:
+        """The add action of a blob: its size, its footer's statistics, its modification time."""
+        from pyarrow import fs
+
+        filesystem, path = fs.FileSystem.from_uri(file.uri)
+        size = filesystem.get_file_info(path).size
+        with filesystem.open_input_file(path) as handle:
+            footer = pq.ParquetFile(handle).metadata
+        lows: dict[str, Any] = {}
+        highs: dict[str, Any] = {}
+        for index in range(footer.num_row_groups):
+            group = footer.row_group(index)
+            for column in range(group.num_columns):
+                chunk = group.column(column)
+                name, stats = chunk.path_in_schema, chunk.statistics
+                if name in _STATS_COLUMNS and stats is not None and stats.has_min_max:
+                    low, high = _json_value(stats.min), _json_value(stats.max)
+                    lows[name] = low if name not in lows else min(lows[name], low)
+                    highs[name] = high if name not in highs else max(highs[name], high)
+        stats = {"numRecords": footer.num_rows, "minValues": lows, "maxValues": highs, "nullCount": {}}
+        modified = int(datetime.now(UTC).timestamp() * 1000)
+        return action(file.relative, size, {}, modified, True, json.dumps(stats))
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return value
+
+
+def _is_conflict(exc: BaseException) -> bool:
+    """A commit that lost a race to another writer's (another version took its number)."""
+    return type(exc).__name__ in {"CommitFailedError", "DeltaError"} and "conflict" in str(exc).lower()
