@@ -33,8 +33,9 @@ from pathlib import Path
 # What the tasks of every job kind import: pyspark's worker imports its Arrow serializers and pandas for every
 # mapInArrow task; the job modules import pyarrow, numpy and the sinks; the range reader imports confluent_kafka
 # lazily, so it is named here; and each destination kind's task half (its target's staging or produce, its blob
-# reader) comes with the job's pickled closure, so it is named too: a task that imports (and, without bytecode
-# caches, compiles) them itself pays for it in every worker (the estate row at 256 partitions: about 0.1 cores).
+# reader) comes with the job's pickled closure, so it is named too: otherwise every worker imports (and, without
+# bytecode caches, compiles) it at its first task. Before the destinations became packages, verify_job imported
+# them all through one mixed module.
 TASK_MODULES = (
     "pyspark.sql.pandas.serializers",
     "pandas",
