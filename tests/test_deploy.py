@@ -56,6 +56,8 @@ def exported_metric_names() -> set[str]:
     MirrorMetrics.for_mirror(families, "c", "t", 0, "t").configure(1.0, 300.0)
     for family in (families.mirrors, families.unassigned, families.discovery_errors, families.removed):
         family.labels(source_cluster="c")
+    for per_table in (families.table_up, families.table_commit_failures, families.table_commit):
+        per_table.labels(table="archive.t")  # a mirror whose archive keeps a table (destination.table)
     from prometheus_client import generate_latest
 
     text = generate_latest(registry).decode()
