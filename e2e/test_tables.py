@@ -173,6 +173,9 @@ def table_kill_cycles(
         assert seen == sorted(seen) and seen[-1] == ends[partition], seen
 
 
+# In the soak run: the default run's Iceberg case proves the commit over a filesystem archive; this one adds the
+# commit races of two writers and S3's file IO (tests/test_iceberg_table.py races two writers on every run).
+@pytest.mark.soak
 def test_two_shards_keep_one_table_of_an_s3_archive(
     kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path
 ) -> None:

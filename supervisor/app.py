@@ -215,10 +215,14 @@ class RunProcess:
                     await outer.start(serve_service, service, process, self._failure, everything)
                 # Spark starts (seconds) while the actors check their source and destination, so a corrupt chain
                 # or an unreachable broker is reported without waiting for it.
-                outer.start_soon(self._start_spark, everything)
+                spark_settled = anyio.Event()
+                outer.start_soon(self._start_spark, everything, spark_settled)
                 await self.supervisor.run(everything)
                 for service in self._services.services:
                     await service.drained()
+                # A drain during Spark's start waits for it (signals are still heard meanwhile: a second one exits
+                # at once); a JVM left starting would outlive the process's last line.
+                await spark_settled.wait()
                 everything.cancel()
         finally:
             with anyio.CancelScope(shield=True):
@@ -258,7 +262,7 @@ class RunProcess:
         else:
             self._unreachable[cluster] = outage.cause
 
-    async def _start_spark(self, everything: anyio.CancelScope) -> None:
+    async def _start_spark(self, everything: anyio.CancelScope, settled: anyio.Event) -> None:
         try:
             await start_spark(self._config.spark, self._spark_launch)
         except Exception as exc:
@@ -266,6 +270,8 @@ class RunProcess:
             self._failure.record(None, failure, "cannot start Spark")
             everything.cancel()
             return
+        finally:
+            settled.set()
         self.http.readiness.spark_ready = True
 
     async def _watch_signals(self) -> None:
