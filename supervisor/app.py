@@ -143,9 +143,10 @@ class RunProcess:
             on_durable=on_durable,
         )
 
-    async def _open(self) -> tuple[LeaseKeeper | None, Sequence[MirrorSpec]]:
-        """Everything the mirrors need before they start, in order; the first mirrors' records. Raises
-        MirrorV3Error (a config collision, a destination it cannot use, a cluster id it cannot read)."""
+    async def _open(self) -> LeaseKeeper | None:
+        """Everything the mirrors need before they start, in order, and the first mirrors' records; the keeper of
+        the chains' leases of a writing destination. Raises MirrorV3Error (a config collision, a destination it
+        cannot use, a cluster id it cannot read)."""
         plan, unreadable = await plan_readable(self._clusters, self._entries, self._shard)
         if unreadable and len(unreadable) == len({e.cluster for e in self._entries}):
             raise next(iter(unreadable.values()))  # no cluster answers: nothing could run
@@ -172,12 +173,12 @@ class RunProcess:
         self.supervisor.add(plan)
         leases = destination.leases
         chains = [chain_name(spec.destination_name, spec.partition) for spec in plan.mirrors]
-        return (None if leases is None else LeaseKeeper(leases, chains, self._standby)), plan.mirrors
+        return None if leases is None else LeaseKeeper(leases, chains, self._standby)
 
     async def run(self) -> int:
         quiet_aiokafka_leaks()
         try:
-            keeper, _ = await self._open()
+            keeper = await self._open()
         except MirrorV3Error as exc:  # e.g. two selected partitions would write one destination (config)
             self._failure.record(None, exc, exc.headline or "cannot start")
             await self._clusters.close()

@@ -95,6 +95,7 @@ class TableKeeper(ProcessService):
         self._open_table = open_table
         self._tables: dict[str, _Followed] = {}  # identifier → what this process follows of it
         self.down: dict[str, str] = {}  # table → why it cannot be read or committed (/readyz)
+        self._round = anyio.Lock()  # one round at a time: the interval's and the drain's never overlap
 
     def table_of(self, spec: MirrorSpec) -> str:
         """How the table of a mirror's chain is known: its catalog identifier (iceberg), its location (delta)."""
@@ -135,8 +136,12 @@ class TableKeeper(ProcessService):
 
     async def commit_all(self, mirrored: Sequence[MirroredPartition]) -> None:
         """One round: each table that has new blobs gets one commit."""
+        async with self._round:
+            await self._round_of(mirrored)
+
+    async def _round_of(self, mirrored: Sequence[MirroredPartition]) -> None:
         durable = {chain_name(m.destination_topic, m.partition): m for m in mirrored}
-        for identifier, followed in self._tables.items():
+        for identifier, followed in list(self._tables.items()):  # discovery may add tables meanwhile
             try:
                 await self._commit(identifier, followed, durable)
             except Exception as exc:  # a helper of the mirrors: it never takes them down; tried again next time
@@ -173,11 +178,10 @@ class TableKeeper(ProcessService):
                 )
         positions = followed.next_offsets
         added: dict[str, NextBlobs] = {}
-        for chain, (name, partition) in followed.chains.items():
-            mirror = durable.get(chain)
-            if mirror is None or chain in followed.unknown:
+        for chain, (name, partition) in list(followed.chains.items()):  # ... and chains
+            mirror, at = durable.get(chain), positions.get(chain)
+            if mirror is None or at is None:  # not running here, or its position unknown (or not read yet)
                 continue
-            at = positions[chain]
             if mirror.position > at:
                 found = await self._next(name, partition, at, mirror.position)
                 if found.gap_at is not None:
