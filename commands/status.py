@@ -32,7 +32,9 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.describe import describe_error
 from core.errors import MirrorV3Error, SourceError, first_error, first_line
 from sinks.base import DestinationError, Inspection
+from sinks.destination import chain_name
 from sinks.destinations import open_destination
+from sinks.tables.kept import TableOpener, table_identity, table_name
 from source.lookup import source_lookup
 from source.offsets import SourceClusters, SourceOffsets
 from telemetry.http import ProcessState, SparkLoad
@@ -86,6 +88,13 @@ class MirrorStatus(msgspec.Struct, rename="kebab"):
     last_flush: Annotated[
         str | None,
         about("UTC time (ISO 8601) of the newest durable write where the destination records it (files, objects)."),
+    ] = None
+    table_next: Annotated[
+        int | None,
+        about(
+            "The chain offset the archive's table (destination.table) holds up to, from the table's own commits; "
+            "null without a table, or when it could not be read (unreadable-tables says why)."
+        ),
     ] = None
     state: Annotated[
         str | None,
@@ -160,6 +169,13 @@ class StatusDocument(msgspec.Struct):
             "are not listed, and `ok` is false. Explicit partitions of such a cluster are listed, with their error."
         ),
     ] = msgspec.field(default_factory=dict, name="unreadable-clusters")
+    unreadable_tables: Annotated[
+        dict[str, str],
+        about(
+            "Archive tables (destination.table) whose position could not be read (table: why); their rows' "
+            "table-next is null. The mirrors are not affected: `ok` does not depend on it."
+        ),
+    ] = msgspec.field(default_factory=dict, name="unreadable-tables")
 
 
 FAILED_STATES = ("restarting", "failed", "data-lost")
@@ -185,6 +201,7 @@ class StatusReport:
     process: str | None = None  # the /mirrors endpoint that answered
     spark: SparkLoad | None = None  # the process's Spark jobs, as it reported them
     unreadable: dict[str, str] = field(default_factory=dict)  # source cluster → why its topics could not be read
+    unreadable_tables: dict[str, str] = field(default_factory=dict)  # archive table → why its position is unknown
 
     @property
     def ok(self) -> bool:
@@ -275,6 +292,40 @@ def read_only_sinks(destination: Destination) -> Callable[[MirrorSpec], StatusSi
     return lambda mirror: opened.sink(mirror, retries=False)
 
 
+# Each mirror's table position by mirror name, and each table that could not be read (why).
+TablePositionsRead = tuple[dict[str, int], dict[str, str]]
+
+
+async def table_positions(destination: Destination, mirrors: list[MirrorSpec]) -> TablePositionsRead:
+    """Where the archive's tables (destination.table) are for each mirror's chain, one read of each table; nothing
+    for a destination without one."""
+    opened = open_destination(destination)
+    archive, settings = opened.archive, opened.services.table
+    if archive is None or settings is None or not mirrors:
+        return {}, {}
+    try:
+        opener = TableOpener(settings, archive, opened.services.daily)
+    except ConfigReferenceError as exc:
+        return {}, {settings.name: first_line(exc)}
+    tables: dict[str, tuple[str, list[MirrorSpec]]] = {}
+    for mirror in mirrors:
+        identifier = table_identity(settings, archive, mirror.topic, mirror.destination_name)
+        name = table_name(settings, mirror.topic, mirror.destination_name)
+        tables.setdefault(identifier, (name, []))[1].append(mirror)
+    found: dict[str, int] = {}
+    unreadable: dict[str, str] = {}
+    for identifier, (name, specs) in sorted(tables.items()):
+        chains = {chain_name(spec.destination_name, spec.partition): spec.name for spec in specs}
+        table = opener(identifier, name)
+        try:
+            read = await anyio.to_thread.run_sync(table.positions, list(chains), abandon_on_cancel=True)
+        except Exception as exc:
+            unreadable[identifier] = describe_error(exc)
+            continue
+        found.update({chains[chain]: offset for chain, offset in read.next_offsets.items() if chain in chains})
+    return found, unreadable
+
+
 @dataclass(frozen=True)
 class StatusLinks:
     """Where `status` asks, and the clock its deadline runs on (the tests give fakes)."""
@@ -282,6 +333,7 @@ class StatusLinks:
     clusters: Callable[[], StatusClusters] = SourceClusters
     sinks: Callable[[Destination], Callable[[MirrorSpec], StatusSink]] = read_only_sinks
     process: Callable[[str, float], Awaitable[ProcessState | None]] = process_state
+    tables: Callable[[Destination, list[MirrorSpec]], Awaitable[TablePositionsRead]] = table_positions
     clock: Clock = SYSTEM_CLOCK
 
 
@@ -378,7 +430,10 @@ class _Collection:
         self.read: dict[str, dict[str, int]] = {}  # cluster → topic → partitions, for the clusters that answered
         self.unreadable: dict[str, str] = {}  # cluster → why its topics are unknown
         self.rows: dict[str, MirrorStatus] = {}  # by mirror name, each one's query started
+        self.specs: dict[str, MirrorSpec] = {}  # by mirror name, what each row describes
         self.state: ProcessState | None = None
+        self.destination = config.destination
+        self.unreadable_tables: dict[str, str] = {}
 
     async def collect(self, process: str | None) -> StatusReport:
         reserve = min(CLOSE_RESERVE_S, self.timeout_s / 10)
@@ -409,6 +464,7 @@ class _Collection:
                         sources = {entry.cluster: entry for entry in self.entries if entry.single is None}
                         for name, entry in sources.items():
                             work.start_soon(self.read_cluster, name, entry, work)
+                    await self.ask_tables()  # once every row is known: one read of each table for all its rows
                 finally:
                     with anyio.CancelScope(shield=True), self.closes.scope():
                         await self.clusters.close()
@@ -421,8 +477,19 @@ class _Collection:
         rows = [self.rows[mirror.name] for mirror in expand(self.entries, self.read, None).mirrors]
         apply_states(rows, self.state)
         if self.state is None:
-            return StatusReport(rows, unreadable=self.unreadable)
-        return StatusReport(rows, process, self.state.spark, self.unreadable)
+            return StatusReport(rows, unreadable=self.unreadable, unreadable_tables=self.unreadable_tables)
+        return StatusReport(rows, process, self.state.spark, self.unreadable, self.unreadable_tables)
+
+    async def ask_tables(self) -> None:
+        """Each row's table position, within the destinations' deadline (not known when it passes)."""
+        with self.inspections.scope():
+            try:
+                found, self.unreadable_tables = await self.links.tables(self.destination, list(self.specs.values()))
+            except (DestinationError, ConfigReferenceError) as exc:
+                self.unreadable_tables = {"table": first_line(exc)}
+                return
+            for name, offset in found.items():
+                self.rows[name].table_next = offset
 
     def start_queries(self, work: TaskGroup) -> None:
         """Query every mirror the clusters read so far select that is not queried yet (raises ConfigError on a
@@ -430,6 +497,7 @@ class _Collection:
         for mirror in expand(self.entries, self.read, None).mirrors:
             if mirror.name not in self.rows:
                 self.rows[mirror.name] = MirrorStatus(mirror.name, mirror.topic, mirror.partition, "-", mirror.cluster)
+                self.specs[mirror.name] = mirror
                 work.start_soon(self.query, mirror)
 
     async def read_cluster(self, name: str, entry: Entry, work: TaskGroup) -> None:

@@ -35,6 +35,7 @@ WIDE_COLUMNS = (
     "SOURCE-START",
     "SOURCE-END",
     "DEST-NEXT",
+    "TABLE-NEXT",
     "LAG",
     "LAG-S",
     "LAG-HW",
@@ -117,6 +118,7 @@ def render_table(report: StatusReport, wide: bool = False, now: float | None = N
         f"cluster {cluster}: unreadable, its selections' partitions are not listed: {why}"
         for cluster, why in sorted(report.unreadable.items())
     ]
+    lines += [f"table {table}: position unreadable: {why}" for table, why in sorted(report.unreadable_tables.items())]
     if report.spark is not None:
         load = report.spark
         wait = "-" if load.flush_wait_p50_seconds is None else f"{load.flush_wait_p50_seconds:g}s"
@@ -137,6 +139,7 @@ def render_json(report: StatusReport) -> str:
         mirrors=report.rows,
         spark=report.spark,
         unreadable_clusters=report.unreadable,
+        unreadable_tables=report.unreadable_tables,
     )
     return msgspec.json.encode(document).decode()
 
@@ -179,6 +182,7 @@ def _wide_lines(report: StatusReport, now: float) -> list[str]:
             _cell(row.source_log_start),
             _cell(row.source_end),
             "empty" if row.destination_next is None and row.error is None else _cell(row.destination_next),
+            _cell(row.table_next),
             _cell(row.lag),
             "-" if row.lag_seconds is None else age(row.lag_seconds),
             _cell(row.high_watermark_lag),

@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
 
 from config.estate import shard_of
-from e2e.harness import backlog, mirror_config, partitions_of, run_until, start
+from e2e.harness import backlog, mirror_config, partitions_of, run_until, start, status_json
 from sinks.tables.positions import positions_of
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce, watermarks
@@ -154,6 +154,9 @@ def table_kill_cycles(
     chain_files = {
         str(fs.directory(topic_name, p) / name) for p in range(partitions) for name in fs.names(topic_name, p)
     }
+    code, report = status_json(config)  # status reads where the table is, from the table
+    assert code == 0 and not report["unreadable-tables"], report
+    assert {row["partition"]: row["table-next"] for row in report["mirrors"]} == ends
     if table_format == "iceberg":
         table = _table(fs, topic_name)
         assert table.properties["gc.enabled"] == "false"

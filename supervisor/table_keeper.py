@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
 
 import anyio
 import anyio.to_thread
@@ -31,25 +30,14 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.describe import describe_error
 from core.logs import log_event
 from sinks.destination import Archive, chain_name
-from sinks.tables.delta import DeltaArchiveTable
-from sinks.tables.iceberg import IcebergTable
-from sinks.tables.positions import NextBlobs, TableFile, TablePositions, list_after, next_blobs
+from sinks.tables.kept import KeptTable, TableOpener, table_identity, table_name
+from sinks.tables.positions import NextBlobs, TableFile, list_after, next_blobs
 from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
 from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.tables")
 LIST_PAGE = 1000  # names per listing page
 DRAINED_COMMIT_S = 20.0  # the drain's last commit waits this long at most
-
-
-class KeptTable(Protocol):
-    """What the keeper asks of a table (`sinks.tables.iceberg.IcebergTable`; tests give an in-memory one)."""
-
-    identifier: str
-
-    def positions(self, chains: Iterable[str]) -> TablePositions: ...
-
-    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None: ...
 
 
 @dataclass
@@ -81,37 +69,21 @@ class TableKeeper(ProcessService):
         self._settings = settings
         self._families = families
         self._clock = clock
-        if open_table is None and settings.format == "delta":
-
-            def open_table(location: str, name: str) -> KeptTable:
-                return DeltaArchiveTable(location, name)
-
-        elif open_table is None:
-            catalog = archive.table_catalog()  # a missing secret: named at start
-
-            def open_table(identifier: str, name: str) -> KeptTable:
-                return IcebergTable(catalog, identifier, daily)
-
-        self._open_table = open_table
+        self._open_table = open_table or TableOpener(settings, archive, daily)  # a missing secret: named now
         self._tables: dict[str, _Followed] = {}  # identifier → what this process follows of it
         self.down: dict[str, str] = {}  # table → why it cannot be read or committed (/readyz)
         self._round = anyio.Lock()  # one round at a time: the interval's and the drain's never overlap
 
     def table_of(self, spec: MirrorSpec) -> str:
-        """How the table of a mirror's chain is known: its catalog identifier (iceberg), its location (delta)."""
-        if self._settings.format == "delta":
-            return self._archive.chain_directory(spec.destination_name)
-        return self._name_of(spec)
-
-    def _name_of(self, spec: MirrorSpec) -> str:
-        return self._settings.name.format(topic=spec.topic, dest=spec.destination_name)
+        return table_identity(self._settings, self._archive, spec.topic, spec.destination_name)
 
     async def mirrors_added(self, mirrors: Sequence[MirrorSpec]) -> None:
         for spec in mirrors:
             identifier = self.table_of(spec)
             followed = self._tables.get(identifier)
             if followed is None:
-                followed = self._tables[identifier] = _Followed(self._open_table(identifier, self._name_of(spec)))
+                name = table_name(self._settings, spec.topic, spec.destination_name)
+                followed = self._tables[identifier] = _Followed(self._open_table(identifier, name))
             chain = chain_name(spec.destination_name, spec.partition)
             if chain not in followed.chains:
                 followed.chains[chain] = (spec.destination_name, spec.partition)

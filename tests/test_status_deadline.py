@@ -5,7 +5,7 @@ answered in time, and what did answer is reported. In-memory clusters and sinks,
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import anyio
 import pytest
@@ -18,6 +18,7 @@ from commands.status import (
     collect_status,
     watch_status,
 )
+from commands.status_view import render_table
 from config.estate import MirrorSpec
 from config.loader import parse_config
 from config.model import Config, Destination, SourceConfig
@@ -254,3 +255,24 @@ async def test_the_closes_share_is_a_tenth_of_the_timeout_at_most_a_second(timeo
     assert (
         timeout_s - LATE_S <= clock.now <= timeout_s + LATE_S
     )  # the queries' deadline, then the closes' until the end
+
+
+async def test_each_row_shows_its_tables_position_and_an_unreadable_table_is_named_without_failing_the_rows() -> None:
+    clock = FakeClock()
+    clusters = FakeClusters({"a:9092": FakeCluster(clock), "c:9092": FakeCluster(clock)})
+    asked: list[list[str]] = []
+
+    async def tables(destination: Destination, mirrors: list[MirrorSpec]) -> tuple[dict[str, int], dict[str, str]]:
+        asked.append(sorted(m.name for m in mirrors))  # once, with every row
+        return {"a.orders-0": 3, "a.orders-1": 4}, {"mirror_v3.orders.c": "catalog unreachable"}
+
+    report = await collect(clock, replace(links(clock, clusters), tables=tables))
+    assert asked == [["a.orders-0", "a.orders-1", "c-0", "c.orders-1"]]
+    assert {row.name: row.table_next for row in report.rows} == {
+        "a.orders-0": 3,
+        "a.orders-1": 4,
+        "c-0": None,
+        "c.orders-1": None,
+    }
+    assert report.unreadable_tables == {"mirror_v3.orders.c": "catalog unreachable"} and report.ok
+    assert "table mirror_v3.orders.c: position unreadable: catalog unreachable" in render_table(report)

@@ -39,6 +39,7 @@ def report() -> StatusReport:
                 lag=0,
                 high_watermark_lag=1,
                 last_flush="2026-11-21T12:00:00Z",
+                table_next=7,  # its archive's table is 3 offsets behind the chain
             ),
             MirrorStatus("orders-1", "orders", 1, "-", "prod", error="source cluster k:9092 unreachable: refused"),
         ]
@@ -60,13 +61,14 @@ def test_json_output_matches_the_schema_with_every_key_present() -> None:
 def test_the_wide_table_shows_every_column_of_every_row_and_the_error() -> None:
     _, header, first, second = render_table(report(), wide=True).splitlines()
     assert tuple(header.split()) == WIDE_COLUMNS
-    assert first.split()[:17] == [
+    assert first.split()[:18] == [
         "orders-0",
         "orders",
         "0",
         "0",
         "10",
         "10",
+        "7",
         "0",
         "-",
         "1",
@@ -79,7 +81,7 @@ def test_the_wide_table_shows_every_column_of_every_row_and_the_error() -> None:
         "-",
         "s3://b/p/orders/0/",
     ]
-    assert second.split()[:14] == ["orders-1", "orders", "1", *["-"] * 11]
+    assert second.split()[:15] == ["orders-1", "orders", "1", *["-"] * 12]
     assert second.endswith("source cluster k:9092 unreachable: refused")
 
 
@@ -100,7 +102,7 @@ def test_states_from_the_running_process_join_by_mirror_name_and_a_failed_one_is
     document = json.loads(render_json(report_))
     assert document["process"] == "http://127.0.0.1:7780" and document["mirrors"][0]["state"] == "restarting"
     first = render_table(report_, wide=True).splitlines()[2]
-    assert first.split()[13] == "restarting" and first.endswith("process: destination /a: not a directory")
+    assert first.split()[14] == "restarting" and first.endswith("process: destination /a: not a directory")
     rows[0].state, rows[0].failure = "running", None
     assert StatusReport(rows, "http://127.0.0.1:7780").ok
 
@@ -132,7 +134,7 @@ def test_an_unknown_destination_position_leaves_the_lag_unknown_and_a_hold_shows
         "h", "orders", 0, "-", "prod", source_end=100, destination_next=100, lag=0, high_watermark_lag=150
     )
     table = render_table(StatusReport([held]), wide=True)
-    assert table.splitlines()[2].split()[8:10] == ["150", "held"]  # LAG-HW, HELD-SINCE (no process: time unknown)
+    assert table.splitlines()[2].split()[9:11] == ["150", "held"]  # LAG-HW, HELD-SINCE (no process: time unknown)
     apply_states([held], ProcessState(False, [MirrorState("h", "running", held_since=0.0)]))
     assert held.held_since == "1970-01-01T00:00:00Z"
 

@@ -1,0 +1,48 @@
+"""Which table a chain follows, and that table opened in its format: for the run process's keeper
+(`supervisor.table_keeper`) and for `status`, which reads where each table is."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Protocol
+
+from config.model import TableConfig
+from sinks.destination import Archive
+from sinks.tables.delta import DeltaArchiveTable
+from sinks.tables.iceberg import IcebergCatalog, IcebergTable
+from sinks.tables.positions import TableFile, TablePositions
+
+
+class KeptTable(Protocol):
+    """A table that follows chains (`IcebergTable`, `DeltaArchiveTable`; tests give an in-memory one)."""
+
+    identifier: str
+
+    def positions(self, chains: Iterable[str]) -> TablePositions: ...
+
+    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None: ...
+
+
+def table_name(settings: TableConfig, topic: str, destination_name: str) -> str:
+    return settings.name.format(topic=topic, dest=destination_name)
+
+
+def table_identity(settings: TableConfig, archive: Archive, topic: str, destination_name: str) -> str:
+    """How the table of a chain name is known: its catalog identifier (iceberg), its location (delta)."""
+    if settings.format == "delta":
+        return archive.chain_directory(destination_name)
+    return table_name(settings, topic, destination_name)
+
+
+class TableOpener:
+    """Opens the tables of one archive in its configured format. Raises ConfigReferenceError at once for a secret
+    catalog property whose variable is not set."""
+
+    def __init__(self, settings: TableConfig, archive: Archive, daily: bool) -> None:
+        self._settings, self._daily = settings, daily
+        self._catalog: IcebergCatalog | None = None if settings.format == "delta" else archive.table_catalog()
+
+    def __call__(self, identifier: str, name: str) -> KeptTable:
+        if self._catalog is None:
+            return DeltaArchiveTable(identifier, name)
+        return IcebergTable(self._catalog, identifier, self._daily)
