@@ -141,6 +141,9 @@ def table_kill_cycles(
     for cycle in range(kills):
         log = tmp_path / f"run{cycle % 2}.log"
         log.unlink(missing_ok=True)
+        if cycle:  # the earlier cycles' records may all be in the table: give this one something to commit
+            for partition in range(partitions):
+                produce(kafka.bootstrap, topic_name, partition, generate_records(2_000, seed=seed - cycle - partition))
         with start(config, log, fs) as run:
             run.wait_for_log(r'msg="table committed"')
             for partition in range(partitions):  # work for the commits to come
