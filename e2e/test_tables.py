@@ -150,6 +150,8 @@ def table_kill_cycles(
                 produce(kafka.bootstrap, topic_name, partition, generate_records(3_000, seed=seed + cycle + partition))
             time.sleep(rng.uniform(0.3, 1.2))  # around the next commit
             run.kill9()
+    for partition in range(partitions):  # the last run has blobs to add however far the killed ones got
+        produce(kafka.bootstrap, topic_name, partition, generate_records(1_000, seed=seed + 1000 + partition))
     ends = {p: watermarks(kafka.bootstrap, topic_name, p)[1] for p in range(partitions)}
     second = run_until(config, tmp_path / "final.log", fs, topic_name, ends)
     assert second.events("table committed"), "the drain's last blobs go into the table too"
