@@ -29,7 +29,7 @@ LONGEST_FIRST = (
     "e2e/test_s3.py::test_a_restart_on_a_long_chain",
     "e2e/test_restore.py::test_an_archive_round_trips",
     "e2e/test_restore.py::test_kill_9",
-    "e2e/test_operations.py::test_a_source_broker_down",
+    "e2e/test_operations.py::test_a_cluster_down_at_start",
     "e2e/test_secrets.py::",
     "e2e/test_kafka_destination.py::test_security_settings",
     "e2e/test_restore.py::test_a_dry_run",

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import time
-import urllib.request
 from functools import partial
 from pathlib import Path
 from typing import Any
 
-from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog, status_json, write_yaml
+from e2e.harness import SOURCE_DEFAULTS, assert_exactly_once, backlog, write_yaml
 from sinks.blob.chain import BlobRange
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import (
@@ -142,52 +141,6 @@ def test_two_clusters_with_one_topic_name_write_two_chains_and_two_series(
     assert "cluster=dr" in run.log_text() and "cluster=prod" in run.log_text()
     assert_exactly_once(kafka.bootstrap, fs, topic_name)
     assert_exactly_once(kafka_destination_broker.bootstrap, fs, topic_name, name=f"{topic_name}.dr")
-
-
-def test_an_unreachable_cluster_degrades_only_its_own_mirrors(
-    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
-) -> None:
-    """Two clusters, one down at the start: the other's mirrors run, the down one is named (WARN, gauge, /readyz,
-    `status` lists every readable row and names it, exit 1), and once it answers discovery starts its mirrors."""
-    backlog(kafka.bootstrap, topic_name, [300], seed=1)
-    with KafkaBroker() as dr:
-        backlog(dr.bootstrap, topic_name, [500], seed=2)
-        dr.kill()
-        dr_source = {"bootstrap-servers": dr.bootstrap, **SOURCE_DEFAULTS, "request-timeout-ms": 3000}
-        document: dict[str, Any] = {
-            "destination": fs.config({"max-time-ms": 300}),
-            "discovery": {"interval-ms": DISCOVERY_MS},
-            "clusters": {"prod": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS}, "dr": dr_source},
-            "mirrors": [
-                {"name": "prod", "cluster": "prod", "topics": [topic_name]},
-                {"name": "dr", "cluster": "dr", "topics": [topic_name], "destination-name": {"suffix": ".dr"}},
-            ],
-        }
-        config = write_yaml(tmp_path / "estate.yaml", document)
-        port = free_port()
-        with MirrorRun(config, tmp_path / "run.log", metrics_port=port) as run:
-            run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: 300})
-            (warned, *_) = run.events("discovery failed, retrying")
-            assert warned["cluster"] == "dr", warned
-            assert run.metric("mirror_v3_source_cluster_up", source_cluster="dr") == 0
-            assert run.metric("mirror_v3_source_cluster_up", source_cluster="prod") == 1
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/mirrors", timeout=5) as response:
-                assert [m["name"] for m in json.loads(response.read())["mirrors"]] == [f"prod.{topic_name}-0"]
-            code, status = status_json(config, "--process", f"http://127.0.0.1:{port}")
-            assert code == 1 and not status["ok"], status
-            assert [(m["cluster"], m["destination-next"]) for m in status["mirrors"]] == [("prod", 300)]
-            assert list(status["unreadable-clusters"]) == ["dr"], status
-            table = run_cli("status", "--config", str(config), "--process", "none")
-            assert table.returncode == 1 and "cluster dr: unreadable" in table.stdout, table.stdout
-
-            dr.start()
-            run.wait_for_offsets(lambda p: fs.next_offset(f"{topic_name}.dr", p), {0: 500}, timeout=120)
-            assert run.metric("mirror_v3_source_cluster_up", source_cluster="dr") == 1
-            assert status_json(config)[0] == 0
-            run.drain()
-        assert run.errors() == [], run.errors()
-        assert_exactly_once(dr.bootstrap, fs, topic_name, name=f"{topic_name}.dr")
-    assert_exactly_once(kafka.bootstrap, fs, topic_name)
 
 
 def test_with_restart_a_failing_mirror_is_restarted_while_the_others_flush(

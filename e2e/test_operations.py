@@ -1,8 +1,11 @@
 """What an operator's tooling reads from a running process: JSON logs end to end (the JVM's lines included,
-through a failing Spark start too), and a /readyz that waits for Spark and names an unusable master."""
+through a failing Spark start too), a /readyz that waits for Spark and names an unusable master, and a source
+cluster down at the start, then blackholed, then killed: named (log, gauge, /readyz, /mirrors, `status`) while the
+other cluster's mirrors go on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 import time
@@ -20,11 +23,12 @@ from e2e.harness import (
     one_mirror,
     readyz,
     start,
+    status_json,
     write_yaml,
 )
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, generate_records, produce
-from testkit.mirror_run import MirrorRun, log_time
+from testkit.mirror_run import MirrorRun, log_time, run_cli
 from testkit.ports import free_port
 from testkit.targets import FilesystemTarget
 from testkit.tcp_proxy import TcpProxy
@@ -41,6 +45,12 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
         except ValueError:
             raise AssertionError(f"line {number} of {path} is not JSON: {line[:300]}") from None
     return parsed
+
+
+def mirror_states(port: int) -> dict[str, str]:
+    """Each mirror's state, as the process's /mirrors says."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/mirrors", timeout=5) as response:
+        return {m["name"]: m["state"] for m in json.loads(response.read())["mirrors"]}
 
 
 def ready(port: int) -> bool:
@@ -122,6 +132,7 @@ def test_an_unreachable_spark_master_fails_at_once_naming_it_and_the_process_is_
     assert elapsed < 30, f"took {elapsed:.0f}s"  # Spark's own registration retries would take over a minute
 
 
+DISCOVERY_MS = 2_000  # how soon b's mirror starts once b answers
 BURST = 20_000  # records b gets just before its broker is killed: its mirror reads them when it dies
 
 
@@ -185,20 +196,22 @@ class SteadyProducer:
         return sorted(self.durable_at[o] - at for o, at in acked if o in self.durable_at)
 
 
-def test_a_cluster_blackholed_then_killed_mid_read_delays_no_other_clusters_flushes(
+def test_a_cluster_down_at_start_then_blackholed_then_killed_mid_read_delays_no_other_clusters_flushes(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
     """One process mirrors cluster a and cluster b (b behind a TCP proxy) to a filesystem, both written steadily,
-    flushes at max-time 1 s sharing Spark jobs. b's route is blackholed (requests get no answer) until the outage
-    is seen and 2 s more, then its broker is killed (SIGKILL) for 3 s while b's mirror reads a backlog. a's records land
-    within max-time plus b's read-stall timeout (2 s) and a margin throughout; b's outage is seen (WARN, gauge,
-    /readyz, its mirror `source-unreachable`, a's `running`), ridden out by the same process, and both copies are
-    exact."""
+    flushes at max-time 1 s sharing Spark jobs. b is down when the process starts (nothing listens at its address):
+    a's mirror runs, b is named (WARN, gauge, /readyz, /mirrors lists only a's mirror; `status` lists a's row, names
+    b unreadable and exits 1), and once b answers discovery starts b's mirror. Then b's route is blackholed
+    (requests get no answer) until the outage is seen and 2 s more, then its broker is killed (SIGKILL) for 3 s
+    while b's mirror reads a backlog. From when both flush, a's records land within max-time plus b's read-stall
+    timeout (2 s) and a margin throughout; b's outage is seen (WARN, gauge, /readyz, its mirror `source-unreachable`,
+    a's `running`), ridden out by the same process, and both copies are exact."""
     create_topic(kafka.bootstrap, topic_name, partitions=1)
-    with (
-        KafkaBroker(advertised_port=free_port()) as broker,
-        TcpProxy(broker.external_port or 0, port=broker.advertised_port) as proxy,
-    ):
+    with KafkaBroker(advertised_port=free_port()) as broker, contextlib.ExitStack() as stack:
+        # Not started yet: b's address refuses connections, as a cluster that is down when the process starts.
+        proxy = TcpProxy(broker.external_port or 0, port=broker.advertised_port)
+        stack.callback(proxy.stop)
         b_topic = f"{topic_name}.b"
         create_topic(broker.bootstrap, b_topic, partitions=1)
         through_proxy = broker.advertised_bootstrap
@@ -206,6 +219,7 @@ def test_a_cluster_blackholed_then_killed_mid_read_delays_no_other_clusters_flus
         b_source = {"bootstrap-servers": through_proxy, **SOURCE_DEFAULTS, "request-timeout-ms": 3000}
         document: dict[str, Any] = {
             "destination": fs.config({"max-time-ms": 1000}),
+            "discovery": {"interval-ms": DISCOVERY_MS},
             "clusters": {
                 "a": {"bootstrap-servers": kafka.bootstrap, **SOURCE_DEFAULTS},
                 "b": {**b_source, "read-stall-timeout-ms": 2000},
@@ -217,25 +231,52 @@ def test_a_cluster_blackholed_then_killed_mid_read_delays_no_other_clusters_flus
         }
         config = write_yaml(tmp_path / "two-clusters.yaml", document)
         a = SteadyProducer(kafka.bootstrap, topic_name)
-        b = SteadyProducer(broker.bootstrap, b_topic)
+        b = SteadyProducer(broker.bootstrap, b_topic)  # to b's broker directly: b's records wait while it is down
         port = free_port()
+        process = f"http://127.0.0.1:{port}"
         with MirrorRun(config, tmp_path / "run.log", metrics_port=port, env=fs.env()) as run:
             a.start(lambda: fs.next_offset(topic_name, 0))
             b.start(lambda: fs.next_offset(b_topic, 0))
-            run.wait_until(lambda: len(a.durable_at) > 50 and len(b.durable_at) > 50, 120, "both clusters flushing")
-            steady_at = time.monotonic()
-            proxy.blackhole(True)
-            run.wait_for_log(rf'msg="source cluster unreachable" cluster={through_proxy}', timeout=20)
+            run.wait_until(lambda: len(a.durable_at) > 50, 120, "cluster a flushing while b is down")
+            (warned, *_) = run.events("discovery failed, retrying")
+            assert warned["cluster"] == "b", warned
+            (unreachable,) = run.events("source cluster unreachable")
+            assert unreachable["cluster"] == through_proxy, unreachable
             assert run.metric("mirror_v3_source_cluster_up", source_cluster="b") == 0
             assert run.metric("mirror_v3_source_cluster_up", source_cluster="a") == 1
             code, body = readyz(port)
             assert code == 503 and "source cluster b unreachable" in body and "cluster a" not in body, body
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/mirrors", timeout=5) as response:
-                states = {m["name"]: m["state"] for m in json.loads(response.read())["mirrors"]}
+            assert mirror_states(port) == {f"a.{topic_name}-0": "running"}
+            before = fs.next_offset(topic_name, 0) or 0
+            code, status = status_json(config, "--process", process)
+            assert code == 1 and not status["ok"], status
+            ((cluster, written),) = [(m["cluster"], m["destination-next"]) for m in status["mirrors"]]
+            assert cluster == "a" and before <= written <= (fs.next_offset(topic_name, 0) or 0), status
+            assert list(status["unreadable-clusters"]) == ["b"], status
+            table = run_cli("status", "--config", str(config), "--process", "none")
+            assert table.returncode == 1 and "cluster b: unreadable" in table.stdout, table.stdout
+
+            proxy.start()  # b answers: discovery starts its mirror, which reads what b was sent meanwhile
+            run.wait_until(lambda: len(b.durable_at) > 50, 120, "b's mirror discovered and flushing")
+            (discovered,) = run.events("discovered")
+            assert discovered["mirror"] == f"b.{b_topic}-0", discovered
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster="b") == 1
+            code, status = status_json(config, "--process", process)
+            assert code == 0 and not status["unreadable-clusters"], status
+            assert sorted(m["cluster"] for m in status["mirrors"]) == ["a", "b"], status
+
+            steady_at = time.monotonic()
+            proxy.blackhole(True)
+            run.wait_for_log(rf'msg="source cluster unreachable" cluster={through_proxy}', timeout=20, count=2)
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster="b") == 0
+            assert run.metric("mirror_v3_source_cluster_up", source_cluster="a") == 1
+            code, body = readyz(port)
+            assert code == 503 and "source cluster b unreachable" in body and "cluster a" not in body, body
+            states = mirror_states(port)
             assert states == {f"a.{topic_name}-0": "running", f"b.{b_topic}-0": "source-unreachable"}, states
             time.sleep(2)
             proxy.blackhole(False)
-            run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=30)
+            run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=30, count=2)
             # Killed while its mirror reads a backlog: b's producer stops first, so that nothing b acknowledges is in
             # flight when it dies (a single broker killed under a steady produce came back without records it had
             # acknowledged and served, which the mirror rightly refuses).
@@ -244,7 +285,7 @@ def test_a_cluster_blackholed_then_killed_mid_read_delays_no_other_clusters_flus
             broker.kill()
             time.sleep(3)
             broker.start()
-            run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=60, count=2)
+            run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=60, count=3)
             a_end = a.stop()
             run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: a_end}, timeout=60)
             run.wait_for_offsets(lambda p: fs.next_offset(b_topic, p), {0: b_end}, timeout=120)
