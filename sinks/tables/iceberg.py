@@ -146,7 +146,7 @@ class IcebergTable:
                 raise TableError(self.identifier, "commit", _describe(exc)) from exc
 
     def scan(self) -> Any:
-        """The table's rows as an Arrow table (tests and `verify`)."""
+        """The table's rows as an Arrow table (what a reader of the table gets; the tests compare it)."""
         table = self._loaded()
         table.refresh()
         return table.scan().to_arrow()
