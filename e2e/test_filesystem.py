@@ -100,7 +100,7 @@ def test_round_trip_with_status_metrics_and_probes(
         _, header, *rows = run_cli("status", "--config", str(config), "--wide").stdout.splitlines()
         assert tuple(header.split()) == WIDE_COLUMNS
         for partition, line in enumerate(rows):
-            assert re.match(rf"\S+\s+{re.escape(topic_name)}\s+{partition}\s+0\s+10000\s+10000\s+0\s", line), line
+            assert re.match(rf"\S+\s+{re.escape(topic_name)}\s+{partition}\s+0\s+10000\s+10000\s+-\s+0\s", line), line
 
         # The real scrape passes Prometheus' own linter; time-based series are there and plausible.
         scrape = run.scrape()

@@ -118,7 +118,9 @@ def test_round_trip_with_status(
     assert code == 0 and during["ok"], during
     for row in during["mirrors"][:3]:
         assert (row["source-end"], row["destination-next"], row["lag"], row["last-flush"]) == (10_000, 10_000, 0, None)
-    assert table.returncode == 0 and re.search(rf"{re.escape(topic_name)}\s+2\s+0\s+10000\s+10000\s+0\s", table.stdout)
+    assert table.returncode == 0 and re.search(
+        rf"{re.escape(topic_name)}\s+2\s+0\s+10000\s+10000\s+-\s+0\s", table.stdout
+    )
     assert re.search(r"msg=flushed .*trigger=max-offsets", run.log_text())
     _assert_exactly_once(kafka, destination, topic_name, partitions=3)
     for topic, end in holes.items():
