@@ -72,6 +72,7 @@ class TableKeeper(ProcessService):
         self._open_table = open_table or TableOpener(settings, archive, daily)  # a missing secret: named now
         self._tables: dict[str, _Followed] = {}  # identifier → what this process follows of it
         self.down: dict[str, str] = {}  # table → why it cannot be read or committed (/readyz)
+        self._mirrored: Callable[[], Sequence[MirroredPartition]] = list  # the running mirrors, once serving
         self._round = anyio.Lock()  # one round at a time: the interval's and the drain's never overlap
 
     def table_of(self, spec: MirrorSpec) -> str:
@@ -103,8 +104,6 @@ class TableKeeper(ProcessService):
         within DRAINED_COMMIT_S (a commit left running has an outcome the next start reads from the table)."""
         with anyio.move_on_after(DRAINED_COMMIT_S):
             await self.commit_all(self._mirrored())
-
-    _mirrored: Callable[[], Sequence[MirroredPartition]] = list
 
     async def commit_all(self, mirrored: Sequence[MirroredPartition]) -> None:
         """One round: each table that has new blobs gets one commit."""

@@ -22,8 +22,9 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
+from core.describe import describe_error
 from core.records import KAFKA_SCHEMA
-from sinks.tables.iceberg import COMMIT_ATTEMPTS, TableError, _describe
+from sinks.tables.iceberg import COMMIT_ATTEMPTS, TableError, refuse_moved
 from sinks.tables.positions import TableFile, TablePositions
 
 APP_PREFIX = "mirror-v3:"
@@ -63,7 +64,7 @@ class DeltaArchiveTable:
             return TablePositions({chain: table.transaction_version(app_id(chain)) or 0 for chain in chains})
         except Exception as exc:
             self._table = None
-            raise TableError(self.identifier, "read", _describe(exc)) from exc
+            raise TableError(self.identifier, "read", describe_error(exc)) from exc
 
     def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
         """One commit adding `files` with a transaction per chain of `positions`, made only while the table's
@@ -75,9 +76,7 @@ class DeltaArchiveTable:
         transactions = [Transaction(app_id(chain), offset) for chain, offset in sorted(positions.items())]
         for attempt in itertools.count(1):
             try:
-                now = self.positions(based_on).next_offsets
-                if any(now.get(chain) != offset for chain, offset in based_on.items()):
-                    raise TableError(self.identifier, "commit", f"another writer moved its positions to {now}")
+                refuse_moved(self.identifier, self.positions(based_on).next_offsets, based_on)
                 self._loaded().create_write_transaction(
                     adds,
                     mode="append",
@@ -90,7 +89,7 @@ class DeltaArchiveTable:
             except Exception as exc:
                 self._table = None
                 if attempt >= COMMIT_ATTEMPTS or not _is_conflict(exc):
-                    raise TableError(self.identifier, "commit", _describe(exc)) from exc
+                    raise TableError(self.identifier, "commit", describe_error(exc)) from exc
 
     @staticmethod
     def _add(file: TableFile, action: Any) -> Any:

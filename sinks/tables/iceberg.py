@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from core.describe import describe_error
 from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
 from sinks.tables.positions import TableFile, TablePositions, position_key, walk_positions
@@ -31,6 +32,13 @@ TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
     "mirror-v3.archive": "true",
 }
+
+
+def refuse_moved(table: str, now: dict[str, int], based_on: dict[str, int]) -> None:
+    """A commit's files were chosen from `based_on`; TableError when the table says otherwise now (another writer
+    added to those chains: adding the files again would duplicate rows)."""
+    if any(now.get(chain) != offset for chain, offset in based_on.items()):
+        raise TableError(table, "commit", f"another writer moved its positions to {now}")
 
 
 class TableError(DestinationError):
@@ -91,7 +99,7 @@ class IcebergTable:
                     spec.add_field("timestamp", DayTransform(), "timestamp_day")
             return catalog.load_table(self.identifier)
         except Exception as exc:
-            raise TableError(self.identifier, "open", _describe(exc)) from exc
+            raise TableError(self.identifier, "open", describe_error(exc)) from exc
 
     def positions(self, chains: Iterable[str]) -> TablePositions:
         """Where the table is for each chain, from its newest commits (`sinks.tables.positions.walk_positions`)."""
@@ -106,7 +114,7 @@ class IcebergTable:
             raise
         except Exception as exc:
             self._table = None
-            raise TableError(self.identifier, "read", _describe(exc)) from exc
+            raise TableError(self.identifier, "read", describe_error(exc)) from exc
         complete = not history or history[-1].parent_snapshot_id is None
         summaries = (dict(snapshot.summary.ser_model()) if snapshot.summary else {} for snapshot in history)
         return walk_positions(summaries, chains, complete)
@@ -122,9 +130,7 @@ class IcebergTable:
         for attempt in itertools.count(1):
             try:
                 if attempt > 1:
-                    now = self.positions(based_on).next_offsets
-                    if any(now.get(chain) != offset for chain, offset in based_on.items()):
-                        raise TableError(self.identifier, "commit", f"another writer moved its positions to {now}")
+                    refuse_moved(self.identifier, self.positions(based_on).next_offsets, based_on)
                 table = self._loaded()
                 # PyIceberg would retry a lost race itself, re-applying the append to the refreshed table without
                 # asking whether our chains' positions still hold; this loop asks. Set on this process's view of the
@@ -138,20 +144,15 @@ class IcebergTable:
             except CommitFailedException as exc:
                 self._table = None  # refreshed at the next attempt
                 if attempt >= COMMIT_ATTEMPTS:
-                    raise TableError(self.identifier, "commit", _describe(exc)) from exc
+                    raise TableError(self.identifier, "commit", describe_error(exc)) from exc
             except TableError:
                 raise
             except Exception as exc:
                 self._table = None
-                raise TableError(self.identifier, "commit", _describe(exc)) from exc
+                raise TableError(self.identifier, "commit", describe_error(exc)) from exc
 
     def scan(self) -> Any:
         """The table's rows as an Arrow table (what a reader of the table gets; the tests compare it)."""
         table = self._loaded()
         table.refresh()
         return table.scan().to_arrow()
-
-
-def _describe(exc: BaseException) -> str:
-    words = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {words[0] if words else ''}".rstrip(": ")
