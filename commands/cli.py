@@ -175,6 +175,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="create missing destination topics as the archive saw their sources (partition count and the "
         "destination's topic-configs); the same as destination.create-topics: true",
     )
+    table_sync = commands.add_parser(
+        "table-sync",
+        help="add to the archive's tables (destination.table) every blob their chains hold that they lack: an archive "
+        "written before its table was configured joins it; resumable, and a second run adds nothing",
+    )
+    table_sync.add_argument("--config", required=True, help="path to the YAML config")
+    table_sync.add_argument("--shard", help="I/N: only the chains of shard I of N")
+    table_sync.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds allowed for the source clusters' topics (default 30)"
+    )
     commands.add_parser(
         "prepare-jvm",
         help="record the Spark JVM's classes into $MIRROR_V3_JVM_CACHE once, so every later start maps them "
@@ -235,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         return _status(config, args, shard, _process_url(args.process, runtime))
     if args.command == "migrate-schemas":
         return _migrate_schemas(config, args)
+    if args.command == "table-sync":
+        return _table_sync(config, shard, args.timeout)
     if args.command == "verify":
         if args.as_of is not None:
             return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
@@ -378,6 +390,17 @@ def _migrate_schemas(config: Config, args: argparse.Namespace) -> int:
     except MirrorV3Error as exc:
         return _report(exc, "migrate-schemas")
     print("\n".join(lines))
+    return EXIT_OK
+
+
+def _table_sync(config: Config, shard: Shard | None, timeout: float) -> int:
+    from commands.table_sync import summary, table_sync
+
+    try:
+        synced = anyio.run(table_sync, config, shard, timeout)
+    except MirrorV3Error as exc:
+        return _report(exc, "table-sync")
+    print("\n".join(summary(sync) for sync in synced) or "no mirror selects a chain: nothing to sync")
     return EXIT_OK
 
 

@@ -52,7 +52,7 @@ def parquet_writer(where: str | pa.NativeFile, compression: str, compression_lev
         compression_level=compression_level,
         # Offsets and timestamps compress well as deltas; dictionary on binary payloads rarely pays.
         use_dictionary=["topic"],
-        write_statistics=["partition", "offset", "timestamp"],  # partition: a table infers its partition from it
+        write_statistics=["partition", "offset", "timestamp"],  # engines skip files by these (table statistics)
     )
 
 

@@ -30,13 +30,13 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.describe import describe_error
 from core.logs import log_event
 from sinks.destination import Archive, chain_name
+from sinks.tables.following import blobs_after
 from sinks.tables.kept import KeptTable, TableOpener, table_identity, table_name
-from sinks.tables.positions import NextBlobs, TableFile, list_after, next_blobs
+from sinks.tables.positions import NextBlobs, TableFile
 from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
 from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.tables")
-LIST_PAGE = 1000  # names per listing page
 DRAINED_COMMIT_S = 20.0  # the drain's last commit waits this long at most
 
 
@@ -154,7 +154,7 @@ class TableKeeper(ProcessService):
             if mirror is None or at is None:  # not running here, or its position unknown (or not read yet)
                 continue
             if mirror.position > at:
-                found = await self._next(name, partition, at, mirror.position)
+                found = await blobs_after(self._archive, name, partition, at, mirror.position)
                 if found.gap_at is not None:
                     log_event(
                         log,
@@ -169,9 +169,9 @@ class TableKeeper(ProcessService):
                     added[chain] = found
         if added:
             files = [
-                TableFile(self._archive.file_uri(*followed.chains[chain], blob.name), f"{chain_partition}/{blob.name}")
+                TableFile(self._archive.file_uri(name, partition, blob.name), partition, blob.name)
                 for chain, found in added.items()
-                for chain_partition in [followed.chains[chain][1]]
+                for name, partition in [followed.chains[chain]]
                 for blob in found.blobs
             ]
             new = {**positions, **{chain: found.next_offset for chain, found in added.items()}}
@@ -181,22 +181,6 @@ class TableKeeper(ProcessService):
             followed.next_offsets = positions = new
             log_event(log, logging.INFO, "table committed", table=identifier, files=len(files), chains=len(added))
         self._observe(followed, positions, durable)
-
-    async def _next(self, name: str, partition: int, position: int, durable_end: int) -> NextBlobs:
-        """The chain's blobs from `position` up to `durable_end`, listed page by page."""
-        store = self._archive.chain_store(name, partition)
-        try:
-            names: list[str] = []
-            after = list_after(position)
-            while True:
-                page, more = await store.list_page(after, LIST_PAGE)
-                names += page
-                found = next_blobs(position, names, durable_end)
-                if not more or not page or found.gap_at is not None or found.next_offset >= durable_end:
-                    return found
-                after = page[-1]
-        finally:
-            await store.close()
 
     def _observe(self, followed: _Followed, positions: dict[str, int], durable: dict[str, MirroredPartition]) -> None:
         now = self._clock.monotonic()

@@ -17,11 +17,12 @@ from prometheus_client import CollectorRegistry
 from core.records import KAFKA_SCHEMA
 from kafka_clients.schema_registry import RegistryRequestError, Schema, SubjectVersion
 from sinks.base import DestinationError
-from sinks.blob.chain import BlobExistsError, is_temp_name, temp_name
+from sinks.blob.chain import BlobExistsError, BlobStore, blob_name, is_temp_name, temp_name
 from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.retry import TransientDestinationError
 from sinks.s3.staging import S3Settings
 from sinks.schemas.mapping import same_schema
+from sinks.tables.positions import TableFile, TablePositions, walk_positions
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.offsets import PolledOffsets, Sighting, SourceOffsets
 from source.outages import ClusterReachability
@@ -624,3 +625,44 @@ class MemoryGroupOffsets:
     async def delete_group(self, group: str) -> None:
         await anyio.sleep(0)
         self.groups.pop(group, None)
+
+
+# ----------------------------------------------------------------------------------------------- archive tables
+
+
+class MemoryArchive:
+    """The chains of an archive, in memory (what the table keeper and table-sync list and name)."""
+
+    def __init__(self) -> None:
+        self.stores: dict[tuple[str, int], InMemoryStore] = {}
+
+    def add(self, name: str, partition: int, first: int, last: int) -> None:
+        self.stores.setdefault((name, partition), InMemoryStore()).blobs[blob_name(first, last)] = b"x"
+
+    def chain_store(self, name: str, partition: int) -> BlobStore:
+        return self.stores.setdefault((name, partition), InMemoryStore())
+
+    def file_uri(self, name: str, partition: int, blob: str) -> str:
+        return f"mem://{name}/{partition}/{blob}"
+
+
+class MemoryTable:
+    """A table that records its files and its commits' positions; `fail_next`: what its next calls raise."""
+
+    def __init__(self, identifier: str) -> None:
+        self.identifier = identifier
+        self.files: list[str] = []
+        self.summaries: list[dict[str, int]] = []  # oldest first
+        self.fail_next: list[Exception] = []
+
+    def positions(self, chains: Iterable[str]) -> TablePositions:
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        found = [{f"mirror-v3.next-offset.{c}": str(o) for c, o in s.items()} for s in reversed(self.summaries)]
+        return walk_positions(found, chains, history_complete=True)
+
+    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        self.files += [file.uri for file in files]
+        self.summaries.append(dict(positions))

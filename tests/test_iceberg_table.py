@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
@@ -37,7 +38,7 @@ def _blob(root: Path, partition: int, first: int, last: int) -> TableFile:
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / blob_name(first, last)
     path.write_bytes(encode_parquet(records_table(records, "orders", partition), "zstd", None))
-    return TableFile(str(path), f"{partition}/{path.name}")
+    return TableFile(str(path), partition, path.name)
 
 
 def test_blobs_are_added_once_with_their_chains_positions(tmp_path: Path) -> None:
@@ -57,6 +58,47 @@ def test_blobs_are_added_once_with_their_chains_positions(tmp_path: Path) -> Non
     assert loaded.properties["gc.enabled"] == "false"
     assert [field.name for field in loaded.spec().fields] == ["partition"]
     assert {task.file.file_path for task in loaded.scan().plan_files()} == {f.uri for f in files}  # in place
+
+
+def test_blobs_written_before_partition_statistics_join_a_day_partitioned_table(tmp_path: Path) -> None:
+    """Archives from before blobs kept statistics of `partition` (only offset and timestamp) join a table: each
+    blob's partition comes from its chain, its day from its timestamps."""
+    day_ms = 1_700_006_400_000  # 2023-11-15T00:00:00Z
+    files = []
+    for partition, first in ((0, 0), (0, 5), (3, 0)):
+        records = [FakeRecord(o, None, b"v", timestamp_ms=day_ms + 1000 * o) for o in range(first, first + 5)]
+        directory = tmp_path / "orders" / str(partition)
+        directory.mkdir(parents=True, exist_ok=True)
+        path = directory / blob_name(first, first + 4)
+        pq.write_table(  # the writer's settings before the table issue
+            records_table(records, "orders", partition),
+            path,
+            compression="zstd",
+            write_statistics=["offset", "timestamp"],
+        )
+        assert not pq.read_metadata(path).row_group(0).column(3).is_stats_set  # no statistics of partition
+        files.append(TableFile(str(path), partition, path.name))
+    table = IcebergTable(_catalog(tmp_path), "archive.orders", daily=True)
+    table.commit(files, {"orders/0": 10, "orders/3": 5}, based_on={"orders/0": 0, "orders/3": 0})
+    loaded = IcebergTable(_catalog(tmp_path), "archive.orders", daily=True)._loaded()
+    partitions = {(task.file.file_path, tuple(task.file.partition)) for task in loaded.scan().plan_files()}
+    day = day_ms // 86_400_000
+    assert partitions == {(files[0].uri, (0, day)), (files[1].uri, (0, day)), (files[2].uri, (3, day))}
+    assert loaded.scan(row_filter="partition = 3").to_arrow()["offset"].to_pylist() == [0, 1, 2, 3, 4]  # pruned
+
+
+def test_a_blob_across_two_utc_days_is_refused_by_a_day_partitioned_table(tmp_path: Path) -> None:
+    records = [
+        FakeRecord(0, None, b"v", timestamp_ms=1_700_006_399_000),
+        FakeRecord(1, None, b"v", timestamp_ms=1_700_006_400_000),
+    ]
+    path = tmp_path / "orders" / "0" / blob_name(0, 1)
+    path.parent.mkdir(parents=True)
+    path.write_bytes(encode_parquet(records_table(records, "orders", 0), "zstd", None))
+    table = IcebergTable(_catalog(tmp_path), "archive.orders", daily=True)
+    with pytest.raises(TableError, match="spans 2 UTC days"):
+        table.commit([TableFile(str(path), 0, path.name)], {"orders/0": 2}, based_on={"orders/0": 0})
+    assert table.positions(["orders/0"]).next_offsets == {"orders/0": 0}  # nothing added
 
 
 def test_a_commit_that_lost_a_race_is_not_retried_once_its_positions_moved(tmp_path: Path) -> None:

@@ -4,54 +4,19 @@ a failing table a WARN and degraded readiness, never an exception out of the kee
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 import pytest
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig, TableConfig
-from sinks.blob.chain import BlobStore, blob_name
-from sinks.tables.positions import TableFile, TablePositions, walk_positions
+from sinks.blob.chain import blob_name
+from sinks.tables.positions import TableFile
 from supervisor.process_service import MirroredPartition
 from supervisor.table_keeper import TableKeeper
-from tests.fakes import InMemoryStore, fresh_metrics
+from tests.fakes import MemoryArchive, MemoryTable, fresh_metrics
 
 SOURCE = SourceConfig(bootstrap_servers="src:9092")
-
-
-class MemoryArchive:
-    def __init__(self) -> None:
-        self.stores: dict[tuple[str, int], InMemoryStore] = {}
-
-    def add(self, name: str, partition: int, first: int, last: int) -> None:
-        self.stores.setdefault((name, partition), InMemoryStore()).blobs[blob_name(first, last)] = b"x"
-
-    def chain_store(self, name: str, partition: int) -> BlobStore:
-        return self.stores.setdefault((name, partition), InMemoryStore())
-
-    def file_uri(self, name: str, partition: int, blob: str) -> str:
-        return f"mem://{name}/{partition}/{blob}"
-
-
-class MemoryTable:
-    def __init__(self, identifier: str) -> None:
-        self.identifier = identifier
-        self.files: list[str] = []
-        self.summaries: list[dict[str, int]] = []  # oldest first
-        self.fail_next: list[Exception] = []
-
-    def positions(self, chains: Iterable[str]) -> TablePositions:
-        if self.fail_next:
-            raise self.fail_next.pop(0)
-        found = [{f"mirror-v3.next-offset.{c}": str(o) for c, o in s.items()} for s in reversed(self.summaries)]
-        return walk_positions(found, chains, history_complete=True)
-
-    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
-        if self.fail_next:
-            raise self.fail_next.pop(0)
-        self.files += [file.uri for file in files]
-        self.summaries.append(dict(positions))
 
 
 def _spec(partition: int) -> MirrorSpec:

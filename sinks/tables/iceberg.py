@@ -1,7 +1,7 @@
 """An archive's Iceberg tables through PyIceberg: made when first needed (the archive's columns, partitioned by source
 partition, and by day of the record timestamp with `flush.daily`), read for where they are (`positions`), and
-added to in one commit per table: the blobs' files as they lie in the archive (`add_files`: nothing is copied or
-rewritten) with each chain's new position in the snapshot's summary.
+added to in one commit per table: the blobs' files as they lie in the archive (nothing is copied or rewritten; each
+blob's partition from its chain) with each chain's new position in the snapshot's summary.
 
 Blocking (run it in a thread): a catalog request per table load, then the commit's manifest and metadata writes.
 PyIceberg does not refuse a file added twice unless it scans every manifest (its `check_duplicate_files`, a cost
@@ -16,7 +16,10 @@ import itertools
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
+
+import pyarrow.parquet as pq
 
 from core.describe import describe_error
 from core.records import KAFKA_SCHEMA
@@ -25,7 +28,11 @@ from sinks.tables.positions import TableFile, TablePositions, position_key, walk
 
 CATALOG_DIRECTORY = "_catalog"  # a filesystem archive's SQLite catalog (`_`: no chain listing takes it for one)
 WAREHOUSE_DIRECTORY = "_iceberg"  # ... and its tables' metadata
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 COMMIT_ATTEMPTS = 5  # against other writers' commits, each on the refreshed table
+NAME_MAPPING = "schema.name-mapping.default"
+METRICS_DEFAULT = "write.metadata.metrics.default"
+METRICS_PREFIX = "write.metadata.metrics.column."
 TABLE_PROPERTIES = {
     "format-version": "2",
     "gc.enabled": "false",  # the data files are the archive's: no engine's expiry may delete one
@@ -138,8 +145,14 @@ class IcebergTable:
                 table.metadata = table.metadata.model_copy(
                     update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
                 )
-                paths = [file.uri for file in files]
-                table.add_files(paths, snapshot_properties=properties, check_duplicate_files=False)
+                data_files = [_data_file(table, file) for file in files]
+                with table.transaction() as transaction:
+                    if transaction.table_metadata.name_mapping() is None:  # the blobs carry no field ids: by name
+                        schema = transaction.table_metadata.schema()
+                        transaction.set_properties(**{NAME_MAPPING: schema.name_mapping.model_dump_json()})
+                    with transaction.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                        for data_file in data_files:
+                            append.append_data_file(data_file)
                 return
             except CommitFailedException as exc:
                 self._table = None  # refreshed at the next attempt
@@ -156,3 +169,74 @@ class IcebergTable:
         table = self._loaded()
         table.refresh()
         return table.scan().to_arrow()
+
+
+def _data_file(table: Any, file: TableFile) -> Any:
+    """A blob as the table's data file: its footer's statistics (what engines prune with) and its partition values
+    from its chain (source partition) and, for a day-partitioned table, from its timestamps' one UTC day. Statistics
+    are not needed for the partition: an archive written before blobs kept statistics of `partition` joins as well.
+    (PyIceberg's add_files infers the partition from those statistics and refuses a file without them.)"""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+    from pyiceberg.transforms import DayTransform, IdentityTransform
+    from pyiceberg.typedef import Record
+
+    metadata = table.metadata
+    schema, spec = metadata.schema(), metadata.spec()
+    source = table.io.new_input(file.uri)
+    with source.open() as stream:
+        footer = pq.read_metadata(stream)
+    # Bounds of the columns the blob keeps statistics of, nothing of the others (PyIceberg would WARN per column and
+    # file that they are missing, into the mirror's log, at every commit).
+    first = footer.row_group(0) if footer.num_row_groups else None
+    kept = [] if first is None else [first.column(i) for i in range(first.num_columns)]
+    modes = {f"{METRICS_PREFIX}{column.path_in_schema}": "full" for column in kept if column.is_stats_set}
+    statistics = data_file_statistics_from_parquet_metadata(
+        parquet_metadata=footer,
+        stats_columns=compute_statistics_plan(schema, {**metadata.properties, METRICS_DEFAULT: "none", **modes}),
+        parquet_column_mapping=parquet_path_to_id_mapping(schema),
+    )
+    values: list[int] = []
+    for field in spec.fields:
+        column = schema.find_column_name(field.source_id)
+        if column == "partition" and isinstance(field.transform, IdentityTransform):
+            values.append(file.partition)
+        elif column == "timestamp" and isinstance(field.transform, DayTransform):
+            values.append(_utc_day(footer, file))
+        else:
+            raise TableError(table.name(), "commit", f"partition field {field.name} ({field.transform}) is not ours")
+    return DataFile.from_args(
+        content=DataFileContent.DATA,
+        file_path=file.uri,
+        file_format=FileFormat.PARQUET,
+        partition=Record(*values),
+        file_size_in_bytes=len(source),
+        sort_order_id=None,
+        spec_id=metadata.default_spec_id,
+        equality_ids=None,
+        key_metadata=None,
+        **statistics.to_serialized_dict(),
+    )
+
+
+def _utc_day(footer: Any, file: TableFile) -> int:
+    """The one UTC day (days since 1970-01-01) of a blob's record timestamps (`flush.daily` blobs hold one)."""
+    days: set[int] = set()
+    index = footer.schema.to_arrow_schema().get_field_index("timestamp")
+    for group in range(footer.num_row_groups):
+        stats = footer.row_group(group).column(index).statistics
+        if stats is None or not stats.has_min_max:
+            raise TableError(file.uri, "commit", "a day-partitioned table needs the blob's timestamp statistics")
+        # A timestamp without a zone in the footer is UTC (Parquet's "not adjusted to UTC" is not the archive's).
+        days |= {(_as_utc(value) - EPOCH).days for value in (stats.min, stats.max)}
+    if len(days) != 1:
+        raise TableError(file.uri, "commit", f"the blob spans {len(days)} UTC days; a day partition holds one")
+    return days.pop()
+
+
+def _as_utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)

@@ -71,10 +71,16 @@ def list_after(position: int) -> str | None:
 @dataclass(frozen=True)
 class TableFile:
     """A blob as a table adds it: its address as the table's file IO reads it (a local path, `s3://bucket/key`),
-    and its path under its chain name's directory (`<partition>/<blob>`: a Delta table rooted there)."""
+    its source partition (its chain's: the table's partition, known without its statistics), and its path under its
+    chain name's directory (`<partition>/<blob>`: a Delta table rooted there)."""
 
     uri: str
-    relative: str
+    partition: int
+    name: str
+
+    @property
+    def relative(self) -> str:
+        return f"{self.partition}/{self.name}"
 
 
 @dataclass(frozen=True)
@@ -84,16 +90,19 @@ class NextBlobs:
     gap_at: BlobRange | None = None  # the first listed blob that does not continue (nothing from it on is added)
 
 
-def next_blobs(position: int, names: Sequence[str], durable_end: int | None = None) -> NextBlobs:
+def next_blobs(
+    position: int, names: Sequence[str], durable_end: int | None = None, limit: int | None = None
+) -> NextBlobs:
     """The blobs that continue a chain from `position`, in order, from the names listed after it (`list_after`),
-    up to `durable_end` (the chain's next offset as its mirror knows it: blobs beyond are not the mirror's yet)."""
+    up to `durable_end` (the chain's next offset as its mirror knows it: blobs beyond are not the mirror's yet), at
+    most `limit` of them."""
     taken: list[BlobRange] = []
     at = position
     for name in names:
         blob = parse_blob_name(name)
         if blob is None:
             continue
-        if durable_end is not None and blob.last >= durable_end:
+        if (durable_end is not None and blob.last >= durable_end) or (limit is not None and len(taken) >= limit):
             break
         if blob.first != at:
             return NextBlobs(tuple(taken), at, blob)
