@@ -1,5 +1,5 @@
 """The Structured Streaming reference of an estate-steady row: bench.streaming_job as its own process (the
-virtualenv's pyspark, Spark's Kafka source from testkit.spark_kafka_jars) on the same broker, measured as the
+virtualenv's pyspark, Spark's Kafka source from testkit.spark_jars) on the same broker, measured as the
 mirror is (bench.estate): the same producer, warm-up and window, latency from its sink's commit log
 (bench.durable.SinkLog), CPU of its whole process tree (the Python driver, its JVM), until every record landed.
 """
@@ -17,7 +17,7 @@ from typing import Self
 
 from bench.durable import SinkLog
 from testkit.mirror_run import REPO, cli_env
-from testkit.spark_kafka_jars import spark_kafka_jars
+from testkit.spark_jars import spark_kafka_jars
 
 STARTED = "query started"
 

@@ -1,6 +1,7 @@
-"""The archive as an Iceberg table (`destination.table`), through the real CLI and a real catalog (PyIceberg's SQL
-catalog on SQLite, the embedded default), read back by PyIceberg: exactly the source's records, record by record,
-across a kill -9 around the table's commits; no file referenced twice; positions never backwards."""
+"""The archive as a table (`destination.table`), through the real CLI and real catalogs (PyIceberg's SQL catalog on
+SQLite, the embedded default; a real Iceberg REST catalog server), read back by PyIceberg, deltalake and Spark SQL:
+exactly the source's records, record by record, across a kill -9 around the table's commits, and for an archive
+that joins its table later (`table-sync`); no file referenced twice; positions never backwards."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ from pyiceberg.catalog import load_catalog
 from config.estate import shard_of
 from e2e.harness import backlog, mirror_config, partitions_of, run_until, start, status_json
 from sinks.tables.positions import positions_of
+from testkit.iceberg_rest import IcebergRestCatalog
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce, watermarks
-from testkit.mirror_run import MirrorRun
+from testkit.mirror_run import MirrorRun, run_cli
+from testkit.spark_sql_tables import IcebergCatalogSpec, read_with_spark_sql
 from testkit.targets import FilesystemTarget, S3Target, SourceRecord, assert_same_records, source_records
 
 TABLE = "archive.{topic}"
@@ -35,16 +38,19 @@ def _config(
     topic: str,
     partitions: int,
     catalog: dict[str, Any] | None = None,
-    table_format: str = "iceberg",
+    table_format: str | None = "iceberg",
+    name: str = "mirror.yaml",
 ) -> Path:
     path = mirror_config(
-        tmp_path / "mirror.yaml",
+        tmp_path / name,
         bootstrap,
         target,
         partitions_of(topic, partitions),
         flush={"max-time-ms": 400, "max-offsets": 2_000},
         spark={"max-offsets-per-job": 4_000},
     )
+    if table_format is None:
+        return path
     # The destination block as the target writes it, with the table: one commit a second.
     document = yaml.safe_load(path.read_text())
     document["destination"]["table"] = {"format": table_format, "name": TABLE, "commit-interval-ms": 1000}
@@ -179,6 +185,53 @@ def table_kill_cycles(
         app = f"mirror-v3:{topic_name}/{partition}"
         seen = [DeltaTable(location, version=v).transaction_version(app) or 0 for v in range(delta.version() + 1)]
         assert seen == sorted(seen) and seen[-1] == ends[partition], seen
+
+
+def test_an_archive_written_without_a_table_joins_tables_that_spark_sql_opens_by_name(
+    kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
+) -> None:
+    """An archive written before it had a table joins one with `table-sync`: an Iceberg table in the embedded SQLite
+    catalog, one in a real Iceberg REST catalog server, and a Delta table; a second sync adds nothing. Spark SQL
+    (Iceberg's Spark runtime and Delta's jars) opens each by name and reads exactly the source's records."""
+    partitions = 2
+    backlog(kafka.bootstrap, topic_name, [3_000, 2_000], seed=248)
+    plain = _config(tmp_path, kafka.bootstrap, fs, topic_name, partitions, table_format=None, name="plain.yaml")
+    ends = {p: watermarks(kafka.bootstrap, topic_name, p)[1] for p in range(partitions)}
+    run_until(plain, tmp_path / "plain.log", fs, topic_name, ends)
+    blobs = sum(len(fs.names(topic_name, p)) for p in range(partitions))
+    with IcebergRestCatalog(warehouse=tmp_path / "rest-warehouse") as rest:
+        rest_catalog = {"type": "rest", "properties": {"uri": rest.uri}}
+        configs = [
+            _config(tmp_path, kafka.bootstrap, fs, topic_name, partitions, name="sqlite.yaml"),
+            _config(tmp_path, kafka.bootstrap, fs, topic_name, partitions, rest_catalog, name="rest.yaml"),
+            _config(tmp_path, kafka.bootstrap, fs, topic_name, partitions, table_format="delta", name="delta.yaml"),
+        ]
+        for config in configs:
+            synced = run_cli("table-sync", "--config", str(config), env=fs.env(), timeout=180)
+            assert synced.returncode == 0, synced.stderr
+            assert f": {blobs} blobs added in 1 commits; 2 chains in step" in synced.stdout, synced.stdout
+            assert f"{blobs} blobs added in 1 commits, 0 to go" in synced.stderr  # the progress line
+        # A second sync adds nothing (once here; tests/test_table_sync.py holds it for every case).
+        again = run_cli("table-sync", "--config", str(configs[0]), env=fs.env(), timeout=180)
+        assert again.returncode == 0 and "in step, nothing to add (2 chains)" in again.stdout, again.stdout
+        catalogs = [
+            IcebergCatalogSpec(
+                "mirror_v3", "jdbc", f"jdbc:sqlite:{fs.root / '_catalog' / 'iceberg.db'}", f"file://{fs.root}/_iceberg"
+            ),
+            IcebergCatalogSpec("rest", "rest", rest.uri),
+        ]
+        table = f"archive.`{topic_name}`"  # a topic's `-` needs quoting in SQL
+        queries = {
+            "sqlite": f"SELECT * FROM mirror_v3.{table}",
+            "rest": f"SELECT * FROM rest.{table}",
+            "delta": f"SELECT * FROM delta.`{fs.root / topic_name}`",
+        }
+        read = read_with_spark_sql(queries, tmp_path / "spark-sql", catalogs)
+    for partition in range(partitions):
+        source = source_records(kafka.bootstrap, topic_name, partition)
+        for name, rows in read.items():
+            assert len(source) == ends[partition], name
+            assert_same_records(_table_records(rows, partition), source)
 
 
 # In the soak run: the default run's Iceberg case proves the commit over a filesystem archive; this one adds the

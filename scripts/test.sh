@@ -9,6 +9,9 @@ bash scripts/build-registry.sh
 venv="${MIRROR_V3_VENV:-$here/.venv}"
 # shellcheck disable=SC1091
 source "$venv/bin/activate"
+# The tables' readers and catalog of the end-to-end tests (Iceberg's Spark runtime, Delta's jars, an Iceberg REST
+# catalog server) from Maven Central, skipped when present; the quickstart needs none of them.
+python -m testkit.maven_jars >/dev/null
 # One command per line: `set -e` does not stop at a failure inside an `a && b` list.
 echo "== ruff"
 ruff check --no-cache .

@@ -17,7 +17,7 @@ from bench.durable import Landings, SinkLog, flushed_times
 from bench.latency import TIME_DIGITS, stamped_value, value_stamps
 from bench.report_estate import estate_table, estate_targets, needed, write_estate_chart
 from bench.scenarios import ALONE, FULL, QUICK, with_settings
-from testkit.spark_kafka_jars import artifact_of, missing_from
+from testkit.maven_jars import artifact_of, missing_from
 
 
 def test_lag_counts_records_produced_but_not_yet_durable() -> None:
