@@ -32,4 +32,7 @@ def test_quickstart_mirrors_sample_data_and_prints_status(tmp_path: Path) -> Non
     archive = FilesystemTarget(tmp_path / "mirror-data")
     for partition in range(3):
         assert [r.offset for r in archive.records(TOPIC, partition)] == list(range(count))
+    # ... and the archive as a table, read back by name: every record, once.
+    expected = ", ".join(f"partition {p}: {count} rows (offsets 0-{count - 1})" for p in range(3))
+    assert f"  {expected}\n" in result.stdout, result.stdout
     assert "Traceback" not in result.stderr
