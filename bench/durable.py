@@ -13,6 +13,8 @@ Every record's value starts with its produce time (bench.steady). Where each des
   [LastModified, LastModified + 1 s + slack].
 - Kafka (the mirror, either offsets mode): when a read_committed consumer, assigned every destination partition from
   the start and polling throughout the run, got the record (`KafkaLandings`): visible to consumers = durable there.
+- an Iceberg table of the archive (`destination.table`): the time of the first snapshot whose recorded chain position
+  passes the record (`table_landings`): visible to the table's readers.
 - Spark Structured Streaming's Parquet sink: a file is committed when its batch's entry lands in
   `<output>/_spark_metadata` (readers of the sink see only the files listed there), so a record's time is that log
   file's modification time (it is written whole and renamed into place).
@@ -97,6 +99,35 @@ def filesystem_landings(target: FilesystemTarget, name: str, partitions: Iterabl
         for blob in chain(target, name, partition):
             path = directory / blob.name
             landings.add(_stamps(pq.read_table(path, columns=["value"])), os.stat(path).st_ctime)
+    return landings
+
+
+def table_landings(target: FilesystemTarget, name: str, partitions: Iterable[int], identifier: str) -> Landings:
+    """When each record became visible in the archive's Iceberg table (the embedded catalog): the time of the first
+    snapshot whose recorded position for the record's chain passes it (PyIceberg stamps a snapshot as it makes it,
+    just before the catalog commit)."""
+    from pyiceberg.catalog import load_catalog
+
+    from sinks.tables.positions import positions_of
+
+    catalog = load_catalog(
+        "mirror_v3",
+        type="sql",
+        uri=f"sqlite:///{target.root}/_catalog/iceberg.db",
+        warehouse=f"file://{target.root}/_iceberg",
+    )
+    snapshots = catalog.load_table(identifier).snapshots()
+    commits = sorted(
+        (s.timestamp_ms / 1000, positions_of(dict(s.summary.ser_model()) if s.summary else {})) for s in snapshots
+    )
+    landings = Landings()
+    for partition in partitions:
+        key, directory = f"{name}/{partition}", target.directory(name, partition)
+        for blob in chain(target, name, partition):
+            visible = next((at for at, positions in commits if positions.get(key, 0) > blob.last), None)
+            if visible is None:
+                raise VerificationError(f"{key}: {blob.name} is in no table commit")
+            landings.add(_stamps(pq.read_table(directory / blob.name, columns=["value"])), visible)
     return landings
 
 

@@ -38,7 +38,14 @@ import psutil  # type: ignore[import-untyped]  # no type information in the pack
 from confluent_kafka import Consumer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.durable import KafkaLandings, ctime_after_log, filesystem_landings, flushed_times, s3_landings
+from bench.durable import (
+    KafkaLandings,
+    ctime_after_log,
+    filesystem_landings,
+    flushed_times,
+    s3_landings,
+    table_landings,
+)
 from bench.mirror import Context, finish, flushes, start_selection, wait_for, wait_landed
 from bench.procs import JVM, MIRROR, Sampler
 from bench.scenarios import Scenario
@@ -52,6 +59,7 @@ from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target, VerificationError
 
 PRIME = 100  # records into partition 0 made durable before the clock starts
+TABLE = "bench.{topic}"  # a row's Iceberg table, with `table`
 FLUSHES = ("mirror_v3_flushes_total", "mirror_v3_destination_flushes_total")  # the first the process exposes
 JOBS = "mirror_v3_spark_jobs_total"
 SOURCE_BROKER, DESTINATION = "source broker", "destination server"
@@ -123,6 +131,8 @@ def _mirror(
     """One `run` process mirroring `topic` into `target` (as `name`) through the warm-up, the window and the
     catch-up, then drained and verified."""
     extra = capture_settings(s.capture) if not isinstance(target, KafkaTarget) else {}
+    if s.table is not None:
+        extra["table"] = {"format": s.table, "name": TABLE, "commit-interval-ms": s.table_commit_ms}
     run = start_selection(ctx, f"mirror-{path}", target, selection, s.max_time_ms, free_port(), extra)
     named = {SOURCE_BROKER: ctx.broker_pid, DESTINATION: server}
     committer = GroupCommitter(ctx.bootstrap, topic, s.partitions) if s.capture else contextlib.nullcontext()
@@ -148,7 +158,17 @@ def _mirror(
         last_flush = written.pop("last_flush_at")
         flushed = flushed_times(run.events("flushed"))
         result = finish(run, target, {name: ends})  # every offset exactly once: the count that nothing was lost
-    checks = {}
+        table_commits = run.events("table committed")  # the drain's last one too
+    checks: dict[str, Any] = {}
+    if s.table is not None:
+        if not isinstance(target, FilesystemTarget) or s.table != "iceberg":
+            raise ValueError("estate-steady measures an Iceberg table of a filesystem archive only")
+        visible = table_landings(target, name, range(s.partitions), TABLE.format(topic=topic))
+        checks["table"] = {
+            "commits": len(table_commits),
+            "files_per_commit": round(sum(int(c["files"]) for c in table_commits) / max(1, len(table_commits)), 1),
+            **{k: v for k, v in visible.summary(window.start, window.end).items() if k != "records"},
+        }
     if isinstance(target, FilesystemTarget):
         landings = filesystem_landings(target, name, range(s.partitions))
         checks["ctime_after_log_ms"] = ctime_after_log(target, name, range(s.partitions), flushed)

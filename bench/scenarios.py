@@ -36,13 +36,18 @@ class Scenario:
     # metadata read every 60 s, no group positions); False: nothing (topic-metadata-interval-ms 0); True: topic
     # metadata and the positions of CAPTURED_GROUPS read every second, those groups committing every second.
     capture: bool | None = None
+    # estate-steady, filesystem: the archive as an Iceberg table (`destination.table`, the embedded catalog) committed
+    # every `table_commit_ms`; None: no table.
+    table: str | None = None
+    table_commit_ms: int = 60_000
 
 
 def estate_name(s: Scenario) -> str:
     """An estate-steady row's name, from the fields that tell its rows apart."""
     parts = "partition" if s.partitions == 1 else "partitions"
     capture = {None: "", False: ", capture off", True: ", capture every 1 s"}[s.capture]
-    return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s{capture}"
+    table = "" if s.table is None else f", {s.table} table every {s.table_commit_ms / 1000:g} s"
+    return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s{capture}{table}"
 
 
 def estate(

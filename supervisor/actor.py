@@ -24,6 +24,7 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
 from core.logs import log_event
 from sinks.base import Sink
+from sinks.tables.positions import CommittedLog
 from sinks.write_target import UNCUT, Written
 from source.offsets import SourceOffsets
 from source.outages import OutageRider, SourceOutageError
@@ -33,6 +34,9 @@ from telemetry.metrics import MirrorMetrics
 from workers.flush_planner import Backlog, FlushLimits, FlushPlan, FlushPlanner, PlannedTask, ReadableSince
 from workers.partition_source import PartitionSource
 
+# Committed blobs an actor remembers for its archive's table keeper (which forgets what its table holds): more than a
+# commit interval's flushes at the usual settings (60 s at 1 s max-time), about 14 KB per mirror when full.
+COMMITTED_KEPT = 128
 log = logging.getLogger("mirror_v3.actor")
 # An answer asked at most this long ago is fresh enough to end a flush that max-time made due.
 FRESH_END_S = 0.05
@@ -75,6 +79,7 @@ class MirrorActor(Generic[W]):
         self._readable = ReadableSince()
         self._blob_limits = settings.limits.blobs
         self._next = 0  # the destination's next offset: everything below it is committed
+        self.committed = CommittedLog(COMMITTED_KEPT)  # the blobs this actor committed, for an archive's table
         self._read_from = 0  # where the next flush starts reading (above _next after skipped losses)
         self._claimed: tuple[int, int] | None = None  # the range the next blob must be (an interrupted commit's)
         self._records_since_beat = 0
@@ -471,6 +476,7 @@ class MirrorActor(Generic[W]):
         interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
         self._last_flush_at = finished
         self._planner.observe(last - first + 1, payload, records)
+        self.committed.add(first, last)
         self._next = last + 1
         self._read_from = max(self._read_from, self._next)
         self._records_since_beat += records

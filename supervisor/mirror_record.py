@@ -15,6 +15,7 @@ from typing import Protocol
 import anyio
 
 from config.estate import MirrorSpec
+from sinks.tables.positions import CommittedLog
 
 
 class MirrorActorLike(Protocol):
@@ -22,6 +23,7 @@ class MirrorActorLike(Protocol):
 
     metrics_labels: dict[str, str]
     started: anyio.Event
+    committed: CommittedLog  # the blobs it committed lately, for an archive's table
 
     async def run(self) -> None: ...
 

@@ -229,6 +229,7 @@ class Supervisor:
                 r.spec.partition,
                 r.spec.destination_name,
                 r.actor.position,
+                r.actor.committed,
             )
             for r in running
         ]

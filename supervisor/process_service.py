@@ -19,6 +19,7 @@ from anyio.abc import TaskStatus
 
 from config.estate import MirrorSpec
 from config.model import SourceConfig
+from sinks.tables.positions import CommittedLog
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class MirroredPartition:
     partition: int
     destination_topic: str
     position: int  # the next source offset the destination durably holds
+    committed: CommittedLog | None = None  # the blobs its actor committed lately (a blob destination's table reads)
 
 
 @dataclass(frozen=True)

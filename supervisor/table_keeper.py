@@ -9,8 +9,11 @@ is a WARN once per spell, `mirror_v3_table_up` 0 and a degraded /readyz: the mir
 catches up when it works again. A chain whose table position cannot be known (its history expired before any
 mirror-v3 commit) gets nothing added, and says so: a blob added twice would be a duplicate row forever.
 
-Cost per interval and table: one listing page per chain that moved (S3: one LIST), one catalog commit; nothing
-for chains that did not move.
+Cost per interval and table: one catalog commit (0.55 ms of CPU per blob it adds, measured: mostly reading each
+blob's footer for its statistics); nothing for chains that did not move. The blobs come from what each mirror's actor
+committed (`MirroredPartition.committed`); a chain is listed (one page per 1 000 names after the position; on a
+filesystem a read of the whole directory) only where that does not reach back to the table's position: at start,
+after a failure, or when more flushes than the actor remembers came between two commits.
 """
 
 from __future__ import annotations
@@ -154,7 +157,13 @@ class TableKeeper(ProcessService):
             if mirror is None or at is None:  # not running here, or its position unknown (or not read yet)
                 continue
             if mirror.position > at:
-                found = await blobs_after(self._archive, name, partition, at, mirror.position)
+                # What its actor committed since, if it remembers that far back; else the chain, listed.
+                known = None if mirror.committed is None else mirror.committed.after(at, mirror.position)
+                found = (
+                    known
+                    if known is not None
+                    else await blobs_after(self._archive, name, partition, at, mirror.position)
+                )
                 if found.gap_at is not None:
                     log_event(
                         log,
@@ -179,6 +188,10 @@ class TableKeeper(ProcessService):
             await anyio.to_thread.run_sync(followed.table.commit, files, new, dict(positions), abandon_on_cancel=True)
             self._families.table_commit.labels(identifier).observe(time.monotonic() - began)
             followed.next_offsets = positions = new
+            for chain in added:
+                mirror = durable[chain]
+                if mirror.committed is not None:
+                    mirror.committed.forget_below(new[chain])
             log_event(log, logging.INFO, "table committed", table=identifier, files=len(files), chains=len(added))
         self._observe(followed, positions, durable)
 

@@ -12,6 +12,7 @@ import pytest
 from config.estate import EstatePlan, MirrorSpec, compile_entries, expand
 from config.loader import parse_config
 from core.errors import DataLossError, SourceUnavailableError
+from sinks.tables.positions import CommittedLog
 from source.discovery import ClusterRead
 from supervisor.failures import FirstFailure, RestartPolicy
 from supervisor.mirrors import MirrorLinks, Supervisor, SupervisorSettings
@@ -36,6 +37,7 @@ class FakeActor:
         self.metrics_labels = labels.labels
         self.started = anyio.Event()
         self.position, self.lag, self.held_since = 0, 0, None
+        self.committed = CommittedLog(4)
         self._failure: Exception | None = None
         self._failed = anyio.Event()
         self.cancelled = False

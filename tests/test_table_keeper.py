@@ -11,7 +11,7 @@ import pytest
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig, TableConfig
 from sinks.blob.chain import blob_name
-from sinks.tables.positions import TableFile
+from sinks.tables.positions import CommittedLog, TableFile
 from supervisor.process_service import MirroredPartition
 from supervisor.table_keeper import TableKeeper
 from tests.fakes import MemoryArchive, MemoryTable, fresh_metrics
@@ -105,3 +105,61 @@ async def test_a_new_process_continues_from_the_tables_commits(caplog: pytest.Lo
     await second.commit_all(_mirrored({0: 30}))
     assert tables["archive.orders"].files[1:] == [f"mem://orders/0/{blob_name(10, 14)}"]  # up to the gap only
     assert "does not continue it" in caplog.text
+
+
+class CountingArchive(MemoryArchive):
+    def __init__(self) -> None:
+        super().__init__()
+        self.listed = 0
+
+    def chain_store(self, name: str, partition: int) -> Any:
+        self.listed += 1
+        return super().chain_store(name, partition)
+
+
+async def test_what_the_actors_committed_is_added_without_listing_the_chains() -> None:
+    """A filesystem listing reads a chain's whole directory: the keeper takes the blobs from what the mirrors'
+    actors committed, and lists a chain only where that does not reach back to the table's position."""
+    archive, tables = CountingArchive(), dict[str, MemoryTable]()
+    keeper, _ = _keeper(archive, tables)
+    await keeper.mirrors_added([_spec(0), _spec(1)])
+    logs = {0: CommittedLog(8), 1: CommittedLog(8)}
+    for first in range(0, 30, 10):
+        archive.add("orders", 0, first, first + 9)
+        logs[0].add(first, first + 9)
+    archive.add("orders", 1, 0, 4)  # committed by an earlier process: not in this actor's log
+    archive.add("orders", 1, 5, 9)
+    logs[1].add(5, 9)
+    mirrored = [
+        MirroredPartition("prod", SOURCE, "clusters.prod", "orders", p, "orders", end, logs[p])
+        for p, end in ((0, 30), (1, 10))
+    ]
+    await keeper.commit_all(mirrored)
+    table = tables["archive.orders"]
+    assert table.files == [
+        *(f"mem://orders/0/{blob_name(first, first + 9)}" for first in range(0, 30, 10)),
+        f"mem://orders/1/{blob_name(0, 4)}",
+        f"mem://orders/1/{blob_name(5, 9)}",
+    ]
+    assert archive.listed == 1  # partition 1's chain only
+    assert logs[0].after(30, 30) is None and logs[1].after(10, 10) is None  # what the table holds is forgotten
+    archive.add("orders", 0, 30, 39)
+    logs[0].add(30, 39)
+    mirrored[0] = MirroredPartition("prod", SOURCE, "clusters.prod", "orders", 0, "orders", 40, logs[0])
+    await keeper.commit_all(mirrored)
+    assert table.files[-1] == f"mem://orders/0/{blob_name(30, 39)}" and archive.listed == 1
+
+
+def test_a_committed_log_answers_what_follows_a_position_or_that_it_does_not_reach_back() -> None:
+    log = CommittedLog(3)
+    assert log.after(0, 10) is None  # nothing committed here: the chain says
+    for first in range(0, 40, 10):
+        log.add(first, first + 9)  # the oldest of four falls out
+    assert log.after(0, 40) is None
+    found = log.after(10, 40)
+    assert found is not None and found.next_offset == 40 and found.gap_at is None
+    assert [blob.name for blob in found.blobs] == [blob_name(f, f + 9) for f in (10, 20, 30)]
+    assert log.after(15, 40) is None  # not where a blob starts
+    assert log.after(10, 50) is None  # the mirror is beyond what it committed (a skip): the chain says
+    log.forget_below(30)
+    assert log.after(20, 40) is None and log.after(30, 40) is not None

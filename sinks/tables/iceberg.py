@@ -145,7 +145,7 @@ class IcebergTable:
                 table.metadata = table.metadata.model_copy(
                     update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
                 )
-                data_files = [_data_file(table, file) for file in files]
+                data_files = [*map(_DataFiles(table).of, files)]
                 with table.transaction() as transaction:
                     if transaction.table_metadata.name_mapping() is None:  # the blobs carry no field ids: by name
                         schema = transaction.table_metadata.schema()
@@ -171,56 +171,74 @@ class IcebergTable:
         return table.scan().to_arrow()
 
 
-def _data_file(table: Any, file: TableFile) -> Any:
-    """A blob as the table's data file: its footer's statistics (what engines prune with) and its partition values
-    from its chain (source partition) and, for a day-partitioned table, from its timestamps' one UTC day. Statistics
-    are not needed for the partition: an archive written before blobs kept statistics of `partition` joins as well.
-    (PyIceberg's add_files infers the partition from those statistics and refuses a file without them.)"""
-    from pyiceberg.io.pyarrow import (
-        compute_statistics_plan,
-        data_file_statistics_from_parquet_metadata,
-        parquet_path_to_id_mapping,
-    )
-    from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
-    from pyiceberg.transforms import DayTransform, IdentityTransform
-    from pyiceberg.typedef import Record
+class _DataFiles:
+    """Blobs as one table's data files: each blob's footer statistics (what engines prune with) and its partition
+    values from its chain (source partition) and, for a day-partitioned table, from its timestamps' one UTC day.
+    Statistics are not needed for the partition: an archive written before blobs kept statistics of `partition` joins
+    as well (PyIceberg's add_files infers the partition from them and refuses a file without).
 
-    metadata = table.metadata
-    schema, spec = metadata.schema(), metadata.spec()
-    source = table.io.new_input(file.uri)
-    with source.open() as stream:
-        footer = pq.read_metadata(stream)
-    # Bounds of the columns the blob keeps statistics of, nothing of the others (PyIceberg would WARN per column and
-    # file that they are missing, into the mirror's log, at every commit).
-    first = footer.row_group(0) if footer.num_row_groups else None
-    kept = [] if first is None else [first.column(i) for i in range(first.num_columns)]
-    modes = {f"{METRICS_PREFIX}{column.path_in_schema}": "full" for column in kept if column.is_stats_set}
-    statistics = data_file_statistics_from_parquet_metadata(
-        parquet_metadata=footer,
-        stats_columns=compute_statistics_plan(schema, {**metadata.properties, METRICS_DEFAULT: "none", **modes}),
-        parquet_column_mapping=parquet_path_to_id_mapping(schema),
-    )
-    values: list[int] = []
-    for field in spec.fields:
-        column = schema.find_column_name(field.source_id)
-        if column == "partition" and isinstance(field.transform, IdentityTransform):
-            values.append(file.partition)
-        elif column == "timestamp" and isinstance(field.transform, DayTransform):
-            values.append(_utc_day(footer, file))
-        else:
-            raise TableError(table.name(), "commit", f"partition field {field.name} ({field.transform}) is not ours")
-    return DataFile.from_args(
-        content=DataFileContent.DATA,
-        file_path=file.uri,
-        file_format=FileFormat.PARQUET,
-        partition=Record(*values),
-        file_size_in_bytes=len(source),
-        sort_order_id=None,
-        spec_id=metadata.default_spec_id,
-        equality_ids=None,
-        key_metadata=None,
-        **statistics.to_serialized_dict(),
-    )
+    Cost per blob: one footer read and its statistics; what depends on the schema alone (the columns' ids, each
+    statistics plan) is worked out once per table and commit, not per blob (measured: 2 560 blobs of a 256-partition
+    round, 2.4 s before, of which 0.9 s was that)."""
+
+    def __init__(self, table: Any) -> None:
+        from pyiceberg.io.pyarrow import parquet_path_to_id_mapping
+
+        self._table = table
+        self._metadata = table.metadata
+        self._schema, self._spec = self._metadata.schema(), self._metadata.spec()
+        self._ids = parquet_path_to_id_mapping(self._schema)
+        self._plans: dict[frozenset[str], Any] = {}  # the columns a blob keeps statistics of -> their plan
+
+    def _plan(self, with_statistics: frozenset[str]) -> Any:
+        """Bounds of the columns the blob keeps statistics of, nothing of the others (PyIceberg would WARN per column
+        and blob that they are missing, into the mirror's log, at every commit)."""
+        from pyiceberg.io.pyarrow import compute_statistics_plan
+
+        if with_statistics not in self._plans:
+            modes = {f"{METRICS_PREFIX}{column}": "full" for column in with_statistics}
+            properties = {**self._metadata.properties, METRICS_DEFAULT: "none", **modes}
+            self._plans[with_statistics] = compute_statistics_plan(self._schema, properties)
+        return self._plans[with_statistics]
+
+    def of(self, file: TableFile) -> Any:
+        from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
+        from pyiceberg.manifest import DataFile, DataFileContent, FileFormat
+        from pyiceberg.transforms import DayTransform, IdentityTransform
+        from pyiceberg.typedef import Record
+
+        source = self._table.io.new_input(file.uri)
+        with source.open() as stream:
+            footer = pq.read_metadata(stream)
+        first = footer.row_group(0) if footer.num_row_groups else None
+        kept = [] if first is None else [first.column(i) for i in range(first.num_columns)]
+        with_statistics = frozenset(column.path_in_schema for column in kept if column.is_stats_set)
+        statistics = data_file_statistics_from_parquet_metadata(
+            parquet_metadata=footer, stats_columns=self._plan(with_statistics), parquet_column_mapping=self._ids
+        )
+        values: list[int] = []
+        for field in self._spec.fields:
+            column = self._schema.find_column_name(field.source_id)
+            if column == "partition" and isinstance(field.transform, IdentityTransform):
+                values.append(file.partition)
+            elif column == "timestamp" and isinstance(field.transform, DayTransform):
+                values.append(_utc_day(footer, file))
+            else:
+                raise TableError(
+                    self._table.name(), "commit", f"partition field {field.name} ({field.transform}) is not ours"
+                )
+        return DataFile.from_args(
+            content=DataFileContent.DATA,
+            file_path=file.uri,
+            file_format=FileFormat.PARQUET,
+            partition=Record(*values),
+            file_size_in_bytes=len(source),
+            sort_order_id=None,
+            spec_id=self._metadata.default_spec_id,
+            equality_ids=None,
+            key_metadata=None,
+            **statistics.to_serialized_dict(),
+        )
 
 
 def _utc_day(footer: Any, file: TableFile) -> int:

@@ -12,6 +12,9 @@ choosing blobs is linear in the names listed after the position.
 
 from __future__ import annotations
 
+import bisect
+import itertools
+from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -96,12 +99,17 @@ def next_blobs(
     """The blobs that continue a chain from `position`, in order, from the names listed after it (`list_after`),
     up to `durable_end` (the chain's next offset as its mirror knows it: blobs beyond are not the mirror's yet), at
     most `limit` of them."""
+    ranges = (blob for blob in map(parse_blob_name, names) if blob is not None)
+    return next_ranges(position, ranges, durable_end, limit)
+
+
+def next_ranges(
+    position: int, ranges: Iterable[BlobRange], durable_end: int | None = None, limit: int | None = None
+) -> NextBlobs:
+    """`next_blobs` of blob ranges in chain order."""
     taken: list[BlobRange] = []
     at = position
-    for name in names:
-        blob = parse_blob_name(name)
-        if blob is None:
-            continue
+    for blob in ranges:
         if (durable_end is not None and blob.last >= durable_end) or (limit is not None and len(taken) >= limit):
             break
         if blob.first != at:
@@ -109,3 +117,33 @@ def next_blobs(
         taken.append(blob)
         at = blob.last + 1
     return NextBlobs(tuple(taken), at)
+
+
+class CommittedLog:
+    """The blob ranges one process committed to one chain, newest last, at most `kept` of them: what its table
+    needs next, known without listing the chain (a filesystem listing reads the whole directory, which grows by a
+    blob per flush). The table keeper forgets what its table holds; a log that does not reach back to a table's
+    position (a new process, more flushes than `kept` between two table commits) answers None, and the chain is
+    listed instead."""
+
+    def __init__(self, kept: int) -> None:
+        self._ranges: deque[tuple[int, int]] = deque(maxlen=kept)
+
+    def add(self, first: int, last: int) -> None:
+        self._ranges.append((first, last))
+
+    def after(self, position: int, durable_end: int) -> NextBlobs | None:
+        """The committed blobs that continue the chain from `position` up to `durable_end`; None when this log does
+        not reach back to `position`."""
+        ranges = self._ranges
+        if not ranges or ranges[-1][1] + 1 != durable_end:
+            return None  # not (all) committed through this log: the chain says
+        start = bisect.bisect_left([first for first, _ in ranges], position)
+        if start == len(ranges) or ranges[start][0] != position:
+            return None
+        return next_ranges(position, (BlobRange(first, last) for first, last in itertools.islice(ranges, start, None)))
+
+    def forget_below(self, position: int) -> None:
+        """Drop the ranges below `position` (the table holds them)."""
+        while self._ranges and self._ranges[0][1] < position:
+            self._ranges.popleft()
