@@ -394,14 +394,14 @@ def _migrate_schemas(config: Config, args: argparse.Namespace) -> int:
 
 
 def _table_sync(config: Config, shard: Shard | None, timeout: float) -> int:
-    from commands.table_sync import summary, table_sync
+    from commands.table_sync import complete, summary, table_sync
 
     try:
         synced = anyio.run(table_sync, config, shard, timeout)
     except MirrorV3Error as exc:
         return _report(exc, "table-sync")
     print("\n".join(summary(sync) for sync in synced) or "no mirror selects a chain: nothing to sync")
-    return EXIT_OK
+    return EXIT_OK if all(complete(sync) for sync in synced) else EXIT_FAILURE
 
 
 def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:

@@ -19,20 +19,31 @@ from source.discovery import plan_estate
 from source.offsets import SourceClusters
 
 
+def _commits(count: int) -> str:
+    return f"{count} commit{'' if count == 1 else 's'}"
+
+
 def _progress(sync: TableSync, left: int) -> None:
     print(
-        f"table-sync: {sync.table}: {sync.added} blobs added in {sync.commits} commits, {left} to go",
+        f"table-sync: {sync.table}: {sync.added} blobs added in {_commits(sync.commits)}, {left} to go",
         file=sys.stderr,
         flush=True,
     )
 
 
+def complete(sync: TableSync) -> bool:
+    """Every chain of the table reached its end (none stopped at a gap or has an unknown position)."""
+    return not sync.gaps and not sync.unknown
+
+
 def summary(sync: TableSync) -> str:
     """One table's outcome, as the command prints it."""
+    in_step = sync.chains - len(sync.gaps) - len(sync.unknown)
+    chains = f"{in_step} chains" if in_step == sync.chains else f"{in_step} of {sync.chains} chains"
     if sync.added:
-        line = f"{sync.table}: {sync.added} blobs added in {sync.commits} commits; {sync.chains} chains in step"
+        line = f"{sync.table}: {sync.added} blobs added in {_commits(sync.commits)}; {chains} in step"
     else:
-        line = f"{sync.table}: in step, nothing to add ({sync.chains} chains)"
+        line = f"{sync.table}: nothing to add; {chains} in step"
     notes = [f"{chain}: position unknown (its table history was expired), nothing added" for chain in sync.unknown]
     notes += [f"{chain}: stopped before {blob}, which does not continue the chain" for chain, blob in sync.gaps.items()]
     return "\n".join([line, *(f"  {note}" for note in notes)])

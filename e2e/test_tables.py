@@ -209,11 +209,11 @@ def test_an_archive_written_without_a_table_joins_tables_that_spark_sql_opens_by
         for config in configs:
             synced = run_cli("table-sync", "--config", str(config), env=fs.env(), timeout=180)
             assert synced.returncode == 0, synced.stderr
-            assert f": {blobs} blobs added in 1 commits; 2 chains in step" in synced.stdout, synced.stdout
-            assert f"{blobs} blobs added in 1 commits, 0 to go" in synced.stderr  # the progress line
+            assert f": {blobs} blobs added in 1 commit; 2 chains in step" in synced.stdout, synced.stdout
+            assert f"{blobs} blobs added in 1 commit, 0 to go" in synced.stderr  # the progress line
         # A second sync adds nothing (once here; tests/test_table_sync.py holds it for every case).
         again = run_cli("table-sync", "--config", str(configs[0]), env=fs.env(), timeout=180)
-        assert again.returncode == 0 and "in step, nothing to add (2 chains)" in again.stdout, again.stdout
+        assert again.returncode == 0 and "nothing to add; 2 chains in step" in again.stdout, again.stdout
         catalogs = [
             IcebergCatalogSpec(
                 "mirror_v3", "jdbc", f"jdbc:sqlite:{fs.root / '_catalog' / 'iceberg.db'}", f"file://{fs.root}/_iceberg"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from commands.table_sync import complete, summary
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig, TableConfig
 from sinks.blob.chain import blob_name
@@ -110,3 +111,16 @@ async def test_a_chain_with_a_gap_stops_before_it_and_the_other_chains_go_on() -
     assert by_table["archive.orders"].gaps == {"orders/0": blob_name(20, 29)}
     assert by_table["archive.orders"].ends == {"orders/0": 10, "orders/1": 10}
     assert tables["archive.payments"].files == [_uri("payments", 0, 0, 4)]  # a table per topic
+
+
+def test_the_summary_names_what_stopped_and_only_a_sync_with_every_chain_in_step_is_complete() -> None:
+    gaps = {"orders/0": blob_name(20, 29)}
+    done = TableSync("archive.orders", 3, added=5, commits=1, gaps=gaps, unknown=["orders/2"])
+    assert summary(done).splitlines() == [
+        "archive.orders: 5 blobs added in 1 commit; 1 of 3 chains in step",
+        "  orders/2: position unknown (its table history was expired), nothing added",
+        f"  orders/0: stopped before {blob_name(20, 29)}, which does not continue the chain",
+    ]
+    assert not complete(done)
+    assert summary(TableSync("archive.orders", 2)) == "archive.orders: nothing to add; 2 chains in step"
+    assert complete(TableSync("archive.orders", 2))
