@@ -161,5 +161,7 @@ def test_a_committed_log_answers_what_follows_a_position_or_that_it_does_not_rea
     assert [blob.name for blob in found.blobs] == [blob_name(f, f + 9) for f in (10, 20, 30)]
     assert log.after(15, 40) is None  # not where a blob starts
     assert log.after(10, 50) is None  # the mirror is beyond what it committed (a skip): the chain says
+    shorter = log.after(10, 30)  # the log grew after the mirror's position was read: up to that position only
+    assert shorter is not None and shorter.next_offset == 30 and len(shorter.blobs) == 2
     log.forget_below(30)
     assert log.after(20, 40) is None and log.after(30, 40) is not None

@@ -136,12 +136,15 @@ class CommittedLog:
         """The committed blobs that continue the chain from `position` up to `durable_end`; None when this log does
         not reach back to `position`."""
         ranges = self._ranges
-        if not ranges or ranges[-1][1] + 1 != durable_end:
-            return None  # not (all) committed through this log: the chain says
         start = bisect.bisect_left([first for first, _ in ranges], position)
         if start == len(ranges) or ranges[start][0] != position:
             return None
-        return next_ranges(position, (BlobRange(first, last) for first, last in itertools.islice(ranges, start, None)))
+        # The log may have grown since `durable_end` was read (the mirror flushed meanwhile): what is beyond waits.
+        later = (BlobRange(first, last) for first, last in itertools.islice(ranges, start, None))
+        found = next_ranges(position, later, durable_end)
+        if found.gap_at is None and found.next_offset != durable_end:
+            return None  # the mirror is further than what it committed here says (a skip): the chain says
+        return found
 
     def forget_below(self, position: int) -> None:
         """Drop the ranges below `position` (the table holds them)."""
