@@ -22,7 +22,7 @@ from pathlib import Path
 from testkit.kafka_broker import java_executable
 from testkit.maven_jars import JarSet, MavenJarsError
 from testkit.ports import HOST, free_port
-from testkit.processes import ChildProcess, StartStop, Startup, log_tails, serve_until_signalled
+from testkit.processes import ChildProcess, ChildServer, Startup, log_tails, serve_until_signalled
 
 ICEBERG_VERSION = "1.10.0"
 LAUNCHER = Path(__file__).resolve().parent / "IcebergRestServer.java"
@@ -45,7 +45,7 @@ class IcebergRestError(RuntimeError):
     """The REST catalog could not be started, or died."""
 
 
-class IcebergRestCatalog(StartStop):
+class IcebergRestCatalog(ChildServer):
     def __init__(self, *, warehouse: Path, start_timeout: float = 90.0, heap_mb: int = 256) -> None:
         self.port = free_port()
         self.warehouse = warehouse
@@ -62,14 +62,6 @@ class IcebergRestCatalog(StartStop):
     @property
     def log_path(self) -> Path:
         return self.workdir / "rest.out"
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._child is None else self._child.pid
-
-    @property
-    def is_running(self) -> bool:
-        return self._child is not None and self._child.is_running
 
     def start(self) -> IcebergRestCatalog:
         started = time.monotonic()
@@ -107,9 +99,7 @@ class IcebergRestCatalog(StartStop):
         return self
 
     def stop(self) -> None:
-        if self._child is not None:
-            self._child.stop(graceful=True, timeout=10.0)
-            self._child = None
+        self.stop_child()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _answers(self) -> bool:

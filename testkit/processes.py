@@ -195,6 +195,26 @@ class StartStop(abc.ABC):
         self.stop()
 
 
+class ChildServer(StartStop):
+    """A StartStop whose server is one ChildProcess (`_child`, None while stopped): its pid and whether it runs."""
+
+    _child: ChildProcess | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._child is None else self._child.pid
+
+    @property
+    def is_running(self) -> bool:
+        return self._child is not None and self._child.is_running
+
+    def stop_child(self, timeout: float = 10.0) -> None:
+        """SIGTERM, then SIGKILL after `timeout`; nothing when it is not running."""
+        if self._child is not None:
+            self._child.stop(graceful=True, timeout=timeout)
+            self._child = None
+
+
 def port_open(port: int, host: str = HOST) -> bool:
     """Does host:port accept a TCP connection (within 0.5 s)?"""
     try:

@@ -23,7 +23,7 @@ from pathlib import Path
 from testkit.jars import MissingJarsError, schema_registry_jar
 from testkit.kafka_broker import java_executable
 from testkit.ports import HOST, free_port
-from testkit.processes import ChildProcess, StartStop, Startup, log_tails, serve_until_signalled
+from testkit.processes import ChildProcess, ChildServer, Startup, log_tails, serve_until_signalled
 
 CONFLUENT_API = "/apis/ccompat/v7"
 
@@ -32,7 +32,7 @@ class SchemaRegistryError(RuntimeError):
     """The registry could not be started, or died."""
 
 
-class SchemaRegistry(StartStop):
+class SchemaRegistry(ChildServer):
     def __init__(self, *, start_timeout: float = 90.0, heap_mb: int = 256) -> None:
         self.port = free_port()
         self.workdir = Path(tempfile.mkdtemp(prefix="schema-registry-"))
@@ -48,14 +48,6 @@ class SchemaRegistry(StartStop):
     @property
     def log_path(self) -> Path:
         return self.workdir / "registry.out"
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._child is None else self._child.pid
-
-    @property
-    def is_running(self) -> bool:
-        return self._child is not None and self._child.is_running
 
     def start(self) -> SchemaRegistry:
         started = time.monotonic()
@@ -89,9 +81,7 @@ class SchemaRegistry(StartStop):
         return self
 
     def stop(self) -> None:
-        if self._child is not None:
-            self._child.stop(graceful=True, timeout=10.0)
-            self._child = None
+        self.stop_child()
         shutil.rmtree(self.workdir, ignore_errors=True)
 
     def _answers(self) -> bool:
