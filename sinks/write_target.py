@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 from core.errors import MirrorV3Error
+from core.file_statistics import FileStatistics
 from core.record_times import RecordTimes
 
 
@@ -81,6 +82,7 @@ class Written:
     schema_ids: tuple[int, ...] = ()  # schemas, blob destinations: the source schema IDs its records carry (sorted)
     cut: str = ""  # why the write ended before its limits: "daily" at a UTC day boundary
     times: RecordTimes | None = None  # the records' timestamps, for latency metrics (None: not measured)
+    statistics: FileStatistics | None = None  # blob destinations: the file's, for its table (None: not a file)
 
     @property
     def offset_count(self) -> int:

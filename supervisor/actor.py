@@ -476,7 +476,7 @@ class MirrorActor(Generic[W]):
         interval_ms = 0 if self._last_flush_at is None else round((finished - self._last_flush_at) * 1000)
         self._last_flush_at = finished
         self._planner.observe(last - first + 1, payload, records)
-        self.committed.add(first, last)
+        self.committed.add(first, last, item.statistics)
         self._next = last + 1
         self._read_from = max(self._read_from, self._next)
         self._records_since_beat += records

@@ -9,8 +9,9 @@ is a WARN once per spell, `mirror_v3_table_up` 0 and a degraded /readyz: the mir
 catches up when it works again. A chain whose table position cannot be known (its history expired before any
 mirror-v3 commit) gets nothing added, and says so: a blob added twice would be a duplicate row forever.
 
-Cost per interval and table: one catalog commit (0.55 ms of CPU per blob it adds, measured: mostly reading each
-blob's footer for its statistics); nothing for chains that did not move. The blobs come from what each mirror's actor
+Cost per interval and table: one catalog commit (CPU per blob it adds: see docs/benchmarks.md; a blob's statistics
+come with it from the task that wrote it, and only blobs found by listing have their footers read); nothing for
+chains that did not move. The blobs come from what each mirror's actor
 committed (`MirroredPartition.committed`); a chain is listed (one page per 1 000 names after the position; on a
 filesystem a read of the whole directory) only where that does not reach back to the table's position: at start,
 after a failure, or when more flushes than the actor remembers came between two commits.
@@ -178,7 +179,12 @@ class TableKeeper(ProcessService):
                     added[chain] = found
         if added:
             files = [
-                TableFile(self._archive.file_uri(name, partition, blob.name), partition, blob.name)
+                TableFile(
+                    self._archive.file_uri(name, partition, blob.name),
+                    partition,
+                    blob.name,
+                    found.statistics.get(blob.first),
+                )
                 for chain, found in added.items()
                 for name, partition in [followed.chains[chain]]
                 for blob in found.blobs

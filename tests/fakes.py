@@ -14,6 +14,7 @@ import anyio
 import pyarrow as pa
 from prometheus_client import CollectorRegistry
 
+from core.file_statistics import FileStatistics
 from core.records import KAFKA_SCHEMA
 from kafka_clients.schema_registry import RegistryRequestError, Schema, SubjectVersion
 from sinks.base import DestinationError
@@ -652,6 +653,7 @@ class MemoryTable:
     def __init__(self, identifier: str) -> None:
         self.identifier = identifier
         self.files: list[str] = []
+        self.statistics: dict[str, FileStatistics | None] = {}  # file -> the statistics it came with
         self.summaries: list[dict[str, int]] = []  # oldest first
         self.fail_next: list[Exception] = []
 
@@ -665,4 +667,5 @@ class MemoryTable:
         if self.fail_next:
             raise self.fail_next.pop(0)
         self.files += [file.uri for file in files]
+        self.statistics |= {file.uri: file.statistics for file in files}
         self.summaries.append(dict(positions))

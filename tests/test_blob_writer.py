@@ -8,13 +8,22 @@ import io
 import pyarrow.parquet as pq
 import pytest
 
+from core.file_statistics import ColumnBounds, file_statistics
 from core.records import KAFKA_SCHEMA
 from core.schema_wire import with_schema_id
 from sinks.blob.staging import StagedBlob
 from sinks.blob.writer import stage_blobs
 from sinks.write_target import BlobLimits, TaskRange
 from source.range_reader import OffsetsDeletedError, SourceRangeError, consume_range
-from tests.fakes import FakeConsumer, FakeMessage, FakePartitionSource, FakeRecord, InMemoryStore, MemoryStaging
+from tests.fakes import (
+    FakeConsumer,
+    FakeMessage,
+    FakePartitionSource,
+    FakeRecord,
+    InMemoryStore,
+    MemoryStaging,
+    records_table,
+)
 from workers.range_job import task_failure
 
 UNLIMITED = BlobLimits(max_bytes=10**12, max_offsets=10**12)
@@ -191,3 +200,47 @@ def test_each_blob_notes_the_schema_ids_its_records_carry_and_counts_the_others(
     assert [(b.schema_ids, b.unframed) for b in both] == [((3, 7, 9), 1)]
     (plain,), _ = stage(source, TaskRange(0, 0, 3), UNLIMITED)
     assert (plain.schema_ids, plain.unframed) == ((), 0)  # a mirror without schemas looks at nothing
+
+
+def test_each_blob_carries_the_statistics_its_footer_holds(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sinks.blob.writer.ROW_GROUP_ROWS", 3)  # several row groups per blob
+    source = FakePartitionSource()
+    stamps = [5_000, 7_000, 1_000, 9_000, -1, 8_000, 6_000]  # out of order; -1: the record has no timestamp
+    for offset, stamp in enumerate(stamps):
+        if offset != 3:  # a hole
+            source.records[offset] = FakeRecord(offset, b"k", b"v" * offset, timestamp_ms=stamp)
+    source.end = len(stamps)
+    (blob,), store = stage(source, TaskRange(0, 0, len(stamps)), UNLIMITED)
+    data = store.blobs[blob.ref]
+    footer = pq.read_metadata(io.BytesIO(data))
+    assert footer.num_row_groups == 2
+    assert blob.statistics == file_statistics(footer, len(data))  # what a table would read back
+    statistics = blob.statistics
+    assert statistics is not None
+    assert (statistics.size, statistics.records, len(statistics.split_offsets)) == (len(data), 6, 2)
+    assert statistics.bounds == (
+        ColumnBounds("partition", 0, 0, 0),
+        ColumnBounds("offset", 0, 6, 0),
+        ColumnBounds("timestamp", -1_000, 8_000_000, 0),  # microseconds
+    )
+    assert {path for path, _ in statistics.column_sizes} == {
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+        "headers.list.element.key",
+        "headers.list.element.value",
+    }
+
+
+def test_a_footer_without_statistics_of_a_column_bounds_nothing_of_it() -> None:
+    table = records_table([FakeRecord(offset, b"k", b"v") for offset in range(3)], "t", 0)
+    sink = io.BytesIO()
+    pq.write_table(table, sink, write_statistics=["offset"])
+    data = sink.getvalue()
+    statistics = file_statistics(pq.read_metadata(io.BytesIO(data)), len(data))
+    assert statistics.bounds == (ColumnBounds("offset", 0, 2, 0),)
+    assert statistics.bound("timestamp") is None and statistics.records == 3

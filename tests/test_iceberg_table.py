@@ -11,10 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
+from core.file_statistics import file_statistics
 from core.records import encode_parquet
 from sinks.blob.chain import blob_name
 from sinks.tables.delta import DeltaArchiveTable
-from sinks.tables.iceberg import IcebergCatalog, IcebergTable, TableError
+from sinks.tables.iceberg import DataFiles, IcebergCatalog, IcebergTable, TableError
 from sinks.tables.positions import TableFile, list_after, next_blobs, walk_positions
 from tests.fakes import FakeRecord, records_table
 
@@ -85,6 +86,44 @@ def test_blobs_written_before_partition_statistics_join_a_day_partitioned_table(
     day = day_ms // 86_400_000
     assert partitions == {(files[0].uri, (0, day)), (files[1].uri, (0, day)), (files[2].uri, (3, day))}
     assert loaded.scan(row_filter="partition = 3").to_arrow()["offset"].to_pylist() == [0, 1, 2, 3, 4]  # pruned
+
+
+def test_a_blobs_data_file_is_the_same_from_its_writers_statistics_or_its_footer_and_pyiceberg_agrees(
+    tmp_path: Path,
+) -> None:
+    """The statistics a task hands over with its blob give the data file that its footer gives, and that is what
+    PyIceberg's own statistics of the footer say (the columns without statistics: sizes only)."""
+    from pyiceberg.io.pyarrow import (
+        compute_statistics_plan,
+        data_file_statistics_from_parquet_metadata,
+        parquet_path_to_id_mapping,
+    )
+
+    day_ms = 1_700_006_400_000
+    records = [FakeRecord(o, b"k", b"v" * o, timestamp_ms=day_ms + 7 * o) for o in range(4, 9)]
+    path = tmp_path / "orders" / "2" / blob_name(4, 8)
+    path.parent.mkdir(parents=True)
+    data = bytes(encode_parquet(records_table(records, "orders", 2), "zstd", None))
+    path.write_bytes(data)
+    footer = pq.read_metadata(path)
+    table = IcebergTable(_catalog(tmp_path), "archive.orders", daily=True)
+    files = DataFiles(table._loaded())
+    told = files.of(TableFile(str(path), 2, path.name, file_statistics(footer, len(data))))
+    read = files.of(TableFile(str(path), 2, path.name))
+    fields = ("record_count", "file_size_in_bytes", "column_sizes", "value_counts", "null_value_counts")
+    bounds = ("lower_bounds", "upper_bounds", "split_offsets", "partition")
+    assert [getattr(told, f) for f in (*fields, *bounds)] == [getattr(read, f) for f in (*fields, *bounds)]
+    schema = table._loaded().metadata.schema()
+    properties = {"write.metadata.metrics.default": "none"}
+    properties |= {f"write.metadata.metrics.column.{c}": "full" for c in ("partition", "offset", "timestamp")}
+    theirs = data_file_statistics_from_parquet_metadata(
+        footer, compute_statistics_plan(schema, properties), parquet_path_to_id_mapping(schema)
+    ).to_serialized_dict()
+    assert {f: getattr(told, f) for f in (*fields, "lower_bounds", "upper_bounds", "split_offsets")} == {
+        "file_size_in_bytes": len(data),
+        **{f: theirs[f] for f in (*fields, "lower_bounds", "upper_bounds", "split_offsets") if f in theirs},
+    }
+    assert tuple(told.partition) == (2, day_ms // 86_400_000)
 
 
 def test_a_blob_across_two_utc_days_is_refused_by_a_day_partitioned_table(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ import pytest
 
 from config.estate import MirrorSpec
 from config.model import FlushConfig, SourceConfig, TableConfig
+from core.file_statistics import FileStatistics
 from sinks.blob.chain import blob_name
 from sinks.tables.positions import CommittedLog, TableFile
 from supervisor.process_service import MirroredPartition
@@ -126,7 +127,7 @@ async def test_what_the_actors_committed_is_added_without_listing_the_chains() -
     logs = {0: CommittedLog(8), 1: CommittedLog(8)}
     for first in range(0, 30, 10):
         archive.add("orders", 0, first, first + 9)
-        logs[0].add(first, first + 9)
+        logs[0].add(first, first + 9, FileStatistics(100 + first, 10, (), (4,), ()))  # its writer's
     archive.add("orders", 1, 0, 4)  # committed by an earlier process: not in this actor's log
     archive.add("orders", 1, 5, 9)
     logs[1].add(5, 9)
@@ -142,6 +143,11 @@ async def test_what_the_actors_committed_is_added_without_listing_the_chains() -
         f"mem://orders/1/{blob_name(5, 9)}",
     ]
     assert archive.listed == 1  # partition 1's chain only
+    # The writers' statistics come along (the table reads no footer); the listed blobs' are the table's to read.
+    assert [table.statistics[file] for file in table.files[:3]] == [
+        FileStatistics(100 + first, 10, (), (4,), ()) for first in range(0, 30, 10)
+    ]
+    assert table.statistics[f"mem://orders/1/{blob_name(0, 4)}"] is None
     assert logs[0].after(30, 30) is None and logs[1].after(10, 10) is None  # what the table holds is forgotten
     archive.add("orders", 0, 30, 39)
     logs[0].add(30, 39)

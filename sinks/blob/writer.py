@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
+from core.file_statistics import file_statistics
 from core.messages import RecordColumns, message_bytes
 from core.record_times import SMALL, RecordTimes
 from core.records import parquet_writer
@@ -161,6 +162,8 @@ class _BlobWriter:
         self._write_row_group()
         self._parquet.close()
         staged = self._output.finish(self._first, last, self._records, self._bytes)
+        # The footer just written, for the blob's table: its commit then reads no file (core.file_statistics).
+        statistics = file_statistics(self._parquet.writer.metadata, staged.size)
         chunks = self._timestamps
         if sum(len(chunk) for chunk in chunks) <= SMALL:
             stamps: list[int] | np.ndarray[Any, np.dtype[np.int64]] = [t for chunk in chunks for t in chunk]
@@ -169,7 +172,12 @@ class _BlobWriter:
         times = RecordTimes.measure(stamps, round(time.time() * 1000))
         self.staged.append(
             dataclasses.replace(
-                staged, cut=cut, times=times, schema_ids=tuple(sorted(self._schema_ids)), unframed=self._unframed
+                staged,
+                cut=cut,
+                times=times,
+                schema_ids=tuple(sorted(self._schema_ids)),
+                unframed=self._unframed,
+                statistics=statistics,
             )
         )
         self._parquet = self._output = None

@@ -9,7 +9,8 @@ version by itself: the keeper adds only what follows the recorded one. The table
 file must not hold its partition columns, and a blob holds `partition`); each file's statistics (records, the
 minimum and maximum partition, offset and timestamp) let engines skip files as partitions would.
 
-Blocking (run it in a thread): a log read per positions, a footer read per blob and one commit per round.
+Blocking (run it in a thread): a log read per positions, a footer read per blob found by listing (the others come
+with their writer's statistics) and one commit per round.
 """
 
 from __future__ import annotations
@@ -17,18 +18,19 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow.parquet as pq
 
 from core.describe import describe_error
+from core.file_statistics import FileStatistics, file_statistics
 from core.records import KAFKA_SCHEMA
 from sinks.tables.iceberg import COMMIT_ATTEMPTS, TableError, refuse_moved
 from sinks.tables.positions import TableFile, TablePositions
 
 APP_PREFIX = "mirror-v3:"
-_STATS_COLUMNS = ("partition", "offset", "timestamp")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def app_id(chain: str) -> str:
@@ -93,32 +95,32 @@ class DeltaArchiveTable:
 
     @staticmethod
     def _add(file: TableFile, action: Any) -> Any:
-        """The add action of a blob: its size, its footer's statistics, its modification time."""
-        from pyarrow import fs
-
-        filesystem, path = fs.FileSystem.from_uri(file.uri)
-        size = filesystem.get_file_info(path).size
-        with filesystem.open_input_file(path) as handle:
-            footer = pq.ParquetFile(handle).metadata
-        lows: dict[str, Any] = {}
-        highs: dict[str, Any] = {}
-        for index in range(footer.num_row_groups):
-            group = footer.row_group(index)
-            for column in range(group.num_columns):
-                chunk = group.column(column)
-                name, stats = chunk.path_in_schema, chunk.statistics
-                if name in _STATS_COLUMNS and stats is not None and stats.has_min_max:
-                    low, high = _json_value(stats.min), _json_value(stats.max)
-                    lows[name] = low if name not in lows else min(lows[name], low)
-                    highs[name] = high if name not in highs else max(highs[name], high)
-        stats = {"numRecords": footer.num_rows, "minValues": lows, "maxValues": highs, "nullCount": {}}
+        """The add action of a blob: its size and statistics (its writer's, else its footer's), its modification
+        time."""
+        statistics = file.statistics or _read(file)
+        bounds = statistics.bounds
+        stats = {
+            "numRecords": statistics.records,
+            "minValues": {bound.column: _json_value(bound.column, bound.low) for bound in bounds},
+            "maxValues": {bound.column: _json_value(bound.column, bound.high) for bound in bounds},
+            "nullCount": {bound.column: bound.nulls for bound in bounds},
+        }
         modified = int(datetime.now(UTC).timestamp() * 1000)
-        return action(file.relative, size, {}, modified, True, json.dumps(stats))
+        return action(file.relative, statistics.size, {}, modified, True, json.dumps(stats))
 
 
-def _json_value(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+def _read(file: TableFile) -> FileStatistics:
+    from pyarrow import fs
+
+    filesystem, path = fs.FileSystem.from_uri(file.uri)
+    with filesystem.open_input_file(path) as handle:
+        return file_statistics(pq.ParquetFile(handle).metadata, handle.size())
+
+
+def _json_value(column: str, value: int) -> Any:
+    """A bound as Delta's statistics write it: a timestamp as its UTC time (microseconds kept), others as numbers."""
+    if column == "timestamp":
+        return (EPOCH + timedelta(microseconds=value)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return value
 
 

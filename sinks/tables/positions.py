@@ -13,11 +13,13 @@ choosing blobs is linear in the names listed after the position.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from core.file_statistics import FileStatistics
 from sinks.blob.chain import BlobRange, blob_name, parse_blob_name
 
 NEXT_KEY = "mirror-v3.next-offset."  # + "<dest-name>/<partition>": the chain's next offset the table holds
@@ -80,6 +82,7 @@ class TableFile:
     uri: str
     partition: int
     name: str
+    statistics: FileStatistics | None = None  # its writer's (None: the table reads its footer)
 
     @property
     def relative(self) -> str:
@@ -91,6 +94,8 @@ class NextBlobs:
     blobs: tuple[BlobRange, ...]  # consecutive, the first starting at the position
     next_offset: int  # the position after them
     gap_at: BlobRange | None = None  # the first listed blob that does not continue (nothing from it on is added)
+    # first offset -> the blob's file statistics, where its writer's are at hand (the others' footers are read)
+    statistics: Mapping[int, FileStatistics] = field(default_factory=dict)
 
 
 def next_blobs(
@@ -127,24 +132,25 @@ class CommittedLog:
     listed instead."""
 
     def __init__(self, kept: int) -> None:
-        self._ranges: deque[tuple[int, int]] = deque(maxlen=kept)
+        self._ranges: deque[tuple[int, int, FileStatistics | None]] = deque(maxlen=kept)
 
-    def add(self, first: int, last: int) -> None:
-        self._ranges.append((first, last))
+    def add(self, first: int, last: int, statistics: FileStatistics | None = None) -> None:
+        self._ranges.append((first, last, statistics))
 
     def after(self, position: int, durable_end: int) -> NextBlobs | None:
         """The committed blobs that continue the chain from `position` up to `durable_end`; None when this log does
         not reach back to `position`."""
         ranges = self._ranges
-        start = bisect.bisect_left([first for first, _ in ranges], position)
+        start = bisect.bisect_left([first for first, _, _ in ranges], position)
         if start == len(ranges) or ranges[start][0] != position:
             return None
         # The log may have grown since `durable_end` was read (the mirror flushed meanwhile): what is beyond waits.
-        later = (BlobRange(first, last) for first, last in itertools.islice(ranges, start, None))
-        found = next_ranges(position, later, durable_end)
+        later = list(itertools.islice(ranges, start, None))
+        found = next_ranges(position, (BlobRange(first, last) for first, last, _ in later), durable_end)
         if found.gap_at is None and found.next_offset != durable_end:
             return None  # the mirror is further than what it committed here says (a skip): the chain says
-        return found
+        known = {first: statistics for first, _, statistics in later[: len(found.blobs)] if statistics is not None}
+        return dataclasses.replace(found, statistics=known)
 
     def forget_below(self, position: int) -> None:
         """Drop the ranges below `position` (the table holds them)."""
