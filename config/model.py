@@ -526,6 +526,16 @@ class TableConfig(_Strict, frozen=True):
             description="One commit per table per interval carries every blob committed since, of every partition.",
         ),
     ] = 60_000
+    keep_snapshots_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="Iceberg: how long a table keeps its snapshots (its time travel). Each commit removes older "
+            "ones from the table's metadata (no file is deleted), except what reading the chains' positions needs; "
+            "engines' own expiry refuses these tables (gc.enabled=false). 0: every snapshot is kept, and the "
+            "metadata every commit rewrites grows by a commit's positions per interval.",
+        ),
+    ] = 21_600_000
     catalog: TableCatalogConfig | None = None
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import itertools
 import os
 import struct
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,7 +26,8 @@ from core.describe import describe_error
 from core.file_statistics import BOUNDED_COLUMNS, FileStatistics, file_statistics
 from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
-from sinks.tables.positions import TableFile, TablePositions, position_key, walk_positions
+from sinks.tables.history import FLOOR_PROPERTY, Expiry, OldestSnapshot, SnapshotFacts, expiry, history_complete
+from sinks.tables.positions import TableFile, TablePositions, position_key, positions_of, walk_positions
 
 CATALOG_DIRECTORY = "_catalog"  # a filesystem archive's SQLite catalog (`_`: no chain listing takes it for one)
 WAREHOUSE_DIRECTORY = "_iceberg"  # ... and its tables' metadata
@@ -74,10 +76,21 @@ class IcebergCatalog:
 
 
 class IcebergTable:
-    def __init__(self, catalog: IcebergCatalog, identifier: str, daily: bool) -> None:
+    def __init__(
+        self,
+        catalog: IcebergCatalog,
+        identifier: str,
+        daily: bool,
+        keep_snapshots_ms: int = 0,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        """`keep_snapshots_ms`: each commit also removes from the table's metadata the snapshots older than that
+        which reading the positions does not need (`sinks.tables.history`); 0: none."""
         self.identifier = identifier
         self._catalog = catalog
         self._daily = daily
+        self._keep_snapshots_ms = keep_snapshots_ms
+        self._wall = wall
         self._table: Any = None
 
     def _loaded(self) -> Any:
@@ -121,9 +134,7 @@ class IcebergTable:
         except Exception as exc:
             self._table = None
             raise TableError(self.identifier, "read", describe_error(exc)) from exc
-        complete = not history or history[-1].parent_snapshot_id is None
-        summaries = (dict(snapshot.summary.ser_model()) if snapshot.summary else {} for snapshot in history)
-        return walk_positions(summaries, chains, complete)
+        return walk_positions(map(_summary, history), chains, _complete(metadata, history))
 
     def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
         """One snapshot adding `files` (paths as the table's FileIO reads them) and recording `positions`, the files
@@ -131,6 +142,7 @@ class IcebergTable:
         refreshed table, COMMIT_ATTEMPTS times in all, as long as the table still says `based_on` (the winner wrote
         other chains); if it says otherwise, nothing is added (TableError)."""
         from pyiceberg.exceptions import CommitFailedException
+        from pyiceberg.table.update.snapshot import ExpireSnapshots
 
         properties = {position_key(chain): str(offset) for chain, offset in sorted(positions.items())}
         for attempt in itertools.count(1):
@@ -149,9 +161,13 @@ class IcebergTable:
                     if transaction.table_metadata.name_mapping() is None:  # the blobs carry no field ids: by name
                         schema = transaction.table_metadata.schema()
                         transaction.set_properties(**{NAME_MAPPING: schema.name_mapping.model_dump_json()})
+                    expired = self._expiry(table)  # of the snapshots before this commit's
                     with transaction.update_snapshot(snapshot_properties=properties).fast_append() as append:
                         for data_file in data_files:
                             append.append_data_file(data_file)
+                    if expired is not None:  # in the same commit: one metadata write per interval
+                        ExpireSnapshots(transaction).by_ids(list(expired.snapshot_ids)).commit()
+                        transaction.set_properties(**{FLOOR_PROPERTY: str(expired.floor)})
                 return
             except CommitFailedException as exc:
                 self._table = None  # refreshed at the next attempt
@@ -163,11 +179,38 @@ class IcebergTable:
                 self._table = None
                 raise TableError(self.identifier, "commit", describe_error(exc)) from exc
 
+    def _expiry(self, table: Any) -> Expiry | None:
+        """The old snapshots to remove with this commit, if the table keeps them for a limited time and its whole
+        history (or the mirror's floor) is there to choose from."""
+        from pyiceberg.table.snapshots import ancestors_of
+
+        if not self._keep_snapshots_ms:
+            return None
+        metadata = table.metadata
+        history = list(ancestors_of(table.current_snapshot(), metadata))
+        if not _complete(metadata, history):
+            return None
+        facts = [SnapshotFacts(s.snapshot_id, s.timestamp_ms, frozenset(positions_of(_summary(s)))) for s in history]
+        return expiry(facts, round(self._wall() * 1000) - self._keep_snapshots_ms)
+
     def scan(self) -> Any:
         """The table's rows as an Arrow table (what a reader of the table gets; the tests compare it)."""
         table = self._loaded()
         table.refresh()
         return table.scan().to_arrow()
+
+
+def _summary(snapshot: Any) -> dict[str, str]:
+    return dict(snapshot.summary.ser_model()) if snapshot.summary else {}
+
+
+def _complete(metadata: Any, history: list[Any]) -> bool:
+    """Whether `history` (the current snapshot's ancestry, newest first) names every chain the table's commits ever
+    named (`sinks.tables.history.history_complete`)."""
+    floor = metadata.properties.get(FLOOR_PROPERTY, "")
+    last = history[-1] if history else None
+    oldest = None if last is None else OldestSnapshot(last.snapshot_id, last.sequence_number, last.parent_snapshot_id)
+    return history_complete(oldest, int(floor) if floor.isdigit() else None)
 
 
 class DataFiles:

@@ -45,4 +45,4 @@ class TableOpener:
     def __call__(self, identifier: str, name: str) -> KeptTable:
         if self._catalog is None:
             return DeltaArchiveTable(identifier, name)
-        return IcebergTable(self._catalog, identifier, self._daily)
+        return IcebergTable(self._catalog, identifier, self._daily, self._settings.keep_snapshots_ms)
