@@ -48,7 +48,7 @@ from bench.durable import (
 )
 from bench.mirror import Context, finish, flushes, start_selection, wait_for, wait_landed
 from bench.procs import JVM, MIRROR, Sampler
-from bench.scenarios import Scenario
+from bench.scenarios import TABLE, Scenario
 from bench.steady import SteadyProducer, produce_now
 from bench.streaming import StreamingQuery
 from bench.throughput import RamMoto, path_target
@@ -59,7 +59,6 @@ from testkit.ports import free_port
 from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target, VerificationError
 
 PRIME = 100  # records into partition 0 made durable before the clock starts
-TABLE = "bench.{topic}"  # a row's Iceberg table, with `table`
 FLUSHES = ("mirror_v3_flushes_total", "mirror_v3_destination_flushes_total")  # the first the process exposes
 JOBS = "mirror_v3_spark_jobs_total"
 SOURCE_BROKER, DESTINATION = "source broker", "destination server"

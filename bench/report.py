@@ -28,6 +28,7 @@ BASELINES = {
 }
 PATHS = {
     "filesystem": "mirror → filesystem",
+    "filesystem-table": "mirror → filesystem + Iceberg table",
     "s3": "mirror → S3 (moto)",
     "kafka-preserve": "mirror → Kafka (preserve)",
     "kafka-renumber": "mirror → Kafka (renumber)",

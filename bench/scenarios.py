@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 PATHS = ("filesystem", "s3", "kafka-preserve", "kafka-renumber")
+TABLE = "bench.{topic}"  # a row's Iceberg table, with `table`
 KINDS = ("throughput", "latency", "restart", "idle", "restore", "schemas", "estate-steady", "outage")
 
 
@@ -36,8 +37,8 @@ class Scenario:
     # metadata read every 60 s, no group positions); False: nothing (topic-metadata-interval-ms 0); True: topic
     # metadata and the positions of CAPTURED_GROUPS read every second, those groups committing every second.
     capture: bool | None = None
-    # estate-steady, filesystem: the archive as an Iceberg table (`destination.table`, the embedded catalog) committed
-    # every `table_commit_ms`; None: no table.
+    # estate-steady and throughput, filesystem: the archive as an Iceberg table (`destination.table`, the embedded
+    # catalog) committed every `table_commit_ms`; None: no table. (throughput: a second filesystem row, with it.)
     table: str | None = None
     table_commit_ms: int = 60_000
 

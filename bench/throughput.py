@@ -5,7 +5,8 @@ path runs, a raw consume -> produce copy to a destination broker drain it first.
 each destination in turn (a directory; a fresh bucket on a moto server started for the cell; a fresh topic per
 offsets mode on the destination broker), one mirror per partition in one process, timed from the moment it can read
 (its `spark session ready` line, or the last `mirror starting` line if later) to its last `flushed` line, and the
-destination is verified after the drain. psutil samples the CPU of every process meanwhile.
+destination is verified after the drain. psutil samples the CPU of every process meanwhile. With `table=iceberg`,
+the filesystem path runs twice: as it is, and with the archive an Iceberg table (issue 48: what the table adds).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench import raw
+from bench.durable import table_landings
 from bench.mirror import Context, finish, flushes, start, wait_for, wait_landed
 from bench.procs import Sampler
 from bench.profilers import PySpy, jfr_options, jfr_summary, py_spy
-from bench.scenarios import Scenario
+from bench.scenarios import TABLE, Scenario
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, delete_topic
 from testkit.mirror_run import log_time
@@ -26,6 +28,7 @@ from testkit.s3_servers import MotoServer
 from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target
 
 MOTO_KEY_BUFFER = "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"
+TABLE_PATH = "filesystem-table"  # `table=iceberg`: the filesystem path again, the archive an Iceberg table
 
 
 class RamMoto(MotoServer):
@@ -82,7 +85,20 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
         for path in s.paths:
             target, name, server = path_target(path, ctx, topic, s.partitions, moto, destination)
             yield {**cell, "path": path, **mirror_backlog(s, ctx, path, target, name, ends, server)}
+            if path == "filesystem" and s.table == "iceberg":  # the same backlog into an archive that is a table
+                yield {**cell, "path": TABLE_PATH, **table_backlog(s, ctx, ends)}
     delete_topic(ctx.bootstrap, topic)  # a gigabyte the broker need not keep for the rest of the run
+
+
+def table_backlog(s: Scenario, ctx: Context, ends: dict[int, int]) -> dict[str, Any]:
+    """The filesystem path with the archive an Iceberg table in the embedded catalog, committed every
+    `table_commit_ms`: besides the time to land the backlog in the archive, the time until the table's last commit
+    holds all of it (`visible_seconds`, from the same start), read from the table's snapshots."""
+    target = FilesystemTarget(ctx.scratch / TABLE_PATH)
+    table = {"table": {"format": "iceberg", "name": TABLE, "commit-interval-ms": s.table_commit_ms}}
+    row = mirror_backlog(s, ctx, TABLE_PATH, target, ctx.name, ends, None, destination=table)
+    visible = table_landings(target, ctx.name, ends, TABLE.format(topic=ctx.name))
+    return {**row, "visible_seconds": round(max(visible.durable) - row["began_at"], 3)}
 
 
 def mirror_backlog(
@@ -121,6 +137,7 @@ def mirror_backlog(
     if profile:
         profiles["jfr"] = jfr_summary(jfr)
     return {
+        "began_at": began,
         "seconds": round(done - began, 3),
         "startup_seconds": round(began - run.started_at, 3),
         "cpu": sampler.cpu_between(began, done),

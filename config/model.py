@@ -535,7 +535,7 @@ class TableConfig(_Strict, frozen=True):
             "engines' own expiry refuses these tables (gc.enabled=false). 0: every snapshot is kept, and the "
             "metadata every commit rewrites grows by a commit's positions per interval.",
         ),
-    ] = 21_600_000
+    ] = 3_600_000
     catalog: TableCatalogConfig | None = None
 
 

@@ -68,3 +68,23 @@ def test_after_someone_elses_expiry_a_chain_no_kept_snapshot_names_is_unknown(tm
     loaded.maintenance.expire_snapshots().by_id(oldest).commit()  # PyIceberg clears the next one's parent
     read = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False).positions(["orders/0", "orders/1"])
     assert read.next_offsets == {"orders/0": 20} and read.unknown == {"orders/1"}  # not 0: it holds 10 records
+
+
+def test_a_tables_manifests_are_merged_and_its_old_metadata_files_deleted(tmp_path: Path) -> None:
+    table = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    table.positions(["orders/0"])
+    loaded = table._loaded()
+    assert loaded.properties["commit.manifest-merge.enabled"] == "true"
+    with loaded.transaction() as transaction:  # merge at 4 manifests, keep 2 old metadata files (default 100, 20)
+        transaction.set_properties(
+            **{"commit.manifest.min-count-to-merge": "4", "write.metadata.previous-versions-max": "2"}
+        )
+    table = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    for first in range(0, 60, 10):
+        table.commit([_blob(tmp_path, 0, first, first + 9)], {"orders/0": first + 10}, based_on={"orders/0": first})
+    loaded = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)._loaded()
+    manifests = loaded.current_snapshot().manifests(loaded.io)
+    assert len(manifests) < 6  # six commits, merged when the fourth came
+    assert len(loaded.scan().to_arrow()) == 60  # every row once
+    metadata = [p for p in (tmp_path / "_iceberg").rglob("*.metadata.json")]
+    assert len(metadata) == 3  # the current one and two before it

@@ -40,6 +40,14 @@ TABLE_PROPERTIES = {
     "write.parquet.compression-codec": "zstd",
     "mirror-v3.archive": "true",
 }
+# What keeps a table's metadata from growing by a file per commit, for tables made before these were set too (unless
+# their owner set them): a commit merges the manifests of earlier ones (Iceberg's default in Java, not in PyIceberg),
+# and the metadata files older than the last few are deleted (they are the catalog's past, read by no one).
+MAINTENANCE_PROPERTIES = {
+    "commit.manifest-merge.enabled": "true",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+}
 
 
 def refuse_moved(table: str, now: dict[str, int], based_on: dict[str, int]) -> None:
@@ -111,7 +119,8 @@ class IcebergTable:
                 return catalog.load_table(self.identifier)
             except NoSuchTableError:
                 pass
-            creating = catalog.create_table_transaction(self.identifier, KAFKA_SCHEMA, properties=TABLE_PROPERTIES)
+            properties = TABLE_PROPERTIES | MAINTENANCE_PROPERTIES
+            creating = catalog.create_table_transaction(self.identifier, KAFKA_SCHEMA, properties=properties)
             with creating as tx, tx.update_spec() as spec:
                 spec.add_identity("partition")
                 if self._daily:  # each blob holds one UTC day
@@ -161,8 +170,11 @@ class IcebergTable:
                     if transaction.table_metadata.name_mapping() is None:  # the blobs carry no field ids: by name
                         schema = transaction.table_metadata.schema()
                         transaction.set_properties(**{NAME_MAPPING: schema.name_mapping.model_dump_json()})
+                    missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if k not in table.metadata.properties}
+                    if missing:
+                        transaction.set_properties(**missing)
                     expired = self._expiry(table)  # of the snapshots before this commit's
-                    with transaction.update_snapshot(snapshot_properties=properties).fast_append() as append:
+                    with transaction.update_snapshot(snapshot_properties=properties).merge_append() as append:
                         for data_file in data_files:
                             append.append_data_file(data_file)
                     if expired is not None:  # in the same commit: one metadata write per interval
