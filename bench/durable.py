@@ -102,10 +102,9 @@ def filesystem_landings(target: FilesystemTarget, name: str, partitions: Iterabl
     return landings
 
 
-def table_landings(target: FilesystemTarget, name: str, partitions: Iterable[int], identifier: str) -> Landings:
-    """When each record became visible in the archive's Iceberg table (the embedded catalog): the time of the first
-    snapshot whose recorded position for the record's chain passes it (PyIceberg stamps a snapshot as it makes it,
-    just before the catalog commit)."""
+def table_commits(target: FilesystemTarget, identifier: str) -> list[tuple[float, dict[str, int]]]:
+    """The commits of the archive's Iceberg table (the embedded catalog), oldest first: when each was made (PyIceberg
+    stamps a snapshot as it makes it, just before the catalog commit) and the chain positions it recorded."""
     from pyiceberg.catalog import load_catalog
 
     from sinks.tables.positions import positions_of
@@ -117,9 +116,15 @@ def table_landings(target: FilesystemTarget, name: str, partitions: Iterable[int
         warehouse=f"file://{target.root}/_iceberg",
     )
     snapshots = catalog.load_table(identifier).snapshots()
-    commits = sorted(
+    return sorted(
         (s.timestamp_ms / 1000, positions_of(dict(s.summary.ser_model()) if s.summary else {})) for s in snapshots
     )
+
+
+def table_landings(target: FilesystemTarget, name: str, partitions: Iterable[int], identifier: str) -> Landings:
+    """When each record became visible in the archive's Iceberg table: the time of the first commit whose recorded
+    position for the record's chain passes it."""
+    commits = table_commits(target, identifier)
     landings = Landings()
     for partition in partitions:
         key, directory = f"{name}/{partition}", target.directory(name, partition)
@@ -129,6 +134,14 @@ def table_landings(target: FilesystemTarget, name: str, partitions: Iterable[int
                 raise VerificationError(f"{key}: {blob.name} is in no table commit")
             landings.add(_stamps(pq.read_table(directory / blob.name, columns=["value"])), visible)
     return landings
+
+
+def table_holds(target: FilesystemTarget, name: str, ends: Mapping[int, int], identifier: str) -> float:
+    """When the archive's Iceberg table first held every record below `ends` (partition -> end offset)."""
+    for at, positions in table_commits(target, identifier):
+        if all(positions.get(f"{name}/{partition}", 0) >= end for partition, end in ends.items()):
+            return at
+    raise VerificationError(f"{identifier}: no table commit holds every record below {dict(ends)}")
 
 
 def ctime_after_log(

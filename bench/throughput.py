@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from bench import raw
-from bench.durable import table_landings
+from bench.durable import table_holds
 from bench.mirror import Context, finish, flushes, start, wait_for, wait_landed
 from bench.procs import Sampler
 from bench.profilers import PySpy, jfr_options, jfr_summary, py_spy
@@ -97,8 +97,8 @@ def table_backlog(s: Scenario, ctx: Context, ends: dict[int, int]) -> dict[str, 
     target = FilesystemTarget(ctx.scratch / TABLE_PATH)
     table = {"table": {"format": "iceberg", "name": TABLE, "commit-interval-ms": s.table_commit_ms}}
     row = mirror_backlog(s, ctx, TABLE_PATH, target, ctx.name, ends, None, destination=table)
-    visible = table_landings(target, ctx.name, ends, TABLE.format(topic=ctx.name))
-    return {**row, "visible_seconds": round(max(visible.durable) - row["began_at"], 3)}
+    visible = table_holds(target, ctx.name, ends, TABLE.format(topic=ctx.name))
+    return {**row, "visible_seconds": round(visible - row["began_at"], 3)}
 
 
 def mirror_backlog(

@@ -52,6 +52,12 @@ def test_commits_expire_old_snapshots_and_positions_stay_readable(tmp_path: Path
     assert len(kept) == 3  # the two older than 5 s went with the last commit
     assert loaded.properties["mirror-v3.history-floor"] == str(kept[0].snapshot_id)
     assert len(loaded.scan().to_arrow()) == 100  # no row lost: expiry removes metadata only
+    # The expired snapshots' manifest lists are gone, and every manifest left is one a kept snapshot lists.
+    avro = {str(path) for path in (tmp_path / "_iceberg").rglob("*.avro")}
+    lists = {snapshot.manifest_list.removeprefix("file://") for snapshot in kept}
+    listed = {m.manifest_path.removeprefix("file://") for snapshot in kept for m in snapshot.manifests(loaded.io)}
+    assert avro == lists | listed
+    assert len(list((tmp_path / "orders").rglob("*.parquet"))) == 10  # the archive's blobs untouched
     # A partition added later: no kept snapshot names it, and the floor says the history before held none of it.
     again = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
     read = again.positions(["orders/0", "orders/1", "orders/2"])

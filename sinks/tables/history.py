@@ -4,7 +4,8 @@ Every commit records the chains' positions in its snapshot's summary, so the tab
 per commit (about 50 bytes per chain: 12 KB a commit at 256 partitions) and every commit rewrites it whole. Engines'
 own expiry (Iceberg's `expire_snapshots`) refuses tables with `gc.enabled=false`, which ours must have (their data
 files are the archive's): so the mirror expires its tables' old snapshots itself, removing them from the metadata
-only (no file is deleted; PyIceberg's `ExpireSnapshots` deletes none).
+(PyIceberg's `ExpireSnapshots` deletes no file; `sinks.tables.iceberg` then deletes the expired snapshots' manifest
+lists and manifests, never a data file).
 
 The rule keeps what reading the positions needs (`sinks.tables.positions.walk_positions` walks back from the newest
 snapshot through its parents):

@@ -12,6 +12,7 @@ tried again on the refreshed table. Tables get `gc.enabled=false`: their data fi
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import struct
@@ -180,6 +181,9 @@ class IcebergTable:
                     if expired is not None:  # in the same commit: one metadata write per interval
                         ExpireSnapshots(transaction).by_ids(list(expired.snapshot_ids)).commit()
                         transaction.set_properties(**{FLOOR_PROPERTY: str(expired.floor)})
+                        before = [table.metadata.snapshot_by_id(i) for i in expired.snapshot_ids]
+                if expired is not None:
+                    _remove_metadata_of(table, [snapshot for snapshot in before if snapshot is not None])
                 return
             except CommitFailedException as exc:
                 self._table = None  # refreshed at the next attempt
@@ -210,6 +214,23 @@ class IcebergTable:
         table = self._loaded()
         table.refresh()
         return table.scan().to_arrow()
+
+
+def _remove_metadata_of(table: Any, expired: list[Any]) -> None:
+    """After a commit that expired `expired`: delete their manifest lists, and their manifests that no kept snapshot
+    lists (Iceberg's own expiry does the same; data files are never looked at: they are the archive's). Best effort:
+    a file left behind (a failed delete, a process killed before) is garbage in the metadata directory, read by no
+    one. Cost: reading the kept snapshots' manifest lists (PyIceberg caches them in the process)."""
+    kept = {
+        manifest.manifest_path for snapshot in table.metadata.snapshots for manifest in snapshot.manifests(table.io)
+    }
+    metadata = f"{table.metadata.location.rstrip('/')}/metadata/"
+    doomed = {snapshot.manifest_list for snapshot in expired}
+    doomed |= {m.manifest_path for snapshot in expired for m in snapshot.manifests(table.io)} - kept
+    for path in sorted(doomed):
+        if path.startswith(metadata):  # what this table wrote for itself, nothing else
+            with contextlib.suppress(Exception):
+                table.io.delete(path)
 
 
 def _summary(snapshot: Any) -> dict[str, str]:
