@@ -578,12 +578,6 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
             raise error(("destination", "table", "name"), "a table name is `namespace.table`")
         if table.format == "delta" and table.catalog is not None:
             raise error(("destination", "table", "catalog"), "a delta table has no catalog: remove `catalog`")
-        if table.format == "delta" and isinstance(destination, S3Destination):
-            raise error(
-                ("destination", "table", "format"),
-                "delta tables are kept on filesystem archives only so far (on S3 two writers of one log need a "
-                "commit arbiter this version does not set up); use format: iceberg with a catalog",
-            )
         if table.format == "iceberg" and isinstance(destination, S3Destination) and table.catalog is None:
             raise error(
                 ("destination", "table", "catalog"),

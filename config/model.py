@@ -509,7 +509,7 @@ class TableConfig(_Strict, frozen=True):
         Literal["iceberg", "delta"],
         msgspec.Meta(
             description="Table format. iceberg: a table per `name` in `catalog`. delta: a table per chain name, at "
-            "the chains' own directory `<root>/<dest-name>` (filesystem archives)."
+            "the chains' own directory `<root>/<dest-name>` (on S3: its log written with conditional puts)."
         ),
     ]
     name: Annotated[

@@ -173,18 +173,32 @@ def table_kill_cycles(
         assert table.properties["gc.enabled"] == "false"
         _check(table, kafka.bootstrap, topic_name, chain_files, ends)
         return
-    location = str(fs.root / topic_name)  # a Delta table per chain name, at its directory
-    delta = DeltaTable(location)
+    _check_delta(str(fs.root / topic_name), None, kafka.bootstrap, topic_name, chain_files, ends)
+
+
+def _check_delta(
+    location: str,
+    storage: dict[str, str] | None,
+    bootstrap: str,
+    topic: str,
+    chain_files: set[str],
+    ends: dict[int, int],
+) -> None:
+    """`_check` of a Delta table (per chain name, at its directory): its files, its records, and each chain's
+    transaction version in every version of its log."""
+    delta = DeltaTable(location, storage_options=storage)
     files = delta.file_uris()
     assert len(files) == len(set(files)), "a file is referenced twice"
     assert set(files) == chain_files
     rows = pa.table(delta.to_pyarrow_table())
-    for partition in range(partitions):
-        records = _table_records(rows, partition)
-        assert_same_records(records, source_records(kafka.bootstrap, topic_name, partition))
-        app = f"mirror-v3:{topic_name}/{partition}"
-        seen = [DeltaTable(location, version=v).transaction_version(app) or 0 for v in range(delta.version() + 1)]
-        assert seen == sorted(seen) and seen[-1] == ends[partition], seen
+    for partition, end in ends.items():
+        assert_same_records(_table_records(rows, partition), source_records(bootstrap, topic, partition))
+        app = f"mirror-v3:{topic}/{partition}"
+        versions = range(delta.version() + 1)
+        seen = [
+            DeltaTable(location, version=v, storage_options=storage).transaction_version(app) or 0 for v in versions
+        ]
+        assert seen == sorted(seen) and seen[-1] == end, seen
 
 
 def test_an_archive_written_without_a_table_joins_tables_that_spark_sql_opens_by_name(
@@ -235,13 +249,16 @@ def test_an_archive_written_without_a_table_joins_tables_that_spark_sql_opens_by
 
 
 # In the soak run: the default run's Iceberg case proves the commit over a filesystem archive; this one adds the
-# commit races of two writers and S3's file IO (tests/test_iceberg_table.py races two writers on every run).
+# commit races of two writers and S3's file IO, Delta's conditional puts included (tests/test_iceberg_table.py races
+# two writers on every run).
 @pytest.mark.soak
+@pytest.mark.parametrize("table_format", ["iceberg", "delta"])
 def test_two_shards_keep_one_table_of_an_s3_archive(
-    kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path
+    kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path, table_format: str
 ) -> None:
     """Two processes (shards 0/2 and 1/2) write different partitions of one topic into an S3 archive (moto) and
-    commit to its one table concurrently (a SQL catalog both reach, the table's metadata in the bucket)."""
+    commit to its one table concurrently: Iceberg through a SQL catalog both reach (the table's metadata in the
+    bucket), Delta at the chains' prefix, its log versions written with conditional puts."""
     partitions = next(
         n for n in range(2, 9) if {shard_of(kafka.bootstrap, topic_name, p, 2) for p in range(n)} == {0, 1}
     )
@@ -254,7 +271,8 @@ def test_two_shards_keep_one_table_of_an_s3_archive(
             "init_catalog_tables": "true",
         },
     }
-    config = _config(tmp_path, kafka.bootstrap, s3, topic_name, partitions, catalog)
+    iceberg = table_format == "iceberg"
+    config = _config(tmp_path, kafka.bootstrap, s3, topic_name, partitions, catalog if iceberg else None, table_format)
     env = {**s3.env()}
     shards = [MirrorRun(config, tmp_path / f"shard{i}.log", env={**env, "MIRROR_V3_SHARD": f"{i}/2"}) for i in range(2)]
     try:
@@ -270,6 +288,22 @@ def test_two_shards_keep_one_table_of_an_s3_archive(
             shard.stop()
     for shard in shards:
         assert shard.events("table committed")
+    chain_files = {
+        f"s3://{s3.bucket}/{s3.key_prefix(topic_name, p)}{name}"
+        for p in range(partitions)
+        for name in s3.names(topic_name, p)
+    }
+    if not iceberg:
+        storage = {
+            "AWS_ENDPOINT_URL": s3.endpoint,
+            "AWS_ALLOW_HTTP": "true",
+            "AWS_ACCESS_KEY_ID": s3.access_key,
+            "AWS_SECRET_ACCESS_KEY": s3.secret_key,
+            "AWS_REGION": s3.region,
+        }
+        location = f"s3://{s3.bucket}/{s3.prefix}/{topic_name}"
+        _check_delta(location, storage, kafka.bootstrap, topic_name, chain_files, ends)
+        return
     reader = load_catalog(
         "mirror_v3",
         type="sql",
@@ -282,9 +316,4 @@ def test_two_shards_keep_one_table_of_an_s3_archive(
         },
     )
     table = reader.load_table(TABLE.format(topic=topic_name))
-    chain_files = {
-        f"s3://{s3.bucket}/{s3.key_prefix(topic_name, p)}{name}"
-        for p in range(partitions)
-        for name in s3.names(topic_name, p)
-    }
     _check(table, kafka.bootstrap, topic_name, chain_files, ends)

@@ -166,6 +166,10 @@ class Archive(ABC):
         """Where the archive's tables are registered (`destination.table.catalog`, or the kind's default);
         ConfigReferenceError for a secret property whose variable is not set."""
 
+    def delta_storage(self) -> dict[str, str] | None:
+        """How delta-rs reaches the archive's Delta tables (its `storage_options`); None: a local path needs none."""
+        return None
+
     @abstractmethod
     def documents(self) -> ArchiveDocuments:
         """Where the archive keeps its documents (topic metadata, group positions, schemas); one per call, to close."""

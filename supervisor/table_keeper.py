@@ -42,6 +42,7 @@ from telemetry.metrics import MetricFamilies
 
 log = logging.getLogger("mirror_v3.tables")
 DRAINED_COMMIT_S = 20.0  # the drain's last commit waits this long at most
+TABLES_AT_ONCE = 4  # tables committing at the same time (each in a thread: catalog requests, metadata writes)
 
 
 @dataclass
@@ -116,7 +117,20 @@ class TableKeeper(ProcessService):
 
     async def _round_of(self, mirrored: Sequence[MirroredPartition]) -> None:
         durable = {chain_name(m.destination_topic, m.partition): m for m in mirrored}
-        for identifier, followed in list(self._tables.items()):  # discovery may add tables meanwhile
+        # Tables commit side by side, a few at a time: one slow catalog does not hold back the others' commits.
+        limiter = anyio.CapacityLimiter(TABLES_AT_ONCE)
+        async with anyio.create_task_group() as group:
+            for identifier, followed in list(self._tables.items()):  # discovery may add tables meanwhile
+                group.start_soon(self._keep, identifier, followed, durable, limiter)
+
+    async def _keep(
+        self,
+        identifier: str,
+        followed: _Followed,
+        durable: dict[str, MirroredPartition],
+        limiter: anyio.CapacityLimiter,
+    ) -> None:
+        async with limiter:
             try:
                 await self._commit(identifier, followed, durable)
             except Exception as exc:  # a helper of the mirrors: it never takes them down; tried again next time
@@ -129,12 +143,12 @@ class TableKeeper(ProcessService):
                     log_event(
                         log, logging.WARNING, "table not updated, retrying", table=identifier, error=describe_error(exc)
                     )
-                continue
-            self._families.table_up.labels(identifier).set(1)
-            self.down.pop(identifier, None)
-            if followed.failing:
-                followed.failing = False
-                log_event(log, logging.INFO, "table updated again", table=identifier)
+                return
+        self._families.table_up.labels(identifier).set(1)
+        self.down.pop(identifier, None)
+        if followed.failing:
+            followed.failing = False
+            log_event(log, logging.INFO, "table updated again", table=identifier)
 
     async def _commit(self, identifier: str, followed: _Followed, durable: dict[str, MirroredPartition]) -> None:
         if followed.next_offsets is None:

@@ -4,6 +4,7 @@ a failing table a WARN and degraded readiness, never an exception out of the kee
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -171,3 +172,40 @@ def test_a_committed_log_answers_what_follows_a_position_or_that_it_does_not_rea
     assert shorter is not None and shorter.next_offset == 30 and len(shorter.blobs) == 2
     log.forget_below(30)
     assert log.after(20, 40) is None and log.after(30, 40) is not None
+
+
+class _HeldTable(MemoryTable):
+    """A table whose commit waits until another table's commit lets it go (a slow catalog)."""
+
+    def __init__(self, identifier: str, let_go: threading.Event, lets_go: threading.Event) -> None:
+        super().__init__(identifier)
+        self.let_go, self.lets_go = let_go, lets_go
+
+    def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
+        if not self.let_go.wait(5):
+            raise TimeoutError("held: the other table never committed meanwhile")
+        super().commit(files, positions, based_on)
+        self.lets_go.set()
+
+
+async def test_a_slow_table_does_not_hold_back_the_others_commits() -> None:
+    archive, orders_go, payments_go = MemoryArchive(), threading.Event(), threading.Event()
+    payments_go.set()
+    tables: dict[str, MemoryTable] = {  # orders' commit waits until payments' is done
+        "archive.orders": _HeldTable("archive.orders", let_go=orders_go, lets_go=threading.Event()),
+        "archive.payments": _HeldTable("archive.payments", let_go=payments_go, lets_go=orders_go),
+    }
+    keeper, _ = _keeper(archive, tables)
+    payments = MirrorSpec("payments-0", 0, "prod", SOURCE, "clusters.prod", "payments", 0, "payments", FlushConfig())
+    await keeper.mirrors_added([_spec(0), payments])  # orders' table first
+    archive.add("orders", 0, 0, 9)
+    archive.add("payments", 0, 0, 4)
+    await keeper.commit_all(
+        [
+            MirroredPartition("prod", SOURCE, "clusters.prod", "orders", 0, "orders", 10),
+            MirroredPartition("prod", SOURCE, "clusters.prod", "payments", 0, "payments", 5),
+        ]
+    )
+    assert tables["archive.orders"].files == [f"mem://orders/0/{blob_name(0, 9)}"]
+    assert tables["archive.payments"].files == [f"mem://payments/0/{blob_name(0, 4)}"]
+    assert keeper.down == {}

@@ -113,5 +113,24 @@ class S3Destination(BlobDestination):
             found["s3.force-virtual-addressing"] = "false"
         return found
 
+    def delta_storage(self) -> dict[str, str]:
+        """delta-rs's options for the archive's bucket: its endpoint and credentials, and conditional puts for the
+        log (`If-None-Match`, which AWS S3, MinIO and R2 honour: the mirror's start says whether this store does), so
+        that two shards committing to one table never both write one version."""
+        settings = self._connection.settings
+        found = {"AWS_REGION": settings.region or "us-east-1", "aws_conditional_put": "etag"}
+        if settings.endpoint:
+            found["AWS_ENDPOINT_URL"] = settings.endpoint
+            if settings.endpoint.startswith("http://"):
+                found["AWS_ALLOW_HTTP"] = "true"
+        if settings.access_key_id and settings.secret_access_key:
+            found["AWS_ACCESS_KEY_ID"] = settings.access_key_id
+            found["AWS_SECRET_ACCESS_KEY"] = settings.secret_access_key
+        if settings.session_token:
+            found["AWS_SESSION_TOKEN"] = settings.session_token
+        if settings.path_style:
+            found["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
+        return found
+
     def documents(self) -> S3Documents:
         return S3Documents(self._connection, self._prefix)

@@ -1,6 +1,7 @@
 """An archive's Delta tables through delta-rs (`deltalake`): one table per chain name, rooted at the chains' own
 directory (`<root>/<dest-name>`, its log in `_delta_log` beside the partitions' directories), so each blob is added
-where it lies by its path under the table (`<partition>/<blob>`): delta-rs reads no file outside a table's root.
+where it lies by its path under the table (`<partition>/<blob>`): delta-rs reads no file outside a table's root. On
+S3 the log's versions are written with conditional puts (`sinks.s3.destination.S3Destination.delta_storage`).
 
 Each commit carries, per chain, a Delta application transaction (`txn`: app id `mirror-v3:<dest-name>/<partition>`,
 version the chain's next offset the table holds): the protocol's own idempotence record, kept in every snapshot
@@ -74,7 +75,7 @@ class DeltaArchiveTable:
         the check is ours); a lost race is tried again on the refreshed table the same way."""
         from deltalake.transaction import AddAction, CommitProperties, Transaction
 
-        adds = [self._add(file, AddAction) for file in files]
+        adds = [self._add(file, AddAction, self._options) for file in files]
         transactions = [Transaction(app_id(chain), offset) for chain, offset in sorted(positions.items())]
         for attempt in itertools.count(1):
             try:
@@ -94,10 +95,10 @@ class DeltaArchiveTable:
                     raise TableError(self.identifier, "commit", describe_error(exc)) from exc
 
     @staticmethod
-    def _add(file: TableFile, action: Any) -> Any:
+    def _add(file: TableFile, action: Any, storage: dict[str, str] | None) -> Any:
         """The add action of a blob: its size and statistics (its writer's, else its footer's), its modification
         time."""
-        statistics = file.statistics or _read(file)
+        statistics = file.statistics or _read(file, storage)
         bounds = statistics.bounds
         stats = {
             "numRecords": statistics.records,
@@ -109,12 +110,32 @@ class DeltaArchiveTable:
         return action(file.relative, statistics.size, {}, modified, True, json.dumps(stats))
 
 
-def _read(file: TableFile) -> FileStatistics:
+def _read(file: TableFile, storage: dict[str, str] | None) -> FileStatistics:
     from pyarrow import fs
 
-    filesystem, path = fs.FileSystem.from_uri(file.uri)
+    if storage is not None and file.uri.startswith("s3://"):
+        filesystem, path = _s3(storage), file.uri.removeprefix("s3://")
+    else:
+        filesystem, path = fs.FileSystem.from_uri(file.uri)
     with filesystem.open_input_file(path) as handle:
         return file_statistics(pq.ParquetFile(handle).metadata, handle.size())
+
+
+def _s3(storage: dict[str, str]) -> Any:
+    """pyarrow's S3 filesystem with the archive's endpoint and credentials (the delta-rs options)."""
+    from pyarrow import fs
+
+    endpoint = storage.get("AWS_ENDPOINT_URL", "")
+    scheme, _, host = endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
+    return fs.S3FileSystem(
+        access_key=storage.get("AWS_ACCESS_KEY_ID"),
+        secret_key=storage.get("AWS_SECRET_ACCESS_KEY"),
+        session_token=storage.get("AWS_SESSION_TOKEN"),
+        region=storage.get("AWS_REGION"),
+        endpoint_override=host or None,
+        scheme=scheme or "https",
+        force_virtual_addressing=storage.get("AWS_VIRTUAL_HOSTED_STYLE_REQUEST") == "true",
+    )
 
 
 def _json_value(column: str, value: int) -> Any:

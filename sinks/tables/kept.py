@@ -41,8 +41,9 @@ class TableOpener:
     def __init__(self, settings: TableConfig, archive: Archive, daily: bool) -> None:
         self._settings, self._daily = settings, daily
         self._catalog: IcebergCatalog | None = None if settings.format == "delta" else archive.table_catalog()
+        self._delta_storage = archive.delta_storage() if settings.format == "delta" else None
 
     def __call__(self, identifier: str, name: str) -> KeptTable:
         if self._catalog is None:
-            return DeltaArchiveTable(identifier, name)
+            return DeltaArchiveTable(identifier, name, self._delta_storage)
         return IcebergTable(self._catalog, identifier, self._daily, self._settings.keep_snapshots_ms)
