@@ -12,6 +12,7 @@ the filesystem path runs twice: as it is, and with the archive an Iceberg table 
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -116,6 +117,7 @@ def mirror_backlog(
     """One mirror process copying the backlog into `target` (topic or prefix `name`); `entry` and `destination`:
     keys added to each mirror entry and to the destination block; `label`: its config and log files' name."""
     topic, profile = ctx.name, ctx.profile and path == "filesystem"
+    os.sync()  # no earlier run's gigabyte still being written back: it would slow whichever run comes next
     jfr = ctx.logs / f"{path}.jfr"
     spark = {"conf": {"spark.driver.extraJavaOptions": jfr_options(jfr)}} if profile else None
     mirrors = [
