@@ -220,13 +220,15 @@ def _remove_metadata_of(table: Any, expired: list[Any]) -> None:
     """After a commit that expired `expired`: delete their manifest lists, and their manifests that no kept snapshot
     lists (Iceberg's own expiry does the same; data files are never looked at: they are the archive's). Best effort:
     a file left behind (a failed delete, a process killed before) is garbage in the metadata directory, read by no
-    one. Cost: reading the kept snapshots' manifest lists (PyIceberg caches them in the process)."""
-    kept = {
-        manifest.manifest_path for snapshot in table.metadata.snapshots for manifest in snapshot.manifests(table.io)
-    }
+    one, and never a failure of the commit, which is made. Cost: reading the kept snapshots' manifest lists
+    (PyIceberg caches them in the process)."""
+    try:
+        kept = {m.manifest_path for snapshot in table.metadata.snapshots for m in snapshot.manifests(table.io)}
+        doomed = {snapshot.manifest_list for snapshot in expired}
+        doomed |= {m.manifest_path for snapshot in expired for m in snapshot.manifests(table.io)} - kept
+    except Exception:  # a manifest list that cannot be read: what it names stays
+        return
     metadata = f"{table.metadata.location.rstrip('/')}/metadata/"
-    doomed = {snapshot.manifest_list for snapshot in expired}
-    doomed |= {m.manifest_path for snapshot in expired for m in snapshot.manifests(table.io)} - kept
     for path in sorted(doomed):
         if path.startswith(metadata):  # what this table wrote for itself, nothing else
             with contextlib.suppress(Exception):
