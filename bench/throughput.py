@@ -11,7 +11,9 @@ the filesystem path runs twice: as it is, and with the archive an Iceberg table 
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import itertools
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -30,6 +32,7 @@ from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target
 
 MOTO_KEY_BUFFER = "MOTO_S3_DEFAULT_KEY_BUFFER_SIZE"
 TABLE_PATH = "filesystem-table"  # `table=iceberg`: the filesystem path again, the archive an Iceberg table
+_ROUNDS: collections.defaultdict[tuple[int, int], Iterator[int]] = collections.defaultdict(itertools.count)
 
 
 class RamMoto(MotoServer):
@@ -83,10 +86,15 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             create_topic(destination.bootstrap, f"{topic}.copy", s.partitions)
             seconds = raw.copy(ctx.bootstrap, destination.bootstrap, topic, f"{topic}.copy", ends, ctx.timeout)
             yield {**cell, "path": "raw-copy", "seconds": seconds}
+        # With a table, the filesystem path runs twice, which one first alternating from round to round: the second
+        # run of a cell found the first's gigabyte in the page cache and ran up to 23 % slower, table or not.
+        table_first = s.table == "iceberg" and next(_ROUNDS[(s.value_size, s.partitions)]) % 2 == 1
         for path in s.paths:
             target, name, server = path_target(path, ctx, topic, s.partitions, moto, destination)
+            if path == "filesystem" and table_first:
+                yield {**cell, "path": TABLE_PATH, **table_backlog(s, ctx, ends)}
             yield {**cell, "path": path, **mirror_backlog(s, ctx, path, target, name, ends, server)}
-            if path == "filesystem" and s.table == "iceberg":  # the same backlog into an archive that is a table
+            if path == "filesystem" and s.table == "iceberg" and not table_first:
                 yield {**cell, "path": TABLE_PATH, **table_backlog(s, ctx, ends)}
     delete_topic(ctx.bootstrap, topic)  # a gigabyte the broker need not keep for the rest of the run
 
