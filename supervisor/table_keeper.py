@@ -74,7 +74,8 @@ class TableKeeper(ProcessService):
         self._settings = settings
         self._families = families
         self._clock = clock
-        self._open_table = open_table or TableOpener(settings, archive, daily)  # a missing secret: named now
+        # A missing secret is named now; an Iceberg commit runs in a worker process, off the mirrors' interpreter.
+        self._open_table = open_table or TableOpener(settings, archive, daily, commits_elsewhere=True)
         self._tables: dict[str, _Followed] = {}  # identifier → what this process follows of it
         self.down: dict[str, str] = {}  # table → why it cannot be read or committed (/readyz)
         self._mirrored: Callable[[], Sequence[MirroredPartition]] = list  # the running mirrors, once serving

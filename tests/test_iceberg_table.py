@@ -15,6 +15,7 @@ from core.file_statistics import file_statistics
 from core.records import encode_parquet
 from sinks.blob.chain import blob_name
 from sinks.tables.delta import DeltaArchiveTable
+from sinks.tables.elsewhere import ElsewhereIcebergTable
 from sinks.tables.iceberg import DataFiles, IcebergCatalog, IcebergTable, TableError
 from sinks.tables.positions import TableFile, list_after, next_blobs, walk_positions
 from tests.fakes import FakeRecord, records_table
@@ -207,3 +208,20 @@ def test_a_delta_table_rooted_at_the_chains_adds_each_blob_where_it_lies(tmp_pat
         stale.commit([_blob(tmp_path, 0, 0, 9)], {"orders/0": 10}, based_on={"orders/0": 0})
     assert refused.value.operation == "commit"
     assert len(DeltaTable(str(tmp_path / "orders")).to_pyarrow_table()) == 20
+
+
+def test_a_commit_made_in_the_worker_process_is_the_same_commit_and_its_refusal_keeps_its_facts(
+    tmp_path: Path,
+) -> None:
+    """The run process commits in a worker process (`sinks.tables.elsewhere`): the commit lands as one made here,
+    and a refusal comes back as the TableError it was, its facts intact."""
+    table = ElsewhereIcebergTable(IcebergTable(_catalog(tmp_path), "archive.orders", daily=False))
+    assert table.positions(["orders/0"]).next_offsets == {"orders/0": 0}
+    table.commit([_blob(tmp_path, 0, 0, 9)], {"orders/0": 10}, based_on={"orders/0": 0})
+    assert table.positions(["orders/0"]).next_offsets == {"orders/0": 10}
+    here = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)  # another writer moves the chain on
+    here.commit([_blob(tmp_path, 0, 10, 19)], {"orders/0": 20}, based_on={"orders/0": 10})
+    with pytest.raises(TableError) as refused:  # the worker's view is older: its retry finds the position moved
+        table.commit([_blob(tmp_path, 0, 10, 14)], {"orders/0": 15}, based_on={"orders/0": 10})
+    assert refused.value.operation == "commit" and "moved its positions" in refused.value.cause
+    assert len(here.scan()) == 20

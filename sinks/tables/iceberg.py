@@ -96,9 +96,9 @@ class IcebergTable:
         """`keep_snapshots_ms`: each commit also removes from the table's metadata the snapshots older than that
         which reading the positions does not need (`sinks.tables.history`); 0: none."""
         self.identifier = identifier
-        self._catalog = catalog
-        self._daily = daily
-        self._keep_snapshots_ms = keep_snapshots_ms
+        self.catalog = catalog
+        self.daily = daily
+        self.keep_snapshots_ms = keep_snapshots_ms
         self._wall = wall
         self._table: Any = None
 
@@ -112,7 +112,7 @@ class IcebergTable:
         from pyiceberg.transforms import DayTransform
 
         try:
-            catalog = self._catalog.load()
+            catalog = self.catalog.load()
             namespace = self.identifier.rsplit(".", 1)[0] if "." in self.identifier else None
             if namespace:
                 catalog.create_namespace_if_not_exists(namespace)
@@ -124,7 +124,7 @@ class IcebergTable:
             creating = catalog.create_table_transaction(self.identifier, KAFKA_SCHEMA, properties=properties)
             with creating as tx, tx.update_spec() as spec:
                 spec.add_identity("partition")
-                if self._daily:  # each blob holds one UTC day
+                if self.daily:  # each blob holds one UTC day
                     spec.add_field("timestamp", DayTransform(), "timestamp_day")
             return catalog.load_table(self.identifier)
         except Exception as exc:
@@ -200,14 +200,14 @@ class IcebergTable:
         history (or the mirror's floor) is there to choose from."""
         from pyiceberg.table.snapshots import ancestors_of
 
-        if not self._keep_snapshots_ms:
+        if not self.keep_snapshots_ms:
             return None
         metadata = table.metadata
         history = list(ancestors_of(table.current_snapshot(), metadata))
         if not _complete(metadata, history):
             return None
         facts = [SnapshotFacts(s.snapshot_id, s.timestamp_ms, frozenset(positions_of(_summary(s)))) for s in history]
-        return expiry(facts, round(self._wall() * 1000) - self._keep_snapshots_ms)
+        return expiry(facts, round(self._wall() * 1000) - self.keep_snapshots_ms)
 
     def scan(self) -> Any:
         """The table's rows as an Arrow table (what a reader of the table gets; the tests compare it)."""

@@ -9,6 +9,7 @@ from typing import Protocol
 from config.model import TableConfig
 from sinks.destination import Archive
 from sinks.tables.delta import DeltaArchiveTable
+from sinks.tables.elsewhere import ElsewhereIcebergTable
 from sinks.tables.iceberg import IcebergCatalog, IcebergTable
 from sinks.tables.positions import TableFile, TablePositions
 
@@ -38,12 +39,14 @@ class TableOpener:
     """Opens the tables of one archive in its configured format. Raises ConfigReferenceError at once for a secret
     catalog property whose variable is not set."""
 
-    def __init__(self, settings: TableConfig, archive: Archive, daily: bool) -> None:
-        self._settings, self._daily = settings, daily
+    def __init__(self, settings: TableConfig, archive: Archive, daily: bool, commits_elsewhere: bool = False) -> None:
+        """`commits_elsewhere`: Iceberg commits run in a worker process (the run process: `sinks.tables.elsewhere`)."""
+        self._settings, self._daily, self._elsewhere = settings, daily, commits_elsewhere
         self._catalog: IcebergCatalog | None = None if settings.format == "delta" else archive.table_catalog()
         self._delta_storage = archive.delta_storage() if settings.format == "delta" else None
 
     def __call__(self, identifier: str, name: str) -> KeptTable:
         if self._catalog is None:
             return DeltaArchiveTable(identifier, name, self._delta_storage)
-        return IcebergTable(self._catalog, identifier, self._daily, self._settings.keep_snapshots_ms)
+        table = IcebergTable(self._catalog, identifier, self._daily, self._settings.keep_snapshots_ms)
+        return ElsewhereIcebergTable(table) if self._elsewhere else table
