@@ -27,6 +27,25 @@ _pool_lock = threading.Lock()
 _opened: dict[tuple[object, ...], IcebergTable] = {}  # in the worker: the tables it committed to
 
 
+def start_worker() -> None:
+    """Start the worker and have it load PyIceberg now (about 1.5 s of CPU), not in the first commit, when the
+    mirrors are busy; returns at once."""
+    _worker().submit(_load)
+
+
+def _worker() -> ProcessPoolExecutor:
+    global _pool
+    with _pool_lock:
+        if _pool is None:
+            _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        return _pool
+
+
+def _load() -> None:
+    import pyiceberg.catalog.sql
+    import pyiceberg.table  # noqa: F401
+
+
 class ElsewhereIcebergTable:
     """An Iceberg table whose positions are read here (a catalog request and the snapshots' summaries: light) and whose
     commits run in the worker process."""
@@ -42,11 +61,7 @@ class ElsewhereIcebergTable:
         """`IcebergTable.commit` of this table, in the worker process; blocks until it is done and raises what it
         raised (TableError; a worker that died is a TableError too, and the next commit starts another)."""
         global _pool
-        table = self._table
-        with _pool_lock:
-            if _pool is None:
-                _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
-            pool = _pool
+        table, pool = self._table, _worker()
         arguments = (table.catalog, table.identifier, table.daily, table.keep_snapshots_ms, files, positions, based_on)
         try:
             pool.submit(_commit_here, *arguments).result()

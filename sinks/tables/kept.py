@@ -9,7 +9,7 @@ from typing import Protocol
 from config.model import TableConfig
 from sinks.destination import Archive
 from sinks.tables.delta import DeltaArchiveTable
-from sinks.tables.elsewhere import ElsewhereIcebergTable
+from sinks.tables.elsewhere import ElsewhereIcebergTable, start_worker
 from sinks.tables.iceberg import IcebergCatalog, IcebergTable
 from sinks.tables.positions import TableFile, TablePositions
 
@@ -44,6 +44,8 @@ class TableOpener:
         self._settings, self._daily, self._elsewhere = settings, daily, commits_elsewhere
         self._catalog: IcebergCatalog | None = None if settings.format == "delta" else archive.table_catalog()
         self._delta_storage = archive.delta_storage() if settings.format == "delta" else None
+        if commits_elsewhere and self._catalog is not None:
+            start_worker()
 
     def __call__(self, identifier: str, name: str) -> KeptTable:
         if self._catalog is None:
