@@ -14,6 +14,7 @@ Cost: the blobs' file records pickled to the worker (about 10 µs a blob), and o
 from __future__ import annotations
 
 import multiprocessing
+import os
 import threading
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
@@ -22,6 +23,7 @@ from concurrent.futures.process import BrokenProcessPool
 from sinks.tables.iceberg import IcebergCatalog, IcebergTable, TableError
 from sinks.tables.positions import TableFile, TablePositions
 
+WORKER_NICENESS = 10
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 _opened: dict[tuple[object, ...], IcebergTable] = {}  # in the worker: the tables it committed to
@@ -37,8 +39,15 @@ def _worker() -> ProcessPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            context = multiprocessing.get_context("spawn")
+            _pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_yield_to_the_mirrors)
         return _pool
+
+
+def _yield_to_the_mirrors() -> None:
+    """The worker's CPU comes after the mirrors' (the Spark tasks, the driver): a commit is due within its interval,
+    a flush within a second."""
+    os.nice(WORKER_NICENESS)
 
 
 def _load() -> None:
