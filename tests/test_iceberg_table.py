@@ -4,8 +4,11 @@ table's own commits (past someone else's), a lost race tried again only while th
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
+import psutil  # type: ignore[import-untyped]
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -19,6 +22,8 @@ from sinks.tables.elsewhere import ElsewhereIcebergTable
 from sinks.tables.iceberg import DataFiles, IcebergCatalog, IcebergTable, TableError
 from sinks.tables.positions import TableFile, list_after, next_blobs, walk_positions
 from tests.fakes import FakeRecord, records_table
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def _catalog(root: Path) -> IcebergCatalog:
@@ -225,3 +230,23 @@ def test_a_commit_made_in_the_worker_process_is_the_same_commit_and_its_refusal_
         table.commit([_blob(tmp_path, 0, 10, 14)], {"orders/0": 15}, based_on={"orders/0": 10})
     assert refused.value.operation == "commit" and "moved its positions" in refused.value.cause
     assert len(here.scan()) == 20
+
+
+def test_the_commit_worker_ends_when_the_mirror_is_killed() -> None:
+    """A mirror killed with SIGKILL closes nothing its commit worker waits on: the worker sees its parent change and
+    ends (within PARENT_CHECK_S), instead of outliving every killed mirror."""
+    program = (
+        "import sys, time; from sinks.tables import elsewhere; elsewhere.start_worker(); "
+        "pool = elsewhere._worker(); pool.submit(int).result(); "
+        "print(*[p.pid for p in pool._processes.values()], flush=True); time.sleep(60)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert parent.stdout is not None
+        (worker,) = map(int, parent.stdout.readline().split())
+        assert psutil.pid_exists(worker)
+    finally:
+        parent.kill()
+        parent.wait()
+    gone, _ = psutil.wait_procs([psutil.Process(worker)], timeout=10)  # bounded wait on another process's end
+    assert gone, f"worker {worker} outlived its killed parent"

@@ -5,7 +5,7 @@ the metadata file): 1.5-2 s for the 12 000 blobs a 60 s interval brings at 256 p
 mirror's driver, it held the interpreter lock against the actors' flushes: the slowest flush of a commit's second
 took 2.1-2.7 s and p99 produce → durable rose from 1.8-2.8 s to 3.3-5.0 s (docs/benchmarks.md). Here it runs in one
 worker process (spawned, not forked: the driver has threads and a JVM gateway), which keeps each table it opened
-between commits; the calling thread only waits. The worker exits with the mirror: its end of the pipe closes.
+between commits; the calling thread only waits. The worker ends with the mirror, killed or not.
 
 Cost: the blobs' file records pickled to the worker (about 10 µs a blob), and one Python with PyIceberg loaded
 (about 1.5 s of CPU at the first commit, 150 MB).
@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -24,6 +25,7 @@ from sinks.tables.iceberg import IcebergCatalog, IcebergTable, TableError
 from sinks.tables.positions import TableFile, TablePositions
 
 WORKER_NICENESS = 10
+PARENT_CHECK_S = 1.0  # how soon the worker ends after the mirror was killed
 _pool: ProcessPoolExecutor | None = None
 _pool_lock = threading.Lock()
 _opened: dict[tuple[object, ...], IcebergTable] = {}  # in the worker: the tables it committed to
@@ -40,14 +42,23 @@ def _worker() -> ProcessPoolExecutor:
     with _pool_lock:
         if _pool is None:
             context = multiprocessing.get_context("spawn")
-            _pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_yield_to_the_mirrors)
+            _pool = ProcessPoolExecutor(max_workers=1, mp_context=context, initializer=_start_worker_process)
         return _pool
 
 
-def _yield_to_the_mirrors() -> None:
-    """The worker's CPU comes after the mirrors' (the Spark tasks, the driver): a commit is due within its interval,
-    a flush within a second."""
+def _start_worker_process() -> None:
+    """In the worker, first: its CPU comes after the mirrors' (the Spark tasks, the driver: a commit is due within its
+    interval, a flush within a second), and it ends with the mirror. A killed mirror closes no pipe the worker reads
+    from (the worker holds both ends of its queue), so a thread watches for the worker's parent to change."""
     os.nice(WORKER_NICENESS)
+    parent = os.getppid()
+    threading.Thread(target=_end_with, args=(parent,), name="end-with-the-mirror", daemon=True).start()
+
+
+def _end_with(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(PARENT_CHECK_S)
+    os._exit(0)  # a commit under way is abandoned: the catalog took it whole or not at all
 
 
 def _load() -> None:
