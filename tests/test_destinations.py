@@ -144,3 +144,29 @@ def test_the_destination_kind_is_looked_at_in_one_place() -> None:
                 }:
                     asking.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert sorted({place.split(":")[0] for place in asking}) == ["sinks/destinations.py"], asking
+
+
+def test_an_s3_archives_tables_reach_its_bucket_with_its_endpoint_and_credentials() -> None:
+    archive = _opened(_config(S3)).archive
+    assert archive is not None and _opened(_config(FILESYSTEM)).archive.delta_storage() is None  # type: ignore[union-attr]
+    assert archive.delta_storage() == {
+        "AWS_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:1",
+        "AWS_ACCESS_KEY_ID": "id",
+        "AWS_SECRET_ACCESS_KEY": "s",
+        "aws_conditional_put": "etag",  # Delta's log versions: If-None-Match
+        "AWS_ALLOW_HTTP": "true",
+    }
+    iceberg = S3_WITH_TABLE.replace("TABLE", "{format: iceberg, catalog: {type: rest, properties: {uri: 'http://c'}}}")
+    properties = _opened(_config(iceberg)).archive.table_catalog().properties  # type: ignore[union-attr]
+    assert properties == {
+        "type": "rest",
+        "s3.region": "us-east-1",
+        "s3.endpoint": "http://127.0.0.1:1",
+        "s3.access-key-id": "id",
+        "s3.secret-access-key": "s",
+        "uri": "http://c",
+    }
+
+
+S3_WITH_TABLE = S3[:-1] + ", table: TABLE}"

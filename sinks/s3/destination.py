@@ -22,6 +22,23 @@ from sinks.s3.staging import S3Settings
 from sinks.s3.store import S3Connection, S3Store
 from sinks.tables.iceberg import IcebergCatalog
 
+# The archive's connection settings as each table library names them: region, endpoint, key id, secret, session token.
+PYICEBERG_OPTIONS = ("s3.region", "s3.endpoint", "s3.access-key-id", "s3.secret-access-key", "s3.session-token")
+DELTA_OPTIONS = ("AWS_REGION", "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+def _client_options(settings: S3Settings, names: tuple[str, str, str, str, str]) -> dict[str, str]:
+    """The settings a table library's S3 client needs, under its `names`; credentials only when both are set."""
+    region, endpoint, key_id, secret, token = names
+    found = {region: settings.region or "us-east-1"}
+    if settings.endpoint:
+        found[endpoint] = settings.endpoint
+    if settings.access_key_id and settings.secret_access_key:
+        found[key_id], found[secret] = settings.access_key_id, settings.secret_access_key
+    if settings.session_token:
+        found[token] = settings.session_token
+    return found
+
 
 def s3_settings(config: S3Config) -> S3Settings:
     """The destination's settings, its secrets read from the environment (ConfigReferenceError when one is not set)."""
@@ -100,16 +117,8 @@ class S3Destination(BlobDestination):
         )
 
     def _file_io_properties(self) -> dict[str, str]:
-        settings = self._connection.settings
-        found = {"s3.region": settings.region or "us-east-1"}
-        if settings.endpoint:
-            found["s3.endpoint"] = settings.endpoint
-        if settings.access_key_id and settings.secret_access_key:
-            found["s3.access-key-id"] = settings.access_key_id
-            found["s3.secret-access-key"] = settings.secret_access_key
-        if settings.session_token:
-            found["s3.session-token"] = settings.session_token
-        if settings.path_style:
+        found = _client_options(self._connection.settings, PYICEBERG_OPTIONS)
+        if self._connection.settings.path_style:
             found["s3.force-virtual-addressing"] = "false"
         return found
 
@@ -118,16 +127,9 @@ class S3Destination(BlobDestination):
         log (`If-None-Match`, which AWS S3, MinIO and R2 honour: the mirror's start says whether this store does), so
         that two shards committing to one table never both write one version."""
         settings = self._connection.settings
-        found = {"AWS_REGION": settings.region or "us-east-1", "aws_conditional_put": "etag"}
-        if settings.endpoint:
-            found["AWS_ENDPOINT_URL"] = settings.endpoint
-            if settings.endpoint.startswith("http://"):
-                found["AWS_ALLOW_HTTP"] = "true"
-        if settings.access_key_id and settings.secret_access_key:
-            found["AWS_ACCESS_KEY_ID"] = settings.access_key_id
-            found["AWS_SECRET_ACCESS_KEY"] = settings.secret_access_key
-        if settings.session_token:
-            found["AWS_SESSION_TOKEN"] = settings.session_token
+        found = {**_client_options(settings, DELTA_OPTIONS), "aws_conditional_put": "etag"}
+        if settings.endpoint and settings.endpoint.startswith("http://"):
+            found["AWS_ALLOW_HTTP"] = "true"
         if settings.path_style:
             found["AWS_VIRTUAL_HOSTED_STYLE_REQUEST"] = "false"
         return found
