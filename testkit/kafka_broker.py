@@ -30,7 +30,7 @@ from confluent_kafka import KafkaException
 from testkit.jars import MissingJarsError, kafka_broker_jar_dir
 from testkit.kafka_data import KafkaDataError, Record, admin_client, create_topic, delete_topic, produce
 from testkit.ports import HOST, free_ports
-from testkit.processes import ChildProcess, StartStop, Startup, log_tails, serve_until_signalled
+from testkit.processes import ChildProcess, ChildServer, Startup, log_tails, serve_until_signalled
 from testkit.tls import TlsFiles
 
 PropertyValue = str | int | float | bool
@@ -189,7 +189,7 @@ def log4j_properties(log_file: Path) -> str:
     )
 
 
-class KafkaBroker(StartStop):
+class KafkaBroker(ChildServer):
     """A single-node KRaft Kafka broker running as a child process.
 
     Ports are chosen once, at construction, and kept across kill()/start()
@@ -274,14 +274,6 @@ class KafkaBroker(StartStop):
     def stdout_path(self) -> Path:
         """The JVM's stdout+stderr (crashes, bad flags)."""
         return self.workdir / "logs" / "java.out"
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._child is None else self._child.pid
-
-    @property
-    def is_running(self) -> bool:
-        return self._child is not None and self._child.is_running
 
     # ---------------------------------------------------------------------- lifecycle
 

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from testkit.ports import HOST, free_port, free_ports
-from testkit.processes import ChildProcess, StartStop, Startup, log_tails, serve_until_signalled
+from testkit.processes import ChildProcess, ChildServer, Startup, log_tails, serve_until_signalled
 
 DEFAULT_REGION = "us-east-1"
 NPM_PREFIX_ENV = "MIRROR_V3_NPM_PREFIX"
@@ -57,7 +57,7 @@ class S3ServerUnavailable(S3ServerError):
     """The server's binary is not installed (see `skip_reason()`)."""
 
 
-class S3Server(StartStop):
+class S3Server(ChildServer):
     """An S3-compatible server running as a child process on 127.0.0.1.
 
     The port is chosen at construction and kept across stop()/start() only
@@ -117,14 +117,6 @@ class S3Server(StartStop):
     @property
     def stdout_path(self) -> Path:
         return self.workdir / "server.out"
-
-    @property
-    def pid(self) -> int | None:
-        return None if self._child is None else self._child.pid
-
-    @property
-    def is_running(self) -> bool:
-        return self._child is not None and self._child.is_running
 
     def client_kwargs(self, endpoint: str | None = None) -> dict[str, str]:
         """Keyword arguments for `boto3.client("s3", ...)` / aiobotocore `create_client("s3", ...)`.
