@@ -73,6 +73,10 @@ def _session(catalogs: Sequence[IcebergCatalogSpec]) -> Any:
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.session.timeZone", "UTC")
+        # One core reads a test's few files: Spark's 200 shuffle partitions and Delta's 50 for rebuilding a table's
+        # state from its log are hundreds of empty tasks (the Delta read took 19 s with them).
+        .config("spark.sql.shuffle.partitions", "1")
+        .config("spark.databricks.delta.snapshotPartitions", "1")
         .config(
             "spark.sql.extensions",
             "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions,io.delta.sql.DeltaSparkSessionExtension",
