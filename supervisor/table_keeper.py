@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 
 import anyio
@@ -101,6 +101,11 @@ class TableKeeper(ProcessService):
     ) -> None:
         task_status.started()
         self._mirrored = process.mirrored
+        # Each table's positions are read now, not at the first interval's end: a catalog that cannot be reached is
+        # a WARN at start, and the first commit finds its table opened and PyIceberg loaded (in this process and in
+        # the commit worker), CPU that would otherwise land beside the mirrors' flushes (p99 durable: the first
+        # commit's flushes were the slowest of a run, docs/benchmarks.md).
+        await self.read_positions()
         interval_s = self._settings.commit_interval_ms / 1000
         while not await self._clock.wait_for(process.stop_requested, interval_s):
             await self.commit_all(process.mirrored())
@@ -116,24 +121,32 @@ class TableKeeper(ProcessService):
         async with self._round:
             await self._round_of(mirrored)
 
+    async def read_positions(self) -> None:
+        """Where each table is for its chains, for the tables not read yet (a failure counts as a commit's)."""
+        async with self._round:
+            await self._each_table(self._read)
+
     async def _round_of(self, mirrored: Sequence[MirroredPartition]) -> None:
         durable = {chain_name(m.destination_topic, m.partition): m for m in mirrored}
+        await self._each_table(lambda identifier, followed: self._commit(identifier, followed, durable))
+
+    async def _each_table(self, step: Callable[[str, _Followed], Awaitable[None]]) -> None:
         # Tables commit side by side, a few at a time: one slow catalog does not hold back the others' commits.
         limiter = anyio.CapacityLimiter(TABLES_AT_ONCE)
         async with anyio.create_task_group() as group:
             for identifier, followed in list(self._tables.items()):  # discovery may add tables meanwhile
-                group.start_soon(self._keep, identifier, followed, durable, limiter)
+                group.start_soon(self._keep, identifier, followed, step, limiter)
 
     async def _keep(
         self,
         identifier: str,
         followed: _Followed,
-        durable: dict[str, MirroredPartition],
+        step: Callable[[str, _Followed], Awaitable[None]],
         limiter: anyio.CapacityLimiter,
     ) -> None:
         async with limiter:
             try:
-                await self._commit(identifier, followed, durable)
+                await step(identifier, followed)
             except Exception as exc:  # a helper of the mirrors: it never takes them down; tried again next time
                 followed.next_offsets = None  # read from the table again: it decides what is in it
                 self._families.table_commit_failures.labels(identifier).inc()
@@ -151,7 +164,8 @@ class TableKeeper(ProcessService):
             followed.failing = False
             log_event(log, logging.INFO, "table updated again", table=identifier)
 
-    async def _commit(self, identifier: str, followed: _Followed, durable: dict[str, MirroredPartition]) -> None:
+    async def _read(self, identifier: str, followed: _Followed) -> None:
+        """The table's positions of its chains, unless known."""
         if followed.next_offsets is None:
             read = await anyio.to_thread.run_sync(
                 followed.table.positions, list(followed.chains), abandon_on_cancel=True
@@ -166,7 +180,11 @@ class TableKeeper(ProcessService):
                     table=identifier,
                     chain=chain,
                 )
+
+    async def _commit(self, identifier: str, followed: _Followed, durable: dict[str, MirroredPartition]) -> None:
+        await self._read(identifier, followed)
         positions = followed.next_offsets
+        assert positions is not None  # just read
         added: dict[str, NextBlobs] = {}
         for chain, (name, partition) in list(followed.chains.items()):  # ... and chains
             mirror, at = durable.get(chain), positions.get(chain)

@@ -17,6 +17,7 @@ from deltalake import DeltaTable
 from core.file_statistics import file_statistics
 from core.records import encode_parquet
 from sinks.blob.chain import blob_name
+from sinks.tables import elsewhere
 from sinks.tables.delta import DeltaArchiveTable
 from sinks.tables.elsewhere import ElsewhereIcebergTable
 from sinks.tables.iceberg import DataFiles, IcebergCatalog, IcebergTable, TableError
@@ -222,6 +223,9 @@ def test_a_commit_made_in_the_worker_process_is_the_same_commit_and_its_refusal_
     and a refusal comes back as the TableError it was, its facts intact."""
     table = ElsewhereIcebergTable(IcebergTable(_catalog(tmp_path), "archive.orders", daily=False))
     assert table.positions(["orders/0"]).next_offsets == {"orders/0": 0}
+    # Reading the positions had the worker open the table too, before the first commit is due.
+    opened = elsewhere._worker().submit(_tables_opened_in_the_worker).result()
+    assert ("archive.orders", _catalog(tmp_path).properties["uri"]) in opened
     table.commit([_blob(tmp_path, 0, 0, 9)], {"orders/0": 10}, based_on={"orders/0": 0})
     assert table.positions(["orders/0"]).next_offsets == {"orders/0": 10}
     here = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)  # another writer moves the chain on
@@ -230,6 +234,10 @@ def test_a_commit_made_in_the_worker_process_is_the_same_commit_and_its_refusal_
         table.commit([_blob(tmp_path, 0, 10, 14)], {"orders/0": 15}, based_on={"orders/0": 10})
     assert refused.value.operation == "commit" and "moved its positions" in refused.value.cause
     assert len(here.scan()) == 20
+
+
+def _tables_opened_in_the_worker() -> list[tuple[str, str]]:
+    return [(table.identifier, table.catalog.properties["uri"]) for table in elsewhere._opened.values()]
 
 
 def test_the_commit_worker_ends_when_the_mirror_is_killed() -> None:

@@ -5,8 +5,10 @@ a failing table a WARN and degraded readiness, never an exception out of the kee
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
+import anyio
 import pytest
 
 from config.estate import MirrorSpec
@@ -14,9 +16,9 @@ from config.model import FlushConfig, SourceConfig, TableConfig
 from core.file_statistics import FileStatistics
 from sinks.blob.chain import blob_name
 from sinks.tables.positions import CommittedLog, TableFile
-from supervisor.process_service import MirroredPartition
+from supervisor.process_service import MirroredPartition, RunningProcess
 from supervisor.table_keeper import TableKeeper
-from tests.fakes import MemoryArchive, MemoryTable, fresh_metrics
+from tests.fakes import FakeClock, MemoryArchive, MemoryTable, fresh_metrics
 
 SOURCE = SourceConfig(bootstrap_servers="src:9092")
 
@@ -33,14 +35,64 @@ def _mirrored(positions: dict[int, int]) -> list[MirroredPartition]:
     ]
 
 
-def _keeper(archive: MemoryArchive, tables: dict[str, MemoryTable]) -> tuple[TableKeeper, Any]:
+def _keeper(
+    archive: MemoryArchive, tables: dict[str, MemoryTable], clock: FakeClock | None = None
+) -> tuple[TableKeeper, Any]:
     families, _ = fresh_metrics()
 
     def open_table(identifier: str, name: str) -> MemoryTable:
         return tables.setdefault(identifier, MemoryTable(identifier))
 
     settings = TableConfig(format="iceberg", name="archive.{topic}")
-    return TableKeeper(archive, settings, False, families, open_table=open_table), families  # type: ignore[arg-type]
+    keeper = TableKeeper(
+        archive,  # type: ignore[arg-type]  # an in-memory archive: the part of Archive the keeper uses
+        settings,
+        False,
+        families,
+        open_table=open_table,
+        clock=clock or FakeClock(),
+    )
+    return keeper, families
+
+
+async def _real_time_until(condition: Callable[[], bool]) -> None:
+    """Reads and commits run in threads, which a fake clock's steps do not wait for."""
+    with anyio.fail_after(10):
+        while not condition():
+            await anyio.sleep(0.005)
+
+
+class ReadCountingTable(MemoryTable):
+    def __init__(self, identifier: str) -> None:
+        super().__init__(identifier)
+        self.reads = 0
+
+    def positions(self, chains: Any) -> Any:
+        self.reads += 1
+        return super().positions(chains)
+
+
+async def test_serving_reads_each_tables_positions_at_once_and_a_failing_catalog_is_down_from_the_start() -> None:
+    """Not at the first interval's end: the first commit then finds its table opened (and PyIceberg loaded) instead
+    of doing that beside the mirrors' flushes, and an unreachable catalog is seen at start."""
+    archive, clock = MemoryArchive(), FakeClock()
+    tables: dict[str, MemoryTable] = {"archive.orders": ReadCountingTable("archive.orders")}
+    tables["archive.orders"].fail_next = [OSError("catalog unreachable")]
+    keeper, families = _keeper(archive, tables, clock)
+    await keeper.mirrors_added([_spec(0)])
+    archive.add("orders", 0, 0, 9)
+    process = RunningProcess(anyio.Event(), lambda: _mirrored({0: 10}))
+    table = tables["archive.orders"]
+    async with anyio.create_task_group() as group:
+        await group.start(keeper.serve, process)
+        await _real_time_until(lambda: bool(keeper.down))  # the fake clock stands still: no interval passed
+        assert keeper.down == {"archive.orders": "OSError: catalog unreachable"} and table.summaries == []
+        assert families.registry.get_sample_value("mirror_v3_table_up", {"table": "archive.orders"}) == 0
+        clock.advance(60.0)
+        await _real_time_until(lambda: bool(table.summaries))  # the first round reads, commits
+        assert keeper.down == {} and table.summaries == [{"orders/0": 10}]
+        assert isinstance(table, ReadCountingTable) and table.reads == 2  # once failed, once at the round
+        process.stop_requested.set()
 
 
 async def test_each_committed_blob_is_added_once_in_order_up_to_the_durable_position() -> None:
@@ -209,3 +261,20 @@ async def test_a_slow_table_does_not_hold_back_the_others_commits() -> None:
     assert tables["archive.orders"].files == [f"mem://orders/0/{blob_name(0, 9)}"]
     assert tables["archive.payments"].files == [f"mem://payments/0/{blob_name(0, 4)}"]
     assert keeper.down == {}
+
+
+async def test_positions_read_at_start_are_not_read_again_by_the_first_round() -> None:
+    archive, clock = MemoryArchive(), FakeClock()
+    table = ReadCountingTable("archive.orders")
+    keeper, _ = _keeper(archive, {"archive.orders": table}, clock)
+    await keeper.mirrors_added([_spec(0)])
+    archive.add("orders", 0, 0, 9)
+    process = RunningProcess(anyio.Event(), lambda: _mirrored({0: 10}))
+    async with anyio.create_task_group() as group:
+        await group.start(keeper.serve, process)
+        await _real_time_until(lambda: table.reads == 1)  # the fake clock stands still: no interval passed
+        assert table.summaries == []
+        clock.advance(60.0)
+        await _real_time_until(lambda: bool(table.summaries))
+        assert table.reads == 1 and table.summaries == [{"orders/0": 10}]
+        process.stop_requested.set()

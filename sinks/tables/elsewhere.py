@@ -8,11 +8,13 @@ worker process (spawned, not forked: the driver has threads and a JVM gateway), 
 between commits; the calling thread only waits. The worker ends with the mirror, killed or not.
 
 Cost: the blobs' file records pickled to the worker (about 10 µs a blob), and one Python with PyIceberg loaded
-(about 1.5 s of CPU at the first commit, 150 MB).
+(about 1.5 s of CPU, 150 MB). That CPU, and opening each table, come when the mirror starts and reads its tables'
+positions, not in the first commit, beside the mirrors' flushes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -63,6 +65,7 @@ def _end_with(parent: int) -> None:
 
 def _load() -> None:
     import pyiceberg.catalog.sql
+    import pyiceberg.io.pyarrow  # a table's FileIO: pyarrow's datasets and compute, 0.4 s of CPU
     import pyiceberg.table  # noqa: F401
 
 
@@ -73,23 +76,47 @@ class ElsewhereIcebergTable:
     def __init__(self, table: IcebergTable) -> None:
         self._table = table
         self.identifier = table.identifier
+        self._opened_there = False
 
     def positions(self, chains: Iterable[str]) -> TablePositions:
-        return self._table.positions(chains)
+        read = self._table.positions(chains)
+        if not self._opened_there:  # the table exists now: the worker opens it too, before its first commit is due
+            self._opened_there = True
+            _worker().submit(_open_here, *self._arguments())
+        return read
 
     def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
         """`IcebergTable.commit` of this table, in the worker process; blocks until it is done and raises what it
         raised (TableError; a worker that died is a TableError too, and the next commit starts another)."""
         global _pool
         table, pool = self._table, _worker()
-        arguments = (table.catalog, table.identifier, table.daily, table.keep_snapshots_ms, files, positions, based_on)
         try:
-            pool.submit(_commit_here, *arguments).result()
+            pool.submit(_commit_here, *self._arguments(), files, positions, based_on).result()
         except BrokenProcessPool as exc:
             with _pool_lock:
                 if _pool is pool:
                     _pool = None
             raise TableError(table.identifier, "commit", f"the commit's worker process ended: {exc}") from None
+
+    def _arguments(self) -> tuple[IcebergCatalog, str, bool, int]:
+        """What the worker opens this table with."""
+        table = self._table
+        return table.catalog, table.identifier, table.daily, table.keep_snapshots_ms
+
+
+def _table_here(catalog: IcebergCatalog, identifier: str, daily: bool, keep_snapshots_ms: int) -> IcebergTable:
+    properties = tuple(sorted(catalog.properties.items()))
+    key = (catalog.name, properties, catalog.directory, identifier, daily, keep_snapshots_ms)
+    table = _opened.get(key)
+    if table is None:
+        table = _opened[key] = IcebergTable(catalog, identifier, daily, keep_snapshots_ms)
+    return table
+
+
+def _open_here(catalog: IcebergCatalog, identifier: str, daily: bool, keep_snapshots_ms: int) -> None:
+    """Load the table's metadata now; a failure is left to the first commit, which opens it again and says why."""
+    with contextlib.suppress(Exception):
+        _table_here(catalog, identifier, daily, keep_snapshots_ms).open()
 
 
 def _commit_here(
@@ -101,9 +128,4 @@ def _commit_here(
     positions: dict[str, int],
     based_on: dict[str, int],
 ) -> None:
-    properties = tuple(sorted(catalog.properties.items()))
-    key = (catalog.name, properties, catalog.directory, identifier, daily, keep_snapshots_ms)
-    table = _opened.get(key)
-    if table is None:
-        table = _opened[key] = IcebergTable(catalog, identifier, daily, keep_snapshots_ms)
-    table.commit(files, positions, based_on)
+    _table_here(catalog, identifier, daily, keep_snapshots_ms).commit(files, positions, based_on)

@@ -102,6 +102,14 @@ class IcebergTable:
         self._wall = wall
         self._table: Any = None
 
+    def open(self) -> None:
+        """Load the table now (made if it is new) and its current manifest list, which the next commit reads: at start,
+        not within the first commit."""
+        table = self._loaded()
+        snapshot = table.current_snapshot()
+        if snapshot is not None:
+            snapshot.manifests(table.io)
+
     def _loaded(self) -> Any:
         if self._table is None:
             self._table = self._open()
