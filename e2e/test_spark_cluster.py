@@ -65,6 +65,13 @@ def test_the_archives_survive_losing_the_worker_and_the_mirrors(
     for target in targets:
         stopped_at = target.next_offset(topic_name, 0)
         assert stopped_at is not None and 0 < stopped_at < RECORDS, "the mirror was meant to die mid-backlog"
+    # The rest in big jobs (the small ones were for the kills; 32 jobs took 18 s): the chains go on in bigger blobs.
+    spark = {**spark, "max-offsets-per-job": RECORDS}
+    flush = {"max-time-ms": 500, "max-offsets": 4_000}
+    configs = [
+        one_mirror(tmp_path, kafka.bootstrap, target, topic_name, flush=flush, spark=spark, name=f"final{i}.yaml")
+        for i, target in enumerate(targets)
+    ]
     with contextlib.ExitStack() as stack:
         runs = [
             stack.enter_context(start(config, tmp_path / f"final{i}.log", target))
