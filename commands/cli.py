@@ -185,6 +185,13 @@ def build_parser() -> argparse.ArgumentParser:
     table_sync.add_argument(
         "--timeout", type=float, default=30.0, help="seconds allowed for the source clusters' topics (default 30)"
     )
+    compact = commands.add_parser(
+        "compact",
+        help="merge each chain's runs of small blobs into bigger ones (destination.compaction), exactly as readable "
+        "before, during and after; takes the chains' leases while it runs",
+    )
+    compact.add_argument("--config", required=True, help="path to the YAML config")
+    compact.add_argument("--dry-run", action="store_true", help="print what would be merged; change nothing")
     commands.add_parser(
         "prepare-jvm",
         help="record the Spark JVM's classes into $MIRROR_V3_JVM_CACHE once, so every later start maps them "
@@ -247,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         return _migrate_schemas(config, args)
     if args.command == "table-sync":
         return _table_sync(config, shard, args.timeout)
+    if args.command == "compact":
+        return _compact(config, launch, args.dry_run)
     if args.command == "verify":
         if args.as_of is not None:
             return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
@@ -402,6 +411,17 @@ def _table_sync(config: Config, shard: Shard | None, timeout: float) -> int:
         return _report(exc, "table-sync")
     print("\n".join(summary(sync) for sync in synced) or "no mirror selects a chain: nothing to sync")
     return EXIT_OK if all(complete(sync) for sync in synced) else EXIT_FAILURE
+
+
+def _compact(config: Config, launch: SparkLaunch, dry_run: bool) -> int:
+    from commands.compact import compact, describe, summary
+
+    try:
+        done = anyio.run(compact, config, launch, dry_run, lambda chain: print(describe(chain, dry_run), flush=True))
+    except MirrorV3Error as exc:
+        return _report(exc, "compact")
+    print(summary(done, dry_run))
+    return EXIT_FAILURE if any(chain.failed for chain in done) else EXIT_OK
 
 
 def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:

@@ -23,6 +23,7 @@ or offset-checked records (preserve), and the next run's open finds where they e
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import re
 import time
@@ -50,6 +51,7 @@ from kafka_clients.schema_registry import registry_for
 from kafka_clients.settings import registry_access
 from sinks.archive.documents import ArchiveDocuments, moment_text
 from sinks.blob.chain import BlobRange, BlobStore, verify_all
+from sinks.blob.merging import originals_of
 from sinks.blob.reading import BlobReader
 from sinks.destination import Archive
 from sinks.destinations import open_destination
@@ -283,8 +285,11 @@ async def select_partitions(config: RestoreConfig, archive: Archive) -> list[Res
             store = archive.chain_store(name, partition)
             try:
                 chain = await verify_all(store)
+                held_end = chain[-1].last + 1 if chain else 0
                 if config.as_of_ms is not None:
-                    chain = await held_at(store, chain, config.as_of_ms / 1000)
+                    chain, held_end = await held_at(
+                        store, chain, config.as_of_ms / 1000, partial(_merged_from, archive.reader(name, partition))
+                    )
             except Exception as exc:  # reported after the others finish, as one error (not an exception group)
                 failures.append(RestoreFailedError(f"{name}/{partition}: {describe_error(exc)}"))
                 return
@@ -292,11 +297,7 @@ async def select_partitions(config: RestoreConfig, archive: Archive) -> list[Res
                 await store.close()
         reader = archive.reader(name, partition)
         first = max(chain[0].first, entry.from_offset or 0) if chain else 0
-        end = (
-            min(chain[-1].last + 1, entry.to_offset if entry.to_offset is not None else chain[-1].last + 1)
-            if chain
-            else 0
-        )
+        end = min(held_end, entry.to_offset if entry.to_offset is not None else held_end) if chain else 0
         found[slot] = RestorePartition(
             name,
             partition,
@@ -317,11 +318,18 @@ async def select_partitions(config: RestoreConfig, archive: Archive) -> list[Res
     return [part for part in found if part is not None]
 
 
-async def held_at(store: BlobStore, chain: list[BlobRange], moment_s: float) -> list[BlobRange]:
-    """The blobs of `chain` the archive held at `moment_s`: those committed by then. A chain grows in offset
-    order, so they are a prefix, found by a binary search over the blobs' times (O(log n) looks: HEADs on S3). A
-    blob's time is its object's (S3: the upload's completion; filesystem: when its data was written, a moment
-    before its commit)."""
+MergedFrom = Callable[[BlobRange], Awaitable[list[tuple[int, int, int]] | None]]
+
+
+async def held_at(
+    store: BlobStore, chain: list[BlobRange], moment_s: float, merged_from: MergedFrom | None = None
+) -> tuple[list[BlobRange], int]:
+    """The blobs of `chain` the archive held at `moment_s` (those committed by then), and the offset after what
+    they held then. A chain grows in offset order, so they are a prefix, found by a binary search over the blobs'
+    times (O(log n) looks: HEADs on S3). A blob's time is its object's (S3: the upload's; filesystem: when its data
+    was written, a moment before its commit); a merged blob's is its newest original's (`sinks.blob.merging`). So
+    the first blob not held whole may be a merged one whose older originals were held: it is read (`merged_from`:
+    its originals and their times) and the prefix ends inside it, where the newest original held by then ends."""
     lower, upper = 0, len(chain)  # the answer: how many blobs were held
     while lower < upper:
         middle = (lower + upper) // 2
@@ -330,7 +338,17 @@ async def held_at(store: BlobStore, chain: list[BlobRange], moment_s: float) -> 
             lower = middle + 1
         else:
             upper = middle
-    return chain[:lower]
+    held, end = chain[:lower], chain[lower - 1].last + 1 if lower else 0
+    if lower < len(chain) and merged_from is not None:
+        originals = await merged_from(chain[lower]) or []
+        in_time = [last for _, last, written_ms in itertools.takewhile(lambda o: o[2] <= moment_s * 1000, originals)]
+        if in_time:
+            return [*held, chain[lower]], in_time[-1] + 1
+    return held, end
+
+
+async def _merged_from(reader: BlobReader, blob: BlobRange) -> list[tuple[int, int, int]] | None:
+    return await anyio.to_thread.run_sync(originals_of, reader, blob.name)
 
 
 def _names(index: int, entry: RestoreEntry, catalog: dict[str, list[int]], where: str) -> list[str]:

@@ -296,6 +296,26 @@ class SchemasConfig(_Strict, frozen=True):
         return self.key != "off" or self.value != "off"
 
 
+class CompactionConfig(_Strict, frozen=True):
+    """How runs of a chain's small blobs are merged into bigger ones (`compact`): every reader sees the same records
+    before, during and after, and after a crash at any point."""
+
+    target_bytes: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="File bytes a merged blob grows to at most; a blob this big already is left as it is.",
+        ),
+    ] = 128 * 1024 * 1024
+    min_age_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="Only blobs committed at least this long ago are merged (the chain's last blob never is).",
+        ),
+    ] = 3_600_000
+
+
 class _BlobDestination(_Strict, frozen=True, kw_only=True):
     """What filesystem and S3 destinations share: Parquet blobs, flush policy, retries."""
 
@@ -329,6 +349,7 @@ class _BlobDestination(_Strict, frozen=True, kw_only=True):
         TableConfig | None,
         msgspec.Meta(description="Keep the archive as a table too (Iceberg), following the chains."),
     ] = None
+    compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
 
 
 class FilesystemDestination(_BlobDestination, tag_field="type", tag="filesystem", frozen=True, kw_only=True):

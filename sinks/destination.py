@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from config.estate import MirrorSpec
-from config.model import ArchiveGroupsConfig, KafkaDestination, TableConfig
+from config.model import ArchiveGroupsConfig, CompactionConfig, KafkaDestination, TableConfig
 from kafka_clients.admin import ClusterAdmin
 from kafka_clients.schema_registry import RegistryAccess
 from sinks.base import Sink
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # the kinds' packages import this module
     from sinks.archive.documents import ArchiveDocuments
     from sinks.blob.chain import BlobStore
     from sinks.blob.reading import BlobReader
+    from sinks.blob.staging import BlobStaging
     from sinks.schemas.archive import SchemaArchive
     from sinks.schemas.rewrite import SchemaRewrite
     from sinks.tables.iceberg import IcebergCatalog
@@ -56,6 +57,7 @@ class DestinationServices:
     schema_registry: RegistryAccess | None = None  # where mirrors that copy schemas register them (watched)
     table: TableConfig | None = None  # the archive kept as a table too (table_keeper)
     daily: bool = False  # the destination's blobs each hold one UTC day (flush.daily): its table is partitioned by day
+    compaction: CompactionConfig | None = None  # how its chains' small blobs are merged (compact)
 
 
 class Destination(ABC):
@@ -152,6 +154,10 @@ class Archive(ABC):
     @abstractmethod
     def reader(self, destination_name: str, partition: int) -> BlobReader:
         """How a Spark task reads the blobs of one chain."""
+
+    @abstractmethod
+    def staged_chain(self, destination_name: str, partition: int) -> tuple[BlobStore, BlobStaging]:
+        """A chain's store and how a Spark task stages blobs there in the configured encoding (a compaction's)."""
 
     @abstractmethod
     def file_uri(self, destination_name: str, partition: int, name: str) -> str:

@@ -18,7 +18,7 @@ from core.file_statistics import FileStatistics
 from core.records import KAFKA_SCHEMA
 from kafka_clients.schema_registry import RegistryRequestError, Schema, SubjectVersion
 from sinks.base import DestinationError
-from sinks.blob.chain import BlobExistsError, BlobStore, blob_name, is_temp_name, temp_name
+from sinks.blob.chain import BlobExistsError, BlobStore, ListedBlob, blob_name, is_temp_name, temp_name
 from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.retry import TransientDestinationError
 from sinks.s3.staging import S3Settings
@@ -428,9 +428,13 @@ class MemoryBlobOutput:
         self.store, self.name = store, name
         self.file = pa.BufferOutputStream()
 
-    def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
+    def finish(
+        self, first: int, last: int, records: int, record_bytes: int, written_ms: int | None = None
+    ) -> StagedBlob:
         data = self.file.getvalue().to_pybytes()
         self.store.blobs[self.name] = data
+        if written_ms is not None:
+            self.store.written_at[self.name] = written_ms / 1000
         return StagedBlob(
             first=first, last=last, records=records, record_bytes=record_bytes, size=len(data), ref=self.name
         )
@@ -483,6 +487,18 @@ class InMemoryStore:
 
     async def modified_at(self, name: str) -> float | None:
         return self.written_at.get(name)
+
+    async def list_details(self, start_after: str | None, max_keys: int) -> tuple[list[ListedBlob], bool]:
+        names, more = await self.list_page(start_after, max_keys)
+        return [ListedBlob(n, len(self.blobs[n]), self.written_at.get(n, 0.0)) for n in names], more
+
+    async def commit_merged(self, name: str, staged: StagedBlob) -> bool:
+        if name in self.blobs:
+            self.blobs.pop(staged.ref, None)
+            return False
+        self.blobs[name] = self.blobs.pop(staged.ref)
+        self.written_at[name] = self.written_at.pop(staged.ref, time.time())
+        return True
 
     async def commit_staged(self, name: str, staged: StagedBlob, after: str | None = None) -> int:
         data = self.blobs.get(staged.ref)

@@ -19,6 +19,8 @@ from sinks.blob.chain import (
     parse_blob_name,
     temp_name,
     validate_chain,
+    verify_all,
+    without_redundant,
 )
 from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.filesystem.store import FilesystemStore, is_bookkeeping
@@ -51,7 +53,13 @@ def test_temp_names_are_recognised() -> None:
     ("names", "problem", "offsets", "offending"),
     [
         ([blob_name(0, 9), blob_name(5, 19)], ChainProblem.OVERLAP, (5, 9), [blob_name(0, 9), blob_name(5, 19)]),
-        ([blob_name(0, 9), blob_name(0, 8)], ChainProblem.OVERLAP, (0, 8), [blob_name(0, 8), blob_name(0, 9)]),
+        # A merged blob may contain others, never cut into one: 0-7 holds 0-4 and half of 5-9.
+        (
+            [blob_name(0, 4), blob_name(5, 9), blob_name(0, 7)],
+            ChainProblem.OVERLAP,
+            (5, 7),
+            [blob_name(0, 7), blob_name(5, 9)],
+        ),
         ([blob_name(0, 9), blob_name(11, 19)], ChainProblem.GAP, (10, 10), [blob_name(0, 9), blob_name(11, 19)]),
         ([blob_name(0, 9), "README"], ChainProblem.FOREIGN_ENTRIES, None, ["README"]),
         ([blob_name(0, 9), "1-2.parquet", "x.csv"], ChainProblem.FOREIGN_ENTRIES, None, ["1-2.parquet", "x.csv"]),
@@ -66,6 +74,20 @@ def test_corrupt_chains_name_the_files(
     assert caught.value.problem is problem
     assert caught.value.offsets == (None if offsets is None else BlobRange(*offsets))
     assert caught.value.files == [f"mem://{name}" for name in offending]
+
+
+def test_blobs_inside_another_blobs_range_are_redundant_whatever_is_left_of_their_run() -> None:
+    """A compaction commits the merged blob before it deletes the run: at every step in between (all of the run
+    there, some of it, none) the chain is the same, and so is what a reader reads."""
+    run = [blob_name(0, 9), blob_name(10, 19), blob_name(20, 29)]
+    merged, after = blob_name(0, 29), blob_name(30, 39)
+    for left in (run, run[1:], run[2:], []):
+        assert validate_chain([*left, merged, after], InMemoryStore()) == [BlobRange(0, 29), BlobRange(30, 39)]
+    # Merged again: the bigger blob contains the smaller merged one and whatever is left of both runs.
+    again = validate_chain([*run, merged, after, blob_name(0, 39)], InMemoryStore())
+    assert again == [BlobRange(0, 39)]
+    kept, redundant = without_redundant(map(BlobRange, (0, 0, 10, 5), (9, 29, 19, 7)))
+    assert kept == [BlobRange(0, 29)] and redundant == [BlobRange(0, 9), BlobRange(5, 7), BlobRange(10, 19)]
 
 
 def test_chain_may_start_above_zero_and_temporaries_are_ignored() -> None:
@@ -201,3 +223,16 @@ async def test_a_claim_that_does_not_continue_the_chain_is_corruption() -> None:
         await BlobChain(store).open()
     assert caught.value.problem is ChainProblem.CLAIM_OFF_CHAIN and caught.value.offsets == BlobRange(12, 20)
     assert caught.value.files == [f"mem://{blob_name(0, 9)}", f"mem://{blob_name(12, 20)}"]
+
+
+@pytest.mark.parametrize("left", [slice(0, 0), slice(0, None), slice(300, 700)], ids=["deleted", "all-left", "some"])
+async def test_the_tail_and_the_whole_chain_are_found_across_pages_holding_merged_blobs(left: slice) -> None:
+    """A listing's pages may cut between a merged blob and the run it contains; neither the bounded search for the
+    tail nor the full check mistakes what is left of the run for a gap or an overlap."""
+    store = InMemoryStore()
+    run = [blob_name(offset, offset) for offset in range(1_000, 2_500)]  # 1 500 names: across pages of 1 000
+    store.blobs = {name: b"" for name in [blob_name(0, 999), *run[left], blob_name(1_000, 2_499)]}
+    store.blobs |= {blob_name(offset, offset): b"" for offset in range(2_500, 3_700)}
+    assert await BlobChain(store).inspect() == 3_700
+    whole = await verify_all(store)
+    assert whole[:2] == [BlobRange(0, 999), BlobRange(1_000, 2_499)] and len(whole) == 2 + 1_200

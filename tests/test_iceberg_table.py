@@ -187,6 +187,9 @@ def test_the_blobs_after_a_position_are_consecutive_and_durable() -> None:
     assert [(b.first, b.last) for b in found.blobs] == [(10, 19), (20, 29)] and found.next_offset == 30
     gap = next_blobs(10, [blob_name(10, 19), blob_name(25, 29)])
     assert gap.next_offset == 20 and gap.gap_at is not None and gap.gap_at.first == 25
+    # A run a compaction merged is taken as its merged blob, whatever of the run is still there.
+    merged = next_blobs(10, [blob_name(10, 19), blob_name(10, 29), blob_name(20, 29), blob_name(30, 39)])
+    assert [(b.first, b.last) for b in merged.blobs] == [(10, 29), (30, 39)] and merged.gap_at is None
     assert list_after(0) is None
     after = list_after(10)
     assert after is not None and blob_name(9, 9) < after < blob_name(10, 10) and blob_name(9, 12) < after

@@ -25,10 +25,28 @@ async def test_a_chain_as_of_a_moment_is_the_blobs_committed_by_then() -> None:
     chain = [BlobRange(first, first + 9) for first in range(0, 100, 10)]
     for index, blob in enumerate(chain):
         store.written_at[blob.name] = 1_000.0 + index  # one a second, in chain order
-    assert await held_at(store, chain, 1_003.5) == chain[:4]
-    assert await held_at(store, chain, 1_003.0) == chain[:4]  # committed at that very moment: held
-    assert await held_at(store, chain, 999.0) == []
-    assert await held_at(store, chain, 2_000.0) == chain
+    assert await held_at(store, chain, 1_003.5) == (chain[:4], 40)
+    assert await held_at(store, chain, 1_003.0) == (chain[:4], 40)  # committed at that very moment: held
+    assert await held_at(store, chain, 999.0) == ([], 0)
+    assert await held_at(store, chain, 2_000.0) == (chain, 100)
+
+
+async def test_a_merged_blob_is_held_as_far_as_its_originals_were() -> None:
+    """A compaction merged 10-39 (committed at 1 001, 1 002, 1 003) into one blob whose own time is its newest
+    original's: as of any moment the restore reads the same offsets as before the merge."""
+    store = InMemoryStore()
+    chain = [BlobRange(0, 9), BlobRange(10, 39), BlobRange(40, 49)]
+    for blob, written in zip(chain, (1_000.0, 1_003.0, 1_004.0), strict=True):
+        store.written_at[blob.name] = written
+    originals = [(10, 19, 1_001_000), (20, 29, 1_002_000), (30, 39, 1_003_000)]
+
+    async def merged_from(blob: BlobRange) -> list[tuple[int, int, int]] | None:
+        return originals if blob == BlobRange(10, 39) else None
+
+    for moment, end in ((1_000.5, 10), (1_001.0, 20), (1_002.5, 30), (1_003.0, 40), (1_004.0, 50), (999.0, 0)):
+        blobs, held_end = await held_at(store, chain, moment, merged_from)
+        assert held_end == end, moment
+        assert blobs == [blob for blob in chain if blob.first < end], moment
 
 
 def topic(ms: int, partitions: int) -> ArchivedTopic:

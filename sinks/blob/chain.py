@@ -5,6 +5,12 @@ to 20 digits so that name order is offset order. Sorted by `from`, each file sta
 previous one ends; the last `to + 1` is where the mirror continues. Anything else is a corrupt chain
 and the mirror refuses to start, naming the files. The chain works over the small `BlobStore`
 interface, so each store only has to list names and create a blob if it does not already exist.
+
+One more rule lets a chain be compacted while anyone reads it: a blob whose range lies inside another blob's range
+is redundant, and the chain is made of the blobs no other contains. A compaction commits the merged blob (the
+records of a run of adjacent blobs, under a name covering the run) before it deletes the run, so every reader sees
+the same records at every moment, and after a crash between the two the run is simply redundant until someone
+removes it. Only containment is forgiven: blobs that overlap without one containing the other stay corrupt.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from __future__ import annotations
 import enum
 import itertools
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -101,7 +108,30 @@ def is_temp_name(name: str) -> bool:
     return name.startswith(TEMP_PREFIX) and TEMP_INFIX in name
 
 
-class BlobStore(Protocol):
+@dataclass(frozen=True)
+class ListedBlob:
+    """A name as a listing with details gives it: its size and its time (Unix seconds: a merged blob's is its newest
+    original's on a filesystem; on S3 the listing's object time, which for a merged blob is when it was merged)."""
+
+    name: str
+    size: int
+    modified_s: float
+
+
+class ChainListing(Protocol):
+    """What reading a chain's names takes (`find_tail`, `verify_all`)."""
+
+    def location(self, name: str) -> str:
+        """Full, secret-free address of a blob, for messages."""
+        ...
+
+    async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
+        """Up to `max_keys` entry names sorting after `start_after` (all when None), in name order,
+        temporaries excluded; and whether more follow."""
+        ...
+
+
+class BlobStore(ChainListing, Protocol):
     """Where one partition's blobs live (a directory, an S3 prefix)."""
 
     @property
@@ -111,13 +141,8 @@ class BlobStore(Protocol):
         are no-clobber (a directory: link(2))."""
         ...
 
-    def location(self, name: str) -> str:
-        """Full, secret-free address of a blob, for messages."""
-        ...
-
-    async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
-        """Up to `max_keys` entry names sorting after `start_after` (all when None), in name order,
-        temporaries excluded; and whether more follow."""
+    async def list_details(self, start_after: str | None, max_keys: int) -> tuple[list[ListedBlob], bool]:
+        """`list_page` with each entry's size and time (one listing: S3 gives them with the names)."""
         ...
 
     async def modified_at(self, name: str) -> float | None:
@@ -131,6 +156,17 @@ class BlobStore(Protocol):
         `after` is the blob the chain ended with as this writer knows it (None: empty). A store that can
         refuses the commit (BlobExistsError) when the chain ends elsewhere: a second writer whose blobs
         are cut at other offsets never shares a name with the first, so only this check fences it."""
+        ...
+
+    async def commit_merged(self, name: str, staged: StagedBlob) -> bool:
+        """Publish a merged blob (`sinks.blob.merging`) as `name` unless the name exists: True when this call
+        published it (or an earlier attempt of this process did), False when it was there already (another
+        compaction of the same run finished first: the same records), and the staged bytes are discarded. Nothing
+        about the chain's end: a merged blob never is its last blob."""
+        ...
+
+    async def remove(self, name: str) -> None:
+        """Delete a blob (one a merged blob made redundant); gone already is done."""
         ...
 
     async def discard_staged(self, staged: StagedBlob) -> None:
@@ -154,7 +190,7 @@ class BlobStore(Protocol):
 PAGE = 1000
 
 
-async def list_all(store: BlobStore) -> list[str]:
+async def list_all(store: ChainListing) -> list[str]:
     names: list[str] = []
     start_after: str | None = None
     while True:
@@ -170,12 +206,26 @@ def _probe_key(offset: int) -> str:
     return f"{offset - 1:0{_OFFSET_DIGITS}d}-{'9' * _OFFSET_DIGITS}" if offset > 0 else ""
 
 
-def validate_chain(names: list[str], location: BlobStore) -> list[BlobRange]:
-    """Check that non-temporary names form a chain; return it sorted. Raise CorruptChainError."""
+def without_redundant(ranges: Iterable[BlobRange]) -> tuple[list[BlobRange], list[BlobRange]]:
+    """The blobs no other blob contains, in chain order, and the redundant ones (each inside one of those). One
+    sort, then one pass: O(n log n) for n blobs."""
+    kept: list[BlobRange] = []
+    redundant: list[BlobRange] = []
+    for blob in sorted(ranges, key=lambda r: (r.first, -r.last)):  # a container before what it contains
+        if kept and blob.last <= kept[-1].last:  # and blob.first >= kept[-1].first: the sort's order
+            redundant.append(blob)
+        else:
+            kept.append(blob)
+    return kept, redundant
+
+
+def validate_chain(names: list[str], location: ChainListing) -> list[BlobRange]:
+    """Check that non-temporary names form a chain; return it sorted, without its redundant blobs. Raise
+    CorruptChainError."""
     foreign = sorted(n for n in names if not is_temp_name(n) and parse_blob_name(n) is None)
     if foreign:
         raise CorruptChainError(ChainProblem.FOREIGN_ENTRIES, [location.location(n) for n in foreign])
-    ranges = sorted(r for n in names if (r := parse_blob_name(n)) is not None)
+    ranges, _ = without_redundant(r for n in names if (r := parse_blob_name(n)) is not None)
     for previous, current in itertools.pairwise(ranges):
         if current.first <= previous.last:
             raise CorruptChainError(
@@ -192,7 +242,7 @@ def validate_chain(names: list[str], location: BlobStore) -> list[BlobRange]:
     return ranges
 
 
-async def find_tail(store: BlobStore) -> list[BlobRange]:
+async def find_tail(store: ChainListing) -> list[BlobRange]:
     """The chain's head page and tail page, validated, found with a bounded number of listings.
 
     Names sort by offset, so a listing that starts after a probe offset tells whether blobs exist
@@ -229,7 +279,7 @@ async def find_tail(store: BlobStore) -> list[BlobRange]:
                 step *= 2
 
 
-async def verify_all(store: BlobStore) -> list[BlobRange]:
+async def verify_all(store: ChainListing) -> list[BlobRange]:
     """Validate every blob name of the chain (a full listing)."""
     return validate_chain(await list_all(store), store)
 

@@ -45,6 +45,10 @@ class BlobDestination(Destination, Archive):
     ) -> tuple[BlobStore, BlobStaging]:
         """A chain's store, and how the Spark tasks stage its blobs for the driver to commit there."""
 
+    def staged_chain(self, destination_name: str, partition: int) -> tuple[BlobStore, BlobStaging]:
+        """A chain's store and its staging in the configured encoding (a compaction's merged blobs)."""
+        return self._staged_chain(destination_name, partition, self._format)
+
     @property
     def archive(self) -> Archive:
         return self
@@ -57,6 +61,7 @@ class BlobDestination(Destination, Archive):
             group_positions=self._config.archive_groups,
             table=self._config.table,
             daily=self._config.flush.daily,
+            compaction=self._config.compaction,
         )
 
     def table_catalog(self) -> IcebergCatalog:

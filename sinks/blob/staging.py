@@ -40,8 +40,11 @@ class BlobOutput(Protocol):
         """Where the Parquet writer puts the bytes."""
         ...
 
-    def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
-        """Make the written bytes durable in their staged place; the file is closed already."""
+    def finish(
+        self, first: int, last: int, records: int, record_bytes: int, written_ms: int | None = None
+    ) -> StagedBlob:
+        """Make the written bytes durable in their staged place; the file is closed already. `written_ms`: the time
+        the blob keeps as its own (a merged blob: its newest original's, `sinks.blob.merging`); None: now."""
         ...
 
     def abandon(self) -> None:

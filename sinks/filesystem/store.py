@@ -21,10 +21,11 @@ from pathlib import Path
 
 import aiofiles
 import aiofiles.os
+import anyio.to_thread
 import pyarrow as pa
 
 from core.thread_batches import ThreadBatches
-from sinks.blob.chain import BLOB_SUFFIX, BlobExistsError, is_temp_name, temp_name
+from sinks.blob.chain import BLOB_SUFFIX, BlobExistsError, ListedBlob, is_temp_name, temp_name
 from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.filesystem.durable_dirs import fsync_directory, make_durable_dirs
 
@@ -70,6 +71,10 @@ class FilesystemStore:
             names = names[bisect.bisect_right(names, start_after) :]
         return names[:max_keys], len(names) > max_keys
 
+    async def list_details(self, start_after: str | None, max_keys: int) -> tuple[list[ListedBlob], bool]:
+        names, more = await self.list_page(start_after, max_keys)
+        return await anyio.to_thread.run_sync(_stat_all, self._dir, names), more
+
     async def modified_at(self, name: str) -> float | None:
         try:
             return float((await aiofiles.os.stat(self._dir / name)).st_mtime)
@@ -98,6 +103,15 @@ class FilesystemStore:
         self._unsure.discard(name)
         return staged.size
 
+    async def commit_merged(self, name: str, staged: StagedBlob) -> bool:
+        """A hard link, not under the chain's lock: the chain's end is neither read nor moved."""
+        published = await anyio.to_thread.run_sync(
+            _publish_merged, self._dir, self._dir / staged.ref, name, staged.size
+        )
+        if not published:
+            await self.remove(staged.ref)
+        return published
+
     async def discard_staged(self, staged: StagedBlob) -> None:
         await self.remove(staged.ref)
 
@@ -113,6 +127,28 @@ class FilesystemStore:
     async def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             await aiofiles.os.remove(self._dir / name)
+
+
+def _stat_all(directory: Path, names: list[str]) -> list[ListedBlob]:
+    listed = []
+    for name in names:
+        with contextlib.suppress(FileNotFoundError):  # removed since the listing: not there
+            found = os.stat(directory / name)
+            listed.append(ListedBlob(name, found.st_size, found.st_mtime))
+    return listed
+
+
+def _publish_merged(directory: Path, temp: Path, name: str, size: int) -> bool:
+    final = directory / name
+    try:
+        _publish(temp, final)
+    except BlobExistsError:
+        if not _is_staged_file(final, temp, size):  # (ours: an earlier attempt linked it)
+            return False
+    fsync_directory(directory)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(temp)
+    return True
 
 
 def _commit_then_tidy(directory: Path, temp: Path, final: Path, after: str | None, unsure: bool, size: int) -> None:
@@ -246,11 +282,15 @@ class FilesystemBlobOutput:
         self._path = path
         self.file = pa.OSFile(str(path), "wb")
 
-    def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
+    def finish(
+        self, first: int, last: int, records: int, record_bytes: int, written_ms: int | None = None
+    ) -> StagedBlob:
         if not self.file.closed:
             self.file.close()
         fd = os.open(self._path, os.O_RDONLY)
         try:
+            if written_ms is not None:  # the blob's time is its modification time (`modified_at`)
+                os.utime(fd, ns=(written_ms * 1_000_000,) * 2)
             os.fsync(fd)  # the bytes are on disk before the driver may link them into the chain
             size = os.fstat(fd).st_size
         finally:

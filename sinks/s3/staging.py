@@ -24,6 +24,7 @@ from sinks.s3.errors import call_blocking
 
 SHA256_METADATA = "mirror-v3-sha256"
 WRITER_METADATA = "mirror-v3-writer"  # one random id per process: tells our own blobs from a twin's
+WRITTEN_METADATA = "mirror-v3-written"  # a merged blob's time (Unix ms): its newest original's
 CONTENT_TYPE = "application/vnd.apache.parquet"
 # Blobs of different partitions one task stages at the same time. Staging a steady partition's small blob is two
 # round trips (create the upload, upload its part) for a millisecond or two of encoding: one after the other, a
@@ -90,19 +91,24 @@ class S3BlobOutput:
         self._staging = staging
         self.file = pa.BufferOutputStream()
 
-    def finish(self, first: int, last: int, records: int, record_bytes: int) -> StagedBlob:
+    def finish(
+        self, first: int, last: int, records: int, record_bytes: int, written_ms: int | None = None
+    ) -> StagedBlob:
         data = memoryview(self.file.getvalue())
         staging = self._staging
         settings = staging.settings
         key = staging.key_prefix + blob_name(first, last)
         digest = hashlib.sha256(data).hexdigest()
         client = blocking_client(settings)
+        metadata = {SHA256_METADATA: digest, WRITER_METADATA: staging.writer_id}
+        if written_ms is not None:  # an object's own time cannot be set: `S3Store.modified_at` reads this
+            metadata[WRITTEN_METADATA] = str(written_ms)
 
         def create() -> Any:
             return client.create_multipart_upload(
                 Bucket=settings.bucket,
                 Key=key,
-                Metadata={SHA256_METADATA: digest, WRITER_METADATA: staging.writer_id},
+                Metadata=metadata,
                 ContentType=CONTENT_TYPE,
                 **settings.object_options(),
             )

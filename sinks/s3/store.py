@@ -52,7 +52,14 @@ from botocore.exceptions import (
 from core.errors import first_line
 from core.logs import log_event
 from sinks.base import DestinationError
-from sinks.blob.chain import BlobExistsError, ChainProblem, CorruptChainError, blob_name, parse_blob_name
+from sinks.blob.chain import (
+    BlobExistsError,
+    ChainProblem,
+    CorruptChainError,
+    ListedBlob,
+    blob_name,
+    parse_blob_name,
+)
 from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.retry import RetryPolicy, TransientDestinationError
 from sinks.s3.errors import (
@@ -61,7 +68,7 @@ from sinks.s3.errors import (
     PreconditionFailed,
     classify_client_error,
 )
-from sinks.s3.staging import SHA256_METADATA, WRITER_METADATA, S3Settings, S3Staging
+from sinks.s3.staging import SHA256_METADATA, WRITER_METADATA, WRITTEN_METADATA, S3Settings, S3Staging
 
 T = TypeVar("T")
 
@@ -263,6 +270,19 @@ class S3Store(ConnectionUser):
         names = [entry["Key"][len(self._prefix) :] for entry in response.get("Contents", [])]
         return names, bool(response.get("IsTruncated"))
 
+    async def list_details(self, start_after: str | None, max_keys: int) -> tuple[list[ListedBlob], bool]:
+        s3 = await self._s3()
+        params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": self._prefix, "MaxKeys": max_keys}
+        if start_after is not None:
+            params["StartAfter"] = self._prefix + start_after
+        self.list_calls += 1
+        response = await self._call(f"list {self.location('')}", lambda: s3.list_objects_v2(**params))
+        listed = [
+            ListedBlob(entry["Key"][len(self._prefix) :], int(entry["Size"]), entry["LastModified"].timestamp())
+            for entry in response.get("Contents", [])
+        ]
+        return listed, bool(response.get("IsTruncated"))
+
     async def clean_leftovers(self) -> list[str]:
         await self._s3()  # the probe shares this store's client
         await self._connection.conditional_creates()
@@ -272,6 +292,9 @@ class S3Store(ConnectionUser):
         s3 = await self._s3()
         key = self._prefix + name
         head = await self._call(f"head {self.location(name)}", lambda: s3.head_object(Bucket=self._bucket, Key=key))
+        written = (head.get("Metadata") or {}).get(WRITTEN_METADATA)
+        if written is not None:  # a merged blob: its newest original's time
+            return int(written) / 1000
         modified = head.get("LastModified")
         return None if modified is None else float(modified.timestamp())
 
@@ -307,6 +330,33 @@ class S3Store(ConnectionUser):
             await self.discard_staged(staged, key)
             raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain") from None
         return staged.size
+
+    async def commit_merged(self, name: str, staged: StagedBlob) -> bool:
+        """Complete the staged upload as `name` if the name is free (no claim: the chain's end is not moved)."""
+        s3 = await self._s3()
+        key = self._prefix + name
+        try:
+            await self._call(
+                f"complete upload {self.location(name)}",
+                lambda: s3.complete_multipart_upload(
+                    Bucket=self._bucket,
+                    Key=key,
+                    UploadId=staged.ref,
+                    MultipartUpload={"Parts": [{"PartNumber": n, "ETag": etag} for n, etag in staged.parts]},
+                    IfNoneMatch="*",
+                ),
+            )
+        except (PreconditionFailed, NoSuchUpload) as exc:
+            if await self._holds_our_bytes(s3, key, staged.sha256):
+                return True  # an attempt whose answer was lost
+            if isinstance(exc, NoSuchUpload):
+                raise DestinationError(
+                    f"{self.location(name)}: the staged upload was aborted before it could be completed "
+                    "(did a writer start on this chain meanwhile? compaction respects the chain's lease)"
+                ) from None
+            await self.discard_staged(staged, key)
+            return False
+        return True
 
     async def _claim(self, s3: Any, name: str, after: str | None, staged: StagedBlob) -> None:
         claim = self._claims + claim_name(after)

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from core.file_statistics import FileStatistics
-from sinks.blob.chain import BlobRange, blob_name, parse_blob_name
+from sinks.blob.chain import BlobRange, blob_name, parse_blob_name, without_redundant
 
 NEXT_KEY = "mirror-v3.next-offset."  # + "<dest-name>/<partition>": the chain's next offset the table holds
 
@@ -103,8 +103,9 @@ def next_blobs(
 ) -> NextBlobs:
     """The blobs that continue a chain from `position`, in order, from the names listed after it (`list_after`),
     up to `durable_end` (the chain's next offset as its mirror knows it: blobs beyond are not the mirror's yet), at
-    most `limit` of them."""
-    ranges = (blob for blob in map(parse_blob_name, names) if blob is not None)
+    most `limit` of them. A run of blobs a compaction merged (`sinks.blob.chain.without_redundant`) is taken as the
+    merged blob."""
+    ranges, _ = without_redundant(blob for blob in map(parse_blob_name, names) if blob is not None)
     return next_ranges(position, ranges, durable_end, limit)
 
 

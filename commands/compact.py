@@ -1,0 +1,187 @@
+"""`compact --config C [--dry-run]`: the archive's runs of small blobs merged into bigger ones, once, as
+destination.compaction says (target size, minimum age), for an archive nobody writes or one being written: it takes
+each chain's lease first, like a writer (a chain a live mirror holds is named and the command stops, nothing
+touched), and keeps them until it ends. Every reader (restart, `restore`, `restore --as-of`, `verify`, `status`)
+sees the same records before, during and after, and after a kill at any point (`sinks.blob.compactor`).
+
+All chains of the archive are surveyed first (listing only), their merges staged in one Spark job
+(`workers.compaction_job`), then each merged blob committed and its run deleted. One line per chain that changes
+on stdout, and a summary."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+
+from config import ConfigError
+from config.model import Config
+from core.errors import MirrorV3Error
+from sinks.blob.compaction import CompactionPolicy
+from sinks.blob.compactor import ChainSurvey, apply_merge, remove_redundant, survey_chain
+from sinks.destination import Archive, DestinationServices, chain_name
+from sinks.destinations import open_destination
+from sinks.leases import Holder
+from workers.compaction_job import MergeWork, run_compaction_job
+from workers.spark_session import SparkLaunch, started_spark
+from workers.spark_start import start_spark
+
+
+@dataclass
+class ChainCompaction:
+    """What compaction did to one chain (or would do: a dry run)."""
+
+    chain: str
+    blobs_before: int
+    size: int
+    merges: int = 0
+    merged_blobs: int = 0  # blobs of the runs merged
+    redundant_removed: int = 0
+    failed: str | None = None  # a merge that failed (the chain is unchanged by it)
+
+    @property
+    def blobs_after(self) -> int:
+        return self.blobs_before - self.merged_blobs + self.merges
+
+
+def policy_of(services: DestinationServices, archive: Archive | None) -> CompactionPolicy:
+    """The destination's compaction settings; ConfigError where compact cannot run."""
+    if archive is None or services.compaction is None:
+        raise ConfigError("destination.type", "compact merges the blobs of a filesystem or S3 archive")
+    if services.table is not None:
+        raise ConfigError(
+            "destination.table",
+            "an archive with a table is not compacted yet (its table would need the matching rewrite commit)",
+        )
+    if services.daily:
+        raise ConfigError(
+            "destination.flush.daily", "a daily archive is not compacted yet (a merge must keep to one UTC day)"
+        )
+    settings = services.compaction
+    return CompactionPolicy(target_bytes=settings.target_bytes, min_age_s=settings.min_age_ms / 1000)
+
+
+async def compact(
+    config: Config, launch: SparkLaunch, dry_run: bool, progress: Callable[[ChainCompaction], None]
+) -> list[ChainCompaction]:
+    """Compact every chain of the archive (see the module). Raises ConfigError, LeaseHeldError (a live writer holds
+    a chain: nothing was changed), CorruptChainError."""
+    destination = open_destination(config.destination, holder=None if dry_run else Holder.of_this_process())
+    archive = destination.archive
+    policy = policy_of(destination.services, archive)
+    assert archive is not None  # policy_of says so
+    destination.resolve()
+    chains = await anyio.to_thread.run_sync(archive.chains)
+    names = [(name, partition) for name, partitions in sorted(chains.items()) for partition in partitions]
+    leases = destination.leases
+    async with anyio.create_task_group() as group:
+        if leases is not None:
+            await leases.take_all(chain_name(name, partition) for name, partition in names)
+            group.start_soon(leases.keep_renewed)
+        try:
+            done = await _compact_chains(archive, names, policy, launch, config, dry_run, progress)
+        finally:
+            group.cancel_scope.cancel()
+            if leases is not None:
+                await leases.release()
+    return done
+
+
+async def _compact_chains(
+    destination: Archive,
+    names: list[tuple[str, int]],
+    policy: CompactionPolicy,
+    launch: SparkLaunch,
+    config: Config,
+    dry_run: bool,
+    progress: Callable[[ChainCompaction], None],
+) -> list[ChainCompaction]:
+    now_s = time.time()
+    surveys: list[tuple[str, int, ChainSurvey]] = []
+    for name, partition in names:
+        store = destination.chain_store(name, partition)
+        try:
+            if not dry_run:  # what a compaction (or a writer) killed before left staged: the leases are ours
+                await store.clean_leftovers()
+            surveys.append((name, partition, await survey_chain(store, policy, now_s)))
+        finally:
+            await store.close()
+    done = [ChainCompaction(chain_name(name, p), s.blobs, s.size) for name, p, s in surveys]
+    work: list[MergeWork] = []
+    where: list[tuple[int, int]] = []  # per merge work: its chain's index, its merge's index
+    for index, (name, partition, survey) in enumerate(surveys):
+        done[index].merges = len(survey.merges)
+        done[index].merged_blobs = sum(len(merge.blobs) for merge in survey.merges)
+        if dry_run:
+            continue
+        _, staging = destination.staged_chain(name, partition)
+        reader = destination.reader(name, partition)
+        for number, merge in enumerate(survey.merges):
+            work.append(MergeWork(reader, staging, survey.sources(merge), merge.size))
+            where.append((index, number))
+    for index, (name, partition, survey) in enumerate(surveys):
+        if survey.redundant and not dry_run:
+            store = destination.chain_store(name, partition)
+            try:
+                await remove_redundant(store, survey.redundant)
+            finally:
+                await store.close()
+            done[index].redundant_removed = len(survey.redundant)
+    if work:
+        await start_spark(config.spark, launch)
+        outcomes = await anyio.to_thread.run_sync(
+            lambda: run_compaction_job(started_spark(), tuple(work), f"mirror-v3.compact.{uuid.uuid4().hex[:12]}")
+        )
+        for (index, number), outcome in zip(where, outcomes, strict=True):
+            name, partition, survey = surveys[index]
+            merge = survey.merges[number]
+            if outcome.error is not None:
+                done[index].failed = str(outcome.error)
+                done[index].merges -= 1
+                done[index].merged_blobs -= len(merge.blobs)
+                continue
+            store = destination.chain_store(name, partition)
+            try:
+                await apply_merge(store, merge, outcome.get())
+            except MirrorV3Error as exc:
+                done[index].failed = str(exc)
+                done[index].merges -= 1
+                done[index].merged_blobs -= len(merge.blobs)
+            finally:
+                await store.close()
+    for chain in done:
+        if chain.merges or chain.redundant_removed or chain.failed:
+            progress(chain)
+    return done
+
+
+def _mb(size: int) -> str:
+    return f"{size / 1e6:.1f} MB"
+
+
+def describe(chain: ChainCompaction, dry_run: bool) -> str:
+    """One chain's line."""
+    parts = []
+    if chain.merges:
+        verb = "would merge" if dry_run else "merged"
+        parts.append(
+            f"{verb} {chain.merged_blobs} blobs into {chain.merges}: {chain.blobs_before} blobs -> {chain.blobs_after}"
+        )
+    if chain.redundant_removed:
+        parts.append(f"removed {chain.redundant_removed} blobs a merged blob made redundant")
+    if chain.failed:
+        parts.append(f"a merge failed, its run is unchanged: {chain.failed}")
+    return f"{chain.chain}: {'; '.join(parts)}"
+
+
+def summary(done: list[ChainCompaction], dry_run: bool) -> str:
+    before = sum(chain.blobs_before for chain in done)
+    after = sum(chain.blobs_after for chain in done)
+    size = sum(chain.size for chain in done)
+    changed = sum(1 for chain in done if chain.merges)
+    verb = "would compact" if dry_run else "compacted"
+    return f"{verb} {changed} of {len(done)} chains ({_mb(size)}): {before} blobs -> {after}"

@@ -1,0 +1,97 @@
+"""`compact` through the CLI on an archive a mirror wrote in small blobs: a dry run changes nothing; a compaction
+killed with SIGKILL at a random moment, then run again, leaves one merged blob per chain besides its last; `verify`
+against the source is exact, and a `restore --as-of` a moment from before the compaction restores exactly the
+records the archive held then, record by record."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e.harness import backlog, mirror_config, partitions_of, start
+from sinks.blob.chain import BlobRange
+from testkit.kafka_broker import KafkaBroker
+from testkit.kafka_data import generate_records, produce
+from testkit.mirror_run import MirrorRun, run_cli
+from testkit.targets import (
+    BlobTarget,
+    KafkaTarget,
+    assert_same_records,
+    chain,
+    source_records,
+)
+
+THEN = {0: 3_000, 1: 2_000}  # the first spell
+ENDS = {0: 6_000, 1: 4_000}
+
+
+# The S3 case is a soak case: the compaction's S3 half (conditional completes, the written time as object metadata,
+# the S3 listing's sizes) is the same protocol as the mirror's commits, which the default run proves on S3.
+@pytest.mark.parametrize("where", ["filesystem", pytest.param("s3", marks=pytest.mark.soak)])
+def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
+    kafka: KafkaBroker, where: str, request: pytest.FixtureRequest, topic_name: str, tmp_path: Path
+) -> None:
+    fs: BlobTarget = request.getfixturevalue("fs" if where == "filesystem" else "s3")
+    backlog(kafka.bootstrap, topic_name, list(THEN.values()), seed=49)
+    config = mirror_config(
+        tmp_path / "mirror.yaml",
+        kafka.bootstrap,
+        fs,
+        partitions_of(topic_name, 2),
+        flush={"max-time-ms": 300, "max-offsets": 250},  # a blob per 250 offsets at most: 40 and more
+    )
+    document = yaml.safe_load(config.read_text())
+    document["destination"]["compaction"] = {"min-age-ms": 0}  # everything old enough at once
+    config.write_text(yaml.safe_dump(document))
+    # The archive written in two spells, and a moment between them: as of it, the archive held the first spell.
+    with start(config, tmp_path / "mirror.log", fs) as run:
+        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), THEN)
+        time.sleep(1.1)  # blob times have a second's resolution on some stores
+        moment_ms = round(time.time() * 1000)
+        time.sleep(1.1)
+        for partition, count in ENDS.items():
+            produce(kafka.bootstrap, topic_name, partition, generate_records(count - THEN[partition], seed=partition))
+        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), ENDS)
+        run.drain()
+    before = {p: chain(fs, topic_name, p) for p in ENDS}
+    assert all(len(blobs) >= 16 for blobs in before.values()), before
+
+    dry = run_cli("compact", "--config", str(config), "--dry-run", env=fs.env())
+    assert dry.returncode == 0, dry.stderr
+    count = len(before[0])
+    assert f"{topic_name}/0: would merge {count - 1} blobs into 1: {count} blobs -> 2" in dry.stdout, dry.stdout
+    assert {p: chain(fs, topic_name, p) for p in ENDS} == before
+
+    with MirrorRun(config, tmp_path / "killed.log", env=fs.env(), command="compact") as killed:
+        time.sleep(random.Random().uniform(2.0, 9.0))  # in Spark's start, the merge job or the commits
+        killed.kill9()
+    done = run_cli("compact", "--config", str(config), env=fs.env())
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip().splitlines()[-1].startswith("compacted "), done.stdout
+    after = {p: chain(fs, topic_name, p) for p in ENDS}  # strict: no redundant run, no leftover, one chain
+    assert after == {p: [BlobRange(0, blobs[-2].last), blobs[-1]] for p, blobs in before.items()}
+
+    verified = run_cli("verify", "--config", str(config), env=fs.env())
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+
+    restore = tmp_path / "restore.yaml"
+    restore.write_text(
+        yaml.safe_dump(
+            {
+                "archive": {k: v for k, v in fs.config().items() if k != "flush"},
+                "restore": [{"topic": topic_name, "rename": f"{topic_name}-then"}],
+                "destination": {"type": "kafka", "bootstrap-servers": kafka.bootstrap, "offsets": "renumber"},
+                "spark": {"master": "local[2]"},
+            }
+        )
+    )
+    restored = run_cli("restore", "--config", str(restore), "--as-of", str(moment_ms), "--create-topics", env=fs.env())
+    assert restored.returncode == 0, restored.stdout + restored.stderr
+    restored_target = KafkaTarget(kafka.bootstrap, "renumber")
+    for partition, end in THEN.items():
+        expected = [r for r in source_records(kafka.bootstrap, topic_name, partition) if r.offset < end]
+        assert_same_records(restored_target.records(f"{topic_name}-then", partition), expected)

@@ -1,0 +1,90 @@
+"""Which runs of a chain's blobs a compaction merges: frozen facts in, merges out; no I/O, no clock.
+
+A merge is a run of adjacent blobs whose records become one blob named after the run's whole range; the chain rule
+(`sinks.blob.chain.without_redundant`) makes the run redundant from the moment the merged blob is committed, so the
+run is deleted after, never before. What is merged:
+- only blobs older than `min_age_s` (a reader or a table may be about to take the newest);
+- never the chain's last blob: its writer continues the chain after that name;
+- never a blob at or above `target_bytes` (it is big enough), which also ends a run;
+- a run holds at most `target_bytes` and `max_blobs` blobs (the merge task reads them one after another, its
+  memory is one row group), and at least two;
+- with `flush.daily` never blobs of two UTC days (a blob's day: its records' timestamps, `BlobFacts.day`);
+- never across `barrier` (an offset, e.g. a table's position: a run either below it, all in the table, or above
+  it, none of it in the table).
+
+Cost: one pass over the chain, O(n) for n blobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sinks.blob.chain import BlobRange
+
+
+@dataclass(frozen=True)
+class BlobFacts:
+    """One blob of the chain as the planner sees it: its range, its size, when it was written (Unix seconds; a merged
+    blob: when its last original was) and, with `flush.daily`, the UTC day of its records (None: not known, or not
+    daily)."""
+
+    blob: BlobRange
+    size: int
+    written_s: float
+    day: int | None = None
+
+
+@dataclass(frozen=True)
+class CompactionPolicy:
+    target_bytes: int = 128 * 1024 * 1024
+    min_age_s: float = 3600.0
+    max_blobs: int = 10_000
+    daily: bool = False
+
+
+@dataclass(frozen=True)
+class Merge:
+    """A run of adjacent blobs to become one."""
+
+    blobs: tuple[BlobFacts, ...]
+
+    @property
+    def merged(self) -> BlobRange:
+        return BlobRange(self.blobs[0].blob.first, self.blobs[-1].blob.last)
+
+    @property
+    def size(self) -> int:
+        return sum(facts.size for facts in self.blobs)
+
+
+def plan_merges(
+    chain: Sequence[BlobFacts], policy: CompactionPolicy, now_s: float, barrier: int | None = None
+) -> list[Merge]:
+    """The merges of `chain` (its blobs in chain order, without redundant ones) that `policy` allows now."""
+    merges: list[Merge] = []
+    run: list[BlobFacts] = []
+    run_bytes = 0
+    for facts in [*chain[:-1], None]:  # never the last blob; None closes the last run
+        eligible = (
+            facts is not None
+            and facts.size < policy.target_bytes
+            and facts.written_s <= now_s - policy.min_age_s
+            and (facts.day is not None or not policy.daily)
+        )
+        continues = (
+            eligible
+            and facts is not None
+            and run_bytes + facts.size <= policy.target_bytes
+            and len(run) < policy.max_blobs
+            and (not run or facts.day == run[-1].day)
+            and (not run or facts.blob.first != barrier)
+        )
+        if not continues:
+            if len(run) >= 2:
+                merges.append(Merge(tuple(run)))
+            run, run_bytes = [], 0
+        if eligible and facts is not None:
+            run.append(facts)
+            run_bytes += facts.size
+    return merges

@@ -1,0 +1,134 @@
+"""A chain compacted on a real directory (`sinks.blob.merging`, `sinks.blob.compactor`, the filesystem store), the
+merge run in-process instead of in a Spark task: the merged blob holds the run's rows in order and notes its
+originals and their times, its own time is its newest original's, and at every step a reader lists the same chain."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from commands.compact import policy_of
+from config import ConfigError
+from config.model import CompactionConfig, TableConfig
+from core.records import encode_parquet
+from sinks.blob.chain import BlobRange, blob_name, is_temp_name, verify_all
+from sinks.blob.compaction import CompactionPolicy
+from sinks.blob.compactor import apply_merge, remove_redundant, survey_chain
+from sinks.blob.merging import merge_blobs, merged_from
+from sinks.blob.staging import BlobFormat
+from sinks.destination import DestinationServices
+from sinks.filesystem.reading import FilesystemBlobReader
+from sinks.filesystem.store import FilesystemStore
+from tests.fakes import FakeRecord, records_table
+
+T0 = 1_700_000_000.0
+
+
+def _write_chain(directory: Path, ranges: list[tuple[int, int]]) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    for index, (first, last) in enumerate(ranges):
+        records = [FakeRecord(o, f"k{o}".encode(), f"v{o}".encode()) for o in range(first, last + 1)]
+        path = directory / blob_name(first, last)
+        path.write_bytes(encode_parquet(records_table(records, "orders", 0), "zstd", None))
+        os.utime(path, (T0 + index, T0 + index))  # committed a second apart
+
+
+def _offsets(directory: Path, name: str) -> list[int]:
+    offsets: list[int] = pq.read_table(directory / name).column("offset").to_pylist()
+    return offsets
+
+
+async def _compact(store: FilesystemStore, directory: Path, policy: CompactionPolicy) -> int:
+    survey = await survey_chain(store, policy, now_s=T0 + 10_000)
+    await remove_redundant(store, survey.redundant)
+    staging = store.staging(BlobFormat())
+    for merge in survey.merges:
+        staged = merge_blobs(FilesystemBlobReader(str(directory)), staging, survey.sources(merge))
+        await apply_merge(store, merge, staged)
+    return len(survey.merges)
+
+
+async def test_a_run_becomes_one_blob_that_keeps_its_originals_and_their_times(tmp_path: Path) -> None:
+    directory = tmp_path / "orders" / "0"
+    _write_chain(directory, [(0, 9), (10, 19), (20, 24), (25, 39), (40, 44)])
+    store = FilesystemStore(directory)
+    before = await verify_all(store)
+    assert await _compact(store, directory, CompactionPolicy(target_bytes=10**9, min_age_s=60)) == 1
+    assert sorted(p.name for p in directory.iterdir() if p.suffix == ".parquet") == [
+        blob_name(0, 39),
+        blob_name(40, 44),  # the chain's last blob is its writer's: never merged
+    ]
+    assert await verify_all(store) == [BlobRange(0, 39), BlobRange(40, 44)] and before[-1] == BlobRange(40, 44)
+    merged = directory / blob_name(0, 39)
+    assert _offsets(directory, merged.name) == list(range(40))
+    originals = [(0, 9, 1_700_000_000_000), (10, 19, 1_700_000_001_000), (20, 24, 1_700_000_002_000)]
+    assert merged_from(pq.ParquetFile(merged).metadata) == [*originals, (25, 39, 1_700_000_003_000)]
+    assert merged.stat().st_mtime == T0 + 3  # its newest original's: blob times still grow with offsets
+    assert pq.ParquetFile(merged).metadata.num_row_groups == 1  # small blobs make one row group, not one each
+
+    # More blobs later, and a merge of the merged blob: its originals are passed on, not itself.
+    for index, (first, last) in enumerate([(45, 49), (50, 59)], start=5):
+        path = directory / blob_name(first, last)
+        records = [FakeRecord(o, None, b"x") for o in range(first, last + 1)]
+        path.write_bytes(encode_parquet(records_table(records, "orders", 0), "zstd", None))
+        os.utime(path, (T0 + index, T0 + index))
+    assert await _compact(store, directory, CompactionPolicy(target_bytes=10**9, min_age_s=60)) == 1
+    again = directory / blob_name(0, 49)
+    assert _offsets(directory, again.name) == list(range(50))
+    found = merged_from(pq.ParquetFile(again).metadata)
+    assert found is not None and [o[:2] for o in found] == [(0, 9), (10, 19), (20, 24), (25, 39), (40, 44), (45, 49)]
+
+
+@pytest.mark.parametrize("removed_before_the_crash", [0, 1, 2])
+async def test_a_compaction_stopped_between_its_steps_leaves_a_redundant_run_the_next_one_removes(
+    tmp_path: Path, removed_before_the_crash: int
+) -> None:
+    directory = tmp_path / "orders" / "0"
+    _write_chain(directory, [(0, 9), (10, 19), (20, 29), (30, 39)])
+    store = FilesystemStore(directory)
+    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    (merge,) = survey.merges
+    staged = merge_blobs(FilesystemBlobReader(str(directory)), store.staging(BlobFormat()), survey.sources(merge))
+    assert await store.commit_merged(merge.merged.name, staged)
+    for facts in merge.blobs[:removed_before_the_crash]:  # killed while deleting the run
+        await store.remove(facts.blob.name)
+    assert await verify_all(store) == [BlobRange(0, 29), BlobRange(30, 39)]  # what every reader sees meanwhile
+    again = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    assert len(again.redundant) == 3 - removed_before_the_crash and again.merges == ()
+    await remove_redundant(store, again.redundant)
+    left = sorted(p.name for p in directory.iterdir() if p.suffix == ".parquet")
+    assert left == [blob_name(0, 29), blob_name(30, 39)]
+
+
+async def test_a_second_compaction_of_the_same_run_finds_it_merged_and_changes_nothing(tmp_path: Path) -> None:
+    directory = tmp_path / "orders" / "0"
+    _write_chain(directory, [(0, 9), (10, 19), (20, 29)])
+    store = FilesystemStore(directory)
+    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    (merge,) = survey.merges
+    reader, staging = FilesystemBlobReader(str(directory)), store.staging(BlobFormat())
+    first = merge_blobs(reader, staging, survey.sources(merge))
+    second = merge_blobs(reader, staging, survey.sources(merge))  # another compaction, read before the first ends
+    assert await apply_merge(store, merge, first) is True
+    assert await store.commit_merged(merge.merged.name, second) is False
+    assert not any(is_temp_name(name) for name in os.listdir(directory))  # the second's staged file discarded
+    assert _offsets(directory, blob_name(0, 19)) == list(range(20))
+
+
+def test_compact_refuses_what_it_cannot_compact_yet_in_one_line_naming_the_setting() -> None:
+    archive: Any = object()  # an archive of any kind: the settings decide
+    with pytest.raises(ConfigError) as kafka:
+        policy_of(DestinationServices(), None)
+    assert kafka.value.where == "destination.type"
+    with pytest.raises(ConfigError) as table:
+        policy_of(DestinationServices(table=TableConfig(format="iceberg"), compaction=CompactionConfig()), archive)
+    assert table.value.where == "destination.table" and "rewrite commit" in str(table.value)
+    with pytest.raises(ConfigError) as daily:
+        policy_of(DestinationServices(daily=True, compaction=CompactionConfig()), archive)
+    assert daily.value.where == "destination.flush.daily"
+    settings = CompactionConfig(target_bytes=1000, min_age_ms=5000)
+    assert policy_of(DestinationServices(compaction=settings), archive) == CompactionPolicy(1000, 5.0)
