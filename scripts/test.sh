@@ -24,11 +24,12 @@ mypy . > "$mypy_log" 2>&1 &
 mypy_pid=$!
 echo "== pytest"
 # The slowest tests are listed so that a CI run that creeps towards its 15-minute budget shows where.
-# Two workers (pytest-xdist, each with its own brokers and moto): the end-to-end tests spend about half
-# their wall time waiting on subprocesses, so a second worker fills the idle CPU (measured: 18 min of
-# pytest in one worker, 12 min in two). `worksteal` evens out the tests' very different lengths.
+# Three workers (pytest-xdist, each with its own brokers and moto): the end-to-end tests spend much of
+# their wall time waiting on subprocesses, so more workers fill the idle CPU (measured: 18 min of pytest in one
+# worker, 12 min in two; on 2026-11-27, clean clones of the same tree: 14:07 in two, 13:20-13:27 in three, each
+# test 30-50 % slower but more of them at once). `worksteal` evens out the tests' very different lengths.
 tests=0
-python -m pytest -n "${MIRROR_V3_TEST_WORKERS:-2}" --dist worksteal --durations=25 "$@" || tests=$?
+python -m pytest -n "${MIRROR_V3_TEST_WORKERS:-3}" --dist worksteal --durations=25 "$@" || tests=$?
 types=0
 wait "$mypy_pid" || types=$?
 echo "== mypy"
