@@ -10,6 +10,7 @@ on stdout, and a summary."""
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from collections.abc import Callable
@@ -21,7 +22,8 @@ import anyio.to_thread
 from config import ConfigError
 from config.model import Config
 from core.errors import MirrorV3Error
-from sinks.blob.compaction import CompactionPolicy
+from core.logs import log_event
+from sinks.blob.compaction import CompactionPolicy, Merge
 from sinks.blob.compactor import ChainSurvey, apply_merge, remove_redundant, survey_chain
 from sinks.destination import Archive, DestinationServices, chain_name
 from sinks.destinations import open_destination
@@ -29,6 +31,8 @@ from sinks.leases import Holder
 from workers.compaction_job import MergeWork, run_compaction_job
 from workers.spark_session import SparkLaunch, started_spark
 from workers.spark_start import start_spark
+
+log = logging.getLogger("mirror_v3.compact")
 
 
 @dataclass
@@ -145,8 +149,19 @@ async def _compact_chains(
                 done[index].merged_blobs -= len(merge.blobs)
                 continue
             store = destination.chain_store(name, partition)
+
+            def committed(published: bool, chain: str = done[index].chain, merge: Merge = merge) -> None:
+                log_event(
+                    log,
+                    logging.INFO,
+                    "merged blob committed" if published else "merged blob found committed",
+                    chain=chain,
+                    blob=merge.merged.name,
+                    replaces=len(merge.blobs),
+                )
+
             try:
-                await apply_merge(store, merge, outcome.get())
+                await apply_merge(store, merge, outcome.get(), committed)
             except MirrorV3Error as exc:
                 done[index].failed = str(exc)
                 done[index].merges -= 1

@@ -1,7 +1,7 @@
 """`compact` through the CLI on an archive a mirror wrote in small blobs: a dry run changes nothing; a compaction
-killed with SIGKILL at a random moment, then run again, leaves one merged blob per chain besides its last; `verify`
-against the source is exact, and a `restore --as-of` a moment from before the compaction restores exactly the
-records the archive held then, record by record."""
+killed with SIGKILL right after its first merged blob's commit, then run again, leaves one merged blob per chain
+besides its last; `verify` against the source is exact, and a `restore --as-of` a moment from before the compaction
+restores exactly the records the archive held then, record by record."""
 
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
     assert {p: chain(fs, topic_name, p) for p in ENDS} == before
 
     with MirrorRun(config, tmp_path / "killed.log", env=fs.env(), command="compact") as killed:
-        time.sleep(random.Random().uniform(2.0, 9.0))  # in Spark's start, the merge job or the commits
+        # Right after a merged blob's commit: its run is being deleted (the unit tests stop at each step).
+        killed.wait_for_log('msg="merged blob committed"', timeout=120)
+        time.sleep(random.Random().uniform(0.0, 0.05))
         killed.kill9()
     done = run_cli("compact", "--config", str(config), env=fs.env())
     assert done.returncode == 0, done.stdout + done.stderr

@@ -9,10 +9,18 @@ create and one delete per blob of its run.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sinks.blob.chain import PAGE, BlobStore, ListedBlob, parse_blob_name, validate_chain, without_redundant
+from sinks.blob.chain import (
+    PAGE,
+    BlobRange,
+    BlobStore,
+    ListedBlob,
+    parse_blob_name,
+    validate_chain,
+    without_redundant,
+)
 from sinks.blob.compaction import BlobFacts, CompactionPolicy, Merge, plan_merges
 from sinks.blob.merging import MergeSource
 from sinks.blob.staging import StagedBlob
@@ -66,10 +74,16 @@ async def remove_redundant(store: BlobStore, names: Sequence[str]) -> None:
         await store.remove(name)
 
 
-async def apply_merge(store: BlobStore, merge: Merge, staged: StagedBlob) -> bool:
+async def apply_merge(
+    store: BlobStore, merge: Merge, staged: StagedBlob, committed: Callable[[bool], None] = lambda _: None
+) -> bool:
     """Commit the merged blob, then delete its run; True when this call committed it (False: it was there already,
-    from a compaction of the same run: the run is redundant all the same)."""
+    from a compaction of the same run: the run is redundant all the same). `committed(published)` is called in
+    between."""
+    if len(merge.blobs) < 2 or BlobRange(staged.first, staged.last) != merge.merged:
+        raise ValueError(f"not a merge of a run: {merge.merged.name} from {len(merge.blobs)} blobs")  # a caller's bug
     published = await store.commit_merged(merge.merged.name, staged)
-    for facts in merge.blobs:
+    committed(published)
+    for facts in merge.blobs:  # each strictly inside the merged range: never the merged blob itself
         await store.remove(facts.blob.name)
     return published
