@@ -302,8 +302,22 @@ class S3Store(ConnectionUser):
         """Claim `name` as the successor of `after`, then complete the staged multipart upload as `name`,
         only if the name is free."""
         s3 = await self._s3()
-        key = self._prefix + name
         await self._claim(s3, name, after, staged)
+        aborted = "did another process clean this prefix on start? it owns this chain now"
+        if not await self._complete(s3, name, staged, aborted):
+            raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain")
+        return staged.size
+
+    async def commit_merged(self, name: str, staged: StagedBlob) -> bool:
+        """Complete the staged upload as `name` if the name is free (no claim: the chain's end is not moved)."""
+        aborted = "did a writer start on this chain meanwhile? compaction respects the chain's lease"
+        return await self._complete(await self._s3(), name, staged, aborted)
+
+    async def _complete(self, s3: Any, name: str, staged: StagedBlob, aborted: str) -> bool:
+        """Complete the staged upload as `name` unless the name is taken: True when it is ours now, False (the upload
+        aborted) when someone else's object has the name. DestinationError (naming `aborted`'s likely cause) when the
+        upload was aborted by someone else."""
+        key = self._prefix + name
         try:
             await self._call(
                 f"complete upload {self.location(name)}",
@@ -319,40 +333,12 @@ class S3Store(ConnectionUser):
             # The name is taken, or the upload is gone. It is ours only if this process staged exactly
             # these bytes: an attempt whose answer was lost (the upload completed, so it is gone), or
             # one the HTTP client resent on its own after a dropped connection. Anything else,
-            # identical bytes included, is another writer.
+            # identical bytes included, is another writer's.
             if await self._holds_our_bytes(s3, key, staged.sha256):
-                return staged.size
+                return True
             if isinstance(exc, NoSuchUpload):
                 raise DestinationError(
-                    f"{self.location(name)}: the staged upload was aborted before it could be completed "
-                    "(did another process clean this prefix on start? it owns this chain now)"
-                ) from None
-            await self.discard_staged(staged, key)
-            raise BlobExistsError(f"{self.location(name)} already exists: another writer owns this chain") from None
-        return staged.size
-
-    async def commit_merged(self, name: str, staged: StagedBlob) -> bool:
-        """Complete the staged upload as `name` if the name is free (no claim: the chain's end is not moved)."""
-        s3 = await self._s3()
-        key = self._prefix + name
-        try:
-            await self._call(
-                f"complete upload {self.location(name)}",
-                lambda: s3.complete_multipart_upload(
-                    Bucket=self._bucket,
-                    Key=key,
-                    UploadId=staged.ref,
-                    MultipartUpload={"Parts": [{"PartNumber": n, "ETag": etag} for n, etag in staged.parts]},
-                    IfNoneMatch="*",
-                ),
-            )
-        except (PreconditionFailed, NoSuchUpload) as exc:
-            if await self._holds_our_bytes(s3, key, staged.sha256):
-                return True  # an attempt whose answer was lost
-            if isinstance(exc, NoSuchUpload):
-                raise DestinationError(
-                    f"{self.location(name)}: the staged upload was aborted before it could be completed "
-                    "(did a writer start on this chain meanwhile? compaction respects the chain's lease)"
+                    f"{self.location(name)}: the staged upload was aborted before it could be completed ({aborted})"
                 ) from None
             await self.discard_staged(staged, key)
             return False
