@@ -6,7 +6,7 @@ sees the same records before, during and after, and after a kill at any point (`
 
 All chains of the archive are surveyed first (listing only), their merges staged in one Spark job
 (`workers.compaction_job`), then each merged blob committed and its run deleted. One line per chain that changes
-on stdout, and a summary."""
+on stdout, and a summary. A dry run counts the runs planned; with flush.daily the tasks may cut them by day."""
 
 from __future__ import annotations
 
@@ -61,10 +61,6 @@ def policy_of(services: DestinationServices, archive: Archive | None) -> Compact
             "destination.table",
             "an archive with a table is not compacted yet (its table would need the matching rewrite commit)",
         )
-    if services.daily:
-        raise ConfigError(
-            "destination.flush.daily", "a daily archive is not compacted yet (a merge must keep to one UTC day)"
-        )
     settings = services.compaction
     return CompactionPolicy(target_bytes=settings.target_bytes, min_age_s=settings.min_age_ms / 1000)
 
@@ -87,7 +83,8 @@ async def compact(
             await leases.take_all(chain_name(name, partition) for name, partition in names)
             group.start_soon(leases.keep_renewed)
         try:
-            done = await _compact_chains(archive, names, policy, launch, config, dry_run, progress)
+            daily = destination.services.daily
+            done = await _compact_chains(archive, names, policy, launch, config, dry_run, progress, daily)
         finally:
             group.cancel_scope.cancel()
             if leases is not None:
@@ -103,6 +100,7 @@ async def _compact_chains(
     config: Config,
     dry_run: bool,
     progress: Callable[[ChainCompaction], None],
+    daily: bool,
 ) -> list[ChainCompaction]:
     now_s = time.time()
     surveys: list[tuple[str, int, ChainSurvey]] = []
@@ -125,7 +123,8 @@ async def _compact_chains(
         _, staging = destination.staged_chain(name, partition)
         reader = destination.reader(name, partition)
         for number, merge in enumerate(survey.merges):
-            work.append(MergeWork(reader, staging, survey.sources(merge), merge.size))
+            # flush.daily: the days are the records', read by the task, which cuts the run where they change.
+            work.append(MergeWork(reader, staging, survey.sources(merge), merge.size, daily))
             where.append((index, number))
     for index, (name, partition, survey) in enumerate(surveys):
         if survey.redundant and not dry_run:
@@ -142,30 +141,32 @@ async def _compact_chains(
         )
         for (index, number), outcome in zip(where, outcomes, strict=True):
             name, partition, survey = surveys[index]
-            merge = survey.merges[number]
+            planned = survey.merges[number]
+            done[index].merges -= 1  # counted again below, per merged blob committed
+            done[index].merged_blobs -= len(planned.blobs)
             if outcome.error is not None:
                 done[index].failed = str(outcome.error)
-                done[index].merges -= 1
-                done[index].merged_blobs -= len(merge.blobs)
                 continue
             store = destination.chain_store(name, partition)
-
-            def committed(published: bool, chain: str = done[index].chain, merge: Merge = merge) -> None:
-                log_event(
-                    log,
-                    logging.INFO,
-                    "merged blob committed" if published else "merged blob found committed",
-                    chain=chain,
-                    blob=merge.merged.name,
-                    replaces=len(merge.blobs),
-                )
-
             try:
-                await apply_merge(store, merge, outcome.get(), committed)
+                for staged in outcome.get():  # one per run, or one per day of two blobs or more (flush.daily)
+                    merge = planned.within(staged.first, staged.last)
+
+                    def committed(published: bool, chain: str = done[index].chain, merge: Merge = merge) -> None:
+                        log_event(
+                            log,
+                            logging.INFO,
+                            "merged blob committed" if published else "merged blob found committed",
+                            chain=chain,
+                            blob=merge.merged.name,
+                            replaces=len(merge.blobs),
+                        )
+
+                    await apply_merge(store, merge, staged, committed)
+                    done[index].merges += 1
+                    done[index].merged_blobs += len(merge.blobs)
             except MirrorV3Error as exc:
                 done[index].failed = str(exc)
-                done[index].merges -= 1
-                done[index].merged_blobs -= len(merge.blobs)
             finally:
                 await store.close()
     for chain in done:

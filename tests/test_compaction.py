@@ -28,10 +28,13 @@ from tests.fakes import FakeRecord, records_table
 T0 = 1_700_000_000.0
 
 
-def _write_chain(directory: Path, ranges: list[tuple[int, int]]) -> None:
+def _write_chain(directory: Path, ranges: list[tuple[int, int]], days: list[int] | None = None) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     for index, (first, last) in enumerate(ranges):
-        records = [FakeRecord(o, f"k{o}".encode(), f"v{o}".encode()) for o in range(first, last + 1)]
+        stamp = 1_700_000_000_000 if days is None else days[index] * 86_400_000 + 3_600_000
+        records = [
+            FakeRecord(o, f"k{o}".encode(), f"v{o}".encode(), timestamp_ms=stamp) for o in range(first, last + 1)
+        ]
         path = directory / blob_name(first, last)
         path.write_bytes(encode_parquet(records_table(records, "orders", 0), "zstd", None))
         os.utime(path, (T0 + index, T0 + index))  # committed a second apart
@@ -47,7 +50,7 @@ async def _compact(store: FilesystemStore, directory: Path, policy: CompactionPo
     await remove_redundant(store, survey.redundant)
     staging = store.staging(BlobFormat())
     for merge in survey.merges:
-        staged = merge_blobs(FilesystemBlobReader(str(directory)), staging, survey.sources(merge))
+        (staged,) = merge_blobs(FilesystemBlobReader(str(directory)), staging, survey.sources(merge))
         await apply_merge(store, merge, staged)
     return len(survey.merges)
 
@@ -92,7 +95,7 @@ async def test_a_compaction_stopped_between_its_steps_leaves_a_redundant_run_the
     store = FilesystemStore(directory)
     survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
     (merge,) = survey.merges
-    staged = merge_blobs(FilesystemBlobReader(str(directory)), store.staging(BlobFormat()), survey.sources(merge))
+    (staged,) = merge_blobs(FilesystemBlobReader(str(directory)), store.staging(BlobFormat()), survey.sources(merge))
     assert await store.commit_merged(merge.merged.name, staged)
     for facts in merge.blobs[:removed_before_the_crash]:  # killed while deleting the run
         await store.remove(facts.blob.name)
@@ -111,15 +114,15 @@ async def test_a_second_compaction_of_the_same_run_finds_it_merged_and_changes_n
     survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
     (merge,) = survey.merges
     reader, staging = FilesystemBlobReader(str(directory)), store.staging(BlobFormat())
-    first = merge_blobs(reader, staging, survey.sources(merge))
-    second = merge_blobs(reader, staging, survey.sources(merge))  # another compaction, read before the first ends
+    (first,) = merge_blobs(reader, staging, survey.sources(merge))
+    (second,) = merge_blobs(reader, staging, survey.sources(merge))  # another compaction, read before the first ends
     assert await apply_merge(store, merge, first) is True
     assert await store.commit_merged(merge.merged.name, second) is False
     assert not any(is_temp_name(name) for name in os.listdir(directory))  # the second's staged file discarded
     assert _offsets(directory, blob_name(0, 19)) == list(range(20))
 
 
-def test_compact_refuses_what_it_cannot_compact_yet_in_one_line_naming_the_setting() -> None:
+def test_compact_refuses_what_it_cannot_compact_in_one_line_naming_the_setting() -> None:
     archive: Any = object()  # an archive of any kind: the settings decide
     with pytest.raises(ConfigError) as kafka:
         policy_of(DestinationServices(), None)
@@ -127,8 +130,26 @@ def test_compact_refuses_what_it_cannot_compact_yet_in_one_line_naming_the_setti
     with pytest.raises(ConfigError) as table:
         policy_of(DestinationServices(table=TableConfig(format="iceberg"), compaction=CompactionConfig()), archive)
     assert table.value.where == "destination.table" and "rewrite commit" in str(table.value)
-    with pytest.raises(ConfigError) as daily:
-        policy_of(DestinationServices(daily=True, compaction=CompactionConfig()), archive)
-    assert daily.value.where == "destination.flush.daily"
     settings = CompactionConfig(target_bytes=1000, min_age_ms=5000)
     assert policy_of(DestinationServices(compaction=settings), archive) == CompactionPolicy(1000, 5.0)
+
+
+async def test_with_flush_daily_a_run_is_cut_where_its_records_day_changes(tmp_path: Path) -> None:
+    """Each blob of a daily archive holds one UTC day; so does each merged blob: one per day of two blobs or more, a
+    day of one blob left as it is."""
+    directory = tmp_path / "orders" / "0"
+    days = [19_700, 19_700, 19_700, 19_701, 19_702, 19_702, 19_703]
+    _write_chain(directory, [(10 * i, 10 * i + 9) for i in range(7)], days)
+    store = FilesystemStore(directory)
+    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    (merge,) = survey.merges  # 0-59: the planner knows no days
+    reader, staging = FilesystemBlobReader(str(directory)), store.staging(BlobFormat())
+    staged = merge_blobs(reader, staging, survey.sources(merge), daily=True)
+    assert [(s.first, s.last) for s in staged] == [(0, 29), (40, 59)]  # 30-39 alone on its day
+    for blob in staged:
+        await apply_merge(store, merge.within(blob.first, blob.last), blob)
+    assert await verify_all(store) == [BlobRange(0, 29), BlobRange(30, 39), BlobRange(40, 59), BlobRange(60, 69)]
+    for name, day in ((blob_name(0, 29), 19_700), (blob_name(40, 59), 19_702)):
+        stamps = pq.read_table(directory / name).column("timestamp").cast("int64").to_pylist()
+        assert {stamp // 86_400_000_000 for stamp in stamps} == {day}
+    assert not any(is_temp_name(name) for name in os.listdir(directory))  # the lone day's output was abandoned

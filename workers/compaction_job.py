@@ -19,20 +19,25 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class MergeWork:
-    """One run of one chain: read with `reader`, staged with `staging`; `size` weighs it for packing."""
+    """One run of one chain: read with `reader`, staged with `staging` (`daily`: cut where the UTC day changes);
+    `size` weighs it for packing."""
 
     reader: BlobReader
     staging: BlobStaging
     run: tuple[MergeSource, ...]
     size: int
+    daily: bool = False
 
 
-def run_compaction_job(spark: SparkSession, work: tuple[MergeWork, ...], job_group: str) -> list[Outcome[StagedBlob]]:
-    """Merge every run; one outcome per run, in order (a run that failed is its own outcome, not the job's)."""
+def run_compaction_job(
+    spark: SparkSession, work: tuple[MergeWork, ...], job_group: str
+) -> list[Outcome[list[StagedBlob]]]:
+    """Merge every run; one outcome per run (its merged blobs: one, or one per day), in order (a run that failed is
+    its own outcome, not the job's)."""
     spec = JobSpec(job_group, "mirror-v3.compaction", f"compact {len(work)} runs")
     weights = [max(1, item.size // (1024 * 1024)) for item in work]
     return run_items(spark, work, balanced_packs(spark, weights), _merge, spec)
 
 
-def _merge(work: MergeWork, state: dict[str, Any]) -> StagedBlob:
-    return merge_blobs(work.reader, work.staging, work.run)
+def _merge(work: MergeWork, state: dict[str, Any]) -> list[StagedBlob]:
+    return merge_blobs(work.reader, work.staging, work.run, work.daily)

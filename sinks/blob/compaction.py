@@ -57,6 +57,10 @@ class Merge:
     def size(self) -> int:
         return sum(facts.size for facts in self.blobs)
 
+    def within(self, first: int, last: int) -> Merge:
+        """The part of this run from offset `first` to `last` (a merged blob of one day of it: flush.daily)."""
+        return Merge(tuple(f for f in self.blobs if first <= f.blob.first and f.blob.last <= last))
+
 
 def plan_merges(
     chain: Sequence[BlobFacts], policy: CompactionPolicy, now_s: float, barrier: int | None = None
