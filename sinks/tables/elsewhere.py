@@ -81,8 +81,11 @@ class ElsewhereIcebergTable:
     def positions(self, chains: Iterable[str]) -> TablePositions:
         read = self._table.positions(chains)
         if not self._opened_there:  # the table exists now: the worker opens it too, before its first commit is due
-            self._opened_there = True
-            _worker().submit(_open_here, *self._arguments())
+            try:
+                _worker().submit(_open_here, *self._arguments())
+                self._opened_there = True
+            except BrokenProcessPool:
+                pass  # the worker died: the next commit starts another (and says so), the next read opens it there
         return read
 
     def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
