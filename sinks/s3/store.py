@@ -261,16 +261,11 @@ class S3Store(ConnectionUser):
 
     async def list_page(self, start_after: str | None, max_keys: int) -> tuple[list[str], bool]:
         """Up to max_keys names after `start_after` (exclusive), in order; and whether more follow."""
-        s3 = await self._s3()
-        params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": self._prefix, "MaxKeys": max_keys}
-        if start_after is not None:
-            params["StartAfter"] = self._prefix + start_after
-        self.list_calls += 1
-        response = await self._call(f"list {self.location('')}", lambda: s3.list_objects_v2(**params))
-        names = [entry["Key"][len(self._prefix) :] for entry in response.get("Contents", [])]
-        return names, bool(response.get("IsTruncated"))
+        listed, more = await self.list_details(start_after, max_keys)
+        return [entry.name for entry in listed], more
 
     async def list_details(self, start_after: str | None, max_keys: int) -> tuple[list[ListedBlob], bool]:
+        """`list_page` with each object's size and time, which the same LIST answer carries."""
         s3 = await self._s3()
         params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": self._prefix, "MaxKeys": max_keys}
         if start_after is not None:
