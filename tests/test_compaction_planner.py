@@ -9,15 +9,12 @@ NOW = 1_000_000.0
 OLD = NOW - 7200
 
 
-def _chain(*sizes: int, written_s: float = OLD, days: list[int | None] | None = None) -> list[BlobFacts]:
-    return [
-        BlobFacts(BlobRange(10 * i, 10 * i + 9), size, written_s, None if days is None else days[i])
-        for i, size in enumerate(sizes)
-    ]
+def _chain(*sizes: int, written_s: float = OLD) -> list[BlobFacts]:
+    return [BlobFacts(BlobRange(10 * i, 10 * i + 9), size, written_s) for i, size in enumerate(sizes)]
 
 
-def _ranges(chain: list[BlobFacts], policy: CompactionPolicy, barrier: int | None = None) -> list[tuple[int, int]]:
-    return [(m.merged.first, m.merged.last) for m in plan_merges(chain, policy, NOW, barrier)]
+def _ranges(chain: list[BlobFacts], policy: CompactionPolicy) -> list[tuple[int, int]]:
+    return [(m.merged.first, m.merged.last) for m in plan_merges(chain, policy, NOW)]
 
 
 def test_adjacent_small_blobs_merge_up_to_the_target_and_the_last_blob_stays() -> None:
@@ -28,7 +25,7 @@ def test_adjacent_small_blobs_merge_up_to_the_target_and_the_last_blob_stays() -
     assert _ranges(_chain(60, 50, 10, 10, 5), policy) == [(10, 39)]  # 60 + 50 > 100: 60 alone stays
 
 
-def test_big_young_or_dayless_blobs_end_a_run() -> None:
+def test_big_or_young_blobs_end_a_run() -> None:
     policy = CompactionPolicy(target_bytes=100, min_age_s=3600)
     assert _ranges(_chain(10, 10, 100, 10, 10, 10), policy) == [(0, 19), (30, 49)]  # 100: big enough already
     chain = _chain(10, 10, 10, 10, 10, 10)
@@ -36,10 +33,5 @@ def test_big_young_or_dayless_blobs_end_a_run() -> None:
     assert _ranges(chain, policy) == [(0, 19), (30, 49)]
 
 
-def test_daily_runs_keep_to_one_utc_day_and_never_cross_a_barrier() -> None:
-    daily = CompactionPolicy(target_bytes=1000, daily=True)
-    assert _ranges(_chain(10, 10, 10, 10, 10, days=[1, 1, 2, 2, 2]), daily) == [(0, 19), (20, 39)]
-    assert _ranges(_chain(10, 10, 10, 10, days=[1, None, 1, 1]), daily) == []  # a day not known: left alone
-    plain = CompactionPolicy(target_bytes=1000)
-    assert _ranges(_chain(10, 10, 10, 10, 10, 10), plain, barrier=30) == [(0, 29), (30, 49)]
+def test_a_run_holds_at_most_max_blobs() -> None:
     assert _ranges(_chain(10, 10, 10, 10, 10), CompactionPolicy(target_bytes=1000, max_blobs=2)) == [(0, 19), (20, 39)]

@@ -7,10 +7,9 @@ run is deleted after, never before. What is merged:
 - never the chain's last blob: its writer continues the chain after that name;
 - never a blob at or above `target_bytes` (it is big enough), which also ends a run;
 - a run holds at most `target_bytes` and `max_blobs` blobs (the merge task reads them one after another, its
-  memory is one row group), and at least two;
-- with `flush.daily` never blobs of two UTC days (a blob's day: its records' timestamps, `BlobFacts.day`);
-- never across `barrier` (an offset, e.g. a table's position: a run either below it, all in the table, or above
-  it, none of it in the table).
+  memory is one row group), and at least two.
+The days of a `flush.daily` archive are its records', which only reading the blobs tells: the merge task cuts a run
+where they change (`sinks.blob.merging`).
 
 Cost: one pass over the chain, O(n) for n blobs.
 """
@@ -40,7 +39,6 @@ class CompactionPolicy:
     target_bytes: int = 128 * 1024 * 1024
     min_age_s: float = 3600.0
     max_blobs: int = 10_000
-    daily: bool = False
 
 
 @dataclass(frozen=True)
@@ -62,27 +60,20 @@ class Merge:
         return Merge(tuple(f for f in self.blobs if first <= f.blob.first and f.blob.last <= last))
 
 
-def plan_merges(
-    chain: Sequence[BlobFacts], policy: CompactionPolicy, now_s: float, barrier: int | None = None
-) -> list[Merge]:
+def plan_merges(chain: Sequence[BlobFacts], policy: CompactionPolicy, now_s: float) -> list[Merge]:
     """The merges of `chain` (its blobs in chain order, without redundant ones) that `policy` allows now."""
     merges: list[Merge] = []
     run: list[BlobFacts] = []
     run_bytes = 0
     for facts in [*chain[:-1], None]:  # never the last blob; None closes the last run
         eligible = (
-            facts is not None
-            and facts.size < policy.target_bytes
-            and facts.written_s <= now_s - policy.min_age_s
-            and (facts.day is not None or not policy.daily)
+            facts is not None and facts.size < policy.target_bytes and facts.written_s <= now_s - policy.min_age_s
         )
         continues = (
             eligible
             and facts is not None
             and run_bytes + facts.size <= policy.target_bytes
             and len(run) < policy.max_blobs
-            and (not run or facts.day == run[-1].day)
-            and (not run or facts.blob.first != barrier)
         )
         if not continues:
             if len(run) >= 2:
