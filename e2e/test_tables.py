@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,8 @@ import pytest
 import yaml
 from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table.snapshots import ancestors_of
 
 from config.estate import shard_of
 from e2e.harness import backlog, mirror_config, partitions_of, run_until, start, status_json
@@ -71,6 +74,31 @@ def _table(fs: FilesystemTarget, topic: str) -> Any:
         warehouse=f"file://{fs.root / '_iceberg'}",
     )
     return catalog.load_table(TABLE.format(topic=topic))
+
+
+def _table_positions(fs: FilesystemTarget, topic: str, table_format: str, partitions: int) -> dict[int, int]:
+    """Where the table is per partition, as its newest commit naming each chain says (read beside the writer)."""
+    found: dict[int, int] = {}
+    if table_format == "delta":
+        location = str(fs.root / topic)
+        if not (fs.root / topic / "_delta_log").is_dir():
+            return found
+        delta = DeltaTable(location)
+        for partition in range(partitions):
+            found[partition] = delta.transaction_version(f"mirror-v3:{topic}/{partition}") or 0
+        return found
+    try:
+        table = _table(fs, topic)
+    except NoSuchTableError:
+        return found
+    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):  # newest first
+        for chain, at in positions_of(dict(snapshot.summary.ser_model()) if snapshot.summary else {}).items():
+            found.setdefault(int(chain.rsplit("/", 1)[1]), at)
+    return found
+
+
+def _table_reached(fs: FilesystemTarget, topic: str, table_format: str, ends: dict[int, int]) -> bool:
+    return _table_positions(fs, topic, table_format, len(ends)) == ends
 
 
 def _check(table: Any, bootstrap: str, topic: str, chain_files: set[str], ends: dict[int, int]) -> None:
@@ -163,10 +191,16 @@ def table_kill_cycles(
                 produce(kafka.bootstrap, topic_name, partition, generate_records(3_000, seed=seed + cycle + partition))
             time.sleep(rng.uniform(0.3, 1.2))  # around the next commit
             run.kill9()
-    for partition in range(partitions):  # the last run has blobs to add however far the killed ones got
-        produce(kafka.bootstrap, topic_name, partition, generate_records(1_000, seed=seed + 1000 + partition))
-    ends = {p: watermarks(kafka.bootstrap, topic_name, p)[1] for p in range(partitions)}
-    second = run_until(config, tmp_path / "final.log", fs, topic_name, ends)
+    # The last run has blobs to add however far the killed ones got: two rounds, the second once the table holds the
+    # first, so that a commit of this run comes after this run's commits named every chain (the killed runs'
+    # snapshots, older than the 3 s kept, are then expired whenever the kills landed).
+    with start(config, tmp_path / "final.log", fs) as second:
+        for round_seed in (seed + 1000, seed + 2000):
+            for partition in range(partitions):
+                produce(kafka.bootstrap, topic_name, partition, generate_records(1_000, seed=round_seed + partition))
+            ends = {p: watermarks(kafka.bootstrap, topic_name, p)[1] for p in range(partitions)}
+            second.wait_until(partial(_table_reached, fs, topic_name, table_format, ends), 120, f"the table at {ends}")
+        second.drain()
     assert second.events("table committed"), "the drain's last blobs go into the table too"
     assert not second.events("table not updated, retrying")
     chain_files = {

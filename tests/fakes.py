@@ -260,6 +260,10 @@ class FakeClock:
             waiting.cancel_scope.cancel()
         return event.is_set()
 
+    def sleeping(self) -> int:
+        """How many tasks wait on this clock now."""
+        return len(self._sleepers)
+
     def advance(self, seconds: float) -> None:
         self.now += seconds
         self._wake()

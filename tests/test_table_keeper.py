@@ -272,7 +272,9 @@ async def test_positions_read_at_start_are_not_read_again_by_the_first_round() -
     process = RunningProcess(anyio.Event(), lambda: _mirrored({0: 10}))
     async with anyio.create_task_group() as group:
         await group.start(keeper.serve, process)
-        await _real_time_until(lambda: table.reads == 1)  # the fake clock stands still: no interval passed
+        # the fake clock stands still: no interval passed. Advance it only once the keeper waits on it (the read
+        # runs in a thread; an advance before the wait began would move the wait's end along with it)
+        await _real_time_until(lambda: table.reads == 1 and clock.sleeping() > 0)
         assert table.summaries == []
         clock.advance(60.0)
         await _real_time_until(lambda: bool(table.summaries))
