@@ -168,6 +168,10 @@ def test_an_archive_round_trips_into_fresh_topics_in_both_modes(
     assert watermarks(kafka.bootstrap, window, 1)[1] == 0, "partition 1 was not selected"
 
 
+# A soak case (CI time): test_disaster_recovery refuses a preserve restore of an S3 archive with holes in one line and
+# restores an estate with transaction holes and a compaction-cleaned topic renumbered, record by record, and reruns
+# it; tests/test_restore_refusals.py holds the refusal's facts. This case adds holes that log compaction made.
+@pytest.mark.soak
 def test_from_s3_preserve_refuses_an_archive_with_holes_and_renumber_restores_it(
     kafka: KafkaBroker, s3: S3Target, topic_name: str, tmp_path: Path
 ) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from e2e.harness import backlog, mirror_config, partitions_of, run_until
 from testkit.kafka_broker import KafkaBroker
@@ -26,6 +27,10 @@ def verify(config: Path, target: Target, *extra: str) -> tuple[int, dict[str, An
     return result.returncode, json.loads(result.stdout), result.stderr
 
 
+# A soak case (CI time): tests/test_verify_task.py finds each kind of difference by offset in real Parquet files and
+# tests/test_verify_output.py renders them; the CLI's exit codes and JSON over a filesystem archive are taken by the
+# compaction and prune case, over S3 by the case below, over Kafka by test_kafka_destination's round trip.
+@pytest.mark.soak
 def test_an_exact_archive_passes_and_tampering_is_named_by_offset(
     kafka: KafkaBroker, fs: FilesystemTarget, topic_name: str, tmp_path: Path
 ) -> None:
