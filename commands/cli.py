@@ -192,6 +192,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.add_argument("--config", required=True, help="path to the YAML config")
     compact.add_argument("--dry-run", action="store_true", help="print what would be merged; change nothing")
+    prune = commands.add_parser(
+        "prune",
+        help="remove each chain's oldest blobs committed before a cut, and the documents no later moment reads; "
+        "restore --as-of then serves the cut and later; takes the chains' leases while it runs",
+    )
+    prune.add_argument("--config", required=True, help="path to the YAML config")
+    cut = prune.add_mutually_exclusive_group(required=True)
+    cut.add_argument("--older-than", metavar="AGE", help="keep what was committed within AGE (e.g. 30d, 12h)")
+    cut.add_argument("--before", metavar="TIME", help="keep what was committed at or after TIME (RFC 3339 or ms)")
+    prune.add_argument("--dry-run", action="store_true", help="print what would go and what stays; change nothing")
     commands.add_parser(
         "prepare-jvm",
         help="record the Spark JVM's classes into $MIRROR_V3_JVM_CACHE once, so every later start maps them "
@@ -256,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
         return _table_sync(config, shard, args.timeout)
     if args.command == "compact":
         return _compact(config, launch, args.dry_run)
+    if args.command == "prune":
+        return _prune(config, args.older_than, args.before, args.dry_run)
     if args.command == "verify":
         if args.as_of is not None:
             return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
@@ -422,6 +434,20 @@ def _compact(config: Config, launch: SparkLaunch, dry_run: bool) -> int:
         return _report(exc, "compact")
     print(summary(done, dry_run))
     return EXIT_FAILURE if any(chain.failed for chain in done) else EXIT_OK
+
+
+def _prune(config: Config, older_than: str | None, before: str | None, dry_run: bool) -> int:
+    from commands.prune import prune, summary
+    from config.moments import parse_age, parse_moment
+
+    now_ms = round(time.time() * 1000)
+    try:
+        cut_ms = now_ms - parse_age(older_than, "--older-than") if older_than else parse_moment(str(before), "--before")
+        outcome = anyio.run(prune, config, cut_ms, dry_run, lambda line: print(line, flush=True), now_ms)
+    except MirrorV3Error as exc:
+        return _report(exc, "prune")
+    print(summary(outcome, dry_run))
+    return EXIT_FAILURE if outcome.failed else EXIT_OK
 
 
 def _plan(config: Config, fmt: str, timeout: float, shard: Shard | None) -> int:

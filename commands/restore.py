@@ -50,6 +50,7 @@ from kafka_clients.clients import KafkaRecord
 from kafka_clients.schema_registry import registry_for
 from kafka_clients.settings import registry_access
 from sinks.archive.documents import ArchiveDocuments, moment_text
+from sinks.archive.retention import retention
 from sinks.blob.chain import BlobRange, BlobStore, verify_all
 from sinks.blob.merging import originals_of
 from sinks.blob.reading import BlobReader
@@ -257,6 +258,8 @@ def archive_of(config: RestoreConfig) -> Archive:
 async def select_partitions(config: RestoreConfig, archive: Archive) -> list[RestorePartition]:
     """The archived chains the entries select, each with its range; ConfigError for a name or partition the
     archive does not hold, a chain selected twice, or two chains restored into one partition."""
+    if config.as_of_ms is not None:
+        await refuse_pruned_moment(archive, config.as_of_ms)
     catalog = await anyio.to_thread.run_sync(archive.chains)
     where = archive.root
     chosen: list[tuple[int, RestoreEntry, str, int]] = []
@@ -316,6 +319,21 @@ async def select_partitions(config: RestoreConfig, archive: Archive) -> list[Res
     if failures:
         raise failures[0]
     return [part for part in found if part is not None]
+
+
+async def refuse_pruned_moment(archive: Archive, as_of_ms: int) -> None:
+    """ConfigError for a moment before what a prune kept (`sinks.archive.retention`): its records may be gone."""
+    documents = archive.documents()
+    try:
+        kept = await retention(documents)
+    finally:
+        await documents.close()
+    if kept is not None and as_of_ms < kept.kept_since_ms:
+        raise ConfigError(
+            ("--as-of",),
+            f"{moment_text(as_of_ms)} is before what the archive keeps (pruned at {kept.pruned_at} of what was "
+            f"committed before {kept.kept_since}): the oldest moment it can serve is {kept.kept_since}",
+        )
 
 
 MergedFrom = Callable[[BlobRange], Awaitable[list[tuple[int, int, int]] | None]]

@@ -31,6 +31,7 @@ from config.secrets import ConfigReferenceError
 from core.clock import SYSTEM_CLOCK, Clock
 from core.describe import describe_error
 from core.errors import MirrorV3Error, SourceError, first_error, first_line
+from sinks.archive.retention import retention
 from sinks.base import DestinationError, Inspection
 from sinks.destination import chain_name
 from sinks.destinations import open_destination
@@ -169,6 +170,14 @@ class StatusDocument(msgspec.Struct):
             "are not listed, and `ok` is false. Explicit partitions of such a cluster are listed, with their error."
         ),
     ] = msgspec.field(default_factory=dict, name="unreadable-clusters")
+    kept_since: Annotated[
+        str | None,
+        about(
+            "A pruned archive: it keeps what was committed since this moment (UTC, RFC 3339), `restore --as-of` "
+            "serves it and later, and each chain starts at its oldest kept blob (verify's checked-from); null when "
+            "never pruned, not an archive, or unreadable."
+        ),
+    ] = msgspec.field(default=None, name="kept-since")
     unreadable_tables: Annotated[
         dict[str, str],
         about(
@@ -202,6 +211,7 @@ class StatusReport:
     spark: SparkLoad | None = None  # the process's Spark jobs, as it reported them
     unreadable: dict[str, str] = field(default_factory=dict)  # source cluster → why its topics could not be read
     unreadable_tables: dict[str, str] = field(default_factory=dict)  # archive table → why its position is unknown
+    kept_since: str | None = None  # a pruned archive's retention cut
 
     @property
     def ok(self) -> bool:
@@ -326,6 +336,19 @@ async def table_positions(destination: Destination, mirrors: list[MirrorSpec]) -
     return found, unreadable
 
 
+async def archive_kept_since(destination: Destination) -> str | None:
+    """A pruned archive's cut (`sinks.archive.retention`); None: never pruned, or not an archive."""
+    archive = open_destination(destination).archive
+    if archive is None:
+        return None
+    documents = archive.documents()
+    try:
+        kept = await retention(documents)
+    finally:
+        await documents.close()
+    return None if kept is None else kept.kept_since
+
+
 @dataclass(frozen=True)
 class StatusLinks:
     """Where `status` asks, and the clock its deadline runs on (the tests give fakes)."""
@@ -334,6 +357,7 @@ class StatusLinks:
     sinks: Callable[[Destination], Callable[[MirrorSpec], StatusSink]] = read_only_sinks
     process: Callable[[str, float], Awaitable[ProcessState | None]] = process_state
     tables: Callable[[Destination, list[MirrorSpec]], Awaitable[TablePositionsRead]] = table_positions
+    kept_since: Callable[[Destination], Awaitable[str | None]] = archive_kept_since
     clock: Clock = SYSTEM_CLOCK
 
 
@@ -434,6 +458,7 @@ class _Collection:
         self.state: ProcessState | None = None
         self.destination = config.destination
         self.unreadable_tables: dict[str, str] = {}
+        self.kept_since: str | None = None
 
     async def collect(self, process: str | None) -> StatusReport:
         reserve = min(CLOSE_RESERVE_S, self.timeout_s / 10)
@@ -477,12 +502,21 @@ class _Collection:
         rows = [self.rows[mirror.name] for mirror in expand(self.entries, self.read, None).mirrors]
         apply_states(rows, self.state)
         if self.state is None:
-            return StatusReport(rows, unreadable=self.unreadable, unreadable_tables=self.unreadable_tables)
-        return StatusReport(rows, process, self.state.spark, self.unreadable, self.unreadable_tables)
+            return StatusReport(
+                rows, unreadable=self.unreadable, unreadable_tables=self.unreadable_tables, kept_since=self.kept_since
+            )
+        return StatusReport(
+            rows, process, self.state.spark, self.unreadable, self.unreadable_tables, kept_since=self.kept_since
+        )
 
     async def ask_tables(self) -> None:
-        """Each row's table position, within the destinations' deadline (not known when it passes)."""
+        """Each row's table position, and the archive's retention, within the destinations' deadline (not known when
+        it passes)."""
         with self.inspections.scope():
+            try:
+                self.kept_since = await self.links.kept_since(self.destination)
+            except (MirrorV3Error, ConfigReferenceError, OSError):
+                self.kept_since = None  # the rows' own inspections say what is wrong with the destination
             try:
                 found, self.unreadable_tables = await self.links.tables(self.destination, list(self.specs.values()))
             except (DestinationError, ConfigReferenceError) as exc:

@@ -119,6 +119,8 @@ def render_table(report: StatusReport, wide: bool = False, now: float | None = N
         for cluster, why in sorted(report.unreadable.items())
     ]
     lines += [f"table {table}: position unreadable: {why}" for table, why in sorted(report.unreadable_tables.items())]
+    if report.kept_since is not None:
+        lines.append(f"archive: pruned, keeps what was committed since {report.kept_since}")
     if report.spark is not None:
         load = report.spark
         wait = "-" if load.flush_wait_p50_seconds is None else f"{load.flush_wait_p50_seconds:g}s"
@@ -140,6 +142,7 @@ def render_json(report: StatusReport) -> str:
         spark=report.spark,
         unreadable_clusters=report.unreadable,
         unreadable_tables=report.unreadable_tables,
+        kept_since=report.kept_since,
     )
     return msgspec.json.encode(document).decode()
 

@@ -314,6 +314,39 @@ class CompactionConfig(_Strict, frozen=True):
             description="Only blobs committed at least this long ago are merged (the chain's last blob never is).",
         ),
     ] = 3_600_000
+    interval_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="The running mirror merges its own chains' runs this often, in the background, one merge at "
+            "a time (a Spark task: at most one core) and at most max-bytes-per-interval per round. 0: only the "
+            "`compact` command merges.",
+        ),
+    ] = 0
+    max_bytes_per_interval: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            description="The running mirror's compaction reads at most this many blob bytes per interval (its I/O "
+            "budget); the rest waits for the next round.",
+        ),
+    ] = 1024 * 1024 * 1024
+
+
+class RetentionConfig(_Strict, frozen=True):
+    """How long the running mirror keeps what its chains committed (`prune` in the background): each chain's oldest
+    contiguous blobs committed before now minus `keep-ms` go, never its last blob, and so do the documents no kept
+    moment reads; `restore --as-of` then serves the cut and later."""
+
+    keep_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=60_000, description="What was committed within this many milliseconds is kept (30 days: 2592000000)."
+        ),
+    ]
+    interval_ms: Annotated[
+        int, msgspec.Meta(ge=1_000, description="How often the running mirror prunes its own chains.")
+    ] = 3_600_000
 
 
 class _BlobDestination(_Strict, frozen=True, kw_only=True):
@@ -350,6 +383,10 @@ class _BlobDestination(_Strict, frozen=True, kw_only=True):
         msgspec.Meta(description="Keep the archive as a table too (Iceberg), following the chains."),
     ] = None
     compaction: CompactionConfig = msgspec.field(default_factory=CompactionConfig)
+    retention: Annotated[
+        RetentionConfig | None,
+        msgspec.Meta(description="The running mirror prunes its chains to what was committed within keep-ms."),
+    ] = None
 
 
 class FilesystemDestination(_BlobDestination, tag_field="type", tag="filesystem", frozen=True, kw_only=True):

@@ -36,6 +36,7 @@ from config.model import (
     TopicName,
     _Strict,
 )
+from config.moments import parse_moment
 
 _RENAMED = re.compile(r"^(?!\.{1,2}$)[A-Za-z0-9._-]+$")
 
@@ -141,17 +142,7 @@ class RestoreConfig(_Strict, frozen=True):
 
 def parse_as_of(text: str) -> int:
     """`--as-of`: milliseconds since the epoch, or an RFC 3339 time with its zone; ConfigError otherwise."""
-    if text.isdigit():
-        return int(text)
-    try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        moment = None
-    if moment is None or moment.tzinfo is None:
-        raise ConfigError(
-            ("--as-of",), f"{text!r} is not a time: give milliseconds since the epoch or RFC 3339 with a zone"
-        )
-    return int(moment.timestamp() * 1000)
+    return parse_moment(text, "--as-of")
 
 
 def parse_restore_config(

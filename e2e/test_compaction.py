@@ -1,10 +1,13 @@
-"""`compact` through the CLI on an archive a mirror wrote in small blobs: a dry run changes nothing; a compaction
-killed with SIGKILL right after its first merged blob's commit, then run again, leaves one merged blob per chain
-besides its last; `verify` against the source is exact, and a `restore --as-of` a moment from before the compaction
-restores exactly the records the archive held then, record by record."""
+"""`compact` and `prune` through the CLI on an archive a mirror wrote in small blobs: a dry run changes nothing; a
+compaction killed with SIGKILL right after its first merged blob's commit, then run again, leaves one merged blob per
+chain besides its last; `verify` against the source is exact, and a `restore --as-of` a moment from before the
+compaction restores exactly the records the archive held then, record by record. Then a prune of everything
+committed so far leaves each chain's last blob, `verify` checks exactly that, `status` names the cut and
+`restore --as-of` the earlier moment is refused in one line naming it."""
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from pathlib import Path
@@ -12,7 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.harness import backlog, mirror_config, partitions_of, start
+from e2e.harness import backlog, mirror_config, partitions_of, start, status_json
+from sinks.archive.documents import moment_text
 from sinks.blob.chain import BlobRange
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce
@@ -97,3 +101,24 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
     for partition, end in THEN.items():
         expected = [r for r in source_records(kafka.bootstrap, topic_name, partition) if r.offset < end]
         assert_same_records(restored_target.records(f"{topic_name}-then", partition), expected)
+
+    cut_ms = round(time.time() * 1000)
+    pruned = run_cli("prune", "--config", str(config), "--before", str(cut_ms), env=fs.env())
+    assert pruned.returncode == 0, pruned.stdout + pruned.stderr
+    last = {p: blobs[-1] for p, blobs in after.items()}
+    assert f"{topic_name}/0: removed 1 blobs" in pruned.stdout and "restore --as-of serves" in pruned.stdout
+    assert {p: chain(fs, topic_name, p) for p in ENDS} == {p: [blob] for p, blob in last.items()}
+    code, report = status_json(config, env=fs.env())
+    assert code == 0 and report["kept-since"] == moment_text(cut_ms), report
+    verified = run_cli("verify", "--config", str(config), "--format", "json", env=fs.env())
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    rows = {row["partition"]: row for row in json.loads(verified.stdout)["mirrors"]}
+    assert {p: (row["checked-from"], row["checked-end"], row["missing"]) for p, row in rows.items()} == {
+        p: (blob.first, ENDS[p], 0) for p, blob in last.items()
+    }
+    refused = run_cli("restore", "--config", str(restore), "--as-of", str(moment_ms), env=fs.env())
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    line = refused.stderr.strip().splitlines()[-1]  # the command's last word, one line
+    assert line.startswith("invalid config: --as-of: ") and line.endswith(
+        f"the oldest moment it can serve is {moment_text(cut_ms)}"
+    ), line

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from config.estate import MirrorSpec
-from config.model import ArchiveGroupsConfig, CompactionConfig, KafkaDestination, TableConfig
+from config.model import ArchiveGroupsConfig, CompactionConfig, KafkaDestination, RetentionConfig, TableConfig
 from kafka_clients.admin import ClusterAdmin
 from kafka_clients.schema_registry import RegistryAccess
 from sinks.base import Sink
@@ -57,7 +57,8 @@ class DestinationServices:
     schema_registry: RegistryAccess | None = None  # where mirrors that copy schemas register them (watched)
     table: TableConfig | None = None  # the archive kept as a table too (table_keeper)
     daily: bool = False  # the destination's blobs each hold one UTC day (flush.daily): its table is partitioned by day
-    compaction: CompactionConfig | None = None  # how its chains' small blobs are merged (compact)
+    compaction: CompactionConfig | None = None  # how its chains' small blobs are merged (compact, archive_upkeep)
+    retention: RetentionConfig | None = None  # how long its chains keep what they committed (archive_upkeep)
 
 
 class Destination(ABC):

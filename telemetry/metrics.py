@@ -482,6 +482,37 @@ class MetricFamilies:
             registry=registry,
         )
 
+        # The archive's upkeep in the running mirror (destination.compaction.interval-ms, destination.retention).
+        self.archive_blobs = gauge(
+            "mirror_v3_archive_blobs", "Blobs of the chain (redundant ones not counted), as its last upkeep listed it."
+        )
+        self.archive_bytes = gauge("mirror_v3_archive_bytes", "File bytes of those blobs.")
+        self.families += [self.archive_blobs, self.archive_bytes]  # forgotten with their mirror
+        self.archive_upkeep_blobs = Counter(
+            "mirror_v3_archive_upkeep_blobs",
+            "Blobs the running mirror's upkeep merged into bigger ones (compaction) or removed (prune).",
+            ("task",),
+            registry=registry,
+        )
+        self.archive_upkeep_bytes = Counter(
+            "mirror_v3_archive_upkeep_bytes",
+            "Blob bytes the upkeep read to merge (compaction) or removed (prune).",
+            ("task",),
+            registry=registry,
+        )
+        self.archive_upkeep_failures = Counter(
+            "mirror_v3_archive_upkeep_failures",
+            "Chains (or document directories) whose compaction or prune failed in a round (tried again the next).",
+            ("task",),
+            registry=registry,
+        )
+        self.archive_upkeep_last = Gauge(
+            "mirror_v3_archive_upkeep_last_timestamp_seconds",
+            "Unix time the last compaction or prune round of the running mirror finished.",
+            ("task",),
+            registry=registry,
+        )
+
     def forget(self, labels: dict[str, str], topic_too: bool = False) -> None:
         """Drop one mirror's series (its source topic is gone): no stale values linger on dashboards.
         `topic_too`: it was the topic's last mirror, so its per-topic series and histograms go as well."""

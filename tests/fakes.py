@@ -496,6 +496,9 @@ class InMemoryStore:
         names, more = await self.list_page(start_after, max_keys)
         return [ListedBlob(n, len(self.blobs[n]), self.written_at.get(n, 0.0)) for n in names], more
 
+    async def forget_before(self, first_kept: int) -> int:
+        return 0  # keeps nothing about a blob but the blob
+
     async def commit_merged(self, name: str, staged: StagedBlob) -> bool:
         if name in self.blobs:
             self.blobs.pop(staged.ref, None)

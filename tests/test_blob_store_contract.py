@@ -382,3 +382,26 @@ async def test_claims_left_by_removed_blobs_are_reported_not_obeyed(under_test: 
         await BlobChain(store).open()
     claims = store.location("").replace("/t/0/", "/t/_claims/0/")
     assert caught.value.problem is ChainProblem.STALE_CLAIM and caught.value.files == [f"{claims}{10:020d}"]
+
+
+async def test_a_prune_forgets_what_the_store_kept_of_the_removed_blobs_and_the_chain_goes_on(
+    under_test: StoreUnderTest,
+) -> None:
+    """After the oldest blobs are removed (a prune), `forget_before` removes what else the store kept of them (S3:
+    their claims) and nothing a later commit needs: the chain opens at its tail and continues."""
+    store = under_test.store
+    await put(under_test, blob_name(0, 9), b"a")
+    for first in (10, 20):
+        name = blob_name(first, first + 9)
+        await store.commit_staged(name, await stage(under_test, store, name, b"b"), blob_name(first - 10, first - 1))
+    for name in (blob_name(0, 9), blob_name(10, 19)):
+        await store.remove(name)
+    forgotten = await store.forget_before(20)
+    if under_test.interrupt is not None:  # S3: the start claim and the claim of 10-19
+        s3 = cast(S3Store, store)
+        assert forgotten == 2 and await s3.interrupted_commit(blob_name(20, 29)) is None
+    chain = BlobChain(under_test.another_writer())
+    assert await chain.open() == 30 and chain.claimed is None
+    await chain.append(await stage(under_test, chain.store, blob_name(30, 39), b"c"))
+    assert await store.list_page(None, 10) == ([blob_name(20, 29), blob_name(30, 39)], False)
+    assert await store.forget_before(20) == 0, "nothing before offset 20 is left"

@@ -133,7 +133,12 @@ def links(
     def make_sinks(destination: Destination) -> Callable[[MirrorSpec], StatusSink]:
         return sinks or (lambda mirror: FakeSink(mirror.name, clock))
 
-    return StatusLinks(clusters=lambda: clusters, sinks=make_sinks, process=process, clock=clock)
+    async def never_pruned(destination: Destination) -> str | None:
+        return None
+
+    return StatusLinks(
+        clusters=lambda: clusters, sinks=make_sinks, process=process, kept_since=never_pruned, clock=clock
+    )
 
 
 async def collect(

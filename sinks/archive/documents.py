@@ -1,5 +1,6 @@
-"""Small JSON documents an archive keeps beside its chains (topic metadata, consumer-group positions): added
-whole, never changed or removed, named by the moment they describe.
+"""Small JSON documents an archive keeps beside its chains (topic metadata, consumer-group positions, its retention):
+added whole, never changed, named by the moment they describe; removed only by a prune, once no moment it keeps
+needs them (`superseded`).
 
     <root or prefix>/<directory>/<moment, ms since the epoch, 13 digits>.json
 
@@ -8,7 +9,7 @@ one PUT with `If-None-Match: *`), so a crash never leaves half of one and a read
 second write of the same moment is a no-op. Directories start with `_` (`<dest-name>/_topic`, `_groups/<cluster>`):
 listings of chains, Spark, Hive and Athena skip them.
 
-Cost: reading a directory is one listing and one read per document; adding is one write.
+Cost: reading a directory is one listing and one read per document; adding is one write, removing one delete.
 """
 
 from __future__ import annotations
@@ -80,7 +81,18 @@ class ArchiveDocuments(Protocol):
         """Create the document unless one of that name exists (it says the same: the same moment)."""
         ...
 
+    async def remove(self, directory: str, name: str) -> None:
+        """Delete a document (a prune's); gone already is done."""
+        ...
+
     async def close(self) -> None: ...
+
+
+def superseded(names: list[str], kept_since_ms: int) -> list[str]:
+    """The documents (names oldest first) no moment at or after `kept_since_ms` reads: those older than the newest
+    one at or before it (which stays: it describes `kept_since_ms` itself). Pure; O(n)."""
+    before = [name for name in names if is_document(name) and moment_of(name) <= kept_since_ms]
+    return before[:-1]
 
 
 async def read_all(store: ArchiveDocuments, directory: str, kind: type[D], known_format: int) -> list[D]:

@@ -173,6 +173,11 @@ class BlobStore(ChainListing, Protocol):
         """Remove a staged blob that will not be committed (best effort)."""
         ...
 
+    async def forget_before(self, first_kept: int) -> int:
+        """Remove what the store keeps about the blobs before offset `first_kept` besides the blobs themselves
+        (a prune's: S3's claims), returning how many things it removed."""
+        ...
+
     async def interrupted_commit(self, after: str | None) -> str | None:
         """The blob a writer claimed as the successor of `after` (None: the first blob of an empty chain)
         and may not have published yet, on a store whose commit is a claim followed by a publish; None when

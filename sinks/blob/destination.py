@@ -62,6 +62,7 @@ class BlobDestination(Destination, Archive):
             table=self._config.table,
             daily=self._config.flush.daily,
             compaction=self._config.compaction,
+            retention=self._config.retention,
         )
 
     def table_catalog(self) -> IcebergCatalog:

@@ -50,6 +50,14 @@ class FilesystemDocuments:
     async def add(self, directory: str, name: str, data: bytes) -> None:
         await anyio.to_thread.run_sync(_add_durably, self._root / directory, name, data)
 
+    async def remove(self, directory: str, name: str) -> None:
+        def removed() -> None:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(self._root / directory / name)
+            fsync_directory(self._root / directory)
+
+        await anyio.to_thread.run_sync(removed)
+
     async def close(self) -> None:
         return None
 

@@ -115,6 +115,9 @@ class FilesystemStore:
     async def discard_staged(self, staged: StagedBlob) -> None:
         await self.remove(staged.ref)
 
+    async def forget_before(self, first_kept: int) -> int:
+        return 0  # a directory keeps nothing about a blob but the blob
+
     async def interrupted_commit(self, after: str | None) -> str | None:
         return None  # the tail check and the link happen under one lock: nothing is claimed in between
 

@@ -71,6 +71,12 @@ class S3Documents(ConnectionUser):
                 lambda: s3.put_object(Bucket=self._bucket, Key=key, Body=data, IfNoneMatch="*", **options),
             )
 
+    async def remove(self, directory: str, name: str) -> None:
+        s3, key = await self._s3(), self._prefix(directory) + name
+        await self._connection.call(
+            f"delete s3://{self._bucket}/{key}", lambda: s3.delete_object(Bucket=self._bucket, Key=key)
+        )
+
 
 def _listing(s3: Any, params: dict[str, Any]) -> Any:
     return lambda: s3.list_objects_v2(**params)

@@ -425,6 +425,30 @@ class S3Store(ConnectionUser):
             f"delete {self.location(name)}", lambda: s3.delete_object(Bucket=self._bucket, Key=self._prefix + name)
         )
 
+    async def forget_before(self, first_kept: int) -> int:
+        """Delete the claims of blobs before `first_kept` (and the empty chain's `start` claim): history no commit
+        reads again (`interrupted_commit` looks past the chain's end only). One LIST per 1 000 claims, one
+        DeleteObjects per page."""
+        s3, below = await self._s3(), f"{self._claims}{first_kept:020d}"
+        removed, start_after = 0, ""
+        while True:
+            params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": self._claims, "MaxKeys": 1000}
+            if start_after:
+                params["StartAfter"] = start_after
+            page = await self._call(f"list s3://{self._bucket}/{self._claims}", _listing(s3, params))
+            keys = [entry["Key"] for entry in page.get("Contents", [])]
+            history = [key for key in keys if key < below or key == self._claims + START_CLAIM]
+            if history:
+                objects = {"Objects": [{"Key": key} for key in history], "Quiet": True}
+                await self._call(
+                    f"delete claims s3://{self._bucket}/{self._claims}",
+                    _deleting(s3, self._bucket, objects),
+                )
+                removed += len(history)
+            if not page.get("IsTruncated") or not keys:
+                return removed
+            start_after = keys[-1]
+
     async def abort_incomplete_uploads(self) -> list[str]:
         """Abort multipart uploads an interrupted commit left under this prefix; returns their keys."""
         s3 = await self._s3()
@@ -448,3 +472,11 @@ class S3Store(ConnectionUser):
 
     async def _call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
         return await self._connection.call(what, operation)
+
+
+def _listing(s3: Any, params: dict[str, Any]) -> Any:
+    return lambda: s3.list_objects_v2(**params)
+
+
+def _deleting(s3: Any, bucket: str, objects: dict[str, Any]) -> Any:
+    return lambda: s3.delete_objects(Bucket=bucket, Delete=objects)

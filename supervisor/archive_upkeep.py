@@ -1,0 +1,226 @@
+"""The archive kept in shape by the process that writes it: its own chains compacted (`destination.compaction`
+with `interval-ms`) and pruned (`destination.retention`) in the background, with the steps `compact` and `prune`
+take (`sinks.blob.compactor`, `workers.compaction_job`, `sinks.blob.pruner`, `sinks.archive.retention`).
+
+Only the chains of the mirrors this process runs: it holds their leases, so no other writer or compaction touches
+them, and its own writers only ever append after each chain's last blob, which neither step touches.
+
+Its budget, so that the mirrors' flushes keep their latency: one merge at a time (a Spark job of one task, in the
+`mirror-v3.compaction` FAIR pool: at most one core, beside the flushes' pools), at most
+`max-bytes-per-interval` read per round; a prune needs no Spark (listings and deletes). A failure is a WARN and a
+metric (`mirror_v3_archive_upkeep_failures_total`), never a stop of a mirror; the round after tries again, and what a
+failed or killed step left is what a reader already reads right (a redundant run, a shorter prefix) and the next
+round finishes.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+
+import anyio
+import anyio.to_thread
+from anyio.abc import TaskStatus
+
+from config.model import CompactionConfig, RetentionConfig
+from core.clock import SYSTEM_CLOCK, Clock
+from core.describe import describe_error
+from core.logs import log_event
+from sinks.archive import retention as archive_retention
+from sinks.archive.retention import ArchiveRetention, documents_to_prune, prune_documents
+from sinks.blob.compaction import CompactionPolicy, Merge
+from sinks.blob.compactor import ChainSurvey, apply_merge, remove_redundant, survey_chain
+from sinks.blob.pruner import apply_prune, survey_prune
+from sinks.blob.staging import StagedBlob
+from sinks.destination import Archive, chain_name
+from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
+from telemetry.metrics import MetricFamilies
+from workers.compaction_job import MergeWork, run_compaction_job
+from workers.spark_session import started_spark
+
+log = logging.getLogger("mirror_v3.archive_upkeep")
+
+MergeRunner = Callable[[MergeWork], Awaitable[list[StagedBlob]]]
+
+
+async def merge_in_spark(work: MergeWork) -> list[StagedBlob]:
+    """One run merged by a Spark job of one task (the process's session, started by then)."""
+    group = f"mirror-v3.upkeep.{uuid.uuid4().hex[:12]}"
+    (outcome,) = await anyio.to_thread.run_sync(lambda: run_compaction_job(started_spark(), (work,), group))
+    return outcome.get()
+
+
+@dataclass(frozen=True)
+class _Chain:
+    labels: tuple[str, str, str, str]  # the mirror's metric labels
+    name: str  # the chain's destination name
+    partition: int
+
+    @property
+    def chain(self) -> str:
+        return chain_name(self.name, self.partition)
+
+
+class ArchiveUpkeep(ProcessService):
+    name = "archive upkeep"
+
+    def __init__(
+        self,
+        archive: Archive,
+        compaction: CompactionConfig | None,
+        retention: RetentionConfig | None,
+        daily: bool,
+        families: MetricFamilies,
+        merge: MergeRunner = merge_in_spark,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._archive = archive
+        self._compaction = compaction if compaction is not None and compaction.interval_ms else None
+        self._retention = retention
+        self._daily = daily
+        self._families = families
+        self._merge = merge
+        self._clock = clock
+
+    @property
+    def wanted(self) -> bool:
+        return self._compaction is not None or self._retention is not None
+
+    async def serve(
+        self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        task_status.started()
+        due: dict[str, float] = {}  # task → when its next round is due (monotonic)
+        now = self._clock.monotonic()
+        if self._compaction is not None:
+            due["compaction"] = now + self._compaction.interval_ms / 1000
+        if self._retention is not None:
+            due["prune"] = now + self._retention.interval_ms / 1000
+        while due:
+            task, at = min(due.items(), key=lambda item: item[1])
+            if await self._clock.wait_for(process.stop_requested, max(0.0, at - self._clock.monotonic())):
+                return
+            if task == "compaction":
+                await self.compaction_round(process.mirrored())
+                assert self._compaction is not None
+                due[task] = self._clock.monotonic() + self._compaction.interval_ms / 1000
+            else:
+                await self.prune_round(process.mirrored())
+                assert self._retention is not None
+                due[task] = self._clock.monotonic() + self._retention.interval_ms / 1000
+
+    @staticmethod
+    def _chains(mirrored: Sequence[MirroredPartition]) -> list[_Chain]:
+        return sorted(
+            {
+                _Chain((m.cluster, m.topic, str(m.partition), m.destination_topic), m.destination_topic, m.partition)
+                for m in mirrored
+            },
+            key=lambda chain: chain.chain,
+        )
+
+    def _failed(self, task: str, what: str, exc: BaseException) -> None:
+        self._families.archive_upkeep_failures.labels(task).inc()
+        log_event(log, logging.WARNING, f"{task} failed, tried again next round", chain=what, error=describe_error(exc))
+
+    async def prune_round(self, mirrored: Sequence[MirroredPartition]) -> None:
+        """Each chain's prefix committed before now minus keep-ms, and the documents no kept moment reads."""
+        assert self._retention is not None
+        now_ms = round(self._clock.wall() * 1000)
+        kept = ArchiveRetention.of(now_ms - self._retention.keep_ms, now_ms)
+        chains = self._chains(mirrored)
+        documents = self._archive.documents()
+        recorded = False
+        removed_blobs = removed_bytes = 0
+        try:
+            for chain in chains:
+                store = self._archive.chain_store(chain.name, chain.partition)
+                try:
+                    plan = await survey_prune(store, kept.kept_since_ms / 1000)
+                    if plan.removed and not recorded:  # the cut first: a moment before it is refused from now on
+                        await archive_retention.record(documents, kept)
+                        recorded = True
+                    await apply_prune(store, plan)
+                    removed_blobs += plan.removed_blobs
+                    removed_bytes += plan.removed_bytes
+                except Exception as exc:
+                    self._failed("prune", chain.chain, exc)
+                finally:
+                    await store.close()
+            try:
+                directories = await documents_to_prune(documents, (c.name for c in chains), kept.kept_since_ms)
+                if directories and not recorded:
+                    await archive_retention.record(documents, kept)
+                    recorded = True
+                for directory in directories:
+                    await prune_documents(documents, directory)
+                if recorded:
+                    await archive_retention.remove_older(documents, kept)
+            except Exception as exc:
+                self._failed("prune", "documents", exc)
+        finally:
+            await documents.close()
+        self._families.archive_upkeep_blobs.labels("prune").inc(removed_blobs)
+        self._families.archive_upkeep_bytes.labels("prune").inc(removed_bytes)
+        self._families.archive_upkeep_last.labels("prune").set(self._clock.wall())
+        if removed_blobs:
+            summary = {"kept_since": kept.kept_since, "blobs": removed_blobs, "bytes": removed_bytes}
+            log_event(log, logging.INFO, "archive pruned", **summary)
+
+    async def compaction_round(self, mirrored: Sequence[MirroredPartition]) -> None:
+        """Each chain surveyed, its merges applied one at a time until the round's byte budget is spent."""
+        assert self._compaction is not None
+        settings = self._compaction
+        policy = CompactionPolicy(target_bytes=settings.target_bytes, min_age_s=settings.min_age_ms / 1000)
+        budget = settings.max_bytes_per_interval
+        merged_blobs = 0
+        for chain in self._chains(mirrored):
+            store, staging = self._archive.staged_chain(chain.name, chain.partition)
+            try:
+                survey = await survey_chain(store, policy, self._clock.wall())
+                await remove_redundant(store, survey.redundant)
+                self._observe(chain, survey)
+                for merge in survey.merges:
+                    if merge.size > budget:
+                        break  # the next round goes on from here
+                    budget -= merge.size
+                    work = MergeWork(
+                        self._archive.reader(chain.name, chain.partition),
+                        staging,
+                        survey.sources(merge),
+                        merge.size,
+                        self._daily,
+                    )
+                    for staged in await self._merge(work):  # one per run, or per day of two blobs or more (daily)
+                        part = merge.within(staged.first, staged.last)
+                        await apply_merge(store, part, staged, _logged(chain.chain, part))
+                        merged_blobs += len(part.blobs)
+                    self._families.archive_upkeep_bytes.labels("compaction").inc(merge.size)
+            except Exception as exc:
+                self._failed("compaction", chain.chain, exc)
+            finally:
+                await store.close()
+            if budget <= 0:
+                break
+        self._families.archive_upkeep_blobs.labels("compaction").inc(merged_blobs)
+        self._families.archive_upkeep_last.labels("compaction").set(self._clock.wall())
+
+    def _observe(self, chain: _Chain, survey: ChainSurvey) -> None:
+        self._families.archive_blobs.labels(*chain.labels).set(survey.blobs)
+        self._families.archive_bytes.labels(*chain.labels).set(survey.size)
+
+
+def _logged(chain: str, merge: Merge) -> Callable[[bool], None]:
+    def committed(published: bool) -> None:
+        log_event(
+            log,
+            logging.INFO,
+            "merged blob committed" if published else "merged blob found committed",
+            chain=chain,
+            blob=merge.merged.name,
+            replaces=len(merge.blobs),
+        )
+
+    return committed

@@ -1,0 +1,191 @@
+"""The running mirror's archive upkeep (`supervisor.archive_upkeep`) on a real directory archive, the merge run
+in-process instead of in a Spark task and time on a fake clock: its own chains compacted within the round's byte
+budget, pruned to keep-ms with the cut recorded first, the metrics set, and a failure a WARN and a metric, never an
+exception out of the service."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import anyio
+import pytest
+
+from config import ConfigError
+from config.loader import parse_config
+from config.model import CompactionConfig, RetentionConfig, SourceConfig
+from core.logs import _FIELDS
+from sinks.archive import retention as archive_retention
+from sinks.archive.documents import document_name
+from sinks.blob.chain import BlobRange, blob_name, verify_all
+from sinks.blob.merging import merge_blobs
+from sinks.blob.staging import StagedBlob
+from sinks.destination import Archive
+from sinks.destinations import open_destination
+from supervisor.archive_upkeep import ArchiveUpkeep
+from supervisor.process_service import MirroredPartition, RunningProcess
+from tests.fakes import FakeClock, fresh_metrics
+from tests.test_compaction import T0, _write_chain
+from workers.compaction_job import MergeWork
+
+SOURCE = SourceConfig(bootstrap_servers="src:9092")
+
+
+def _later_clock() -> FakeClock:
+    """A clock whose wall time is an hour after the test chains' commits (at T0 and the seconds after)."""
+    clock = FakeClock()
+    clock.now = T0 + 3_600 - FakeClock.EPOCH
+    return clock
+
+
+def _archive(root: Path) -> Archive:
+    config = parse_config(
+        f"clusters: {{src: {{bootstrap-servers: 'src:9092'}}}}\ndestination: {{type: filesystem, root: {root}}}\n"
+        "mirrors:\n  - {name: o, cluster: src, topic: orders, partition: 0}\n",
+        env={},
+    )
+    archive = open_destination(config.destination).archive
+    assert archive is not None
+    return archive
+
+
+def _mirrored(*partitions: int) -> list[MirroredPartition]:
+    return [MirroredPartition("src", SOURCE, "clusters.src", "orders", p, "orders", 0) for p in partitions]
+
+
+async def _merge_here(work: MergeWork) -> list[StagedBlob]:
+    return merge_blobs(work.reader, work.staging, work.run, work.daily)
+
+
+def _upkeep(
+    root: Path,
+    compaction: CompactionConfig | None = None,
+    retention: RetentionConfig | None = None,
+    clock: FakeClock | None = None,
+) -> tuple[ArchiveUpkeep, object]:
+    families, _ = fresh_metrics()
+    upkeep = ArchiveUpkeep(
+        _archive(root), compaction, retention, False, families, merge=_merge_here, clock=clock or _later_clock()
+    )
+    return upkeep, families
+
+
+def _sample(families: object, name: str, labels: dict[str, str]) -> float | None:
+    value: float | None = families.registry.get_sample_value(name, labels)  # type: ignore[attr-defined]
+    return value
+
+
+async def _chain(root: Path, partition: int) -> list[BlobRange]:
+    store = _archive(root).chain_store("orders", partition)
+    try:
+        return await verify_all(store)
+    finally:
+        await store.close()
+
+
+async def test_a_round_merges_each_chains_runs_within_its_byte_budget(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    ranges = [(0, 9), (10, 19), (20, 29), (30, 39)]
+    for partition in (0, 1):
+        _write_chain(root / "orders" / str(partition), ranges)
+    one_run = sum((root / "orders" / "0" / blob_name(f, last)).stat().st_size for f, last in ranges[:-1])
+    compaction = CompactionConfig(min_age_ms=0, interval_ms=60_000, max_bytes_per_interval=one_run)
+    upkeep, families = _upkeep(root, compaction)
+    await upkeep.compaction_round(_mirrored(0, 1))
+    assert await _chain(root, 0) == [BlobRange(0, 29), BlobRange(30, 39)]
+    assert await _chain(root, 1) == [BlobRange(f, last) for f, last in ranges], "the budget was spent on partition 0"
+    assert sorted(n for n in os.listdir(root / "orders" / "0") if not n.startswith(".")) == [
+        blob_name(0, 29),
+        blob_name(30, 39),
+    ]
+    labels = {"source_cluster": "src", "topic": "orders", "partition": "0", "destination": "orders"}
+    assert _sample(families, "mirror_v3_archive_blobs", labels) == 4  # as listed before the merge
+    assert _sample(families, "mirror_v3_archive_upkeep_blobs_total", {"task": "compaction"}) == 3
+    assert _sample(families, "mirror_v3_archive_upkeep_bytes_total", {"task": "compaction"}) == one_run
+    await upkeep.compaction_round(_mirrored(0, 1))  # the next round goes on where the budget stopped
+    assert await _chain(root, 1) == [BlobRange(0, 29), BlobRange(30, 39)]
+
+
+async def test_a_failing_merge_is_a_warn_and_a_metric_and_the_chain_is_unchanged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "archive"
+    _write_chain(root / "orders" / "0", [(0, 9), (10, 19), (20, 29)])
+
+    async def failing(work: MergeWork) -> list[StagedBlob]:
+        raise OSError("executor lost")
+
+    families, _ = fresh_metrics()
+    compaction = CompactionConfig(min_age_ms=0, interval_ms=60_000)
+    upkeep = ArchiveUpkeep(_archive(root), compaction, None, False, families, merge=failing, clock=_later_clock())
+    with caplog.at_level(logging.WARNING, "mirror_v3.archive_upkeep"):
+        await upkeep.compaction_round(_mirrored(0))
+    assert await _chain(root, 0) == [BlobRange(0, 9), BlobRange(10, 19), BlobRange(20, 29)]
+    (warned,) = [r for r in caplog.records if r.getMessage() == "compaction failed, tried again next round"]
+    fields = warned.__dict__[_FIELDS]
+    assert fields["chain"] == "orders/0" and "executor lost" in fields["error"]
+    assert _sample(families, "mirror_v3_archive_upkeep_failures_total", {"task": "compaction"}) == 1
+
+
+async def test_a_prune_round_keeps_keep_ms_and_records_the_cut_first(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    chain = root / "orders" / "0"
+    _write_chain(chain, [(0, 9), (10, 19), (20, 29)])  # committed at T0, T0 + 1, T0 + 2
+    topic = root / "orders" / "_topic"
+    topic.mkdir()
+    for moment_s in (T0 - 10, T0, T0 + 5):
+        (topic / document_name(round(moment_s * 1000))).write_text("{}")
+    clock = FakeClock()
+    clock.now = T0 + 1.5 - FakeClock.EPOCH + 3_600  # an hour after the second blob's commit
+    upkeep, families = _upkeep(root, retention=RetentionConfig(keep_ms=3_600_000), clock=clock)
+    await upkeep.prune_round(_mirrored(0))
+    assert await _chain(root, 0) == [BlobRange(20, 29)], "the blobs of T0 and T0 + 1 were over an hour old"
+    kept = await archive_retention.retention(_archive(root).documents())
+    assert kept is not None and kept.kept_since_ms == round((T0 + 1.5) * 1000)
+    assert sorted(os.listdir(topic)) == [document_name(round(T0 * 1000)), document_name(round((T0 + 5) * 1000))]
+    assert _sample(families, "mirror_v3_archive_upkeep_blobs_total", {"task": "prune"}) == 2
+    clock.advance(3_600)
+    await upkeep.prune_round(_mirrored(0))
+    assert await _chain(root, 0) == [BlobRange(20, 29)], "never the last blob"
+    assert len(os.listdir(root / "_retention")) == 1
+
+
+async def test_serving_runs_each_task_at_its_interval_until_the_drain(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    _write_chain(root / "orders" / "0", [(0, 9), (10, 19), (20, 29)])
+    clock = _later_clock()
+    began = clock.now
+    compaction = CompactionConfig(min_age_ms=0, interval_ms=600_000)
+    upkeep, families = _upkeep(root, compaction, RetentionConfig(keep_ms=10 * 365 * 86_400_000), clock)
+    process = RunningProcess(anyio.Event(), lambda: _mirrored(0))
+    last = "mirror_v3_archive_upkeep_last_timestamp_seconds"
+    async with anyio.create_task_group() as group:
+        await group.start(upkeep.serve, process)
+        await clock.run_for(599, step_s=1.0)
+        assert _sample(families, last, {"task": "compaction"}) is None, "nothing before the first interval"
+        # The round's file work runs in threads, which the fake clock's steps do not wait for: time passes meanwhile.
+        await clock.run_until(
+            lambda: _sample(families, last, {"task": "compaction"}) is not None, step_s=1.0, limit_s=1_000
+        )
+        assert await _chain(root, 0) == [BlobRange(0, 19), BlobRange(20, 29)]
+        await clock.run_for(began + 3_590 - clock.now, step_s=10.0)
+        assert _sample(families, last, {"task": "prune"}) is None, "nothing before its interval"
+        await clock.run_until(
+            lambda: _sample(families, last, {"task": "prune"}) is not None, step_s=10.0, limit_s=1_000
+        )
+        process.stop_requested.set()
+    assert await _chain(root, 0) == [BlobRange(0, 19), BlobRange(20, 29)], "ten years kept: nothing pruned"
+
+
+def test_upkeep_of_an_archive_with_a_table_is_refused_in_one_line_naming_the_key() -> None:
+    text = (
+        "clusters: {src: {bootstrap-servers: 'src:9092'}}\n"
+        "destination:\n  type: filesystem\n  root: /a\n  table: {format: delta, name: 'a.{topic}'}\n  %s\n"
+        "mirrors:\n  - {name: o, cluster: src, topic: orders, partition: 0}\n"
+    )
+    with pytest.raises(ConfigError, match=r"^destination\.retention: not yet with destination\.table"):
+        parse_config(text % "retention: {keep-ms: 86400000}", env={})
+    with pytest.raises(ConfigError, match=r"^destination\.compaction\.interval-ms: not yet with destination\.table"):
+        parse_config(text % "compaction: {interval-ms: 60000}", env={})
+    parse_config(text % "compaction: {min-age-ms: 0}", env={})  # the command's settings alone are fine
