@@ -75,6 +75,7 @@ async def compact(
     policy = policy_of(destination.services, archive)
     assert archive is not None  # policy_of says so
     destination.resolve()
+    await archive.check_format()
     chains = await anyio.to_thread.run_sync(archive.chains)
     names = [(name, partition) for name, partitions in sorted(chains.items()) for partition in partitions]
     leases = destination.leases

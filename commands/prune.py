@@ -83,6 +83,7 @@ async def prune(
             "an archive with a table is not pruned yet (its table would need the matching delete commit)",
         )
     destination.resolve()
+    await archive.check_format()
     chains = await anyio.to_thread.run_sync(archive.chains)
     names = [(name, partition) for name, partitions in sorted(chains.items()) for partition in partitions]
     leases = destination.leases

@@ -258,6 +258,7 @@ def archive_of(config: RestoreConfig) -> Archive:
 async def select_partitions(config: RestoreConfig, archive: Archive) -> list[RestorePartition]:
     """The archived chains the entries select, each with its range; ConfigError for a name or partition the
     archive does not hold, a chain selected twice, or two chains restored into one partition."""
+    await archive.check_format()  # an archive of a newer layout is refused, not misread
     if config.as_of_ms is not None:
         await refuse_pruned_moment(archive, config.as_of_ms)
     catalog = await anyio.to_thread.run_sync(archive.chains)

@@ -57,6 +57,7 @@ async def table_sync(config: Config, shard: Shard | None, timeout_s: float) -> l
     if archive is None or settings is None:
         raise ConfigError("destination.table", "is not configured: there is no table to sync")
     destination.resolve()
+    await archive.check_format()
     clusters = SourceClusters()
     try:
         with anyio.fail_after(timeout_s):

@@ -157,6 +157,8 @@ async def collect_verification(
         destination = open_destination(
             config.destination, source_lookups=source_lookup, source_registries=source_registry
         )
+        if destination.archive is not None:
+            await destination.archive.check_format()  # an archive of a newer layout is refused, not misread
         prepared: list[_Prepared | None] = [None] * len(mirrors)
         destination_id = await _destination_id(destination.cluster) if mirrors else None
 

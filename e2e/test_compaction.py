@@ -2,13 +2,15 @@
 compaction killed with SIGKILL right after its first merged blob's commit, then run again, leaves one merged blob per
 chain besides its last; `verify` against the source is exact, and a `restore --as-of` a moment from before the
 compaction restores exactly the records the archive held then, record by record. Then a prune of everything
-committed so far leaves each chain's last blob, `verify` checks exactly that, `status` names the cut and
-`restore --as-of` the earlier moment is refused in one line naming it."""
+committed so far leaves each chain's last blob, `status` names the cut and `restore --as-of` the earlier moment is
+refused in one line naming it; a mirror compacting in the background writes a third spell, and `verify` checks
+exactly what the prune kept and what followed."""
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
 from pathlib import Path
 
@@ -110,15 +112,32 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
     assert {p: chain(fs, topic_name, p) for p in ENDS} == {p: [blob] for p, blob in last.items()}
     code, report = status_json(config, env=fs.env())
     assert code == 0 and report["kept-since"] == moment_text(cut_ms), report
-    verified = run_cli("verify", "--config", str(config), "--format", "json", env=fs.env())
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    rows = {row["partition"]: row for row in json.loads(verified.stdout)["mirrors"]}
-    assert {p: (row["checked-from"], row["checked-end"], row["missing"]) for p, row in rows.items()} == {
-        p: (blob.first, ENDS[p], 0) for p, blob in last.items()
-    }
     refused = run_cli("restore", "--config", str(restore), "--as-of", str(moment_ms), env=fs.env())
     assert refused.returncode == 2, refused.stdout + refused.stderr
     line = refused.stderr.strip().splitlines()[-1]  # the command's last word, one line
     assert line.startswith("invalid config: --as-of: ") and line.endswith(
         f"the oldest moment it can serve is {moment_text(cut_ms)}"
     ), line
+
+    # The running mirror keeps its archive in shape itself: a third spell in small blobs, merged in the background
+    # (Spark tasks of the mirror's own session) while it writes; then `verify` checks what the prune kept and the rest.
+    document["destination"]["compaction"] = {"min-age-ms": 0, "interval-ms": 1_000}
+    config.write_text(yaml.safe_dump(document))
+    third = {p: end + 1_500 for p, end in ENDS.items()}
+    for partition in ENDS:
+        produce(kafka.bootstrap, topic_name, partition, generate_records(1_500, seed=30 + partition))
+    with start(config, tmp_path / "upkeep.log", fs) as run:
+        run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), third)
+        for partition in ENDS:
+            run.wait_for_log(rf'msg="merged blob committed" chain={re.escape(topic_name)}/{partition} ', timeout=60)
+        run.drain()
+    assert not run.events("compaction failed, tried again next round"), run.tail()
+    for partition, blob in last.items():
+        blobs = chain(fs, topic_name, partition)  # strict: one chain, nothing redundant left
+        assert blobs[0].first == blob.first and len(blobs) < 1 + 1_500 // 250, blobs
+    verified = run_cli("verify", "--config", str(config), "--format", "json", env=fs.env())
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    rows = {row["partition"]: row for row in json.loads(verified.stdout)["mirrors"]}
+    assert {p: (row["checked-from"], row["checked-end"], row["missing"]) for p, row in rows.items()} == {
+        p: (blob.first, third[p], 0) for p, blob in last.items()
+    }

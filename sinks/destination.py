@@ -19,6 +19,7 @@ from config.estate import MirrorSpec
 from config.model import ArchiveGroupsConfig, CompactionConfig, KafkaDestination, RetentionConfig, TableConfig
 from kafka_clients.admin import ClusterAdmin
 from kafka_clients.schema_registry import RegistryAccess
+from sinks.archive.format import check_format
 from sinks.base import Sink
 from sinks.destination_health import DestinationHealth
 from sinks.leases import Holder, Leases, LeaseStore
@@ -180,6 +181,15 @@ class Archive(ABC):
     @abstractmethod
     def documents(self) -> ArchiveDocuments:
         """Where the archive keeps its documents (topic metadata, group positions, schemas); one per call, to close."""
+
+    async def check_format(self, writes: bool = False) -> int:
+        """The archive's layout version (`sinks.archive.format`): NewerArchiveFormatError for one this release does
+        not know; `writes`: a writer records this release's where none is recorded yet."""
+        documents = self.documents()
+        try:
+            return await check_format(documents, self.root, writes)
+        finally:
+            await documents.close()
 
     @abstractmethod
     def schema_archive(self, mirror: MirrorSpec) -> SchemaArchive | None:

@@ -29,6 +29,7 @@ from core.reachability import Outage
 from sinks.destination import Destination, chain_name
 from sinks.destinations import open_destination
 from sinks.leases import Holder
+from sinks.retry import retry_transient
 from source.discovery import plan_readable, read_clusters
 from source.lookup import source_lookup, source_registry
 from source.offsets import SourceCluster, SourceClusters
@@ -161,6 +162,9 @@ class RunProcess:
             source_registries=source_registry,
         )
         destination.resolve()  # a secret or TLS file it cannot read: named now, before anything starts
+        archive = destination.archive
+        if archive is not None:  # an archive of a newer layout is refused before anything is written to it
+            await retry_transient(lambda: archive.check_format(writes=True), destination.retry, "read archive format")
         loop_guard = destination.services.loop_guard
         if loop_guard is not None:
             sources = {entry.cluster: (entry.source, entry.source_field) for entry in self._entries}

@@ -195,7 +195,10 @@ class ArchiveUpkeep(ProcessService):
                     )
                     for staged in await self._merge(work):  # one per run, or per day of two blobs or more (daily)
                         part = merge.within(staged.first, staged.last)
-                        await apply_merge(store, part, staged, _logged(chain.chain, part))
+                        # A drain waits for the commit and the run's deletes (a few requests): no redundant run is
+                        # left for the next start (a kill still may, which every reader reads right).
+                        with anyio.CancelScope(shield=True):
+                            await apply_merge(store, part, staged, _logged(chain.chain, part))
                         merged_blobs += len(part.blobs)
                     self._families.archive_upkeep_bytes.labels("compaction").inc(merge.size)
             except Exception as exc:

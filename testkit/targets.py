@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from sinks.blob.chain import BlobRange, is_temp_name, parse_blob_name
+from sinks.blob.chain import BlobRange, is_temp_name, parse_blob_name, without_redundant
 from sinks.filesystem.store import is_bookkeeping
 from testkit.kafka_data import ConsumedRecord, committed_offset, consume_all, consume_as_group, watermarks
 
@@ -163,8 +163,17 @@ def chain(target: BlobTarget, name: str, partition: int) -> list[BlobRange]:
 
 
 def _chain_next(target: BlobTarget, name: str, partition: int) -> int | None:
-    blobs = chain(target, name, partition)
-    return blobs[-1].last + 1 if blobs else None
+    """Where the chain ends, as every reader of the archive sees it: a blob inside another blob's range is redundant
+    (a compaction running beside the mirror commits a merged blob before it deletes its run)."""
+    names = [entry for entry in target.names(name, partition) if not is_temp_name(entry)]
+    ranges = [blob for entry in names if (blob := parse_blob_name(entry)) is not None]
+    if len(ranges) != len(names):
+        chain(target, name, partition)  # names the foreign entry
+    kept, _ = without_redundant(ranges)
+    for previous, current in itertools.pairwise(kept):
+        if current.first != previous.last + 1:
+            raise VerificationError(f"chain broken at {target.blob_location(name, partition, current.name)}")
+    return kept[-1].last + 1 if kept else None
 
 
 def _blob_tables(
