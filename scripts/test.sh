@@ -22,6 +22,10 @@ echo "== mypy (in the background; its output follows the tests')"
 mypy_log="$(mktemp)"
 mypy . > "$mypy_log" 2>&1 &
 mypy_pid=$!
+# The suite's JVMs (brokers, registries, each command's Spark driver) live seconds to a minute: C1 alone compiles
+# what they run, without C2's costly passes; measured on two mirror e2e cases, 15 % less CPU (46 -> 39 s), which a
+# CPU-bound run turns into wall time. The product's JVMs keep the default tiers. A caller's own setting is kept.
+export JAVA_TOOL_OPTIONS="${JAVA_TOOL_OPTIONS:--XX:TieredStopAtLevel=1}"
 echo "== pytest"
 # The slowest tests are listed so that a CI run that creeps towards its 15-minute budget shows where.
 # Three workers (pytest-xdist, each with its own brokers and moto): the end-to-end tests spend much of
