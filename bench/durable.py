@@ -7,7 +7,8 @@ Every record's value starts with its produce time (bench.steady). Where each des
   name, fsyncs the directory and then unlinks the staged name, and link(2) and unlink(2) both set the inode's ctime:
   so ctime is the end of the commit, to the kernel's clock tick. bench.latency's 5 ms directory poll measures the
   same moment, but polling P directories every 5 ms would take from the cores being measured (and its delay grows
-  with P); a stat per blob after the run costs nothing during it.
+  with P); a stat per blob after the run costs nothing during it. A merged blob (the mirror compacting) keeps each
+  original's range and written time (its modification time, ms) in its footer: its records landed then.
 - S3 (the mirror, on moto): the mirror's own `flushed` log line (ms), logged once CompleteMultipartUpload returned.
   moto's LastModified has whole seconds only, so it is used to check the log instead: each object's line must fall in
   [LastModified, LastModified + 1 s + slack].
@@ -37,11 +38,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from confluent_kafka import Consumer, TopicPartition
 
 from bench.latency import TIME_DIGITS, percentile, value_stamps
 from sinks.blob.chain import parse_blob_name
+from sinks.blob.merging import merged_from
 from testkit.kafka_data import RDKAFKA_LOGGER
 from testkit.mirror_run import log_time
 from testkit.targets import FilesystemTarget, S3Target, VerificationError, chain
@@ -93,12 +96,23 @@ class Landings:
 
 
 def filesystem_landings(target: FilesystemTarget, name: str, partitions: Iterable[int]) -> Landings:
+    """A blob's records landed at its ctime; a merged blob's (the mirror compacting, `sinks.blob.merging`) each at
+    its original's written time, from the merged blob's footer (the original's modification time, in ms: its data
+    written, a moment before its commit's link)."""
     landings = Landings()
     for partition in partitions:
         directory = target.directory(name, partition)
         for blob in chain(target, name, partition):
             path = directory / blob.name
-            landings.add(_stamps(pq.read_table(path, columns=["value"])), os.stat(path).st_ctime)
+            originals = merged_from(pq.read_metadata(path))
+            if originals is None:
+                landings.add(_stamps(pq.read_table(path, columns=["value"])), os.stat(path).st_ctime)
+                continue
+            rows = pq.read_table(path, columns=["offset", "value"])
+            offsets = rows.column("offset").to_numpy()
+            for first, last, written_ms in originals:
+                inside = rows.filter(pa.array((offsets >= first) & (offsets <= last)))
+                landings.add(_stamps(inside.select(["value"])), written_ms / 1000)
     return landings
 
 

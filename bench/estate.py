@@ -56,7 +56,7 @@ from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, delete_topic
 from testkit.mirror_run import MirrorRun
 from testkit.ports import free_port
-from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target, VerificationError
+from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target, VerificationError, chain
 
 PRIME = 100  # records into partition 0 made durable before the clock starts
 FLUSHES = ("mirror_v3_flushes_total", "mirror_v3_destination_flushes_total")  # the first the process exposes
@@ -132,6 +132,8 @@ def _mirror(
     extra = capture_settings(s.capture) if not isinstance(target, KafkaTarget) else {}
     if s.table is not None:
         extra["table"] = {"format": s.table, "name": TABLE, "commit-interval-ms": s.table_commit_ms}
+    if s.compaction_ms is not None:
+        extra["compaction"] = {"interval-ms": s.compaction_ms, "min-age-ms": s.compaction_min_age_ms}
     run = start_selection(ctx, f"mirror-{path}", target, selection, s.max_time_ms, free_port(), extra)
     named = {SOURCE_BROKER: ctx.broker_pid, DESTINATION: server}
     committer = GroupCommitter(ctx.bootstrap, topic, s.partitions) if s.capture else contextlib.nullcontext()
@@ -158,6 +160,7 @@ def _mirror(
         flushed = flushed_times(run.events("flushed"))
         result = finish(run, target, {name: ends})  # every offset exactly once: the count that nothing was lost
         table_commits = run.events("table committed")  # the drain's last one too
+        merges = run.events("merged blob committed")
     checks: dict[str, Any] = {}
     if s.table is not None:
         if not isinstance(target, FilesystemTarget) or s.table != "iceberg":
@@ -167,6 +170,17 @@ def _mirror(
             "commits": len(table_commits),
             "files_per_commit": round(sum(int(c["files"]) for c in table_commits) / max(1, len(table_commits)), 1),
             **{k: v for k, v in visible.summary(window.start, window.end).items() if k != "records"},
+        }
+    if s.compaction_ms is not None:
+        if not isinstance(target, FilesystemTarget):
+            raise ValueError("estate-steady measures compaction of a filesystem archive only")
+        files = sum(len(chain(target, name, p)) for p in range(s.partitions))
+        checks["compaction"] = {
+            "merges": len(merges),
+            "blobs_merged": sum(int(m["replaces"]) for m in merges),
+            "files_after": files,
+            "files_without": files + sum(int(m["replaces"]) - 1 for m in merges),  # each merge: n blobs -> 1
+            "failures": len(run.events("compaction failed, tried again next round")),
         }
     if isinstance(target, FilesystemTarget):
         landings = filesystem_landings(target, name, range(s.partitions))

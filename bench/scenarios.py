@@ -41,6 +41,10 @@ class Scenario:
     # catalog) committed every `table_commit_ms`; None: no table. (throughput: a second filesystem row, with it.)
     table: str | None = None
     table_commit_ms: int = 60_000
+    # estate-steady, filesystem: the running mirror compacts its chains every `compaction_ms` (blobs older than
+    # `compaction_min_age_ms`; destination.compaction); None: no compaction in the mirror (the product's default).
+    compaction_ms: int | None = None
+    compaction_min_age_ms: int = 60_000
 
 
 def estate_name(s: Scenario) -> str:
@@ -48,7 +52,12 @@ def estate_name(s: Scenario) -> str:
     parts = "partition" if s.partitions == 1 else "partitions"
     capture = {None: "", False: ", capture off", True: ", capture every 1 s"}[s.capture]
     table = "" if s.table is None else f", {s.table} table every {s.table_commit_ms / 1000:g} s"
-    return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s{capture}{table}"
+    compacting = (
+        ""
+        if s.compaction_ms is None
+        else f", compacting every {s.compaction_ms / 1000:g} s (min age {s.compaction_min_age_ms / 1000:g} s)"
+    )
+    return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s{capture}{table}{compacting}"
 
 
 def estate(

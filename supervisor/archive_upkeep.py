@@ -5,12 +5,12 @@ take (`sinks.blob.compactor`, `workers.compaction_job`, `sinks.blob.pruner`, `si
 Only the chains of the mirrors this process runs: it holds their leases, so no other writer or compaction touches
 them, and its own writers only ever append after each chain's last blob, which neither step touches.
 
-Its budget, so that the mirrors' flushes keep their latency: one merge at a time (a Spark job of one task, in the
-`mirror-v3.compaction` FAIR pool: at most one core, beside the flushes' pools), at most
-`max-bytes-per-interval` read per round; a prune needs no Spark (listings and deletes). A failure is a WARN and a
-metric (`mirror_v3_archive_upkeep_failures_total`), never a stop of a mirror; the round after tries again, and what a
-failed or killed step left is what a reader already reads right (a redundant run, a shorter prefix) and the next
-round finishes.
+Its budget, so that the mirrors' flushes keep their latency: one Spark job per round whose one task merges the
+round's runs one after another (in the `mirror-v3.compaction` FAIR pool: at most one core, beside the flushes'
+pools), at most `max-bytes-per-interval` read per round; a prune needs no Spark (listings and deletes). A failure is
+a WARN and a metric (`mirror_v3_archive_upkeep_failures_total`), never a stop of a mirror; the round after tries
+again, and what a failed or killed step left is what a reader already reads right (a redundant run, a shorter
+prefix) and the next round finishes.
 """
 
 from __future__ import annotations
@@ -38,18 +38,19 @@ from sinks.destination import Archive, chain_name
 from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
 from telemetry.metrics import MetricFamilies
 from workers.compaction_job import MergeWork, run_compaction_job
+from workers.range_job import Outcome
 from workers.spark_session import started_spark
 
 log = logging.getLogger("mirror_v3.archive_upkeep")
 
-MergeRunner = Callable[[MergeWork], Awaitable[list[StagedBlob]]]
+MergeRunner = Callable[[tuple[MergeWork, ...]], Awaitable[list[Outcome[list[StagedBlob]]]]]
 
 
-async def merge_in_spark(work: MergeWork) -> list[StagedBlob]:
-    """One run merged by a Spark job of one task (the process's session, started by then)."""
+async def merge_in_spark(work: tuple[MergeWork, ...]) -> list[Outcome[list[StagedBlob]]]:
+    """A round's runs merged one after another by a Spark job of one task (the process's session, started by then):
+    one job per round, at most one core."""
     group = f"mirror-v3.upkeep.{uuid.uuid4().hex[:12]}"
-    (outcome,) = await anyio.to_thread.run_sync(lambda: run_compaction_job(started_spark(), (work,), group))
-    return outcome.get()
+    return await anyio.to_thread.run_sync(lambda: run_compaction_job(started_spark(), work, group, tasks=1))
 
 
 @dataclass(frozen=True)
@@ -170,45 +171,64 @@ class ArchiveUpkeep(ProcessService):
             log_event(log, logging.INFO, "archive pruned", **summary)
 
     async def compaction_round(self, mirrored: Sequence[MirroredPartition]) -> None:
-        """Each chain surveyed, its merges applied one at a time until the round's byte budget is spent."""
+        """Each chain surveyed and its merges planned until the round's byte budget is spent; the runs merged by one
+        job; then each merged blob committed and its run deleted, chain by chain."""
         assert self._compaction is not None
         settings = self._compaction
         policy = CompactionPolicy(target_bytes=settings.target_bytes, min_age_s=settings.min_age_ms / 1000)
         budget = settings.max_bytes_per_interval
-        merged_blobs = 0
+        work: list[MergeWork] = []
+        planned: list[tuple[_Chain, Merge]] = []
         for chain in self._chains(mirrored):
             store, staging = self._archive.staged_chain(chain.name, chain.partition)
             try:
                 survey = await survey_chain(store, policy, self._clock.wall())
                 await remove_redundant(store, survey.redundant)
                 self._observe(chain, survey)
+                reader = self._archive.reader(chain.name, chain.partition)
                 for merge in survey.merges:
                     if merge.size > budget:
-                        break  # the next round goes on from here
+                        budget = 0  # the next round goes on from here
+                        break
                     budget -= merge.size
-                    work = MergeWork(
-                        self._archive.reader(chain.name, chain.partition),
-                        staging,
-                        survey.sources(merge),
-                        merge.size,
-                        self._daily,
-                    )
-                    for staged in await self._merge(work):  # one per run, or per day of two blobs or more (daily)
-                        part = merge.within(staged.first, staged.last)
-                        # A drain waits for the commit and the run's deletes (a few requests): no redundant run is
-                        # left for the next start (a kill still may, which every reader reads right).
-                        with anyio.CancelScope(shield=True):
-                            await apply_merge(store, part, staged, _logged(chain.chain, part))
-                        merged_blobs += len(part.blobs)
-                    self._families.archive_upkeep_bytes.labels("compaction").inc(merge.size)
+                    work.append(MergeWork(reader, staging, survey.sources(merge), merge.size, self._daily))
+                    planned.append((chain, merge))
             except Exception as exc:
                 self._failed("compaction", chain.chain, exc)
             finally:
                 await store.close()
             if budget <= 0:
                 break
+        merged_blobs = 0
+        if work:
+            try:
+                outcomes = await self._merge(tuple(work))
+            except Exception as exc:  # the job as a whole (Spark, its session): every planned chain waits a round
+                self._failed("compaction", ", ".join(sorted({c.chain for c, _ in planned})), exc)
+                outcomes = []
+            for (chain, merge), outcome in zip(planned, outcomes, strict=False):
+                merged_blobs += await self._commit(chain, merge, outcome)
         self._families.archive_upkeep_blobs.labels("compaction").inc(merged_blobs)
         self._families.archive_upkeep_last.labels("compaction").set(self._clock.wall())
+
+    async def _commit(self, chain: _Chain, merge: Merge, outcome: Outcome[list[StagedBlob]]) -> int:
+        """One run's merged blobs committed (its blobs deleted after); how many blobs they replaced."""
+        store = self._archive.chain_store(chain.name, chain.partition)
+        replaced = 0
+        try:
+            for staged in outcome.get():  # one per run, or per day of two blobs or more (daily)
+                part = merge.within(staged.first, staged.last)
+                # A drain waits for the commit and the run's deletes (a few requests): no redundant run is left for
+                # the next start (a kill still may, which every reader reads right).
+                with anyio.CancelScope(shield=True):
+                    await apply_merge(store, part, staged, _logged(chain.chain, part))
+                replaced += len(part.blobs)
+            self._families.archive_upkeep_bytes.labels("compaction").inc(merge.size)
+        except Exception as exc:
+            self._failed("compaction", chain.chain, exc)
+        finally:
+            await store.close()
+        return replaced
 
     def _observe(self, chain: _Chain, survey: ChainSurvey) -> None:
         self._families.archive_blobs.labels(*chain.labels).set(survey.blobs)

@@ -28,6 +28,7 @@ from supervisor.process_service import MirroredPartition, RunningProcess
 from tests.fakes import FakeClock, fresh_metrics
 from tests.test_compaction import T0, _write_chain
 from workers.compaction_job import MergeWork
+from workers.range_job import Outcome
 
 SOURCE = SourceConfig(bootstrap_servers="src:9092")
 
@@ -54,8 +55,8 @@ def _mirrored(*partitions: int) -> list[MirroredPartition]:
     return [MirroredPartition("src", SOURCE, "clusters.src", "orders", p, "orders", 0) for p in partitions]
 
 
-async def _merge_here(work: MergeWork) -> list[StagedBlob]:
-    return merge_blobs(work.reader, work.staging, work.run, work.daily)
+async def _merge_here(work: tuple[MergeWork, ...]) -> list[Outcome[list[StagedBlob]]]:
+    return [Outcome(result=merge_blobs(w.reader, w.staging, w.run, w.daily)) for w in work]
 
 
 def _upkeep(
@@ -113,7 +114,7 @@ async def test_a_failing_merge_is_a_warn_and_a_metric_and_the_chain_is_unchanged
     root = tmp_path / "archive"
     _write_chain(root / "orders" / "0", [(0, 9), (10, 19), (20, 29)])
 
-    async def failing(work: MergeWork) -> list[StagedBlob]:
+    async def failing(work: tuple[MergeWork, ...]) -> list[Outcome[list[StagedBlob]]]:
         raise OSError("executor lost")
 
     families, _ = fresh_metrics()

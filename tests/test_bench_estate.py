@@ -167,3 +167,36 @@ def test_flushes_needed_are_per_partition_unless_records_are_rarer() -> None:
     assert needed({"partitions": 64, "rate": 2000, "max_time_ms": 1000}) == 64
     assert needed({"partitions": 1024, "rate": 2000, "max_time_ms": 10_000}) == pytest.approx(102.4)
     assert needed({"partitions": 4096, "rate": 100, "max_time_ms": 1000}) == 100
+
+
+def test_a_merged_blobs_records_landed_when_their_originals_were_written(tmp_path: Path) -> None:
+    """The mirror compacting: each record of a merged blob counts as durable at its original's written time (the
+    footer keeps it), not at the merged blob's commit."""
+    from bench.durable import filesystem_landings
+    from core.records import encode_parquet
+    from sinks.blob.chain import blob_name
+    from sinks.blob.merging import MergeSource, merge_blobs
+    from sinks.blob.staging import BlobFormat
+    from sinks.filesystem.reading import FilesystemBlobReader
+    from sinks.filesystem.store import FilesystemStore
+    from testkit.targets import FilesystemTarget
+    from tests.fakes import FakeRecord, records_table
+
+    target = FilesystemTarget(tmp_path)
+    directory = target.directory("orders", 0)
+    directory.mkdir(parents=True)
+    sources = []
+    for index, (first, last) in enumerate([(0, 1), (2, 3)]):
+        records = [FakeRecord(o, None, stamped_value(b"v"), timestamp_ms=0) for o in range(first, last + 1)]
+        encoded = encode_parquet(records_table(records, "orders", 0), "zstd", None)
+        (directory / blob_name(first, last)).write_bytes(encoded)
+        sources.append(MergeSource(blob_name(first, last), first, last, 1_700_000_000_000 + 1_000 * index))
+    (staged,) = merge_blobs(
+        FilesystemBlobReader(str(directory)), FilesystemStore(directory).staging(BlobFormat()), sources
+    )
+    os.link(directory / staged.ref, directory / blob_name(0, 3))
+    for name in (staged.ref, blob_name(0, 1), blob_name(2, 3)):
+        os.remove(directory / name)
+    landings = filesystem_landings(target, "orders", [0])
+    assert sorted(landings.durable) == [1_700_000_000.0, 1_700_000_000.0, 1_700_000_001.0, 1_700_000_001.0]
+    assert len(landings.produced) == 4

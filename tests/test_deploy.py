@@ -58,6 +58,8 @@ def exported_metric_names() -> set[str]:
         family.labels(source_cluster="c")
     for per_table in (families.table_up, families.table_commit_failures, families.table_commit):
         per_table.labels(table="archive.t")  # a mirror whose archive keeps a table (destination.table)
+    for per_task in (families.archive_upkeep_failures, families.archive_upkeep_blobs, families.archive_upkeep_last):
+        per_task.labels(task="compaction")  # a mirror that keeps its archive in shape (archive_upkeep)
     from prometheus_client import generate_latest
 
     text = generate_latest(registry).decode()
@@ -180,6 +182,7 @@ def test_alerts_cover_what_operators_need() -> None:
         "MirrorV3DataLossAccepted",
         "MirrorV3TargetDown",
         "MirrorV3Absent",
+        "MirrorV3ArchiveUpkeepFailing",
     } <= set(alerts)
     assert alerts["MirrorV3DestinationRetrying"]["for"] == "5m"
     assert "mirror_v3_destination_offset_inflight_retry" in alerts["MirrorV3DestinationRetrying"]["expr"]
@@ -257,6 +260,44 @@ def test_the_failed_and_stalled_alerts_fire_on_series_that_mean_it(tmp_path: Pat
                             alert("MirrorV3Stalled", job="mirror-v3/mirror-v3", destination="orders", partition="1")
                         ],
                     },
+                ],
+            }
+        ],
+    }
+    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
+    checked = subprocess.run(
+        [promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def test_the_archive_upkeep_alert_fires_on_failures_that_persist_not_on_one(tmp_path: Path) -> None:
+    """A compaction failing every minute fires MirrorV3ArchiveUpkeepFailing once failures have kept coming for its
+    `for`; a prune that failed once (an S3 hiccup, tried again next round) never does."""
+    (rule,) = documents("base/prometheusrule.yaml")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(rule["spec"]))
+    rules = {r["alert"]: r for group in rule["spec"]["groups"] for r in group["rules"]}
+    failing = rules["MirrorV3ArchiveUpkeepFailing"]
+    fired = {"namespace": "mirror-v3", "pod": "mirror-v3-0", "job": "mirror-v3/mirror-v3", "task": "compaction"}
+    annotations = {
+        key: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: fired[m.group(1)], text)
+        for key, text in failing["annotations"].items()
+    }
+    series = [
+        {"series": f'mirror_v3_archive_upkeep_failures_total{{{POD}, task="compaction"}}', "values": "0+1x60"},
+        {"series": f'mirror_v3_archive_upkeep_failures_total{{{POD}, task="prune"}}', "values": "0 1x59"},
+    ]
+    expected = [{"exp_labels": {**fired, **failing["labels"]}, "exp_annotations": annotations}]
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": "20m", "alertname": "MirrorV3ArchiveUpkeepFailing", "exp_alerts": []},
+                    {"eval_time": "40m", "alertname": "MirrorV3ArchiveUpkeepFailing", "exp_alerts": expected},
                 ],
             }
         ],

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from sinks.blob.merging import MergeSource, merge_blobs
 from sinks.blob.reading import BlobReader
 from sinks.blob.staging import BlobStaging, StagedBlob
+from workers.job_packing import pack
 from workers.range_job import JobSpec, Outcome, balanced_packs, run_items
 
 if TYPE_CHECKING:
@@ -30,13 +31,15 @@ class MergeWork:
 
 
 def run_compaction_job(
-    spark: SparkSession, work: tuple[MergeWork, ...], job_group: str
+    spark: SparkSession, work: tuple[MergeWork, ...], job_group: str, tasks: int | None = None
 ) -> list[Outcome[list[StagedBlob]]]:
     """Merge every run; one outcome per run (its merged blobs: one, or one per day), in order (a run that failed is
-    its own outcome, not the job's)."""
+    its own outcome, not the job's). `tasks`: at most that many tasks (the running mirror's upkeep: 1, at most one
+    core beside the flushes); None: one per core of the session."""
     spec = JobSpec(job_group, "mirror-v3.compaction", f"compact {len(work)} runs")
     weights = [max(1, item.size // (1024 * 1024)) for item in work]
-    return run_items(spark, work, balanced_packs(spark, weights), _merge, spec)
+    packs = balanced_packs(spark, weights) if tasks is None else pack(weights, tasks)
+    return run_items(spark, work, packs, _merge, spec)
 
 
 def _merge(work: MergeWork, state: dict[str, Any]) -> list[StagedBlob]:
