@@ -133,7 +133,11 @@ def _mirror(
     if s.table is not None:
         extra["table"] = {"format": s.table, "name": TABLE, "commit-interval-ms": s.table_commit_ms}
     if s.compaction_ms is not None:
-        extra["compaction"] = {"interval-ms": s.compaction_ms, "min-age-ms": s.compaction_min_age_ms}
+        extra["compaction"] = {
+            "interval-ms": s.compaction_ms,
+            "min-age-ms": s.compaction_min_age_ms,
+            "window-ms": s.compaction_window_ms,
+        }
     run = start_selection(ctx, f"mirror-{path}", target, selection, s.max_time_ms, free_port(), extra)
     named = {SOURCE_BROKER: ctx.broker_pid, DESTINATION: server}
     committer = GroupCommitter(ctx.bootstrap, topic, s.partitions) if s.capture else contextlib.nullcontext()

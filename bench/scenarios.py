@@ -45,6 +45,7 @@ class Scenario:
     # `compaction_min_age_ms`; destination.compaction); None: no compaction in the mirror (the product's default).
     compaction_ms: int | None = None
     compaction_min_age_ms: int = 60_000
+    compaction_window_ms: int = 3_600_000
 
 
 def estate_name(s: Scenario) -> str:
@@ -55,7 +56,8 @@ def estate_name(s: Scenario) -> str:
     compacting = (
         ""
         if s.compaction_ms is None
-        else f", compacting every {s.compaction_ms / 1000:g} s (min age {s.compaction_min_age_ms / 1000:g} s)"
+        else f", compacting every {s.compaction_ms / 1000:g} s (window {s.compaction_window_ms / 1000:g} s, "
+        f"min age {s.compaction_min_age_ms / 1000:g} s)"
     )
     return f"estate-steady, {s.partitions:,} {parts}, max-time {s.max_time_ms / 1000:g} s{capture}{table}{compacting}"
 

@@ -62,7 +62,7 @@ def policy_of(services: DestinationServices, archive: Archive | None) -> Compact
             "an archive with a table is not compacted yet (its table would need the matching rewrite commit)",
         )
     settings = services.compaction
-    return CompactionPolicy(target_bytes=settings.target_bytes, min_age_s=settings.min_age_ms / 1000)
+    return CompactionPolicy.of(settings)
 
 
 async def compact(

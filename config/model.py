@@ -314,6 +314,16 @@ class CompactionConfig(_Strict, frozen=True):
             description="Only blobs committed at least this long ago are merged (the chain's last blob never is).",
         ),
     ] = 3_600_000
+    window_ms: Annotated[
+        int,
+        msgspec.Meta(
+            ge=0,
+            description="A merged blob holds the blobs committed within one window of UTC time (an hour by default), "
+            "merged once the whole window is older than min-age-ms: one blob per window per partition (more when "
+            "a window holds over target-bytes), each byte rewritten once. 0: no window (runs of any age, a merged "
+            "blob merged again with what followed it).",
+        ),
+    ] = 3_600_000
     interval_ms: Annotated[
         int,
         msgspec.Meta(

@@ -49,7 +49,7 @@ def test_soak_upkeep_kill_cycles(
         flush={"max-time-ms": 300, "max-offsets": 200},
     )
     document = yaml.safe_load(config.read_text())
-    document["destination"]["compaction"] = {"min-age-ms": 0, "interval-ms": 1_000}
+    document["destination"]["compaction"] = {"min-age-ms": 0, "window-ms": 10_000, "interval-ms": 1_000}
     document["destination"]["retention"] = {"keep-ms": 60_000, "interval-ms": 1_000}
     config.write_text(yaml.safe_dump(document))
     rng = random.Random(4902)

@@ -51,7 +51,7 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
         flush={"max-time-ms": 300, "max-offsets": 250},  # a blob per 250 offsets at most: 40 and more
     )
     document = yaml.safe_load(config.read_text())
-    document["destination"]["compaction"] = {"min-age-ms": 0}  # everything old enough at once
+    document["destination"]["compaction"] = {"min-age-ms": 0, "window-ms": 0}  # everything old enough, in one run
     config.write_text(yaml.safe_dump(document))
     # The archive written in two spells, and a moment between them: as of it, the archive held the first spell.
     with start(config, tmp_path / "mirror.log", fs) as run:
@@ -121,7 +121,7 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
 
     # The running mirror keeps its archive in shape itself: a third spell in small blobs, merged in the background
     # (Spark tasks of the mirror's own session) while it writes; then `verify` checks what the prune kept and the rest.
-    document["destination"]["compaction"] = {"min-age-ms": 0, "interval-ms": 1_000}
+    document["destination"]["compaction"] = {"min-age-ms": 0, "window-ms": 0, "interval-ms": 1_000}
     config.write_text(yaml.safe_dump(document))
     third = {p: end + 1_500 for p, end in ENDS.items()}
     for partition in ENDS:

@@ -175,7 +175,7 @@ class ArchiveUpkeep(ProcessService):
         job; then each merged blob committed and its run deleted, chain by chain."""
         assert self._compaction is not None
         settings = self._compaction
-        policy = CompactionPolicy(target_bytes=settings.target_bytes, min_age_s=settings.min_age_ms / 1000)
+        policy = CompactionPolicy.of(settings)
         budget = settings.max_bytes_per_interval
         work: list[MergeWork] = []
         planned: list[tuple[_Chain, Merge]] = []

@@ -536,6 +536,10 @@ class InMemoryStore:
         self.removed.append(name)
         self.blobs.pop(name, None)
 
+    async def remove_redundant(self, names: Sequence[str]) -> None:
+        for name in names:
+            await self.remove(name)
+
 
 def fresh_metrics(topic: str = "t", partition: int = 0) -> tuple[MetricFamilies, MirrorMetrics]:
     families = MetricFamilies(CollectorRegistry())

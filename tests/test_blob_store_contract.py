@@ -405,3 +405,14 @@ async def test_a_prune_forgets_what_the_store_kept_of_the_removed_blobs_and_the_
     await chain.append(await stage(under_test, chain.store, blob_name(30, 39), b"c"))
     assert await store.list_page(None, 10) == ([blob_name(20, 29), blob_name(30, 39)], False)
     assert await store.forget_before(20) == 0, "nothing before offset 20 is left"
+
+
+async def test_redundant_blobs_are_removed_in_one_batch_and_gone_ones_are_no_error(under_test: StoreUnderTest) -> None:
+    names = [blob_name(first, first + 9) for first in range(0, 40, 10)]
+    for name in names:
+        under_test.place(name, b"x")
+    await under_test.store.remove_redundant(names[1:3])
+    assert await under_test.store.list_page(None, 10) == ([names[0], names[3]], False)
+    await under_test.store.remove_redundant(names[1:3])  # a compaction killed after it: done already
+    await under_test.store.remove_redundant([])
+    assert await under_test.store.list_page(None, 10) == ([names[0], names[3]], False)

@@ -60,7 +60,7 @@ async def test_a_run_becomes_one_blob_that_keeps_its_originals_and_their_times(t
     _write_chain(directory, [(0, 9), (10, 19), (20, 24), (25, 39), (40, 44)])
     store = FilesystemStore(directory)
     before = await verify_all(store)
-    assert await _compact(store, directory, CompactionPolicy(target_bytes=10**9, min_age_s=60)) == 1
+    assert await _compact(store, directory, CompactionPolicy(target_bytes=10**9, min_age_s=60, window_s=0)) == 1
     assert sorted(p.name for p in directory.iterdir() if p.suffix == ".parquet") == [
         blob_name(0, 39),
         blob_name(40, 44),  # the chain's last blob is its writer's: never merged
@@ -79,7 +79,7 @@ async def test_a_run_becomes_one_blob_that_keeps_its_originals_and_their_times(t
         records = [FakeRecord(o, None, b"x") for o in range(first, last + 1)]
         path.write_bytes(encode_parquet(records_table(records, "orders", 0), "zstd", None))
         os.utime(path, (T0 + index, T0 + index))
-    assert await _compact(store, directory, CompactionPolicy(target_bytes=10**9, min_age_s=60)) == 1
+    assert await _compact(store, directory, CompactionPolicy(target_bytes=10**9, min_age_s=60, window_s=0)) == 1
     again = directory / blob_name(0, 49)
     assert _offsets(directory, again.name) == list(range(50))
     found = merged_from(pq.ParquetFile(again).metadata)
@@ -93,14 +93,14 @@ async def test_a_compaction_stopped_between_its_steps_leaves_a_redundant_run_the
     directory = tmp_path / "orders" / "0"
     _write_chain(directory, [(0, 9), (10, 19), (20, 29), (30, 39)])
     store = FilesystemStore(directory)
-    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0, window_s=0), now_s=T0 + 100)
     (merge,) = survey.merges
     (staged,) = merge_blobs(FilesystemBlobReader(str(directory)), store.staging(BlobFormat()), survey.sources(merge))
     assert await store.commit_merged(merge.merged.name, staged)
     for facts in merge.blobs[:removed_before_the_crash]:  # killed while deleting the run
         await store.remove(facts.blob.name)
     assert await verify_all(store) == [BlobRange(0, 29), BlobRange(30, 39)]  # what every reader sees meanwhile
-    again = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    again = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0, window_s=0), now_s=T0 + 100)
     assert len(again.redundant) == 3 - removed_before_the_crash and again.merges == ()
     await remove_redundant(store, again.redundant)
     left = sorted(p.name for p in directory.iterdir() if p.suffix == ".parquet")
@@ -111,7 +111,7 @@ async def test_a_second_compaction_of_the_same_run_finds_it_merged_and_changes_n
     directory = tmp_path / "orders" / "0"
     _write_chain(directory, [(0, 9), (10, 19), (20, 29)])
     store = FilesystemStore(directory)
-    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0, window_s=0), now_s=T0 + 100)
     (merge,) = survey.merges
     reader, staging = FilesystemBlobReader(str(directory)), store.staging(BlobFormat())
     (first,) = merge_blobs(reader, staging, survey.sources(merge))
@@ -141,7 +141,7 @@ async def test_with_flush_daily_a_run_is_cut_where_its_records_day_changes(tmp_p
     days = [19_700, 19_700, 19_700, 19_701, 19_702, 19_702, 19_703]
     _write_chain(directory, [(10 * i, 10 * i + 9) for i in range(7)], days)
     store = FilesystemStore(directory)
-    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0), now_s=T0 + 100)
+    survey = await survey_chain(store, CompactionPolicy(target_bytes=10**9, min_age_s=0, window_s=0), now_s=T0 + 100)
     (merge,) = survey.merges  # 0-59: the planner knows no days
     reader, staging = FilesystemBlobReader(str(directory)), store.staging(BlobFormat())
     staged = merge_blobs(reader, staging, survey.sources(merge), daily=True)

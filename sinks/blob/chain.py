@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -167,6 +167,11 @@ class BlobStore(ChainListing, Protocol):
 
     async def remove(self, name: str) -> None:
         """Delete a blob (one a merged blob made redundant); gone already is done."""
+        ...
+
+    async def remove_redundant(self, names: Sequence[str]) -> None:
+        """Delete blobs a merged blob made redundant, in any order (each is redundant alone); gone already is done.
+        In batches: one thread hop (a directory), one DeleteObjects per 1 000 (S3)."""
         ...
 
     async def discard_staged(self, staged: StagedBlob) -> None:

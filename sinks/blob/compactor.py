@@ -70,8 +70,8 @@ async def survey_chain(store: BlobStore, policy: CompactionPolicy, now_s: float)
 
 async def remove_redundant(store: BlobStore, names: Sequence[str]) -> None:
     """Delete blobs a merged blob made redundant (left by a compaction that stopped between its two steps)."""
-    for name in names:
-        await store.remove(name)
+    if names:
+        await store.remove_redundant(names)
 
 
 async def apply_merge(
@@ -84,6 +84,6 @@ async def apply_merge(
         raise ValueError(f"not a merge of a run: {merge.merged.name} from {len(merge.blobs)} blobs")  # a caller's bug
     published = await store.commit_merged(merge.merged.name, staged)
     committed(published)
-    for facts in merge.blobs:  # each strictly inside the merged range: never the merged blob itself
-        await store.remove(facts.blob.name)
+    # Each strictly inside the merged range (never the merged blob itself), and redundant alone: any order will do.
+    await store.remove_redundant([facts.blob.name for facts in merge.blobs])
     return published

@@ -16,6 +16,7 @@ import errno
 import fcntl
 import os
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,6 +131,14 @@ class FilesystemStore:
     async def remove(self, name: str) -> None:
         with contextlib.suppress(FileNotFoundError):
             await aiofiles.os.remove(self._dir / name)
+
+    async def remove_redundant(self, names: Sequence[str]) -> None:
+        def removed() -> None:
+            for name in names:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(self._dir / name)
+
+        await anyio.to_thread.run_sync(removed)
 
 
 def _stat_all(directory: Path, names: list[str]) -> list[ListedBlob]:

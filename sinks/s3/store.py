@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aiohttp
@@ -424,6 +424,22 @@ class S3Store(ConnectionUser):
         await self._call(
             f"delete {self.location(name)}", lambda: s3.delete_object(Bucket=self._bucket, Key=self._prefix + name)
         )
+
+    async def remove_redundant(self, names: Sequence[str]) -> None:
+        s3 = await self._s3()
+        for start in range(0, len(names), 1000):
+            batch = [{"Key": self._prefix + name} for name in names[start : start + 1000]]
+            objects: dict[str, Any] = {"Objects": batch, "Quiet": True}
+            answer = await self._call(
+                f"delete {len(batch)} blobs under {self.location('')}",
+                _deleting(s3, self._bucket, objects),
+            )
+            errors = answer.get("Errors") or []
+            if errors:  # Quiet: only the keys that could not be deleted come back
+                first = errors[0]
+                raise DestinationError(
+                    f"s3://{self._bucket}/{first.get('Key')}: not deleted ({first.get('Code')}: {first.get('Message')})"
+                )
 
     async def forget_before(self, first_kept: int) -> int:
         """Delete the claims of blobs before `first_kept` (and the empty chain's `start` claim): history no commit
