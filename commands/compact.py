@@ -22,9 +22,8 @@ import anyio.to_thread
 from config import ConfigError
 from config.model import Config
 from core.errors import MirrorV3Error
-from core.logs import log_event
-from sinks.blob.compaction import CompactionPolicy, Merge
-from sinks.blob.compactor import ChainSurvey, apply_merge, remove_redundant, survey_chain
+from sinks.blob.compaction import CompactionPolicy
+from sinks.blob.compactor import ChainSurvey, apply_merge, log_commit, remove_redundant, survey_chain
 from sinks.destination import Archive, DestinationServices, chain_name
 from sinks.destinations import open_destination
 from sinks.leases import Holder
@@ -152,18 +151,7 @@ async def _compact_chains(
             try:
                 for staged in outcome.get():  # one per run, or one per day of two blobs or more (flush.daily)
                     merge = planned.within(staged.first, staged.last)
-
-                    def committed(published: bool, chain: str = done[index].chain, merge: Merge = merge) -> None:
-                        log_event(
-                            log,
-                            logging.INFO,
-                            "merged blob committed" if published else "merged blob found committed",
-                            chain=chain,
-                            blob=merge.merged.name,
-                            replaces=len(merge.blobs),
-                        )
-
-                    await apply_merge(store, merge, staged, committed)
+                    await apply_merge(store, merge, staged, log_commit(log, done[index].chain, merge))
                     done[index].merges += 1
                     done[index].merged_blobs += len(merge.blobs)
             except MirrorV3Error as exc:

@@ -12,6 +12,8 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parent.parent
 # Files every distribution must carry: the licence terms and what it bundles.
 LEGAL = ("LICENSE", "NOTICE")
@@ -25,6 +27,10 @@ def _run(argv: list[str], cwd: Path, timeout: float) -> subprocess.CompletedProc
     return done
 
 
+# A soak case (CI time: a clean virtualenv installs pyspark and every dependency, about a minute of the run's CPU):
+# tests/test_layers.py is its fast half in every run (the wheel's packages are the product's layers, the image copies
+# them, no tooling in either), and the quickstart e2e runs the CLI as the README's first command installs it.
+@pytest.mark.soak
 def test_the_wheel_installs_into_a_clean_virtualenv_and_the_command_works(tmp_path: Path) -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     dist = tmp_path / "dist"

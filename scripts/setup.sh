@@ -96,7 +96,7 @@ fi
 # 0.1 s of CPU per CLI start, measured). A module edited later is compiled in memory, as without this step.
 # A regular install (the image) gets them from pip.
 if [[ -n "$extras" ]]; then
-  (cd "$here" && "$python" -m compileall -q core config kafka_clients telemetry sinks source supervisor workers testkit >/dev/null)
+  (cd "$here" && "$python" -m compileall -q core config kafka_clients telemetry sinks source supervisor workers commands testkit >/dev/null)
 fi
 
 # The Spark JVM's class archive ($MIRROR_V3_JVM_CACHE, default ~/.cache/mirror-v3/jvm): about half the JVM's

@@ -31,7 +31,7 @@ from core.logs import log_event
 from sinks.archive import retention as archive_retention
 from sinks.archive.retention import ArchiveRetention, documents_to_prune, prune_documents
 from sinks.blob.compaction import CompactionPolicy, Merge
-from sinks.blob.compactor import ChainSurvey, apply_merge, remove_redundant, survey_chain
+from sinks.blob.compactor import ChainSurvey, apply_merge, log_commit, remove_redundant, survey_chain
 from sinks.blob.pruner import apply_prune, survey_prune
 from sinks.blob.staging import StagedBlob
 from sinks.destination import Archive, chain_name
@@ -221,7 +221,7 @@ class ArchiveUpkeep(ProcessService):
                 # A drain waits for the commit and the run's deletes (a few requests): no redundant run is left for
                 # the next start (a kill still may, which every reader reads right).
                 with anyio.CancelScope(shield=True):
-                    await apply_merge(store, part, staged, _logged(chain.chain, part))
+                    await apply_merge(store, part, staged, log_commit(log, chain.chain, part))
                 replaced += len(part.blobs)
             self._families.archive_upkeep_bytes.labels("compaction").inc(merge.size)
         except Exception as exc:
@@ -233,17 +233,3 @@ class ArchiveUpkeep(ProcessService):
     def _observe(self, chain: _Chain, survey: ChainSurvey) -> None:
         self._families.archive_blobs.labels(*chain.labels).set(survey.blobs)
         self._families.archive_bytes.labels(*chain.labels).set(survey.size)
-
-
-def _logged(chain: str, merge: Merge) -> Callable[[bool], None]:
-    def committed(published: bool) -> None:
-        log_event(
-            log,
-            logging.INFO,
-            "merged blob committed" if published else "merged blob found committed",
-            chain=chain,
-            blob=merge.merged.name,
-            replaces=len(merge.blobs),
-        )
-
-    return committed

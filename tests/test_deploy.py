@@ -203,6 +203,21 @@ POD = 'namespace="mirror-v3", pod="mirror-v3-0", job="mirror-v3/mirror-v3"'
 PARTITION = POD + ', source_cluster="prod", topic="orders", destination="orders"'
 
 
+def _promtool_test(directory: Path, series: list[dict[str, str]], checks: list[dict[str, Any]]) -> None:
+    """`promtool test rules` over `directory/rules.yaml`: minute samples of `series`, then each alert check
+    (`alert_rule_test` entries): Prometheus' own rule engine must agree."""
+    tests = {
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": checks}],
+    }
+    (directory / "tests.yaml").write_text(yaml.safe_dump(tests))
+    checked = subprocess.run(
+        [promtool(), "test", "rules", "tests.yaml"], cwd=directory, capture_output=True, text=True, timeout=60
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
 def test_the_failed_and_stalled_alerts_fire_on_series_that_mean_it(tmp_path: Path) -> None:
     """Prometheus' own rule engine (`promtool test rules`) over the rules as shipped: a partition failed for five
     minutes fires MirrorV3Failed and not MirrorV3Stalled; one whose flushes stop while records wait fires
@@ -236,39 +251,23 @@ def test_the_failed_and_stalled_alerts_fire_on_series_that_mean_it(tmp_path: Pat
         }
         return {"exp_labels": {**fired, **rules[name]["labels"]}, "exp_annotations": annotations}
 
-    tests = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    # Failed from minute 2: pending until minute 7.
-                    {"eval_time": "6m", "alertname": "MirrorV3Failed", "exp_alerts": []},
-                    {
-                        "eval_time": "8m",
-                        "alertname": "MirrorV3Failed",
-                        "exp_alerts": [alert("MirrorV3Failed", partition="0")],
-                    },
-                    # Partition 1's last flush is 60 s old at minute 2 (> 2 x 10 s): firing after its 2 min `for`.
-                    {"eval_time": "3m", "alertname": "MirrorV3Stalled", "exp_alerts": []},
-                    {
-                        "eval_time": "8m",
-                        "alertname": "MirrorV3Stalled",
-                        "exp_alerts": [
-                            alert("MirrorV3Stalled", job="mirror-v3/mirror-v3", destination="orders", partition="1")
-                        ],
-                    },
-                ],
-            }
-        ],
-    }
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-    checked = subprocess.run(
-        [promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    checks: list[dict[str, Any]] = [
+        # Failed from minute 2: pending until minute 7.
+        {"eval_time": "6m", "alertname": "MirrorV3Failed", "exp_alerts": []},
+        {
+            "eval_time": "8m",
+            "alertname": "MirrorV3Failed",
+            "exp_alerts": [alert("MirrorV3Failed", partition="0")],
+        },
+        # Partition 1's last flush is 60 s old at minute 2 (> 2 x 10 s): firing after its 2 min `for`.
+        {"eval_time": "3m", "alertname": "MirrorV3Stalled", "exp_alerts": []},
+        {
+            "eval_time": "8m",
+            "alertname": "MirrorV3Stalled",
+            "exp_alerts": [alert("MirrorV3Stalled", job="mirror-v3/mirror-v3", destination="orders", partition="1")],
+        },
+    ]
+    _promtool_test(tmp_path, series, checks)
 
 
 def test_the_archive_upkeep_alert_fires_on_failures_that_persist_not_on_one(tmp_path: Path) -> None:
@@ -288,25 +287,11 @@ def test_the_archive_upkeep_alert_fires_on_failures_that_persist_not_on_one(tmp_
         {"series": f'mirror_v3_archive_upkeep_failures_total{{{POD}, task="prune"}}', "values": "0 1x59"},
     ]
     expected = [{"exp_labels": {**fired, **failing["labels"]}, "exp_annotations": annotations}]
-    tests = {
-        "rule_files": ["rules.yaml"],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "1m",
-                "input_series": series,
-                "alert_rule_test": [
-                    {"eval_time": "20m", "alertname": "MirrorV3ArchiveUpkeepFailing", "exp_alerts": []},
-                    {"eval_time": "40m", "alertname": "MirrorV3ArchiveUpkeepFailing", "exp_alerts": expected},
-                ],
-            }
-        ],
-    }
-    (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
-    checked = subprocess.run(
-        [promtool(), "test", "rules", "tests.yaml"], cwd=tmp_path, capture_output=True, text=True, timeout=60
-    )
-    assert checked.returncode == 0, checked.stdout + checked.stderr
+    checks: list[dict[str, Any]] = [
+        {"eval_time": "20m", "alertname": "MirrorV3ArchiveUpkeepFailing", "exp_alerts": []},
+        {"eval_time": "40m", "alertname": "MirrorV3ArchiveUpkeepFailing", "exp_alerts": expected},
+    ]
+    _promtool_test(tmp_path, series, checks)
 
 
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:

@@ -9,9 +9,11 @@ create and one delete per blob of its run.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from core.logs import log_event
 from sinks.blob.chain import (
     PAGE,
     BlobRange,
@@ -72,6 +74,22 @@ async def remove_redundant(store: BlobStore, names: Sequence[str]) -> None:
     """Delete blobs a merged blob made redundant (left by a compaction that stopped between its two steps)."""
     if names:
         await store.remove_redundant(names)
+
+
+def log_commit(log: logging.Logger, chain: str, merge: Merge) -> Callable[[bool], None]:
+    """`apply_merge`'s `committed`: one INFO line naming the chain, the merged blob and how many it replaces."""
+
+    def committed(published: bool) -> None:
+        log_event(
+            log,
+            logging.INFO,
+            "merged blob committed" if published else "merged blob found committed",
+            chain=chain,
+            blob=merge.merged.name,
+            replaces=len(merge.blobs),
+        )
+
+    return committed
 
 
 async def apply_merge(
