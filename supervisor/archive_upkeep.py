@@ -130,12 +130,19 @@ class ArchiveUpkeep(ProcessService):
         """Each chain's prefix committed before now minus keep-ms, and the documents no kept moment reads."""
         assert self._retention is not None
         now_ms = round(self._clock.wall() * 1000)
-        kept = ArchiveRetention.of(now_ms - self._retention.keep_ms, now_ms)
         chains = self._chains(mirrored)
         documents = self._archive.documents()
         recorded = False
         removed_blobs = removed_bytes = 0
         try:
+            try:
+                earlier = await archive_retention.retention(documents)
+            except Exception as exc:
+                self._failed("prune", "the archive's retention", exc)
+                return
+            # Never back: a moment an earlier prune (a `prune --before` later than keep-ms) refused stays refused.
+            cut_ms = max(now_ms - self._retention.keep_ms, earlier.kept_since_ms if earlier is not None else 0)
+            kept = ArchiveRetention.of(cut_ms, now_ms)
             for chain in chains:
                 store = self._archive.chain_store(chain.name, chain.partition)
                 try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import anyio
@@ -18,6 +19,7 @@ from config.model import CompactionConfig, RetentionConfig, SourceConfig
 from core.logs import _FIELDS
 from sinks.archive import retention as archive_retention
 from sinks.archive.documents import document_name
+from sinks.archive.retention import ArchiveRetention
 from sinks.blob.chain import BlobRange, blob_name, verify_all
 from sinks.blob.merging import merge_blobs
 from sinks.blob.staging import StagedBlob
@@ -70,6 +72,12 @@ def _upkeep(
         _archive(root), compaction, retention, False, families, merge=_merge_here, clock=clock or _later_clock()
     )
     return upkeep, families
+
+
+async def _real_time_until(condition: Callable[[], bool]) -> None:
+    with anyio.fail_after(10):
+        while not condition():
+            await anyio.sleep(0.005)
 
 
 def _sample(families: object, name: str, labels: dict[str, str]) -> float | None:
@@ -165,16 +173,14 @@ async def test_serving_runs_each_task_at_its_interval_until_the_drain(tmp_path: 
         await group.start(upkeep.serve, process)
         await clock.run_for(599, step_s=1.0)
         assert _sample(families, last, {"task": "compaction"}) is None, "nothing before the first interval"
-        # The round's file work runs in threads, which the fake clock's steps do not wait for: time passes meanwhile.
-        await clock.run_until(
-            lambda: _sample(families, last, {"task": "compaction"}) is not None, step_s=1.0, limit_s=1_000
-        )
+        await clock.run_for(1, step_s=1.0)  # the first compaction round is due
+        # The round's file work runs in threads, which the fake clock's steps do not wait for: wait in real time.
+        await _real_time_until(lambda: _sample(families, last, {"task": "compaction"}) is not None)
         assert await _chain(root, 0) == [BlobRange(0, 19), BlobRange(20, 29)]
         await clock.run_for(began + 3_590 - clock.now, step_s=10.0)
         assert _sample(families, last, {"task": "prune"}) is None, "nothing before its interval"
-        await clock.run_until(
-            lambda: _sample(families, last, {"task": "prune"}) is not None, step_s=10.0, limit_s=1_000
-        )
+        await clock.run_for(began + 3_600 - clock.now, step_s=1.0)  # the first prune round is due
+        await _real_time_until(lambda: _sample(families, last, {"task": "prune"}) is not None)
         process.stop_requested.set()
     assert await _chain(root, 0) == [BlobRange(0, 19), BlobRange(20, 29)], "ten years kept: nothing pruned"
 
@@ -190,3 +196,18 @@ def test_upkeep_of_an_archive_with_a_table_is_refused_in_one_line_naming_the_key
     with pytest.raises(ConfigError, match=r"^destination\.compaction\.interval-ms: not yet with destination\.table"):
         parse_config(text % "compaction: {interval-ms: 60000}", env={})
     parse_config(text % "compaction: {min-age-ms: 0}", env={})  # the command's settings alone are fine
+
+
+async def test_a_prune_round_never_moves_the_archives_cut_back(tmp_path: Path) -> None:
+    """An operator's `prune --before` later than now minus keep-ms: the moments it refused stay refused, and the
+    round prunes to that cut."""
+    root = tmp_path / "archive"
+    _write_chain(root / "orders" / "0", [(0, 9), (10, 19), (20, 29)])  # committed at T0, T0 + 1, T0 + 2
+    documents = _archive(root).documents()
+    earlier = ArchiveRetention.of(round((T0 + 1.5) * 1000), round((T0 + 100) * 1000))
+    await archive_retention.record(documents, earlier)
+    upkeep, _ = _upkeep(root, retention=RetentionConfig(keep_ms=30 * 86_400_000))  # 30 days: nothing that old
+    await upkeep.prune_round(_mirrored(0))
+    assert await _chain(root, 0) == [BlobRange(20, 29)]
+    kept = await archive_retention.retention(documents)
+    assert kept is not None and kept.kept_since_ms == earlier.kept_since_ms

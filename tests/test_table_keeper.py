@@ -85,7 +85,9 @@ async def test_serving_reads_each_tables_positions_at_once_and_a_failing_catalog
     table = tables["archive.orders"]
     async with anyio.create_task_group() as group:
         await group.start(keeper.serve, process)
-        await _real_time_until(lambda: bool(keeper.down))  # the fake clock stands still: no interval passed
+        # The fake clock stands still: no interval passed. Advanced only once the keeper waits on it (an advance
+        # before the wait began would move the wait's end along with it).
+        await _real_time_until(lambda: bool(keeper.down) and clock.sleeping() > 0)
         assert keeper.down == {"archive.orders": "OSError: catalog unreachable"} and table.summaries == []
         assert families.registry.get_sample_value("mirror_v3_table_up", {"table": "archive.orders"}) == 0
         clock.advance(60.0)
