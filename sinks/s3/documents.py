@@ -8,7 +8,7 @@ from typing import Any
 
 from sinks.archive.documents import is_document
 from sinks.s3.errors import PreconditionFailed
-from sinks.s3.store import ConnectionUser, S3Connection
+from sinks.s3.store import ConnectionUser, S3Connection, listing_call
 
 
 class S3Documents(ConnectionUser):
@@ -33,7 +33,7 @@ class S3Documents(ConnectionUser):
                 params["Delimiter"] = "/"
             if token is not None:
                 params["ContinuationToken"] = token
-            page = await self._connection.call(f"list {self.location(directory)}", _listing(s3, params))
+            page = await self._connection.call(f"list {self.location(directory)}", listing_call(s3, params))
             pages.append(page)
             token = page.get("NextContinuationToken")
             if not page.get("IsTruncated") or token is None:
@@ -76,7 +76,3 @@ class S3Documents(ConnectionUser):
         await self._connection.call(
             f"delete s3://{self._bucket}/{key}", lambda: s3.delete_object(Bucket=self._bucket, Key=key)
         )
-
-
-def _listing(s3: Any, params: dict[str, Any]) -> Any:
-    return lambda: s3.list_objects_v2(**params)

@@ -451,7 +451,7 @@ class S3Store(ConnectionUser):
             params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": self._claims, "MaxKeys": 1000}
             if start_after:
                 params["StartAfter"] = start_after
-            page = await self._call(f"list s3://{self._bucket}/{self._claims}", _listing(s3, params))
+            page = await self._call(f"list s3://{self._bucket}/{self._claims}", listing_call(s3, params))
             keys = [entry["Key"] for entry in page.get("Contents", [])]
             history = [key for key in keys if key < below or key == self._claims + START_CLAIM]
             if history:
@@ -490,7 +490,8 @@ class S3Store(ConnectionUser):
         return await self._connection.call(what, operation)
 
 
-def _listing(s3: Any, params: dict[str, Any]) -> Any:
+def listing_call(s3: Any, params: dict[str, Any]) -> Any:
+    """A ListObjectsV2 request as the connection's retried call takes it (params bound now, not in a loop)."""
     return lambda: s3.list_objects_v2(**params)
 
 
