@@ -10,6 +10,7 @@ on stdout, and a summary. A dry run counts the runs planned; with flush.daily th
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 import uuid
@@ -22,11 +23,14 @@ import anyio.to_thread
 from config import ConfigError
 from config.model import Config
 from core.errors import MirrorV3Error
+from sinks.archive.compacting import RedundantRun, merges_within_table, retire_runs
 from sinks.blob.compaction import CompactionPolicy
-from sinks.blob.compactor import ChainSurvey, apply_merge, log_commit, remove_redundant, survey_chain
+from sinks.blob.compactor import ChainSurvey, apply_merge, log_commit, survey_chain
 from sinks.destination import Archive, DestinationServices, chain_name
 from sinks.destinations import open_destination
 from sinks.leases import Holder
+from sinks.tables.iceberg import TableError
+from sinks.tables.upkeep import ArchiveTables, TableChain, chain_topics
 from workers.compaction_job import MergeWork, run_compaction_job
 from workers.spark_session import SparkLaunch, started_spark
 from workers.spark_start import start_spark
@@ -55,11 +59,6 @@ def policy_of(services: DestinationServices, archive: Archive | None) -> Compact
     """The destination's compaction settings; ConfigError where compact cannot run."""
     if archive is None or services.compaction is None:
         raise ConfigError("destination.type", "compact merges the blobs of a filesystem or S3 archive")
-    if services.table is not None:
-        raise ConfigError(
-            "destination.table",
-            "an archive with a table is not compacted yet (its table would need the matching rewrite commit)",
-        )
     settings = services.compaction
     return CompactionPolicy.of(settings)
 
@@ -75,16 +74,21 @@ async def compact(
     assert archive is not None  # policy_of says so
     destination.resolve()
     await archive.check_format()
-    chains = await anyio.to_thread.run_sync(archive.chains)
-    names = [(name, partition) for name, partitions in sorted(chains.items()) for partition in partitions]
+    listed = await anyio.to_thread.run_sync(archive.chains)
+    names = [(name, partition) for name, partitions in sorted(listed.items()) for partition in partitions]
     leases = destination.leases
     async with anyio.create_task_group() as group:
         if leases is not None:
             await leases.take_all(chain_name(name, partition) for name, partition in names)
             group.start_soon(leases.keep_renewed)
         try:
-            daily = destination.services.daily
-            done = await _compact_chains(archive, names, policy, launch, config, dry_run, progress, daily)
+            services = destination.services
+            tables = None if services.table is None else ArchiveTables(archive, services.table, services.daily)
+            topics = {} if services.table is None else await chain_topics(archive, services.table, names)
+            chains = [TableChain(name, partition, topics.get(name, "")) for name, partition in names]
+            done = await _compact_chains(
+                archive, chains, tables, policy, launch, config, dry_run, progress, services.daily
+            )
         finally:
             group.cancel_scope.cancel()
             if leases is not None:
@@ -94,7 +98,8 @@ async def compact(
 
 async def _compact_chains(
     destination: Archive,
-    names: list[tuple[str, int]],
+    chains: list[TableChain],
+    tables: ArchiveTables | None,
     policy: CompactionPolicy,
     launch: SparkLaunch,
     config: Config,
@@ -103,19 +108,28 @@ async def _compact_chains(
     daily: bool,
 ) -> list[ChainCompaction]:
     now_s = time.time()
-    surveys: list[tuple[str, int, ChainSurvey]] = []
-    for name, partition in names:
-        store = destination.chain_store(name, partition)
+    positions: dict[str, int] = {}
+    if tables is not None:
+        positions, unread = await tables.positions(chains)
+        if unread:  # nothing is changed without knowing what each table holds
+            first, why = sorted(unread.items())[0]
+            raise TableError(tables.table_of(next(c for c in chains if c.chain == first)).identifier, "read", why)
+    surveys: list[tuple[TableChain, ChainSurvey]] = []
+    for chain in chains:
+        store = destination.chain_store(chain.name, chain.partition)
         try:
             if not dry_run:  # what a compaction (or a writer) killed before left staged: the leases are ours
                 await store.clean_leftovers()
-            surveys.append((name, partition, await survey_chain(store, policy, now_s)))
+            survey = await survey_chain(store, policy, now_s)
+            position = None if tables is None else positions.get(chain.chain, 0)
+            surveys.append((chain, dataclasses.replace(survey, merges=merges_within_table(survey.merges, position))))
         finally:
             await store.close()
-    done = [ChainCompaction(chain_name(name, p), s.blobs, s.size) for name, p, s in surveys]
+    done = [ChainCompaction(chain.chain, s.blobs, s.size) for chain, s in surveys]
     work: list[MergeWork] = []
     where: list[tuple[int, int]] = []  # per merge work: its chain's index, its merge's index
-    for index, (name, partition, survey) in enumerate(surveys):
+    for index, (chain, survey) in enumerate(surveys):
+        name, partition = chain.name, chain.partition
         done[index].merges = len(survey.merges)
         done[index].merged_blobs = sum(len(merge.blobs) for merge in survey.merges)
         if dry_run:
@@ -126,41 +140,48 @@ async def _compact_chains(
             # flush.daily: the days are the records', read by the task, which cuts the run where they change.
             work.append(MergeWork(reader, staging, survey.sources(merge), merge.size, daily))
             where.append((index, number))
-    for index, (name, partition, survey) in enumerate(surveys):
-        if survey.redundant and not dry_run:
-            store = destination.chain_store(name, partition)
-            try:
-                await remove_redundant(store, survey.redundant)
-            finally:
-                await store.close()
-            done[index].redundant_removed = len(survey.redundant)
+    if not dry_run:
+        redundant = [RedundantRun(chain, c, run) for chain, survey in surveys for c, run in survey.redundant_runs]
+        failed = await retire_runs(destination, tables, redundant)
+        for index, (chain, survey) in enumerate(surveys):
+            if chain.chain in failed:
+                done[index].failed = failed[chain.chain]
+            else:
+                done[index].redundant_removed = len(survey.redundant)
     if work:
         await start_spark(config.spark, launch)
         outcomes = await anyio.to_thread.run_sync(
             lambda: run_compaction_job(started_spark(), tuple(work), f"mirror-v3.compact.{uuid.uuid4().hex[:12]}")
         )
+        committed: dict[int, list[RedundantRun]] = {}
         for (index, number), outcome in zip(where, outcomes, strict=True):
-            name, partition, survey = surveys[index]
+            chain, survey = surveys[index]
             planned = survey.merges[number]
             done[index].merges -= 1  # counted again below, per merged blob committed
             done[index].merged_blobs -= len(planned.blobs)
             if outcome.error is not None:
                 done[index].failed = str(outcome.error)
                 continue
-            store = destination.chain_store(name, partition)
+            store = destination.chain_store(chain.name, chain.partition)
             try:
                 for staged in outcome.get():  # one per run, or one per day of two blobs or more (flush.daily)
                     merge = planned.within(staged.first, staged.last)
-                    await apply_merge(store, merge, staged, log_commit(log, done[index].chain, merge))
-                    done[index].merges += 1
-                    done[index].merged_blobs += len(merge.blobs)
+                    await apply_merge(store, merge, staged, log_commit(log, chain.chain, merge), remove=False)
+                    committed.setdefault(index, []).append(RedundantRun.of(chain, merge))
             except MirrorV3Error as exc:
                 done[index].failed = str(exc)
             finally:
                 await store.close()
-    for chain in done:
-        if chain.merges or chain.redundant_removed or chain.failed:
-            progress(chain)
+        failed = await retire_runs(destination, tables, [run for runs in committed.values() for run in runs])
+        for index, runs in committed.items():
+            chain = surveys[index][0]
+            if chain.chain in failed:  # committed, and redundant: the next compaction retires them
+                done[index].failed = failed[chain.chain]
+            done[index].merges += len(runs)
+            done[index].merged_blobs += sum(len(run.run) for run in runs)
+    for changed in done:
+        if changed.merges or changed.redundant_removed or changed.failed:
+            progress(changed)
     return done
 
 

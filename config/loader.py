@@ -33,7 +33,6 @@ from config.errors import ConfigError, FieldPath, PathPart, YamlSyntaxError, for
 from config.estate import check_offline, compile_entries
 from config.model import (
     Config,
-    FilesystemDestination,
     GroupSelection,
     KafkaDestination,
     KafkaSecurity,
@@ -639,13 +638,6 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
             source_registry = None if found is None else found.schema_registry
         if source_registry is None:
             raise error((*where, "schema-registry"), f"mirrors[{index}] copies schemas: give its cluster's registry")
-    if isinstance(destination, (FilesystemDestination, S3Destination)) and destination.table is not None:
-        # The table lists the blobs: merging or removing them takes the table's matching commit (not done yet).
-        if destination.retention is not None:
-            raise error(("destination", "retention"), "not yet with destination.table (its table lists the blobs)")
-        if destination.compaction.interval_ms:
-            at = ("destination", "compaction", "interval-ms")
-            raise error(at, "not yet with destination.table (its table lists the blobs)")
     if isinstance(destination, KafkaDestination) and destination.offsets == "preserve":
         # preserve keeps destination offset = source offset: an empty partition takes offset 0 first.
         if config.defaults.start_at not in (None, "earliest"):

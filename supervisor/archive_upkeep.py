@@ -29,12 +29,14 @@ from core.clock import SYSTEM_CLOCK, Clock
 from core.describe import describe_error
 from core.logs import log_event
 from sinks.archive import retention as archive_retention
-from sinks.archive.retention import ArchiveRetention, documents_to_prune, prune_documents
+from sinks.archive.compacting import RedundantRun, merges_within_table, retire_runs
+from sinks.archive.pruning import ChainPrune, apply_archive_prune, survey_archive
+from sinks.archive.retention import ArchiveRetention
 from sinks.blob.compaction import CompactionPolicy, Merge
-from sinks.blob.compactor import ChainSurvey, apply_merge, log_commit, remove_redundant, survey_chain
-from sinks.blob.pruner import apply_prune, survey_prune
+from sinks.blob.compactor import ChainSurvey, apply_merge, log_commit, survey_chain
 from sinks.blob.staging import StagedBlob
 from sinks.destination import Archive, chain_name
+from sinks.tables.upkeep import ArchiveTables, TableChain
 from supervisor.process_service import MirroredPartition, ProcessService, RunningProcess
 from telemetry.metrics import MetricFamilies
 from workers.compaction_job import MergeWork, run_compaction_job
@@ -63,6 +65,10 @@ class _Chain:
     def chain(self) -> str:
         return chain_name(self.name, self.partition)
 
+    @property
+    def table_chain(self) -> TableChain:
+        return TableChain(self.name, self.partition, self.labels[1])
+
 
 class ArchiveUpkeep(ProcessService):
     name = "archive upkeep"
@@ -76,8 +82,11 @@ class ArchiveUpkeep(ProcessService):
         families: MetricFamilies,
         merge: MergeRunner = merge_in_spark,
         clock: Clock = SYSTEM_CLOCK,
+        tables: ArchiveTables | None = None,
     ) -> None:
+        """`tables`: the archive's tables, which each compaction and prune keeps in step (`sinks.tables.upkeep`)."""
         self._archive = archive
+        self._tables = tables
         self._compaction = compaction if compaction is not None and compaction.interval_ms else None
         self._retention = retention
         self._daily = daily
@@ -87,7 +96,12 @@ class ArchiveUpkeep(ProcessService):
 
     @property
     def wanted(self) -> bool:
-        return self._compaction is not None or self._retention is not None
+        return self.is_wanted(self._compaction, self._retention)
+
+    @staticmethod
+    def is_wanted(compaction: CompactionConfig | None, retention: RetentionConfig | None) -> bool:
+        """Whether a process with these settings runs an upkeep: compaction with an interval, or a retention."""
+        return (compaction is not None and bool(compaction.interval_ms)) or retention is not None
 
     async def serve(
         self, process: RunningProcess, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED
@@ -122,78 +136,83 @@ class ArchiveUpkeep(ProcessService):
             key=lambda chain: chain.chain,
         )
 
-    def _failed(self, task: str, what: str, exc: BaseException) -> None:
+    def _failed(self, task: str, what: str, error: BaseException | str) -> None:
         self._families.archive_upkeep_failures.labels(task).inc()
-        log_event(log, logging.WARNING, f"{task} failed, tried again next round", chain=what, error=describe_error(exc))
+        why = error if isinstance(error, str) else describe_error(error)
+        log_event(log, logging.WARNING, f"{task} failed, tried again next round", chain=what, error=why)
 
     async def prune_round(self, mirrored: Sequence[MirroredPartition]) -> None:
-        """Each chain's prefix committed before now minus keep-ms, and the documents no kept moment reads."""
+        """Each chain's prefix committed before now minus keep-ms (with a table: what its table holds), and the
+        documents no kept moment reads (`sinks.archive.pruning`)."""
         assert self._retention is not None
         now_ms = round(self._clock.wall() * 1000)
         chains = self._chains(mirrored)
         documents = self._archive.documents()
-        recorded = False
-        removed_blobs = removed_bytes = 0
         try:
             try:
                 earlier = await archive_retention.retention(documents)
+                # Never back: a moment an earlier prune (a `prune --before` later than keep-ms) refused stays refused.
+                cut_ms = max(now_ms - self._retention.keep_ms, earlier.kept_since_ms if earlier is not None else 0)
+                targets = [chain.table_chain for chain in chains]
+                done = await survey_archive(
+                    self._archive, documents, targets, ArchiveRetention.of(cut_ms, now_ms), self._tables
+                )
+                for chain in done.chains:
+                    if not chain.removes:
+                        self._chain_failures(chain)
+                await apply_archive_prune(self._archive, documents, done, self._tables, self._chain_failures)
             except Exception as exc:
                 self._failed("prune", "the archive's retention", exc)
                 return
-            # Never back: a moment an earlier prune (a `prune --before` later than keep-ms) refused stays refused.
-            cut_ms = max(now_ms - self._retention.keep_ms, earlier.kept_since_ms if earlier is not None else 0)
-            kept = ArchiveRetention.of(cut_ms, now_ms)
-            for chain in chains:
-                store = self._archive.chain_store(chain.name, chain.partition)
-                try:
-                    plan = await survey_prune(store, kept.kept_since_ms / 1000)
-                    if plan.removed and not recorded:  # the cut first: a moment before it is refused from now on
-                        await archive_retention.record(documents, kept)
-                        recorded = True
-                    await apply_prune(store, plan)
-                    removed_blobs += plan.removed_blobs
-                    removed_bytes += plan.removed_bytes
-                except Exception as exc:
-                    self._failed("prune", chain.chain, exc)
-                finally:
-                    await store.close()
-            try:
-                directories = await documents_to_prune(documents, (c.name for c in chains), kept.kept_since_ms)
-                if directories and not recorded:
-                    await archive_retention.record(documents, kept)
-                    recorded = True
-                for directory in directories:
-                    await prune_documents(documents, directory)
-                if recorded:
-                    await archive_retention.remove_older(documents, kept)
-            except Exception as exc:
-                self._failed("prune", "documents", exc)
         finally:
             await documents.close()
+        for directory in done.directories:
+            if directory.failed:
+                self._failed("prune", directory.directory, directory.failed)
+        removed = [c.plan for c in done.changing if c.failed is None and c.plan is not None]
+        removed_blobs = sum(plan.removed_blobs for plan in removed)
+        removed_bytes = sum(plan.removed_bytes for plan in removed)
         self._families.archive_upkeep_blobs.labels("prune").inc(removed_blobs)
         self._families.archive_upkeep_bytes.labels("prune").inc(removed_bytes)
         self._families.archive_upkeep_last.labels("prune").set(self._clock.wall())
         if removed_blobs:
-            summary = {"kept_since": kept.kept_since, "blobs": removed_blobs, "bytes": removed_bytes}
+            summary = {"kept_since": done.kept.kept_since, "blobs": removed_blobs, "bytes": removed_bytes}
             log_event(log, logging.INFO, "archive pruned", **summary)
 
+    def _chain_failures(self, chain: ChainPrune) -> None:
+        if chain.failed is not None:
+            self._failed("prune", chain.chain.chain, chain.failed)
+        elif chain.table_failed is not None:
+            self._failed("prune", chain.chain.chain, chain.table_failed)
+
     async def compaction_round(self, mirrored: Sequence[MirroredPartition]) -> None:
-        """Each chain surveyed and its merges planned until the round's byte budget is spent; the runs merged by one
-        job; then each merged blob committed and its run deleted, chain by chain."""
+        """Each chain surveyed and its merges planned until the round's byte budget is spent (with a table: the runs
+        it holds whole), the runs earlier rounds left redundant retired; the runs merged by one job; then the merged
+        blobs committed and their runs retired (`sinks.archive.compacting`: out of their tables first)."""
         assert self._compaction is not None
         settings = self._compaction
         policy = CompactionPolicy.of(settings)
         budget = settings.max_bytes_per_interval
         work: list[MergeWork] = []
         planned: list[tuple[_Chain, Merge]] = []
-        for chain in self._chains(mirrored):
+        redundant: list[RedundantRun] = []
+        chains = self._chains(mirrored)
+        positions: dict[str, int] = {}
+        if self._tables is not None:
+            positions, unread = await self._tables.positions([chain.table_chain for chain in chains])
+            for chain_text, why in sorted(unread.items()):
+                self._failed("compaction", chain_text, f"its table could not be read: {why}")
+        for chain in chains:
+            if self._tables is not None and chain.chain not in positions:
+                continue  # its table cannot say what it holds: nothing of it is touched this round
             store, staging = self._archive.staged_chain(chain.name, chain.partition)
             try:
                 survey = await survey_chain(store, policy, self._clock.wall())
-                await remove_redundant(store, survey.redundant)
+                redundant += [RedundantRun(chain.table_chain, c, run) for c, run in survey.redundant_runs]
                 self._observe(chain, survey)
                 reader = self._archive.reader(chain.name, chain.partition)
-                for merge in survey.merges:
+                merges = merges_within_table(survey.merges, positions.get(chain.chain) if self._tables else None)
+                for merge in merges:
                     if merge.size > budget:
                         budget = 0  # the next round goes on from here
                         break
@@ -206,6 +225,7 @@ class ArchiveUpkeep(ProcessService):
                 await store.close()
             if budget <= 0:
                 break
+        await self._retire(redundant)
         merged_blobs = 0
         if work:
             try:
@@ -213,29 +233,39 @@ class ArchiveUpkeep(ProcessService):
             except Exception as exc:  # the job as a whole (Spark, its session): every planned chain waits a round
                 self._failed("compaction", ", ".join(sorted({c.chain for c, _ in planned})), exc)
                 outcomes = []
+            committed: list[RedundantRun] = []
             for (chain, merge), outcome in zip(planned, outcomes, strict=False):
-                merged_blobs += await self._commit(chain, merge, outcome)
+                committed += await self._commit(chain, merge, outcome)
+            merged_blobs = await self._retire(committed)
         self._families.archive_upkeep_blobs.labels("compaction").inc(merged_blobs)
         self._families.archive_upkeep_last.labels("compaction").set(self._clock.wall())
 
-    async def _commit(self, chain: _Chain, merge: Merge, outcome: Outcome[list[StagedBlob]]) -> int:
-        """One run's merged blobs committed (its blobs deleted after); how many blobs they replaced."""
+    async def _retire(self, runs: list[RedundantRun]) -> int:
+        """`runs` out of their tables and chains; how many blobs went. A drain waits for it (a table commit and a
+        few deletes): no redundant run is left for the next start (a kill still may, which every reader reads
+        right)."""
+        with anyio.CancelScope(shield=True):
+            failed = await retire_runs(self._archive, self._tables, runs)
+        for chain_text, why in sorted(failed.items()):
+            self._failed("compaction", chain_text, why)
+        return sum(len(run.run) for run in runs if run.chain.chain not in failed)
+
+    async def _commit(self, chain: _Chain, merge: Merge, outcome: Outcome[list[StagedBlob]]) -> list[RedundantRun]:
+        """One run's merged blobs committed; the runs they made redundant."""
         store = self._archive.chain_store(chain.name, chain.partition)
-        replaced = 0
+        made: list[RedundantRun] = []
         try:
             for staged in outcome.get():  # one per run, or per day of two blobs or more (daily)
                 part = merge.within(staged.first, staged.last)
-                # A drain waits for the commit and the run's deletes (a few requests): no redundant run is left for
-                # the next start (a kill still may, which every reader reads right).
                 with anyio.CancelScope(shield=True):
-                    await apply_merge(store, part, staged, log_commit(log, chain.chain, part))
-                replaced += len(part.blobs)
+                    await apply_merge(store, part, staged, log_commit(log, chain.chain, part), remove=False)
+                made.append(RedundantRun.of(chain.table_chain, part))
             self._families.archive_upkeep_bytes.labels("compaction").inc(merge.size)
         except Exception as exc:
             self._failed("compaction", chain.chain, exc)
         finally:
             await store.close()
-        return replaced
+        return made
 
     def _observe(self, chain: _Chain, survey: ChainSurvey) -> None:
         self._families.archive_blobs.labels(*chain.labels).set(survey.blobs)

@@ -13,6 +13,7 @@ from kafka_clients.admin import SourceAdmins
 from kafka_clients.schema_registry import RegistryAccess
 from kafka_clients.settings import registry_access
 from sinks.destination import Destination
+from sinks.tables.upkeep import ArchiveTables
 from supervisor.archive_upkeep import ArchiveUpkeep
 from supervisor.group_archiver import GroupArchiver
 from supervisor.group_sync import GroupSync
@@ -53,10 +54,13 @@ def process_services(entries: tuple[Entry, ...], destination: Destination, famil
         keeper = TableKeeper(archive, wants.table, wants.daily, families)
         built.tables_down = keeper.down
         built.services.append(keeper)
-    if archive is not None:
-        upkeep = ArchiveUpkeep(archive, wants.compaction, wants.retention, wants.daily, families)
-        if upkeep.wanted:
-            built.services.append(upkeep)
+    if archive is not None and ArchiveUpkeep.is_wanted(wants.compaction, wants.retention):
+        # Its own view of the tables (the keeper's follows positions); Iceberg commits go to the same worker process.
+        tables = (
+            None if wants.table is None else ArchiveTables(archive, wants.table, wants.daily, commits_elsewhere=True)
+        )
+        upkeep = ArchiveUpkeep(archive, wants.compaction, wants.retention, wants.daily, families, tables=tables)
+        built.services.append(upkeep)
     watch = _registry_watch(entries, wants.schema_registry, families, built.registries_down)
     if watch is not None:
         built.services.append(watch)

@@ -23,7 +23,9 @@ from sinks.blob.staging import BlobFormat, StagedBlob
 from sinks.retry import TransientDestinationError
 from sinks.s3.staging import S3Settings
 from sinks.schemas.mapping import same_schema
+from sinks.tables.iceberg import TableError
 from sinks.tables.positions import TableFile, TablePositions, walk_positions
+from sinks.tables.rewrites import FileChange, plan_rewrite
 from sinks.write_target import BlobLimits, RecordSource, TaskRange, WriteTarget, Written, check_coverage
 from source.offsets import PolledOffsets, Sighting, SourceOffsets
 from source.outages import ClusterReachability
@@ -683,6 +685,7 @@ class MemoryTable:
         self.statistics: dict[str, FileStatistics | None] = {}  # file -> the statistics it came with
         self.summaries: list[dict[str, int]] = []  # oldest first
         self.fail_next: list[Exception] = []
+        self.rewrites: list[str] = []  # each rewrite commit's reason, oldest first
 
     def positions(self, chains: Iterable[str]) -> TablePositions:
         if self.fail_next:
@@ -696,3 +699,15 @@ class MemoryTable:
         self.files += [file.uri for file in files]
         self.statistics |= {file.uri: file.statistics for file in files}
         self.summaries.append(dict(positions))
+
+    def rewrite(self, changes: list[FileChange], reason: str) -> int:
+        """As a real table's (`sinks.tables.rewrites`): one commit of what it holds, recorded in `rewrites`."""
+        if self.fail_next:
+            raise self.fail_next.pop(0)
+        plan = plan_rewrite(changes, set(self.files), key=lambda file: file.uri)
+        if plan.partial is not None:
+            raise TableError(self.identifier, "rewrite", f"it holds part of a run, not {plan.partial}")
+        if plan.removed:
+            self.files = [f for f in self.files if f not in plan.removed] + [file.uri for file in plan.added]
+            self.rewrites.append(reason)
+        return len(plan.removed)

@@ -13,9 +13,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from config import ConfigError
 from config.loader import parse_config
-from config.model import CompactionConfig, RetentionConfig, SourceConfig
+from config.model import CompactionConfig, RetentionConfig, SourceConfig, TableConfig
 from core.logs import _FIELDS
 from sinks.archive import retention as archive_retention
 from sinks.archive.documents import document_name
@@ -25,9 +24,12 @@ from sinks.blob.merging import merge_blobs
 from sinks.blob.staging import StagedBlob
 from sinks.destination import Archive
 from sinks.destinations import open_destination
+from sinks.tables.iceberg import TableError
+from sinks.tables.rewrites import FileChange
+from sinks.tables.upkeep import ArchiveTables
 from supervisor.archive_upkeep import ArchiveUpkeep
 from supervisor.process_service import MirroredPartition, RunningProcess
-from tests.fakes import FakeClock, fresh_metrics
+from tests.fakes import FakeClock, MemoryTable, fresh_metrics
 from tests.test_compaction import T0, _write_chain
 from workers.compaction_job import MergeWork
 from workers.range_job import Outcome
@@ -185,17 +187,16 @@ async def test_serving_runs_each_task_at_its_interval_until_the_drain(tmp_path: 
     assert await _chain(root, 0) == [BlobRange(0, 19), BlobRange(20, 29)], "ten years kept: nothing pruned"
 
 
-def test_upkeep_of_an_archive_with_a_table_is_refused_in_one_line_naming_the_key() -> None:
+def test_an_archive_with_a_table_takes_the_running_mirrors_upkeep_too() -> None:
     text = (
         "clusters: {src: {bootstrap-servers: 'src:9092'}}\n"
         "destination:\n  type: filesystem\n  root: /a\n  table: {format: delta, name: 'a.{topic}'}\n  %s\n"
         "mirrors:\n  - {name: o, cluster: src, topic: orders, partition: 0}\n"
     )
-    with pytest.raises(ConfigError, match=r"^destination\.retention: not yet with destination\.table"):
-        parse_config(text % "retention: {keep-ms: 86400000}", env={})
-    with pytest.raises(ConfigError, match=r"^destination\.compaction\.interval-ms: not yet with destination\.table"):
-        parse_config(text % "compaction: {interval-ms: 60000}", env={})
-    parse_config(text % "compaction: {min-age-ms: 0}", env={})  # the command's settings alone are fine
+    with_table = parse_config(text % "retention: {keep-ms: 86400000}", env={}).destination
+    assert getattr(with_table, "retention", None) == RetentionConfig(keep_ms=86_400_000)
+    compacting = parse_config(text % "compaction: {interval-ms: 60000}", env={}).destination
+    assert getattr(compacting, "compaction", None) == CompactionConfig(interval_ms=60_000)
 
 
 async def test_a_prune_round_never_moves_the_archives_cut_back(tmp_path: Path) -> None:
@@ -211,3 +212,45 @@ async def test_a_prune_round_never_moves_the_archives_cut_back(tmp_path: Path) -
     assert await _chain(root, 0) == [BlobRange(20, 29)]
     kept = await archive_retention.retention(documents)
     assert kept is not None and kept.kept_since_ms == earlier.kept_since_ms
+
+
+async def test_with_a_table_a_round_merges_only_what_the_table_holds_and_the_table_lets_go_of_a_run_first(
+    tmp_path: Path,
+) -> None:
+    """The table holds offsets 0-19 of a chain of four blobs: only the run it holds whole is merged, and the table's
+    one rewrite commit replaces the run by the merged blob before the run is deleted. When that commit fails, the run
+    stays (redundant: read right by everyone) and the next round retires it, the table first."""
+    root = tmp_path / "archive"
+    ranges = [(0, 9), (10, 19), (20, 29), (30, 39)]
+    _write_chain(root / "orders" / "0", ranges)
+    archive = _archive(root)
+    table = MemoryTable("archive.orders")
+    files = [archive.file_uri("orders", 0, blob_name(first, last)) for first, last in ranges[:2]]
+    table.files, table.summaries = list(files), [{"orders/0": 20}]
+    tables = ArchiveTables(archive, TableConfig(format="iceberg", name="archive.{topic}"), False, lambda *_: table)
+    compaction = CompactionConfig(min_age_ms=0, interval_ms=60_000)
+    families, _ = fresh_metrics()
+    upkeep = ArchiveUpkeep(
+        archive, compaction, None, False, families, merge=_merge_here, clock=_later_clock(), tables=tables
+    )
+    working = table.rewrite
+
+    def rewrite_failing_once(changes: list[FileChange], reason: str) -> int:  # the positions' read works
+        table.rewrite = working  # type: ignore[method-assign]
+        raise TableError("archive.orders", "rewrite", "the catalog is away")
+
+    table.rewrite = rewrite_failing_once  # type: ignore[method-assign]
+    await upkeep.compaction_round(_mirrored(0))
+    merged = archive.file_uri("orders", 0, blob_name(0, 19))
+    assert await _chain(root, 0) == [BlobRange(0, 19), BlobRange(20, 29), BlobRange(30, 39)]
+    assert blob_name(0, 9) in os.listdir(root / "orders" / "0"), "the run stays while its table names it"
+    assert table.files == files and table.rewrites == []
+    assert _sample(families, "mirror_v3_archive_upkeep_failures_total", {"task": "compaction"}) == 1
+
+    await upkeep.compaction_round(_mirrored(0))  # the next round retires the run: the table first
+    assert table.files == [merged] and table.rewrites == ["compaction"]
+    assert sorted(n for n in os.listdir(root / "orders" / "0") if not n.startswith(".")) == [
+        blob_name(0, 19),
+        blob_name(20, 29),
+        blob_name(30, 39),
+    ]

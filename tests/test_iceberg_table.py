@@ -22,6 +22,7 @@ from sinks.tables.delta import DeltaArchiveTable
 from sinks.tables.elsewhere import ElsewhereIcebergTable
 from sinks.tables.iceberg import DataFiles, IcebergCatalog, IcebergTable, TableError
 from sinks.tables.positions import TableFile, list_after, next_blobs, walk_positions
+from sinks.tables.rewrites import FileChange
 from tests.fakes import FakeRecord, records_table
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -261,3 +262,53 @@ def test_the_commit_worker_ends_when_the_mirror_is_killed() -> None:
         parent.wait()
     gone, _ = psutil.wait_procs([psutil.Process(worker)], timeout=10)  # bounded wait on another process's end
     assert gone, f"worker {worker} outlived its killed parent"
+
+
+def _offsets(rows: pa.Table) -> list[tuple[int, int]]:
+    return sorted(zip(rows["partition"].to_pylist(), rows["offset"].to_pylist(), strict=True))
+
+
+def test_a_compaction_is_one_replace_commit_that_changes_no_row_and_a_prune_one_delete(tmp_path: Path) -> None:
+    """`rewrite`: a run the table holds whole is replaced by its merged blob (a `replace` snapshot: same rows, the
+    positions untouched); done again it commits nothing; a prune removes the oldest blobs (a `delete` snapshot); a run
+    the table holds only part of is refused and nothing is committed."""
+    table = IcebergTable(_catalog(tmp_path), "archive.orders", daily=False)
+    run = [_blob(tmp_path, 0, 0, 9), _blob(tmp_path, 0, 10, 14)]
+    tail, other = _blob(tmp_path, 0, 15, 19), _blob(tmp_path, 1, 0, 4)
+    table.commit([*run, tail, other], {"orders/0": 20, "orders/1": 5}, based_on={"orders/0": 0, "orders/1": 0})
+    before = _offsets(table.scan())
+    merged = _blob(tmp_path, 0, 0, 14)
+    assert table.rewrite([FileChange(tuple(run), merged)], "compaction") == 2
+    loaded = table._loaded()
+    assert loaded.current_snapshot().summary.operation.value == "replace"
+    assert loaded.current_snapshot().summary["mirror-v3.maintenance"] == "compaction"
+    assert _offsets(table.scan()) == before
+    assert {task.file.file_path for task in loaded.scan().plan_files()} == {merged.uri, tail.uri, other.uri}
+    assert table.positions(["orders/0", "orders/1"]).next_offsets == {"orders/0": 20, "orders/1": 5}
+    assert table.rewrite([FileChange(tuple(run), merged)], "compaction") == 0  # done: nothing committed
+    with pytest.raises(TableError) as refused:
+        table.rewrite([FileChange((tail, _blob(tmp_path, 0, 20, 24)), _blob(tmp_path, 0, 15, 24))], "compaction")
+    assert refused.value.operation == "rewrite" and "part of a run" in refused.value.cause
+    assert table.rewrite([FileChange((merged,))], "prune") == 1
+    assert table._loaded().current_snapshot().summary.operation.value == "delete"
+    assert _offsets(table.scan()) == [(0, offset) for offset in range(15, 20)] + [(1, o) for o in range(5)]
+    assert table.positions(["orders/0", "orders/1"]).next_offsets == {"orders/0": 20, "orders/1": 5}
+
+
+def test_a_delta_compaction_removes_and_adds_without_a_data_change_and_a_prune_removes(tmp_path: Path) -> None:
+    table = DeltaArchiveTable(str(tmp_path / "orders"), "mirror_v3.orders")
+    run = [_blob(tmp_path, 0, 0, 9), _blob(tmp_path, 0, 10, 14)]
+    tail = _blob(tmp_path, 0, 15, 19)
+    table.commit([*run, tail], {"orders/0": 20}, based_on={"orders/0": 0})
+    merged = _blob(tmp_path, 0, 0, 14)
+    assert table.rewrite([FileChange(tuple(run), merged)], "compaction") == 2
+    read = DeltaTable(str(tmp_path / "orders"))
+    assert sorted(read.file_uris()) == sorted([merged.uri, tail.uri])
+    assert _offsets(read.to_pyarrow_table()) == [(0, offset) for offset in range(20)]
+    latest = read.history(1)[0]
+    assert latest["mirror-v3.maintenance"] == "compaction"
+    assert table.rewrite([FileChange(tuple(run), merged)], "compaction") == 0
+    assert table.rewrite([FileChange((merged,))], "prune") == 1
+    read = DeltaTable(str(tmp_path / "orders"))
+    assert _offsets(read.to_pyarrow_table()) == [(0, offset) for offset in range(15, 20)]
+    assert table.positions(["orders/0"]).next_offsets == {"orders/0": 20}  # its transaction version stays

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+from deltalake import DeltaTable
 
 from commands.prune import prune, summary
 from commands.restore import refuse_pruned_moment
@@ -15,6 +16,7 @@ from commands.status_view import render_table
 from config import ConfigError
 from config.loader import parse_config
 from config.moments import parse_age
+from core.records import encode_parquet
 from sinks.archive import retention as archive_retention
 from sinks.archive.documents import document_name, superseded
 from sinks.archive.retention import RETENTION_DIRECTORY, ArchiveRetention
@@ -22,6 +24,9 @@ from sinks.blob.chain import ListedBlob, blob_name, verify_all
 from sinks.blob.retention import plan_prune
 from sinks.destinations import open_destination
 from sinks.filesystem.documents import FilesystemDocuments
+from sinks.tables.delta import DeltaArchiveTable
+from sinks.tables.positions import TableFile
+from tests.fakes import FakeRecord, records_table
 
 T0 = 1_700_000_000.0  # the first blob's commit, Unix seconds
 
@@ -182,13 +187,46 @@ async def test_restore_as_of_before_the_cut_is_refused_in_one_line_naming_the_ol
     )
 
 
-async def test_prune_refuses_a_future_cut_and_an_archive_with_a_table(tmp_path: Path) -> None:
+async def test_prune_refuses_a_future_cut(tmp_path: Path) -> None:
     root = tmp_path / "archive"
     _archive(root, {("orders", 0): [T0, T0 + 10]}, [])
     with pytest.raises(ConfigError, match=r"--before: .* is in the future"):
         await prune(parse_config(_config(root), env={}), 2_000, True, lambda _: None, now_ms=1_000)
-    with pytest.raises(ConfigError, match=r"destination\.table: an archive with a table is not pruned yet"):
-        await prune(parse_config(_config(root, table=True), env={}), 1_000, True, lambda _: None, now_ms=2_000)
+
+
+async def test_with_a_table_a_chain_loses_only_what_its_table_holds_and_the_table_drops_it_first(
+    tmp_path: Path,
+) -> None:
+    """A Delta table holding offsets 0-19 of a chain of four blobs, all older than the cut: the table drops the two
+    blobs it holds in one commit (its position stays), the chain loses those two, and the third waits for the table
+    (said on a line of its own)."""
+    root = tmp_path / "archive"
+    files = [_table_blob(root, first, first + 9, T0 + first) for first in (0, 10, 20, 30)]
+    (root / "orders" / "_topic").mkdir(parents=True)
+    table = DeltaArchiveTable(str(root / "orders"), "archive.orders")
+    table.commit(files[:2], {"orders/0": 20}, based_on={"orders/0": 0})
+    config = parse_config(_config(root, table=True), env={})
+    lines: list[str] = []
+    done = await prune(config, int((T0 + 100) * 1000), False, lines.append, int((T0 + 200) * 1000))
+    assert lines == [
+        "orders/0: its table holds it up to offset 20: 1 more blobs wait for it",
+        "orders/0: removed 2 blobs (0.0 MB), 2 kept from offset 20",
+    ]
+    assert done.recorded and not done.failed
+    assert _blobs(root / "orders" / "0") == [blob_name(20, 29), blob_name(30, 39)]
+    read = DeltaTable(str(root / "orders"))
+    assert read.file_uris() == [] and read.history(1)[0]["mirror-v3.maintenance"] == "prune"
+    assert table.positions(["orders/0"]).next_offsets == {"orders/0": 20}
+
+
+def _table_blob(root: Path, first: int, last: int, moment: float) -> TableFile:
+    records = [FakeRecord(offset, b"k", b"v") for offset in range(first, last + 1)]
+    directory = root / "orders" / "0"
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / blob_name(first, last)
+    path.write_bytes(encode_parquet(records_table(records, "orders", 0), "zstd", None))
+    os.utime(path, (moment, moment))
+    return TableFile(str(path), 0, path.name)
 
 
 def test_status_names_a_pruned_archives_cut() -> None:

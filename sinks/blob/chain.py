@@ -229,6 +229,20 @@ def without_redundant(ranges: Iterable[BlobRange]) -> tuple[list[BlobRange], lis
     return kept, redundant
 
 
+def redundant_by_container(
+    kept: Sequence[BlobRange], redundant: Iterable[BlobRange]
+) -> dict[BlobRange, list[BlobRange]]:
+    """`without_redundant`'s two lists joined: each redundant blob under the kept blob that contains it, in chain
+    order. One sort and one pass."""
+    inside: dict[BlobRange, list[BlobRange]] = {}
+    position = 0
+    for blob in sorted(redundant):  # each inside exactly one kept blob; both sorted by offset
+        while position < len(kept) and kept[position].last < blob.first:
+            position += 1
+        inside.setdefault(kept[position], []).append(blob)
+    return inside
+
+
 def validate_chain(names: list[str], location: ChainListing) -> list[BlobRange]:
     """Check that non-temporary names form a chain; return it sorted, without its redundant blobs. Raise
     CorruptChainError."""

@@ -20,6 +20,7 @@ from sinks.blob.chain import (
     BlobStore,
     ListedBlob,
     parse_blob_name,
+    redundant_by_container,
     validate_chain,
     without_redundant,
 )
@@ -37,6 +38,8 @@ class ChainSurvey:
     size: int
     redundant: tuple[str, ...]
     merges: tuple[Merge, ...]
+    # each kept blob that makes others redundant, with them (what a table holding them replaces them with)
+    redundant_runs: tuple[tuple[BlobRange, tuple[BlobRange, ...]], ...] = ()
 
     def sources(self, merge: Merge) -> tuple[MergeSource, ...]:
         return tuple(
@@ -67,6 +70,7 @@ async def survey_chain(store: BlobStore, policy: CompactionPolicy, now_s: float)
         size=sum(f.size for f in facts),
         redundant=tuple(blob.name for blob in redundant),
         merges=tuple(plan_merges(facts, policy, now_s)),
+        redundant_runs=tuple((c, tuple(run)) for c, run in redundant_by_container(kept, redundant).items()),
     )
 
 
@@ -93,15 +97,20 @@ def log_commit(log: logging.Logger, chain: str, merge: Merge) -> Callable[[bool]
 
 
 async def apply_merge(
-    store: BlobStore, merge: Merge, staged: StagedBlob, committed: Callable[[bool], None] = lambda _: None
+    store: BlobStore,
+    merge: Merge,
+    staged: StagedBlob,
+    committed: Callable[[bool], None] = lambda _: None,
+    remove: bool = True,
 ) -> bool:
-    """Commit the merged blob, then delete its run; True when this call committed it (False: it was there already,
-    from a compaction of the same run: the run is redundant all the same). `committed(published)` is called in
-    between."""
+    """Commit the merged blob, then delete its run (`remove` false: the caller does, after its table let go of the
+    run); True when this call committed it (False: it was there already, from a compaction of the same run: the run
+    is redundant all the same). `committed(published)` is called in between."""
     if len(merge.blobs) < 2 or BlobRange(staged.first, staged.last) != merge.merged:
         raise ValueError(f"not a merge of a run: {merge.merged.name} from {len(merge.blobs)} blobs")  # a caller's bug
     published = await store.commit_merged(merge.merged.name, staged)
     committed(published)
-    # Each strictly inside the merged range (never the merged blob itself), and redundant alone: any order will do.
-    await store.remove_redundant([facts.blob.name for facts in merge.blobs])
+    if remove:
+        # Each strictly inside the merged range (never the merged blob itself), and redundant alone: any order will do.
+        await store.remove_redundant([facts.blob.name for facts in merge.blobs])
     return published

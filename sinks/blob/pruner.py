@@ -13,11 +13,13 @@ from sinks.blob.compactor import list_details
 from sinks.blob.retention import PrunePlan, plan_prune
 
 
-async def survey_prune(store: BlobStore, cut_s: float) -> PrunePlan:
-    """The chain listed and checked (CorruptChainError as every reader raises it), and its prune planned."""
+async def survey_prune(store: BlobStore, cut_s: float, below: int | None = None) -> tuple[PrunePlan, PrunePlan]:
+    """The chain listed and checked (CorruptChainError as every reader raises it), and its prune planned: limited to
+    what ends below `below` (`plan_prune`'s), and as it would be without that limit."""
     listed = await list_details(store)
     validate_chain([entry.name for entry in listed], store)
-    return plan_prune(listed, cut_s)
+    unlimited = plan_prune(listed, cut_s)
+    return (unlimited if below is None else plan_prune(listed, cut_s, below)), unlimited
 
 
 async def apply_prune(store: BlobStore, plan: PrunePlan) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sinks.blob.chain import BlobRange, ListedBlob, parse_blob_name, without_redundant
+from sinks.blob.chain import BlobRange, ListedBlob, parse_blob_name, redundant_by_container, without_redundant
 
 
 @dataclass(frozen=True)
@@ -33,23 +33,19 @@ class PrunePlan:
     kept_from: int | None  # the offset the chain starts at afterwards; None: an empty chain
 
 
-def plan_prune(listed: Sequence[ListedBlob], cut_s: float) -> PrunePlan:
+def plan_prune(listed: Sequence[ListedBlob], cut_s: float, below: int | None = None) -> PrunePlan:
     """The prune of a chain listed as `listed` (every blob, redundant ones too; the chain already validated) that
-    removes what was committed before `cut_s` (Unix seconds)."""
+    removes what was committed before `cut_s` (Unix seconds), and with `below` only blobs ending below that offset
+    (a table's position: what its table holds, so that the table can drop them first)."""
     details = {blob: entry for entry in listed if (blob := parse_blob_name(entry.name)) is not None}
     chain, redundant = without_redundant(details)
     count = 0
     for blob in chain[:-1]:  # never the last blob
-        if details[blob].modified_s >= cut_s:
+        if details[blob].modified_s >= cut_s or (below is not None and blob.last >= below):
             break
         count += 1
     removed_chain = chain[:count]
-    inside: dict[BlobRange, list[BlobRange]] = {}
-    position = 0
-    for blob in sorted(redundant):  # each inside exactly one chain blob; both sorted by offset
-        while position < len(chain) and chain[position].last < blob.first:
-            position += 1
-        inside.setdefault(chain[position], []).append(blob)
+    inside = redundant_by_container(chain, redundant)
     order: list[BlobRange] = []
     for blob in removed_chain:
         order += [*inside.get(blob, []), blob]

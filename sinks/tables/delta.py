@@ -29,6 +29,7 @@ from core.file_statistics import FileStatistics, file_statistics
 from core.records import KAFKA_SCHEMA
 from sinks.tables.iceberg import COMMIT_ATTEMPTS, TableError, refuse_moved
 from sinks.tables.positions import TableFile, TablePositions
+from sinks.tables.rewrites import MAINTENANCE_KEY, FileChange, plan_rewrite
 
 APP_PREFIX = "mirror-v3:"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -94,10 +95,48 @@ class DeltaArchiveTable:
                 if attempt >= COMMIT_ATTEMPTS or not _is_conflict(exc):
                     raise TableError(self.identifier, "commit", describe_error(exc)) from exc
 
+    def rewrite(self, changes: list[FileChange], reason: str) -> int:
+        """One commit applying a compaction's or a prune's `changes` (`sinks.tables.rewrites`) to what the table holds
+        now: remove actions (and a compaction's add actions) with `dataChange` false for a compaction (its rows are
+        the same: readers of changes skip it), true for a prune; how many files it removed (0: nothing committed).
+        The chains' transaction versions stay as they are. A lost race is tried again on the refreshed table."""
+        import pyarrow as pa
+        from deltalake.transaction import AddAction, CommitProperties, RemoveAction
+
+        for attempt in itertools.count(1):
+            try:
+                table = self._loaded()
+                adds = pa.table(table.get_add_actions(flatten=True))
+                held = dict(zip(adds["path"].to_pylist(), adds["size_bytes"].to_pylist(), strict=True))
+                plan = plan_rewrite(changes, held, key=lambda file: file.relative)
+                if plan.partial is not None:
+                    raise TableError(self.identifier, "rewrite", f"it holds part of a run, not {plan.partial}")
+                if not plan.removed:
+                    return 0
+                now_ms = int(datetime.now(UTC).timestamp() * 1000)
+                actions = [
+                    *(self._add(file, AddAction, self._options, data_change=False) for file in plan.added),
+                    *(RemoveAction(name, plan.changes_rows, now_ms, held[name]) for name in plan.removed),
+                ]
+                table.create_write_transaction(
+                    actions,
+                    mode="append",
+                    schema=KAFKA_SCHEMA,
+                    commit_properties=CommitProperties(custom_metadata={MAINTENANCE_KEY: reason}),
+                )
+                return len(plan.removed)
+            except TableError:
+                raise
+            except Exception as exc:
+                self._table = None
+                if attempt >= COMMIT_ATTEMPTS or not _is_conflict(exc):
+                    raise TableError(self.identifier, "rewrite", describe_error(exc)) from exc
+        raise AssertionError("unreachable")  # itertools.count never ends
+
     @staticmethod
-    def _add(file: TableFile, action: Any, storage: dict[str, str] | None) -> Any:
+    def _add(file: TableFile, action: Any, storage: dict[str, str] | None, data_change: bool = True) -> Any:
         """The add action of a blob: its size and statistics (its writer's, else its footer's), its modification
-        time."""
+        time; `data_change` false for a compaction's merged blob (rows the table holds already)."""
         statistics = file.statistics or _read(file, storage)
         bounds = statistics.bounds
         stats = {
@@ -107,7 +146,7 @@ class DeltaArchiveTable:
             "nullCount": {bound.column: bound.nulls for bound in bounds},
         }
         modified = int(datetime.now(UTC).timestamp() * 1000)
-        return action(file.relative, statistics.size, {}, modified, True, json.dumps(stats))
+        return action(file.relative, statistics.size, {}, modified, data_change, json.dumps(stats))
 
 
 def _read(file: TableFile, storage: dict[str, str] | None) -> FileStatistics:

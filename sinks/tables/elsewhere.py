@@ -19,12 +19,14 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import Any
 
 from sinks.tables.iceberg import IcebergCatalog, IcebergTable, TableError
 from sinks.tables.positions import TableFile, TablePositions
+from sinks.tables.rewrites import FileChange
 
 WORKER_NICENESS = 10
 PARENT_CHECK_S = 1.0  # how soon the worker ends after the mirror was killed
@@ -91,15 +93,24 @@ class ElsewhereIcebergTable:
     def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None:
         """`IcebergTable.commit` of this table, in the worker process; blocks until it is done and raises what it
         raised (TableError; a worker that died is a TableError too, and the next commit starts another)."""
+        self._in_worker("commit", _commit_here, files, positions, based_on)
+
+    def rewrite(self, changes: list[FileChange], reason: str) -> int:
+        """`IcebergTable.rewrite` of this table, in the worker process (a compaction's data files are the same Python
+        work as a commit's)."""
+        done: int = self._in_worker("rewrite", _rewrite_here, changes, reason)
+        return done
+
+    def _in_worker(self, operation: str, call: Callable[..., Any], *arguments: object) -> Any:
         global _pool
         table, pool = self._table, _worker()
         try:
-            pool.submit(_commit_here, *self._arguments(), files, positions, based_on).result()
+            return pool.submit(call, *self._arguments(), *arguments).result()
         except BrokenProcessPool as exc:
             with _pool_lock:
                 if _pool is pool:
                     _pool = None
-            raise TableError(table.identifier, "commit", f"the commit's worker process ended: {exc}") from None
+            raise TableError(table.identifier, operation, f"the commit's worker process ended: {exc}") from None
 
     def _arguments(self) -> tuple[IcebergCatalog, str, bool, int]:
         """What the worker opens this table with."""
@@ -132,3 +143,14 @@ def _commit_here(
     based_on: dict[str, int],
 ) -> None:
     _table_here(catalog, identifier, daily, keep_snapshots_ms).commit(files, positions, based_on)
+
+
+def _rewrite_here(
+    catalog: IcebergCatalog,
+    identifier: str,
+    daily: bool,
+    keep_snapshots_ms: int,
+    changes: list[FileChange],
+    reason: str,
+) -> int:
+    return _table_here(catalog, identifier, daily, keep_snapshots_ms).rewrite(changes, reason)

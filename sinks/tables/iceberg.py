@@ -29,6 +29,7 @@ from core.records import KAFKA_SCHEMA
 from sinks.base import DestinationError
 from sinks.tables.history import FLOOR_PROPERTY, Expiry, OldestSnapshot, SnapshotFacts, expiry, history_complete
 from sinks.tables.positions import TableFile, TablePositions, position_key, positions_of, walk_positions
+from sinks.tables.rewrites import MAINTENANCE_KEY, FileChange, plan_rewrite
 
 CATALOG_DIRECTORY = "_catalog"  # a filesystem archive's SQLite catalog (`_`: no chain listing takes it for one)
 WAREHOUSE_DIRECTORY = "_iceberg"  # ... and its tables' metadata
@@ -203,6 +204,45 @@ class IcebergTable:
                 self._table = None
                 raise TableError(self.identifier, "commit", describe_error(exc)) from exc
 
+    def rewrite(self, changes: list[FileChange], reason: str) -> int:
+        """One commit applying a compaction's or a prune's `changes` (`sinks.tables.rewrites`) to what the table holds
+        now; how many files it removed (0: nothing to do, nothing committed). A compaction's commit is a `replace`
+        snapshot (its rows are the same: readers of changes skip it), a prune's a `delete`. It carries no positions:
+        reading them walks past it. A lost race is tried again on the refreshed table."""
+        from pyiceberg.exceptions import CommitFailedException
+
+        for attempt in itertools.count(1):
+            try:
+                table = self._loaded()
+                table.refresh()
+                held = _held_files(table)
+                plan = plan_rewrite(changes, held, key=lambda file: file.uri)
+                if plan.partial is not None:
+                    raise TableError(self.identifier, "rewrite", f"it holds part of a run, not {plan.partial}")
+                if not plan.removed:
+                    return 0
+                table.metadata = table.metadata.model_copy(  # our loop retries (see commit)
+                    update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
+                )
+                data_files = [*map(DataFiles(table).of, plan.added)]
+                properties = {MAINTENANCE_KEY: reason}
+                with table.transaction() as tx, _rewrite_snapshot(tx, table.io, properties, plan.changes_rows) as files:
+                    for name in plan.removed:
+                        files.delete_data_file(held[name])
+                    for data_file in data_files:
+                        files.append_data_file(data_file)
+                return len(plan.removed)
+            except CommitFailedException as exc:
+                self._table = None
+                if attempt >= COMMIT_ATTEMPTS:
+                    raise TableError(self.identifier, "rewrite", describe_error(exc)) from exc
+            except TableError:
+                raise
+            except Exception as exc:
+                self._table = None
+                raise TableError(self.identifier, "rewrite", describe_error(exc)) from exc
+        raise AssertionError("unreachable")  # itertools.count never ends
+
     def _expiry(self, table: Any) -> Expiry | None:
         """The old snapshots to remove with this commit, if the table keeps them for a limited time and its whole
         history (or the mirror's floor) is there to choose from."""
@@ -241,6 +281,36 @@ def _remove_metadata_of(table: Any, expired: list[Any]) -> None:
         if path.startswith(metadata):  # what this table wrote for itself, nothing else
             with contextlib.suppress(Exception):
                 table.io.delete(path)
+
+
+def _held_files(table: Any) -> dict[str, Any]:
+    """The data files of the table's current snapshot by path. Cost: reading its manifests (a few: commits merge
+    them)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return {}
+    return {
+        entry.data_file.file_path: entry.data_file
+        for manifest in snapshot.manifests(table.io)
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True)
+    }
+
+
+def _rewrite_snapshot(transaction: Any, io: Any, properties: dict[str, str], changes_rows: bool) -> Any:
+    """The snapshot producer of a rewrite: PyIceberg's overwrite of named files, its snapshot a `delete` when rows
+    leave the table, else a `replace` (PyIceberg 0.12 writes no `replace` snapshot itself: its summary totals refuse
+    the operation, so the summary is made as an overwrite's, which counts the same, and then named `replace`)."""
+    from pyiceberg.table.snapshots import Operation, Summary
+    from pyiceberg.table.update.snapshot import _OverwriteFiles
+
+    class ReplaceFiles(_OverwriteFiles):
+        def _summary(self, snapshot_properties: dict[str, str] = properties) -> Summary:
+            summary: Summary = super()._summary(snapshot_properties).model_copy(update={"operation": Operation.REPLACE})
+            return summary
+
+    if changes_rows:
+        return _OverwriteFiles(Operation.DELETE, transaction, io, snapshot_properties=properties)
+    return ReplaceFiles(Operation.OVERWRITE, transaction, io, snapshot_properties=properties)
 
 
 def _summary(snapshot: Any) -> dict[str, str]:

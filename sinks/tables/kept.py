@@ -12,6 +12,7 @@ from sinks.tables.delta import DeltaArchiveTable
 from sinks.tables.elsewhere import ElsewhereIcebergTable, start_worker
 from sinks.tables.iceberg import IcebergCatalog, IcebergTable
 from sinks.tables.positions import TableFile, TablePositions
+from sinks.tables.rewrites import FileChange
 
 
 class KeptTable(Protocol):
@@ -22,6 +23,8 @@ class KeptTable(Protocol):
     def positions(self, chains: Iterable[str]) -> TablePositions: ...
 
     def commit(self, files: list[TableFile], positions: dict[str, int], based_on: dict[str, int]) -> None: ...
+
+    def rewrite(self, changes: list[FileChange], reason: str) -> int: ...
 
 
 def table_name(settings: TableConfig, topic: str, destination_name: str) -> str:
