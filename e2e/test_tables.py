@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pytest
 import yaml
 from deltalake import DeltaTable
@@ -29,7 +28,7 @@ from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.spark_sql_tables import IcebergCatalogSpec, read_with_spark_sql
-from testkit.targets import FilesystemTarget, S3Target, SourceRecord, assert_same_records, source_records
+from testkit.targets import FilesystemTarget, S3Target, assert_same_records, source_records, table_records
 
 TABLE = "archive.{topic}"
 
@@ -109,29 +108,13 @@ def _check(table: Any, bootstrap: str, topic: str, chain_files: set[str], ends: 
     assert set(files) == chain_files  # every blob of the chains, in place, and nothing else
     rows = table.scan().to_arrow()
     for partition in ends:
-        assert_same_records(_table_records(rows, partition), source_records(bootstrap, topic, partition))
+        assert_same_records(table_records(rows, partition), source_records(bootstrap, topic, partition))
     commits = _positions(table)
     for partition, end in ends.items():
         chain = f"{topic}/{partition}"
         seen = [found[chain] for found in commits if chain in found]
         assert seen == sorted(seen), f"{chain}: positions went back: {seen}"
         assert seen[-1] == end
-
-
-def _table_records(rows: pa.Table, partition: int) -> list[SourceRecord]:
-    mine = rows.filter(pc.equal(rows["partition"], partition)).sort_by("offset")
-    millis = pc.divide(pc.cast(mine["timestamp"], pa.int64()), 1000).to_pylist()
-    return [
-        SourceRecord(offset, key, value, [(h["key"], h["value"]) for h in headers or []], int(ms))
-        for offset, key, value, headers, ms in zip(
-            mine["offset"].to_pylist(),
-            mine["key"].to_pylist(),
-            mine["value"].to_pylist(),
-            mine["headers"].to_pylist(),
-            millis,
-            strict=True,
-        )
-    ]
 
 
 def _positions(table: Any) -> list[dict[str, int]]:
@@ -234,7 +217,7 @@ def _check_delta(
     assert set(files) == chain_files
     rows = pa.table(delta.to_pyarrow_table())
     for partition, end in ends.items():
-        assert_same_records(_table_records(rows, partition), source_records(bootstrap, topic, partition))
+        assert_same_records(table_records(rows, partition), source_records(bootstrap, topic, partition))
         app = f"mirror-v3:{topic}/{partition}"
         versions = range(delta.version() + 1)
         seen = [
@@ -287,7 +270,7 @@ def test_an_archive_written_without_a_table_joins_tables_that_spark_sql_opens_by
         source = source_records(kafka.bootstrap, topic_name, partition)
         for name, rows in read.items():
             assert len(source) == ends[partition], name
-            assert_same_records(_table_records(rows, partition), source)
+            assert_same_records(table_records(rows, partition), source)
 
 
 # In the soak run: the default run's Iceberg case proves the commit over a filesystem archive; this one adds the

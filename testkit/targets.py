@@ -452,3 +452,20 @@ class KafkaTarget:
 
 def _from_consumed(record: ConsumedRecord, offset: int, headers: list[tuple[str, bytes | None]]) -> SourceRecord:
     return SourceRecord(offset, record.key, record.value, headers, record.timestamp_ms)
+
+
+def table_records(rows: pa.Table, partition: int) -> list[SourceRecord]:
+    """One partition's rows of a table (what PyIceberg, deltalake or Spark read) as records, in offset order."""
+    mine = rows.filter(pc.equal(rows["partition"], partition)).sort_by("offset")
+    millis = pc.divide(pc.cast(mine["timestamp"], pa.int64()), 1000).to_pylist()
+    return [
+        SourceRecord(offset, key, value, [(h["key"], h["value"]) for h in headers or []], int(ms))
+        for offset, key, value, headers, ms in zip(
+            mine["offset"].to_pylist(),
+            mine["key"].to_pylist(),
+            mine["value"].to_pylist(),
+            mine["headers"].to_pylist(),
+            millis,
+            strict=True,
+        )
+    ]
