@@ -22,7 +22,7 @@ import sinks.kafka.leases
 import sinks.leases
 from sinks.filesystem.leases import HOLDERS_DIRECTORY, FilesystemLeases
 from sinks.kafka.leases import KafkaLeases
-from sinks.leases import Holder, LeaseHeldError, LeaseLostError, Leases, LeaseStore, Sighting, is_live
+from sinks.leases import Holder, HolderSightings, LeaseHeldError, LeaseLostError, Leases, LeaseStore, Sighting, is_live
 from sinks.retry import RetryPolicy
 from sinks.s3.leases import S3Leases
 from sinks.s3.store import S3Connection
@@ -332,3 +332,46 @@ async def test_a_kafka_holder_of_this_host_that_no_longer_runs_is_taken_over_at_
     with anyio.fail_after(5):
         await newcomer.take("t/0")
     assert newcomer.held == {"t/0"}
+
+
+async def test_s3_sweeps_what_killed_processes_left(
+    moto_endpoint: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's first beat deletes the heartbeats not renewed for FORGET_AFTER_S (here: every one but its own),
+    and none younger; a take of a chain deletes the older lease generations a killed taker left."""
+    import boto3
+
+    import sinks.s3.leases
+
+    bucket = f"sweep-{abs(hash(tmp_path)) % 10**8}"
+    client: Any = boto3.client(
+        "s3", endpoint_url=moto_endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+    )
+    client.create_bucket(Bucket=bucket)
+    settings = moto_settings(moto_endpoint, bucket)
+    stores = [S3Leases(S3Connection(settings), "archive") for _ in range(4)]
+    try:
+        for index, killed in enumerate([other(id="k1"), other(id="k2")]):
+            await stores[index].beat(killed)  # never stopped: killed
+        heartbeats = f"archive/{sinks.s3.leases.HOLDERS_DIRECTORY}/"
+
+        def listed(prefix: str) -> list[str]:
+            return sorted(o["Key"] for o in client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", []))
+
+        await stores[2].beat(other(id="young"))  # they are seconds old: kept
+        assert listed(heartbeats) == [f"{heartbeats}{name}.json" for name in ("k1", "k2", "young")]
+        monkeypatch.setattr(sinks.s3.leases, "FORGET_AFTER_S", -60.0)  # every heartbeat counts as old now
+        await stores[3].beat(ME)
+        assert listed(heartbeats) == [f"{heartbeats}me.json"]
+
+        taker = Leases(stores[3], ME, RETRY)
+        await taker.take("t/0")
+        generations = "archive/t/_leases/0/"
+        (first,) = listed(generations)
+        # A killed taker created the next generation and did not delete the one before: taking again tidies up.
+        client.put_object(Bucket=bucket, Key=f"{generations}0000000001", Body=ME.encode())
+        await stores[3].take("t/0", ME, HolderSightings(stores[3].sight))
+        assert listed(generations) == [f"{generations}0000000001"] and first == f"{generations}0000000000"
+    finally:
+        for store in stores:
+            await store.close()

@@ -8,8 +8,13 @@ generation with `If-None-Match: *` (the same conditional create the blob claims 
 processes that found the same lease dead exactly one creates its successor; older generations are then deleted.
 The lease objects sit beside the chain under a name Spark, Hive and Athena skip, like the claims.
 
+What killed processes leave is swept: a process's first beat deletes the heartbeats not renewed for FORGET_AFTER_S
+(by the store's clock: dead for every lease long before, and a process that was only paused writes its heartbeat
+again at its next beat), and a take of a chain deletes the older lease generations a killed taker left.
+
 Cost: a renewal is one PUT per process; taking a chain is one LIST, one GET, one PUT (and a DELETE of the previous
-generation), plus one HEAD per holder per pass.
+generation), plus one HEAD per holder per pass; the first beat one LIST per 1 000 heartbeats and a DELETE per dead
+one.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from sinks.s3.store import ConnectionUser, S3Connection
 HOLDERS_DIRECTORY = "_mirror-v3/holders"
 LEASES_DIRECTORY = "_leases"
 _GENERATION_DIGITS = 10
+FORGET_AFTER_S = 3600.0  # a heartbeat not renewed for an hour is a killed process's: swept
 
 
 def lease_prefix(root: str, chain: str) -> str:
@@ -38,6 +44,7 @@ class S3Leases(ConnectionUser):
     def __init__(self, connection: S3Connection, prefix: str | None) -> None:
         super().__init__(connection)
         self._root = f"{prefix.strip('/')}/" if prefix else ""
+        self._swept = False
 
     def location(self, chain: str) -> str:
         return f"s3://{self._bucket}/{lease_prefix(self._root, chain)}"
@@ -54,6 +61,32 @@ class S3Leases(ConnectionUser):
             f"renew lease s3://{self._bucket}/{key}",
             lambda: s3.put_object(Bucket=self._bucket, Key=key, Body=me.encode(), **self._options()),
         )
+        if not self._swept:
+            self._swept = True
+            await self.sweep_dead(me)
+
+    async def sweep_dead(self, me: Holder) -> list[str]:
+        """Delete the heartbeats not renewed for FORGET_AFTER_S (never `me`'s); returns their keys. Best effort: a
+        heartbeat left is read as a dead holder's all the same."""
+        s3, prefix = await self._s3(), f"{self._root}{HOLDERS_DIRECTORY}/"
+        swept: list[str] = []
+        with contextlib.suppress(Exception):
+            pages = s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix)
+            async for page in pages:
+                date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
+                if not date:
+                    continue  # no store clock to age them by
+                now = parsedate_to_datetime(date).timestamp()
+                for entry in page.get("Contents", []):
+                    key = entry["Key"]
+                    if key != self._heartbeat(me) and now - entry["LastModified"].timestamp() > FORGET_AFTER_S:
+                        swept.append(key)
+            for key in swept:
+                await self._connection.call(
+                    f"sweep a dead heartbeat s3://{self._bucket}/{key}",
+                    lambda key=key: s3.delete_object(Bucket=self._bucket, Key=key),  # type: ignore[misc]
+                )
+        return swept
 
     async def stop_beating(self, me: Holder) -> None:
         s3, key = await self._s3(), self._heartbeat(me)
@@ -84,6 +117,7 @@ class S3Leases(ConnectionUser):
             newest = generations[-1] if generations else -1
             holder = None if newest < 0 else await self._read(s3, prefix + _generation_name(newest))
             if holder is not None and holder.id == me.id:
+                await self._delete_generations(s3, prefix, generations[:-1])  # what a killed taker left
                 return
             if holder is not None:
                 sighting = await seen.of(holder)
@@ -103,15 +137,19 @@ class S3Leases(ConnectionUser):
                 )
             except PreconditionFailed:
                 continue  # another process took it first (or our own answer was lost): look again
-            for old in generations:  # history now (best effort: a leftover is only ever an older generation)
-                with contextlib.suppress(Exception):
-                    await self._connection.call(
-                        "delete an old lease",
-                        lambda old=old: s3.delete_object(  # type: ignore[misc]
-                            Bucket=self._bucket, Key=prefix + _generation_name(old)
-                        ),
-                    )
+            await self._delete_generations(s3, prefix, generations)
             return
+
+    async def _delete_generations(self, s3: Any, prefix: str, generations: list[int]) -> None:
+        """History now (best effort: a leftover is only ever an older generation, deleted at the next take)."""
+        for old in generations:
+            with contextlib.suppress(Exception):
+                await self._connection.call(
+                    "delete an old lease",
+                    lambda old=old: s3.delete_object(  # type: ignore[misc]
+                        Bucket=self._bucket, Key=prefix + _generation_name(old)
+                    ),
+                )
 
     async def _generations(self, s3: Any, prefix: str) -> list[int]:
         response = await self._connection.call(
