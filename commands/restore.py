@@ -52,6 +52,7 @@ from kafka_clients.settings import registry_access
 from sinks.archive.documents import ArchiveDocuments, moment_text
 from sinks.archive.retention import retention
 from sinks.blob.chain import BlobRange, BlobStore, verify_all
+from sinks.blob.compactor import list_details
 from sinks.blob.merging import originals_of
 from sinks.blob.reading import BlobReader
 from sinks.destination import Archive
@@ -343,26 +344,28 @@ MergedFrom = Callable[[BlobRange], Awaitable[list[tuple[int, int, int]] | None]]
 async def held_at(
     store: BlobStore, chain: list[BlobRange], moment_s: float, merged_from: MergedFrom | None = None
 ) -> tuple[list[BlobRange], int]:
-    """The blobs of `chain` the archive held at `moment_s` (those committed by then), and the offset after what
-    they held then. A chain grows in offset order, so they are a prefix, found by a binary search over the blobs'
-    times (O(log n) looks: HEADs on S3). A blob's time is its object's (S3: the upload's; filesystem: when its data
-    was written, a moment before its commit); a merged blob's is its newest original's (`sinks.blob.merging`). So
-    the first blob not held whole may be a merged one whose older originals were held: it is read (`merged_from`:
-    its originals and their times) and the prefix ends inside it, where the newest original held by then ends."""
-    lower, upper = 0, len(chain)  # the answer: how many blobs were held
-    while lower < upper:
-        middle = (lower + upper) // 2
-        written = await store.modified_at(chain[middle].name)
-        if written is not None and written <= moment_s:
-            lower = middle + 1
-        else:
-            upper = middle
-    held, end = chain[:lower], chain[lower - 1].last + 1 if lower else 0
-    if lower < len(chain) and merged_from is not None:
-        originals = await merged_from(chain[lower]) or []
+    """The blobs of `chain` the archive held at `moment_s`, and the offset after what they held then. A chain is
+    committed in offset order, but a blob's time is when its data was written (filesystem: the file's modification
+    time; S3: the object's), a moment before its commit, and the parallel tasks of a backlog write several at once,
+    out of offset order: so a blob counts as held when it and every blob before it were written by then (the longest
+    such prefix), the one rule that gives the same answer before and after a compaction. A merged blob's time is its
+    newest original's (filesystem) or its merge's (S3), never earlier than any of its originals', so the first blob
+    not held may be a merged one whose older originals were held: it is read (`merged_from`: its originals and their
+    times, oldest first) and the prefix ends inside it, by the same rule. Cost: one listing with the blobs' times
+    (S3: a LIST per 1 000 names) and at most one footer read."""
+    written = {entry.name: entry.modified_s for entry in await list_details(store)}
+    count = 0
+    for blob in chain:
+        at = written.get(blob.name)
+        if at is None or at > moment_s:
+            break
+        count += 1
+    held, end = chain[:count], chain[count - 1].last + 1 if count else 0
+    if count < len(chain) and merged_from is not None:
+        originals = await merged_from(chain[count]) or []
         in_time = [last for _, last, written_ms in itertools.takewhile(lambda o: o[2] <= moment_s * 1000, originals)]
         if in_time:
-            return [*held, chain[lower]], in_time[-1] + 1
+            return [*held, chain[count]], in_time[-1] + 1
     return held, end
 
 

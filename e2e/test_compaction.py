@@ -12,19 +12,25 @@ the chains no longer hold."""
 from __future__ import annotations
 
 import json
+import math
 import random
 import re
 import time
 from pathlib import Path
 
+import anyio
+import msgspec
 import pytest
 import yaml
 from deltalake import DeltaTable
 from pyiceberg.catalog import load_catalog
 
+from commands.config_files import load_config, load_restore_config
+from commands.restore import archive_of, select_partitions
 from e2e.harness import assert_exactly_once, backlog, mirror_config, partitions_of, start, status_json
 from sinks.archive.documents import moment_text
 from sinks.blob.chain import BlobRange
+from sinks.destinations import open_destination
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import generate_records, produce
 from testkit.mirror_run import MirrorRun, run_cli
@@ -48,7 +54,12 @@ ENDS = {0: 6_000, 1: 4_000}
 # the S3 listing's sizes) is the same protocol as the mirror's commits, which the default run proves on S3.
 @pytest.mark.parametrize("where", ["filesystem", pytest.param("s3", marks=pytest.mark.soak)])
 def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
-    kafka: KafkaBroker, where: str, request: pytest.FixtureRequest, topic_name: str, tmp_path: Path
+    kafka: KafkaBroker,
+    where: str,
+    request: pytest.FixtureRequest,
+    topic_name: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     fs: BlobTarget = request.getfixturevalue("fs" if where == "filesystem" else "s3")
     backlog(kafka.bootstrap, topic_name, list(THEN.values()), seed=49)
@@ -78,6 +89,24 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
     assert all(len(blobs) >= 16 for blobs in before.values()), before
     _check_table(fs, kafka.bootstrap, topic_name, {p: 0 for p in ENDS})  # the drain's last commit holds every blob
 
+    restore = tmp_path / "restore.yaml"
+    restore.write_text(
+        yaml.safe_dump(
+            {
+                "archive": {k: v for k, v in fs.config().items() if k != "flush"},
+                "restore": [{"topic": topic_name, "rename": f"{topic_name}-then"}],
+                "destination": {"type": "kafka", "bootstrap-servers": kafka.bootstrap, "offsets": "renumber"},
+                "spark": {"master": "local[2]"},
+            }
+        )
+    )
+    # Ten moments across the blobs' commits, and what a restore as of each would restore (the product's own selection,
+    # in this process): the same offsets after the compaction (the CLI restores one of them below, record by record).
+    for name, value in fs.env().items():
+        monkeypatch.setenv(name, value)
+    moments = _ten_moments(config, fs, topic_name)
+    held_then = {moment: _as_of_ranges(restore, moment) for moment in moments}
+    assert len({tuple(sorted(r.items())) for r in held_then.values()}) >= 5, held_then  # moments that tell apart
     dry = run_cli("compact", "--config", str(config), "--dry-run", env=fs.env())
     assert dry.returncode == 0, dry.stderr
     count = len(before[0])
@@ -94,22 +123,12 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
     assert done.stdout.strip().splitlines()[-1].startswith("compacted "), done.stdout
     after = {p: chain(fs, topic_name, p) for p in ENDS}  # strict: no redundant run, no leftover, one chain
     assert after == {p: [BlobRange(0, blobs[-2].last), blobs[-1]] for p, blobs in before.items()}
+    assert {moment: _as_of_ranges(restore, moment) for moment in moments} == held_then
 
     # Every record, read back from the compacted files, is the source's (`verify` checks the archive after the prune).
     assert_exactly_once(kafka.bootstrap, fs, topic_name, partitions=len(ENDS))
     _check_table(fs, kafka.bootstrap, topic_name, {p: 0 for p in ENDS})  # the same rows, in the merged blobs
 
-    restore = tmp_path / "restore.yaml"
-    restore.write_text(
-        yaml.safe_dump(
-            {
-                "archive": {k: v for k, v in fs.config().items() if k != "flush"},
-                "restore": [{"topic": topic_name, "rename": f"{topic_name}-then"}],
-                "destination": {"type": "kafka", "bootstrap-servers": kafka.bootstrap, "offsets": "renumber"},
-                "spark": {"master": "local[2]"},
-            }
-        )
-    )
     restored = run_cli("restore", "--config", str(restore), "--as-of", str(moment_ms), "--create-topics", env=fs.env())
     assert restored.returncode == 0, restored.stdout + restored.stderr
     restored_target = KafkaTarget(kafka.bootstrap, "renumber")
@@ -191,3 +210,28 @@ def _check_table(fs: BlobTarget, bootstrap: str, topic: str, kept_from: dict[int
     for partition, first in kept_from.items():
         source = [r for r in source_records(bootstrap, topic, partition) if r.offset >= first]
         assert_same_records(table_records(rows, partition), source)
+
+
+def _ten_moments(config: Path, fs: BlobTarget, topic: str) -> list[int]:
+    """Ten moments spread over partition 0's blob commits, each the moment a blob was committed (its time, rounded
+    up to the millisecond): the restore as of it holds that blob and none after it."""
+    archive = open_destination(load_config(config).destination).archive
+    assert archive is not None
+    blobs = chain(fs, topic, 0)
+
+    async def times() -> list[float]:
+        store = archive.chain_store(topic, 0)
+        try:
+            return [written for blob in blobs if (written := await store.modified_at(blob.name)) is not None]
+        finally:
+            await store.close()
+
+    written = anyio.run(times)
+    return sorted({math.ceil(written[round(i * (len(written) - 1) / 9)] * 1000) for i in range(10)})
+
+
+def _as_of_ranges(restore: Path, moment_ms: int) -> dict[int, tuple[int, int]]:
+    """The offsets `restore --as-of <moment_ms>` restores per partition (`commands.restore.select_partitions`)."""
+    config = msgspec.structs.replace(load_restore_config(restore), as_of=moment_ms)
+    parts = anyio.run(select_partitions, config, archive_of(config))
+    return {part.partition: (part.first, part.end) for part in parts}

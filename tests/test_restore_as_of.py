@@ -24,11 +24,35 @@ async def test_a_chain_as_of_a_moment_is_the_blobs_committed_by_then() -> None:
     store = InMemoryStore()
     chain = [BlobRange(first, first + 9) for first in range(0, 100, 10)]
     for index, blob in enumerate(chain):
-        store.written_at[blob.name] = 1_000.0 + index  # one a second, in chain order
+        store.blobs[blob.name], store.written_at[blob.name] = b"PAR1", 1_000.0 + index  # one a second, in order
     assert await held_at(store, chain, 1_003.5) == (chain[:4], 40)
     assert await held_at(store, chain, 1_003.0) == (chain[:4], 40)  # committed at that very moment: held
     assert await held_at(store, chain, 999.0) == ([], 0)
     assert await held_at(store, chain, 2_000.0) == (chain, 100)
+
+
+async def test_blobs_a_backlog_wrote_out_of_offset_order_are_held_once_every_blob_before_them_is() -> None:
+    """Parallel tasks of a backlog write blobs out of offset order (each is committed after the ones before it): a
+    blob is held once it and every blob before it were written, before and after a compaction merged them."""
+    store = InMemoryStore()
+    chain = [BlobRange(first, first + 9) for first in range(0, 50, 10)]
+    times = (1_000.0, 1_005.0, 1_002.0, 1_006.0, 1_007.0)
+    for blob, written in zip(chain, times, strict=True):
+        store.blobs[blob.name], store.written_at[blob.name] = b"PAR1", written
+    moments = (999.0, 1_001.0, 1_003.0, 1_005.0, 1_006.5, 1_008.0)
+    ends = {moment: (await held_at(store, chain, moment))[1] for moment in moments}
+    assert ends == {999.0: 0, 1_001.0: 10, 1_003.0: 10, 1_005.0: 30, 1_006.5: 40, 1_008.0: 50}
+    merged = InMemoryStore()  # the first four merged: the merged blob's time is its newest original's
+    compacted = [BlobRange(0, 39), chain[-1]]
+    for blob, written in zip(compacted, (1_006.0, 1_007.0), strict=True):
+        merged.blobs[blob.name], merged.written_at[blob.name] = b"PAR1", written
+    originals = [(b.first, b.last, round(t * 1000)) for b, t in zip(chain[:4], times, strict=False)]
+
+    async def merged_from(blob: BlobRange) -> list[tuple[int, int, int]] | None:
+        return originals if blob == compacted[0] else None
+
+    after = {moment: (await held_at(merged, compacted, moment, merged_from))[1] for moment in ends}
+    assert after == ends
 
 
 async def test_a_merged_blob_is_held_as_far_as_its_originals_were() -> None:
@@ -37,7 +61,7 @@ async def test_a_merged_blob_is_held_as_far_as_its_originals_were() -> None:
     store = InMemoryStore()
     chain = [BlobRange(0, 9), BlobRange(10, 39), BlobRange(40, 49)]
     for blob, written in zip(chain, (1_000.0, 1_003.0, 1_004.0), strict=True):
-        store.written_at[blob.name] = written
+        store.blobs[blob.name], store.written_at[blob.name] = b"PAR1", written
     originals = [(10, 19, 1_001_000), (20, 29, 1_002_000), (30, 39, 1_003_000)]
 
     async def merged_from(blob: BlobRange) -> list[tuple[int, int, int]] | None:
