@@ -52,8 +52,21 @@ RESTORE_PATHS = {
     "restore-preserve": ("restore (preserve)", "raw-produce"),
     "restore-renumber": ("restore (renumber)", "raw-produce"),
     "restore-renumber-dr": ("restore (renumber, --create-topics --as-of, 3 group positions)", "raw-produce"),
+    "compact": ("compact (the archive's copy: every blob merged)", None),
+    "verify-compacted": ("verify of the compacted archive", "raw"),
+    "restore-preserve-compacted": ("restore (preserve) of the compacted archive", "raw-produce"),
+    "restore-renumber-compacted": ("restore (renumber) of the compacted archive", "raw-produce"),
 }  # path -> (label, the baseline its ratio is to)
-RESTORE_COMMANDS = ("verify", "restore-preserve", "restore-renumber", "restore-renumber-dr")
+RESTORE_COMMANDS = (
+    "verify",
+    "restore-preserve",
+    "restore-renumber",
+    "restore-renumber-dr",
+    "compact",
+    "verify-compacted",
+    "restore-preserve-compacted",
+    "restore-renumber-compacted",
+)
 RESTORE_DETAILS = (
     "scenario|command|wall s|Spark start s|before work s|work s|logged s|Spark jobs: kind ×count at s: s|Python µs|"
     "JVM + workers µs|broker µs"

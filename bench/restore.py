@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -224,8 +225,20 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
     archive = FilesystemTarget(ctx.scratch / "archive")
     config, archived = _archive(s, ctx, archive, ends)
     archived_at_ms = int(time.time() * 1000)
-    yield {**cell, "path": "archive", **archived}
-    yield {**cell, "path": "verify", **_verify(ctx, config, cell["records"])}
+    yield {**cell, "path": "archive", **archived, "blobs": _blobs(archive, topic, ends)}
+    archives = [("", config)]
+    if s.compacted:  # the same archive, compacted: a copy (times kept), merged by the real command
+        compacted = FilesystemTarget(ctx.scratch / "compacted")
+        shutil.copytree(archive.root, compacted.root)
+        copied = yaml.safe_load(config.read_text())
+        copied["destination"]["root"] = str(compacted.root)
+        copied["destination"]["compaction"] = {"min-age-ms": 0, "window-ms": 0}
+        archives.append(("-compacted", ctx.logs / "compacted.yaml"))
+        archives[-1][1].write_text(yaml.safe_dump(copied, sort_keys=False))
+        row = _compact(ctx, archives[-1][1], {"source broker": ctx.broker_pid})
+        yield {**cell, "path": "compact", **row, "blobs": _blobs(compacted, topic, ends)}
+    for suffix, archived_config in archives:
+        yield {**cell, "path": f"verify{suffix}", **_verify(ctx, archived_config, cell["records"], f"verify{suffix}")}
     delete_topic(ctx.bootstrap, topic)  # the restores read only the archive
     with KafkaBroker() as destination:
         named = {"destination broker": destination.pid}
@@ -238,10 +251,12 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
         _check_watermarks(destination.bootstrap, f"{topic}.raw", ends)
         delete_topic(destination.bootstrap, f"{topic}.raw")  # each restore finds the broker as the raw produce did
         yield {**cell, "path": "raw-produce", **produced}
-        for mode in (*MODES, DR):
-            restored = f"{topic}.{mode}"
+        runs = [(mode, "", config) for mode in (*MODES, DR)]
+        runs += [(mode, suffix, path) for suffix, path in archives[1:] for mode in MODES]
+        for mode, suffix, archived_config in runs:
+            restored = f"{topic}.{mode}{suffix}"
             offsets_mode = "renumber" if mode == DR else mode
-            archive_block = {k: v for k, v in yaml.safe_load(config.read_text())["destination"].items()}
+            archive_block = {k: v for k, v in yaml.safe_load(archived_config.read_text())["destination"].items()}
             archive_block.pop("archive-groups", None)  # a mirror's setting, not the archive's
             document: dict[str, Any] = {
                 "archive": archive_block,
@@ -255,9 +270,10 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
                 args = ("--create-topics", "--as-of", str(archived_at_ms))
             else:
                 create_topic(destination.bootstrap, restored, s.partitions)
-            path = ctx.logs / f"restore-{mode}.yaml"
+            archive_block.pop("compaction", None)
+            path = ctx.logs / f"restore-{mode}{suffix}.yaml"
             path.write_text(yaml.safe_dump(document, sort_keys=False))
-            row = _restore(ctx, path, mode, cell["records"], named, *args)
+            row = _restore(ctx, path, mode, cell["records"], named, *args, label=f"restore-{mode}{suffix}")
             began = time.monotonic()
             if mode == "preserve":
                 _check_watermarks(destination.bootstrap, restored, ends)
@@ -266,7 +282,12 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             if mode == DR:
                 _check_positions(destination.bootstrap, restored, positions)
                 row["groups"] = len(GROUPS)
-            yield {**cell, "path": f"restore-{mode}", **row, "check_seconds": round(time.monotonic() - began, 2)}
+            yield {
+                **cell,
+                "path": f"restore-{mode}{suffix}",
+                **row,
+                "check_seconds": round(time.monotonic() - began, 2),
+            }
             delete_topic(destination.bootstrap, restored)
 
 
@@ -310,8 +331,10 @@ def _archive(s: Scenario, ctx: Context, target: FilesystemTarget, ends: dict[int
     the same way); its config file, and what it did."""
     topic = ctx.name
     mirrors = [{"topic": topic, "partition": p} for p in ends]
-    groups = {"archive-groups": {"groups": list(GROUPS)}}  # read when the mirrors start and at the drain
-    run = start(ctx, "archive", target, mirrors, s.max_time_ms, _spark(ctx), groups)
+    extra: dict[str, Any] = {"archive-groups": {"groups": list(GROUPS)}}  # read when the mirrors start and at drain
+    if s.blob_offsets:
+        extra["flush"] = {**target.config({"max-time-ms": s.max_time_ms})["flush"], "max-offsets": s.blob_offsets}
+    run = start(ctx, "archive", target, mirrors, s.max_time_ms, _spark(ctx), extra)
     with run, Sampler(run.pid, {"source broker": ctx.broker_pid}) as sampler:
         ready = log_time(wait_for(run, "spark session ready", ctx.timeout)[0])
         wait_landed(run, target, topic, ends, ctx.timeout)
@@ -324,9 +347,22 @@ def _archive(s: Scenario, ctx: Context, target: FilesystemTarget, ends: dict[int
     return ctx.logs / "archive.yaml", {**row, "cpu": sampler.cpu_between(began, done), **written, **result}
 
 
-def _verify(ctx: Context, config: Path, records: int) -> dict[str, Any]:
+def _blobs(target: FilesystemTarget, name: str, ends: Mapping[int, int]) -> int:
+    return sum(len(target.names(name, partition)) for partition in ends)
+
+
+def _compact(ctx: Context, config: Path, named: Mapping[str, int | None]) -> dict[str, Any]:
+    """`compact` of the copy (everything merged: min-age 0, no window). Work: its Spark job."""
+    run, sampler, spark = timed(ctx, "compact", "compact", config, named)
+    job = spark["kinds"].get("compact")
+    if job is None:
+        raise MirrorRunError(f"compact ran no compact job: {sorted(spark['kinds'])}")
+    return {**command_row(run, sampler, spark, (job["from"], job["to"])), "work": "spark job", "stdout": run.output()}
+
+
+def _verify(ctx: Context, config: Path, records: int, label: str = "verify") -> dict[str, Any]:
     """`verify` on the mirror's config; every record must compare equal. Work: its Spark job."""
-    run, sampler, spark = timed(ctx, "verify", "verify", config, {"source broker": ctx.broker_pid}, "--format", "json")
+    run, sampler, spark = timed(ctx, label, "verify", config, {"source broker": ctx.broker_pid}, "--format", "json")
     # The JSON document is stdout's last `{` line (the Spark JVM shares stdout: keep clear of anything it prints).
     document = json.loads([line for line in run.output().splitlines() if line.startswith("{")][-1])
     equal = sum(row["equal"] or 0 for row in document["mirrors"])
@@ -339,12 +375,18 @@ def _verify(ctx: Context, config: Path, records: int) -> dict[str, Any]:
 
 
 def _restore(
-    ctx: Context, config: Path, mode: str, records: int, named: Mapping[str, int | None], *args: str
+    ctx: Context,
+    config: Path,
+    mode: str,
+    records: int,
+    named: Mapping[str, int | None],
+    *args: str,
+    label: str | None = None,
 ) -> dict[str, Any]:
     """`restore` into a fresh topic; its `restore finished` line must count every record. Work: from its first
     produce job to that line. The line's own `seconds=` (kept as `logged_seconds`) start before the first job,
     which in renumber mode is the one that starts Spark: the session's start-up would count as restore time."""
-    run, sampler, spark = timed(ctx, f"restore-{mode}", "restore", config, named, *args)
+    run, sampler, spark = timed(ctx, label or f"restore-{mode}", "restore", config, named, *args)
     (finished,) = run.events("restore finished")
     if int(finished["records"]) != records:
         raise MirrorRunError(f"restore {mode}: {finished['records']} records restored, expected {records}")

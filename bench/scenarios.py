@@ -46,6 +46,11 @@ class Scenario:
     compaction_ms: int | None = None
     compaction_min_age_ms: int = 60_000
     compaction_window_ms: int = 3_600_000
+    # restore: the archive's blobs hold at most `blob_offsets` records each (flush.max-offsets; 0: the default), and
+    # with `compacted` the same archive, compacted by `compact` (everything merged, blobs up to its target size), is
+    # verified and restored beside it in the same run.
+    blob_offsets: int = 0
+    compacted: bool = False
 
 
 def estate_name(s: Scenario) -> str:
@@ -118,6 +123,15 @@ FULL = (
     Scenario("1,000 idle mirrors", "idle", mirrors=1000, seconds=30, warmup=30),
     Scenario("2,000 selected partitions", "idle", mirrors=2000, seconds=30, warmup=30, selection=True),
     Scenario("restore and verify, 1 KiB records, 4 partitions", "restore", 1_000_000, 1024, 4),
+    Scenario(
+        "restore and verify of an archive of 1 000-record blobs, compacted and not, 1 KiB records, 4 partitions",
+        "restore",
+        1_000_000,
+        1024,
+        4,
+        blob_offsets=1000,
+        compacted=True,
+    ),
     Scenario(
         "schema IDs rewritten, 1 KiB records, 4 partitions",
         "schemas",

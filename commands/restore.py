@@ -348,15 +348,22 @@ async def held_at(
     committed in offset order, but a blob's time is when its data was written (filesystem: the file's modification
     time; S3: the object's), a moment before its commit, and the parallel tasks of a backlog write several at once,
     out of offset order: so a blob counts as held when it and every blob before it were written by then (the longest
-    such prefix), the one rule that gives the same answer before and after a compaction. A merged blob's time is its
-    newest original's (filesystem) or its merge's (S3), never earlier than any of its originals', so the first blob
-    not held may be a merged one whose older originals were held: it is read (`merged_from`: its originals and their
-    times, oldest first) and the prefix ends inside it, by the same rule. Cost: one listing with the blobs' times
-    (S3: a LIST per 1 000 names) and at most one footer read."""
-    written = {entry.name: entry.modified_s for entry in await list_details(store)}
+    such prefix), the one rule that gives the same answer before and after a compaction.
+
+    A merged blob's time is its newest original's: on a filesystem its file's, so the listing says it; on S3 the
+    listing says when it was merged, and the object's metadata (one HEAD: `BlobStore.modified_at`) its newest
+    original's. So a blob listed as later than the moment is looked at once more before the prefix ends there; and
+    the blob that ends it may be a merged one whose older originals were held: it is read (`merged_from`: its
+    originals and their times, oldest first) and the prefix ends inside it, by the same rule.
+
+    Cost: one listing with the blobs' times (S3: a LIST per 1 000 names); a HEAD per blob listed as later than the
+    moment (on S3, each merged blob merged after it, up to the first blob not held); at most one footer read."""
+    listed = {entry.name: entry.modified_s for entry in await list_details(store)}
     count = 0
     for blob in chain:
-        at = written.get(blob.name)
+        at = listed.get(blob.name)
+        if at is not None and at > moment_s:
+            at = await store.modified_at(blob.name)  # S3: a merged blob's own time is in its metadata
         if at is None or at > moment_s:
             break
         count += 1

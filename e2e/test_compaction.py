@@ -106,7 +106,8 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
         monkeypatch.setenv(name, value)
     moments = _ten_moments(config, fs, topic_name)
     held_then = {moment: _as_of_ranges(restore, moment) for moment in moments}
-    assert len({tuple(sorted(r.items())) for r in held_then.values()}) >= 5, held_then  # moments that tell apart
+    distinct = len({tuple(sorted(r.items())) for r in held_then.values()})
+    assert distinct >= (5 if where == "filesystem" else 3), held_then  # moments that tell apart (S3: whole seconds)
     dry = run_cli("compact", "--config", str(config), "--dry-run", env=fs.env())
     assert dry.returncode == 0, dry.stderr
     count = len(before[0])

@@ -15,7 +15,7 @@ from sinks.archive.group_positions import ArchivedPositions, newest_of_every_clu
 from sinks.archive.group_positions import add as add_positions
 from sinks.archive.topic_metadata import ArchivedTopic, as_of
 from sinks.archive.topic_metadata import add as add_topic
-from sinks.blob.chain import BlobRange
+from sinks.blob.chain import BlobRange, ListedBlob
 from sinks.filesystem.documents import FilesystemDocuments
 from tests.fakes import InMemoryStore
 
@@ -53,6 +53,23 @@ async def test_blobs_a_backlog_wrote_out_of_offset_order_are_held_once_every_blo
 
     after = {moment: (await held_at(merged, compacted, moment, merged_from))[1] for moment in ends}
     assert after == ends
+    # On S3 a listing says when the merged blob was merged (later than every moment here); its metadata says its
+    # newest original's time, which a HEAD reads (`modified_at`).
+    on_s3 = MergedLaterInListings(merged, {compacted[0].name: 2_000.0})
+    assert {moment: (await held_at(on_s3, compacted, moment, merged_from))[1] for moment in ends} == ends
+
+
+class MergedLaterInListings(InMemoryStore):
+    """A store whose listing gives some blobs another time than `modified_at` (S3: a merged blob's object time is
+    its merge's, its metadata its newest original's)."""
+
+    def __init__(self, store: InMemoryStore, listed_at: dict[str, float]) -> None:
+        super().__init__()
+        self.blobs, self.written_at, self._listed_at = store.blobs, store.written_at, listed_at
+
+    async def list_details(self, start_after: str | None, max_keys: int) -> tuple[list[ListedBlob], bool]:
+        page, more = await super().list_details(start_after, max_keys)
+        return [ListedBlob(e.name, e.size, self._listed_at.get(e.name, e.modified_s)) for e in page], more
 
 
 async def test_a_merged_blob_is_held_as_far_as_its_originals_were() -> None:
