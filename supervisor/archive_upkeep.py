@@ -15,6 +15,7 @@ prefix) and the next round finishes.
 
 from __future__ import annotations
 
+import bisect
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
@@ -45,6 +46,7 @@ from workers.spark_session import started_spark
 
 log = logging.getLogger("mirror_v3.archive_upkeep")
 
+CHAINS_PER_ROUND = 1_000  # chains a compaction round surveys (a detailed listing each); the next goes on after them
 MergeRunner = Callable[[tuple[MergeWork, ...]], Awaitable[list[Outcome[list[StagedBlob]]]]]
 
 
@@ -87,6 +89,7 @@ class ArchiveUpkeep(ProcessService):
         """`tables`: the archive's tables, which each compaction and prune keeps in step (`sinks.tables.upkeep`)."""
         self._archive = archive
         self._tables = tables
+        self._resume_at = ""  # the chain the next compaction round starts at
         self._compaction = compaction if compaction is not None and compaction.interval_ms else None
         self._retention = retention
         self._daily = daily
@@ -196,7 +199,7 @@ class ArchiveUpkeep(ProcessService):
         work: list[MergeWork] = []
         planned: list[tuple[_Chain, Merge]] = []
         redundant: list[RedundantRun] = []
-        chains = self._chains(mirrored)
+        chains = self._this_round(self._chains(mirrored))
         positions: dict[str, int] = {}
         if self._tables is not None:
             positions, unread = await self._tables.positions([chain.table_chain for chain in chains])
@@ -223,6 +226,7 @@ class ArchiveUpkeep(ProcessService):
                 self._failed("compaction", chain.chain, exc)
             finally:
                 await store.close()
+            self._resume_at = chain.chain if budget <= 0 else chain.chain + "\0"  # that chain again, or the next
             if budget <= 0:
                 break
         await self._retire(redundant)
@@ -266,6 +270,13 @@ class ArchiveUpkeep(ProcessService):
         finally:
             await store.close()
         return made
+
+    def _this_round(self, chains: list[_Chain]) -> list[_Chain]:
+        """At most CHAINS_PER_ROUND of `chains` (in chain order), from where the last round stopped, wrapping: each
+        round's listings stay bounded at any estate size, and a round that spent its byte budget early leaves no
+        chain behind for ever."""
+        start = bisect.bisect_left([chain.chain for chain in chains], self._resume_at)
+        return (chains[start:] + chains[:start])[:CHAINS_PER_ROUND]
 
     def _observe(self, chain: _Chain, survey: ChainSurvey) -> None:
         self._families.archive_blobs.labels(*chain.labels).set(survey.blobs)

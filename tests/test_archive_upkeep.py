@@ -27,6 +27,7 @@ from sinks.destinations import open_destination
 from sinks.tables.iceberg import TableError
 from sinks.tables.rewrites import FileChange
 from sinks.tables.upkeep import ArchiveTables
+from supervisor import archive_upkeep
 from supervisor.archive_upkeep import ArchiveUpkeep
 from supervisor.process_service import MirroredPartition, RunningProcess
 from tests.fakes import FakeClock, MemoryTable, fresh_metrics
@@ -254,3 +255,19 @@ async def test_with_a_table_a_round_merges_only_what_the_table_holds_and_the_tab
         blob_name(20, 29),
         blob_name(30, 39),
     ]
+
+
+async def test_each_round_surveys_a_bounded_number_of_chains_going_on_where_the_last_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "archive"
+    ranges = [(0, 9), (10, 19), (20, 29)]
+    for partition in (0, 1, 2):
+        _write_chain(root / "orders" / str(partition), ranges)
+    monkeypatch.setattr(archive_upkeep, "CHAINS_PER_ROUND", 2)
+    upkeep, _ = _upkeep(root, CompactionConfig(min_age_ms=0, interval_ms=60_000))
+    merged = [BlobRange(0, 19), BlobRange(20, 29)]
+    await upkeep.compaction_round(_mirrored(0, 1, 2))
+    assert [await _chain(root, p) == merged for p in (0, 1, 2)] == [True, True, False]
+    await upkeep.compaction_round(_mirrored(0, 1, 2))  # partition 2 first, then 0 again (wrapping)
+    assert [await _chain(root, p) == merged for p in (0, 1, 2)] == [True, True, True]

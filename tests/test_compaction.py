@@ -16,8 +16,8 @@ from config import ConfigError
 from config.model import CompactionConfig, TableConfig
 from core.records import encode_parquet
 from sinks.blob.chain import BlobRange, blob_name, is_temp_name, verify_all
-from sinks.blob.compaction import CompactionPolicy
-from sinks.blob.compactor import apply_merge, remove_redundant, survey_chain
+from sinks.blob.compaction import BlobFacts, CompactionPolicy, Merge
+from sinks.blob.compactor import ChainSurvey, apply_merge, remove_redundant, survey_chain
 from sinks.blob.merging import merge_blobs, merged_from
 from sinks.blob.staging import BlobFormat
 from sinks.destination import DestinationServices
@@ -152,3 +152,12 @@ async def test_with_flush_daily_a_run_is_cut_where_its_records_day_changes(tmp_p
         stamps = pq.read_table(directory / name).column("timestamp").cast("int64").to_pylist()
         assert {stamp // 86_400_000_000 for stamp in stamps} == {day}
     assert not any(is_temp_name(name) for name in os.listdir(directory))  # the lone day's output was abandoned
+
+
+def test_a_merged_blob_keeps_its_originals_times_rounded_up_to_the_millisecond() -> None:
+    """`restore --as-of` takes milliseconds: a moment is at or after a time rounded up exactly when it is at or after
+    the time itself, so the merged blob answers every moment as its originals did (rounding to the nearest put an
+    original written 0.4 ms after a moment inside it)."""
+    facts = [BlobFacts(BlobRange(0, 9), 10, 1_000.0004), BlobFacts(BlobRange(10, 19), 10, 1_000.002)]
+    survey = ChainSurvey(blobs=2, size=20, redundant=(), merges=(Merge(tuple(facts)),))
+    assert [source.written_ms for source in survey.sources(survey.merges[0])] == [1_000_001, 1_000_002]

@@ -10,6 +10,7 @@ create and one delete per blob of its run.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -42,8 +43,11 @@ class ChainSurvey:
     redundant_runs: tuple[tuple[BlobRange, tuple[BlobRange, ...]], ...] = ()
 
     def sources(self, merge: Merge) -> tuple[MergeSource, ...]:
+        """A run's blobs as the merge task reads them, each with its time in whole milliseconds rounded up: a moment
+        (`restore --as-of` takes milliseconds) is at or after the rounded time exactly when it is at or after the
+        blob's own, so a merged blob answers every moment as its originals did."""
         return tuple(
-            MergeSource(f.blob.name, f.blob.first, f.blob.last, round(f.written_s * 1000)) for f in merge.blobs
+            MergeSource(f.blob.name, f.blob.first, f.blob.last, math.ceil(f.written_s * 1000)) for f in merge.blobs
         )
 
 
