@@ -82,7 +82,12 @@ async def survey_archive(
         try:
             plan, unlimited = await survey_prune(store, cut_s, below)
             waiting = unlimited.removed_blobs - plan.removed_blobs
-            held = f"its table holds it up to offset {below}: {waiting} more blobs wait for it" if waiting else None
+            holds = (
+                f"its table holds it up to offset {below}"
+                if chain.chain in positions
+                else "its table's history no longer says what it holds of it"
+            )
+            held = f"{holds}: {waiting} more blobs wait for it" if waiting else None
             surveyed.append(ChainPrune(chain, plan, held_back=held))
         except Exception as exc:
             surveyed.append(ChainPrune(chain, None, exc))
