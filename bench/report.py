@@ -309,6 +309,40 @@ def restart_section(runs: list[Row]) -> list[str]:
     ]
 
 
+def compaction_section(runs: list[Row]) -> list[str]:
+    rows = []
+    for (scenario, path), found in group(runs, "scenario", "path").items():
+        gb = found[0]["bytes"] / 1e9
+        requests = [sum(r["requests"].values()) for r in found]
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(found[-1]["requests"].items()))
+        cpu = [sum(r["cpu"].get(label, 0.0) for label in (MIRROR, JVM)) / gb for r in found]
+        rows.append(
+            (
+                scenario,
+                path,
+                num(found[-1]["blobs"]),
+                f"{found[0]['bytes'] / 1e6:.0f}",
+                spread([r["seconds"] for r in found], lambda x: f"{x:.1f}"),
+                spread(cpu, lambda x: f"{x:.0f}"),
+                spread([n / gb for n in requests], num),
+                kinds,
+            )
+        )
+    return [
+        "## Compaction and prune of an S3 archive: requests and CPU per GB",
+        "",
+        "A backlog archived by the real mirror CLI into S3 (moto, objects in RAM) in small blobs, with the requests "
+        "moto logged meanwhile (the write's own cost, for scale); then `compact` (everything merged: min-age 0, no "
+        "window) and `prune --before <now>` (every chain down to its last blob), one at a time, each exit 0, the "
+        "compacted chains checked to hold the same offsets. **blobs**: in the archive after the step; **MB**: the "
+        "archive's bytes before compaction; **CPU s/GB**: the command's process tree (Python, the Spark JVM and its "
+        "workers; moto's own CPU not counted) over the archive's GB; **requests/GB**: every request moto logged "
+        "during the step, by kind in the last column (last run).",
+        "",
+        *md_table("scenario|step|blobs|MB|wall s|CPU s/GB|requests/GB|requests by kind (last run)", rows),
+    ]
+
+
 def col(runs: list[Row], key: str, fmt: Callable[[float], str] = num, sub: str | None = None) -> str:
     """One column of a group of repeated runs: a field's values (or its entry `sub`), as a spread."""
     return spread([r[key] if sub is None else r[key].get(sub, 0.0) for r in runs], fmt)
@@ -593,6 +627,7 @@ def render(workdir: Path, output: Path) -> None:
         ("restore", restore_section),
         ("schemas", schemas_section),
         ("outage", outage_section),
+        ("compaction", compaction_section),
     )
     for kind, section in sections:
         if (kind,) in by_kind:

@@ -24,7 +24,7 @@ from typing import Any
 import confluent_kafka
 import psutil  # type: ignore[import-untyped]  # no type information in the package
 
-from bench import estate, idle, latency, outage, restart, restore, schemas, throughput
+from bench import compaction, estate, idle, latency, outage, restart, restore, schemas, throughput
 from bench.mirror import Context
 from bench.scenarios import Scenario
 from testkit.kafka_broker import KafkaBroker
@@ -41,6 +41,7 @@ MEASURES: dict[str, Callable[[Scenario, Context], Iterator[dict[str, Any]]]] = {
     "schemas": schemas.measure,
     "estate-steady": estate.measure,
     "outage": outage.measure,
+    "compaction": compaction.measure,
 }
 
 

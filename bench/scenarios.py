@@ -12,7 +12,7 @@ from typing import Any
 
 PATHS = ("filesystem", "s3", "kafka-preserve", "kafka-renumber")
 TABLE = "bench.{topic}"  # a row's Iceberg table, with `table`
-KINDS = ("throughput", "latency", "restart", "idle", "restore", "schemas", "estate-steady", "outage")
+KINDS = ("throughput", "latency", "restart", "idle", "restore", "schemas", "estate-steady", "outage", "compaction")
 
 
 @dataclass(frozen=True)
@@ -46,9 +46,9 @@ class Scenario:
     compaction_ms: int | None = None
     compaction_min_age_ms: int = 60_000
     compaction_window_ms: int = 3_600_000
-    # restore: the archive's blobs hold at most `blob_offsets` records each (flush.max-offsets; 0: the default), and
-    # with `compacted` the same archive, compacted by `compact` (everything merged, blobs up to its target size), is
-    # verified and restored beside it in the same run.
+    # restore, compaction: the archive's blobs hold at most `blob_offsets` records each (flush.max-offsets; 0: the
+    # default); restore with `compacted`: the same archive, compacted by `compact` (everything merged, blobs up to its
+    # target size), is verified and restored beside it in the same run.
     blob_offsets: int = 0
     compacted: bool = False
 
@@ -133,6 +133,14 @@ FULL = (
         compacted=True,
     ),
     Scenario(
+        "compaction and prune of an S3 archive of 1 000-record blobs, 1 KiB records, 4 partitions",
+        "compaction",
+        400_000,
+        1024,
+        4,
+        blob_offsets=1000,
+    ),
+    Scenario(
         "schema IDs rewritten, 1 KiB records, 4 partitions",
         "schemas",
         1_000_000,
@@ -158,6 +166,14 @@ QUICK = (
     Scenario("10 idle mirrors", "idle", mirrors=10, seconds=3, warmup=1),
     Scenario("20 selected partitions", "idle", mirrors=20, seconds=3, warmup=1, selection=True),
     Scenario("restore and verify, 1 KiB records, 2 partitions", "restore", 20_000, 1024, 2),
+    Scenario(
+        "compaction and prune of an S3 archive of 500-record blobs, 1 KiB records, 2 partitions",
+        "compaction",
+        20_000,
+        1024,
+        2,
+        blob_offsets=500,
+    ),
     Scenario(
         "schema IDs rewritten, 1 KiB records, 2 partitions",
         "schemas",
