@@ -6,7 +6,11 @@ sees the same records before, during and after, and after a kill at any point (`
 
 All chains of the archive are surveyed first (listing only), their merges staged in one Spark job
 (`workers.compaction_job`), then each merged blob committed and its run deleted. One line per chain that changes
-on stdout, and a summary. A dry run counts the runs planned; with flush.daily the tasks may cut them by day."""
+on stdout, and a summary. A dry run counts the runs planned; with flush.daily the tasks may cut them by day.
+
+With a table (`destination.table`) only the runs each chain's table holds are merged, and each table gets one commit
+replacing them before any is deleted (`sinks.archive.compacting`); a table that cannot be read stops the command
+before anything changes (TableError), one whose commit fails leaves its runs redundant (the chain's line says so)."""
 
 from __future__ import annotations
 
@@ -67,7 +71,7 @@ async def compact(
     config: Config, launch: SparkLaunch, dry_run: bool, progress: Callable[[ChainCompaction], None]
 ) -> list[ChainCompaction]:
     """Compact every chain of the archive (see the module). Raises ConfigError, LeaseHeldError (a live writer holds
-    a chain: nothing was changed), CorruptChainError."""
+    a chain: nothing was changed), CorruptChainError, TableError (a table that cannot be read: nothing was changed)."""
     destination = open_destination(config.destination, holder=None if dry_run else Holder.of_this_process())
     archive = destination.archive
     policy = policy_of(destination.services, archive)
