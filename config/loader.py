@@ -17,6 +17,7 @@ with PARTITION=3 is the integer 3, while `topic: ${TOPIC}` with TOPIC=123 stays 
 
 from __future__ import annotations
 
+import difflib
 import logging
 import os
 import re
@@ -465,9 +466,12 @@ def _describe_validation_error(
     if unknown := _UNKNOWN_FIELD.match(msg):
         field_path = (*path, unknown.group("field"))
         known = _known_fields(path, data, root)
-        kebab = unknown.group("field").replace("_", "-").lower()
+        kebab = re.sub(r"[._]", "-", unknown.group("field")).lower()
+        close = difflib.get_close_matches(kebab, known, n=1, cutoff=0.8)
         if kebab in known:
             hint = f"; keys are kebab-case: did you mean {kebab}?"
+        elif close:
+            hint = f"; did you mean {close[0]}?"
         else:
             hint = f"; expected one of: {', '.join(known)}" if known else ""
         return ConfigError(field_path, f"unknown field{hint}", _line_of(lines, field_path))
@@ -485,11 +489,26 @@ def _describe_validation_error(
         pattern_hint = _PATTERN_HINTS.get(str(path[-1]))
         msg = f"invalid value {value!r}: {pattern_hint or msg}"
     elif msg.startswith("Invalid enum value") and literal is not None:
-        msg = f"{msg}; expected one of: {', '.join(str(v) for v in literal.values)}"
+        choices = [str(v) for v in literal.values]
+        refused = _REFUSED_VALUES.get((str(path[-1]) if path else "", str(value)))
+        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.8) if value is not _MISSING else []
+        if refused is not None:
+            msg = f"{value} is not supported: {refused}"
+        elif close:
+            msg = f"invalid value {_yaml_scalar(value)}: did you mean {close[0]}? (one of: {', '.join(choices)})"
+        else:
+            msg = f"{msg}; expected one of: {', '.join(choices)}"
     elif value is not _MISSING and value is not None and _is_scalar(value):
         # `Expected int, got str '3'`; for a failed constraint `Expected int >= 1, got 0`.
         msg = f"{msg} {_yaml_scalar(value)}" if ", got " in msg else f"{msg}, got {_yaml_scalar(value)}"
     return ConfigError(path, msg, _line_of(lines, path))
+
+
+# Values a user of Kafka's own tools may well write, which this product refuses on purpose: what to use instead.
+_REFUSED_VALUES = {
+    ("mechanism", "GSSAPI"): "the bundled Kafka client is built without Kerberos; use SCRAM-SHA-512, OAUTHBEARER "
+    "(an OIDC token endpoint) or mutual TLS (security.protocol SSL with a client certificate)",
+}
 
 
 def _known_fields(path: FieldPath, data: Any, root: mi.Type = _CONFIG_TYPE) -> list[str]:
@@ -562,6 +581,8 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
         raise error(("destination", missing), "set both access-key-id-env and secret-access-key-env, or neither")
 
     if isinstance(destination, S3Destination):
+        if (bucket := s3_bucket_problem(destination.bucket)) is not None:
+            raise error(("destination", "bucket"), bucket)
         s3_problem = s3_write_options_problem(destination)
         if s3_problem is not None:
             raise error(("destination", s3_problem[0]), s3_problem[1])
@@ -658,6 +679,15 @@ def _check_cross_fields(config: Config, lines: dict[FieldPath, int], library_che
 
 # Storage classes whose objects must be restored before a GET: verify and restore could not read the chain.
 _ARCHIVE_STORAGE_CLASSES = ("GLACIER", "DEEP_ARCHIVE")
+
+
+def s3_bucket_problem(bucket: str) -> str | None:
+    """What is wrong with a `bucket` written as a URL or a path (None: a bucket's name)."""
+    name, _, prefix = bucket.removeprefix("s3://").removeprefix("s3a://").strip("/").partition("/")
+    if bucket.startswith(("s3://", "s3a://")) or prefix:
+        where = f", prefix: {prefix}" if prefix else ""
+        return f"the bucket's name alone, not a URL or path: bucket: {name}{where}"
+    return None
 
 
 def s3_write_options_problem(destination: S3Destination) -> tuple[str, str] | None:

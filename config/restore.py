@@ -23,6 +23,7 @@ from config.loader import (
     line_of,
     parse_document,
     registry_problem,
+    s3_bucket_problem,
     security_problem,
 )
 from config.model import (
@@ -162,6 +163,8 @@ def _check(config: RestoreConfig, lines: dict[FieldPath, int], library_check: Li
 
     check_spark_master(config.spark.master, lines)
     archive = config.archive
+    if isinstance(archive, S3Destination) and (bucket := s3_bucket_problem(archive.bucket)) is not None:
+        raise error(("archive", "bucket"), bucket)
     if isinstance(archive, S3Destination) and (archive.access_key_id_env is None) != (
         archive.secret_access_key_env is None
     ):

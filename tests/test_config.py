@@ -636,3 +636,29 @@ def test_schema_registry_mirroring_needs_the_registries_it_copies_between() -> N
         ', schema-registry: {url: "http://registry:8081"}', ""
     )
     assert parse_config(off).mirrors[0].schemas is not None  # off everywhere: no registry needed
+
+
+def test_a_near_miss_gets_a_did_you_mean_and_what_is_refused_on_purpose_says_what_to_use() -> None:
+    def message(text: str) -> str:
+        with pytest.raises(ConfigError) as caught:
+            parse_config(text, env={})
+        return str(caught.value)
+
+    dotted = message(config_text(set_in("mirrors", 0, "source", "bootstrap.servers", value="k")))
+    assert dotted.startswith('mirrors[0].source["bootstrap.servers"]: unknown field; keys are kebab-case: did you mean')
+    assert "bootstrap-servers?" in dotted and "expected one of" not in dotted
+    typo = message(config_text(set_in("destination", "compresion", value="zstd")))
+    assert typo.startswith("destination.compresion: unknown field; did you mean compression?"), typo
+    near = message(config_text(set_in("mirrors", 0, "source", "isolation-level", value="read_comitted")))
+    assert "did you mean read_committed?" in near, near
+    sasl = {"protocol": "SASL_SSL", "sasl": {"mechanism": "GSSAPI", "username": "u", "password-env": "P"}}
+    kerberos = message(config_text(set_in("mirrors", 0, "source", "security", value=sasl)))
+    assert "GSSAPI is not supported: the bundled Kafka client is built without Kerberos; use SCRAM-SHA-512" in kerberos
+    assert kerberos.startswith("mirrors[0].source.security.sasl.mechanism: "), kerberos
+    for bucket, spelled in (
+        ("s3://my-archive", "bucket: my-archive"),
+        ("my-archive/prod", "bucket: my-archive, prefix: prod"),
+    ):
+        s3 = {"type": "s3", "bucket": bucket}
+        refused = message(config_text(set_in("destination", value=s3)))
+        assert refused.startswith(f"destination.bucket: the bucket's name alone, not a URL or path: {spelled}"), refused
