@@ -62,7 +62,7 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
         config = ctx.logs / "archive.yaml"
         for path, args in (("compact", ()), ("prune", ("--before", str(int(time.time() * 1000))))):
             mark = moto.stdout_path.stat().st_size
-            row = _command(ctx, path, config, named, *args)
+            row = _command(ctx, path, config, named, target.env(), *args)
             time.sleep(LOG_SETTLE)
             blobs = [chain(target, topic, p) for p in ends]
             if path == "compact" and [b[0].first if b else None for b in blobs] != [0] * len(ends):
@@ -79,8 +79,10 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             }
 
 
-def _command(ctx: Context, command: str, config: Any, named: Mapping[str, int | None], *args: str) -> dict[str, Any]:
-    with Command(command, config, ctx.logs, command, *args) as run, Sampler(run.pid, named) as sampler:
+def _command(
+    ctx: Context, command: str, config: Any, named: Mapping[str, int | None], env: Mapping[str, str], *args: str
+) -> dict[str, Any]:
+    with Command(command, config, ctx.logs, command, *args, env=env) as run, Sampler(run.pid, named) as sampler:
         code = run.wait(ctx.timeout)
         ended = time.time()
     if code != 0:

@@ -85,7 +85,9 @@ class Command(MirrorRun):
     """`python -m supervisor <command> --config <config> [args]` in the background with the bench's log settings:
     its log (stderr) in `<logs>/<label>.log`, read as MirrorRun reads it, and its stdout in `<logs>/<label>.out`."""
 
-    def __init__(self, command: str, config: Path, logs: Path, label: str, *args: str) -> None:
+    def __init__(
+        self, command: str, config: Path, logs: Path, label: str, *args: str, env: Mapping[str, str] | None = None
+    ) -> None:
         self.log_path = logs / f"{label}.log"
         self.out_path = logs / f"{label}.out"
         self.metrics_port = None
@@ -94,7 +96,7 @@ class Command(MirrorRun):
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "supervisor", command, "--config", str(config), *args],
                 cwd=REPO,
-                env=cli_env(LOG_ENV),
+                env=cli_env({**LOG_ENV, **(env or {})}),
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=log,
@@ -151,13 +153,14 @@ def timed(
 ) -> tuple[Command, Sampler, dict[str, Any]]:
     """Run one command to completion (exit 0 required) while psutil samples it; what its Spark event log says."""
     events = ctx.logs / EVENTS
-    known = set(os.listdir(events))
+    # An application's log is `<id>.inprogress` until its JVM stops, which may be after the command's process ended.
+    known = {name.removesuffix(".inprogress") for name in os.listdir(events)}
     with Command(command, config, ctx.logs, label, *args) as run, Sampler(run.pid, named) as sampler:
         code = run.wait(ctx.timeout)
         ended = time.time()
     if code != 0:
         raise MirrorRunError(f"{command} exited {code}:\n{run.output()[-2000:]}\n{run.tail()}")
-    found = [events / name for name in os.listdir(events) if name not in known]
+    found = [events / name for name in os.listdir(events) if name.removesuffix(".inprogress") not in known]
     if len(found) != 1:
         raise MirrorRunError(f"{command} left {len(found)} Spark event logs in {events}, expected 1")
     spark = spark_jobs(found[0])

@@ -17,7 +17,16 @@ import yaml
 
 from testkit.kafka_data import create_topic, generate_records, produce, watermarks
 from testkit.mirror_run import MirrorRun, log_time, run_cli, write_config
-from testkit.targets import Target, assert_same_records, source_records
+from testkit.targets import (
+    BlobTarget,
+    FilesystemTarget,
+    S3Target,
+    Target,
+    assert_same_records,
+    chain,
+    source_records,
+    table_records,
+)
 from tools.generated import STATUS_SCHEMA
 
 # Offset queries every 200 ms instead of 500: the tests wait less for a mirror to notice new records.
@@ -177,3 +186,59 @@ def readyz(port: int) -> tuple[int, str]:
             return int(response.status), response.read().decode()
     except urllib.error.HTTPError as error:
         return int(error.code), error.read().decode()
+
+
+def table_of(target: BlobTarget, topic: str, name: str) -> tuple[list[str], Any]:
+    """The files an archive's table names now and its rows, read as engines read it: PyIceberg on the filesystem
+    archive's embedded catalog (`name`, e.g. `archive.{topic}`), deltalake on an S3 archive's Delta table."""
+    from deltalake import DeltaTable
+    from pyiceberg.catalog import load_catalog
+
+    if isinstance(target, FilesystemTarget):
+        catalog = load_catalog(
+            "mirror_v3",
+            type="sql",
+            uri=f"sqlite:///{target.root / '_catalog' / 'iceberg.db'}",
+            warehouse=f"file://{target.root / '_iceberg'}",
+        )
+        table = catalog.load_table(name.format(topic=topic))
+        return [task.file.file_path for task in table.scan().plan_files()], table.scan().to_arrow()
+    assert isinstance(target, S3Target)
+    storage = {
+        "AWS_ENDPOINT_URL": target.endpoint,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_ACCESS_KEY_ID": target.access_key,
+        "AWS_SECRET_ACCESS_KEY": target.secret_key,
+        "AWS_REGION": target.region,
+    }
+    delta = DeltaTable(f"s3://{target.bucket}/{target.prefix}/{topic}", storage_options=storage)
+    return delta.file_uris(), delta.to_pyarrow_table()
+
+
+def _file_of(target: BlobTarget, topic: str, partition: int, blob: str) -> str:
+    if isinstance(target, FilesystemTarget):
+        return str(target.root / topic / str(partition) / blob)
+    assert isinstance(target, S3Target)
+    return f"s3://{target.bucket}/{target.key_prefix(topic, partition)}{blob}"
+
+
+def check_archive_table(
+    target: BlobTarget, bootstrap: str, topic: str, name: str, kept_from: Mapping[int, int], strict: bool = True
+) -> None:
+    """The archive's table names only files its chains hold, none twice, and holds exactly the source's records of
+    each partition from `kept_from` on, record by record. `strict`: it names exactly the chains' blobs (nothing
+    redundant left); otherwise (after kills) it may still name a run a merged blob made redundant, and a prune
+    killed after the table's commit may have left it starting later than the chain."""
+    files, rows = table_of(target, topic, name)
+    present = {_file_of(target, topic, p, blob) for p in kept_from for blob in target.names(topic, p)}
+    assert len(files) == len(set(files)), "a file is named twice"
+    if strict:
+        expected = {_file_of(target, topic, p, blob.name) for p in kept_from for blob in chain(target, topic, p)}
+        assert set(files) == expected, sorted(set(files) ^ expected)
+    else:
+        assert set(files) <= present, sorted(set(files) - present)
+    for partition, first in kept_from.items():
+        landed = table_records(rows, partition)
+        start = first if strict or not landed else max(first, landed[0].offset)
+        source = [r for r in source_records(bootstrap, topic, partition) if r.offset >= start]
+        assert_same_records(landed, source)

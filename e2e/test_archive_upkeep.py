@@ -3,8 +3,10 @@ chains every second and prunes them to a minute is killed with SIGKILL at random
 prunes, and restarted. Afterwards every chain directory holds only what a reader reads right (blobs forming one
 chain once redundant runs are set aside; no leftover a reader would take for a blob), `verify` against the source is
 exact over what the archive keeps, and a `restore` of it into a fresh topic equals the source from the oldest kept
-offset on, record by record. The default run's case is test_compaction's (a `compact` killed, and a mirror compacting
-in the background); MIRROR_V3_SOAK_UPKEEP_KILLS sets the kills (default 50 on a filesystem, 20 on S3)."""
+offset on, record by record; the table that follows the chains (Iceberg on a filesystem, Delta on S3) names only files
+they hold, and holds exactly the source's records from where it starts. The default run's case is test_compaction's
+(a `compact` killed, and a mirror compacting in the background); MIRROR_V3_SOAK_UPKEEP_KILLS sets the kills (default
+50 on a filesystem, 20 on S3)."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e.harness import backlog, mirror_config, partitions_of, run_until, start
+from e2e.harness import backlog, check_archive_table, mirror_config, partitions_of, run_until, start
 from sinks.blob.chain import is_temp_name, parse_blob_name, without_redundant
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, generate_records, produce, watermarks
@@ -26,6 +28,7 @@ from testkit.mirror_run import run_cli
 from testkit.targets import BlobTarget, KafkaTarget, assert_same_records, source_records
 
 PARTITIONS = 2
+TABLE = "archive.{topic}"
 
 
 @pytest.mark.soak
@@ -51,6 +54,9 @@ def test_soak_upkeep_kill_cycles(
     document = yaml.safe_load(config.read_text())
     document["destination"]["compaction"] = {"min-age-ms": 0, "window-ms": 10_000, "interval-ms": 1_000}
     document["destination"]["retention"] = {"keep-ms": 60_000, "interval-ms": 1_000}
+    # A table follows the chains (Iceberg on a filesystem, Delta on S3): each merge and prune is also its commit.
+    table_format = "iceberg" if where == "filesystem" else "delta"
+    document["destination"]["table"] = {"format": table_format, "name": TABLE, "commit-interval-ms": 1_000}
     config.write_text(yaml.safe_dump(document))
     rng = random.Random(4902)
     for cycle in range(kills):
@@ -76,6 +82,8 @@ def test_soak_upkeep_kill_cycles(
         assert all(b.first == a.last + 1 for a, b in itertools.pairwise(kept)), kept
         assert kept[-1].last + 1 == ends[partition]
         kept_from[partition] = kept[0].first
+    # The table names only files the chains hold, each once, and exactly the source's records from where it starts.
+    check_archive_table(target, kafka.bootstrap, topic_name, TABLE, kept_from, strict=False)
 
     verified = run_cli("verify", "--config", str(config), "--format", "json", env=target.env(), timeout=600)
     assert verified.returncode == 0, verified.stdout + verified.stderr

@@ -22,12 +22,18 @@ import anyio
 import msgspec
 import pytest
 import yaml
-from deltalake import DeltaTable
-from pyiceberg.catalog import load_catalog
 
 from commands.config_files import load_config, load_restore_config
 from commands.restore import archive_of, select_partitions
-from e2e.harness import assert_exactly_once, backlog, mirror_config, partitions_of, start, status_json
+from e2e.harness import (
+    assert_exactly_once,
+    backlog,
+    check_archive_table,
+    mirror_config,
+    partitions_of,
+    start,
+    status_json,
+)
 from sinks.archive.documents import moment_text
 from sinks.blob.chain import BlobRange
 from sinks.destinations import open_destination
@@ -36,13 +42,10 @@ from testkit.kafka_data import generate_records, produce
 from testkit.mirror_run import MirrorRun, run_cli
 from testkit.targets import (
     BlobTarget,
-    FilesystemTarget,
     KafkaTarget,
-    S3Target,
     assert_same_records,
     chain,
     source_records,
-    table_records,
 )
 
 THEN = {0: 3_000, 1: 2_000}  # the first spell
@@ -87,7 +90,9 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
         run.drain()
     before = {p: chain(fs, topic_name, p) for p in ENDS}
     assert all(len(blobs) >= 16 for blobs in before.values()), before
-    _check_table(fs, kafka.bootstrap, topic_name, {p: 0 for p in ENDS})  # the drain's last commit holds every blob
+    check_archive_table(
+        fs, kafka.bootstrap, topic_name, TABLE, {p: 0 for p in ENDS}
+    )  # the drain's last commit holds every blob
 
     restore = tmp_path / "restore.yaml"
     restore.write_text(
@@ -128,7 +133,9 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
 
     # Every record, read back from the compacted files, is the source's (`verify` checks the archive after the prune).
     assert_exactly_once(kafka.bootstrap, fs, topic_name, partitions=len(ENDS))
-    _check_table(fs, kafka.bootstrap, topic_name, {p: 0 for p in ENDS})  # the same rows, in the merged blobs
+    check_archive_table(
+        fs, kafka.bootstrap, topic_name, TABLE, {p: 0 for p in ENDS}
+    )  # the same rows, in the merged blobs
 
     restored = run_cli("restore", "--config", str(restore), "--as-of", str(moment_ms), "--create-topics", env=fs.env())
     assert restored.returncode == 0, restored.stdout + restored.stderr
@@ -143,7 +150,9 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
     last = {p: blobs[-1] for p, blobs in after.items()}
     assert f"{topic_name}/0: removed 1 blobs" in pruned.stdout and "restore --as-of serves" in pruned.stdout
     assert {p: chain(fs, topic_name, p) for p in ENDS} == {p: [blob] for p, blob in last.items()}
-    _check_table(fs, kafka.bootstrap, topic_name, {p: blob.first for p, blob in last.items()})  # what was kept
+    check_archive_table(
+        fs, kafka.bootstrap, topic_name, TABLE, {p: blob.first for p, blob in last.items()}
+    )  # what was kept
     code, report = status_json(config, env=fs.env())
     assert code == 0 and report["kept-since"] == moment_text(cut_ms), report
     refused = run_cli("restore", "--config", str(restore), "--as-of", str(moment_ms), env=fs.env())
@@ -169,48 +178,13 @@ def test_a_compaction_killed_midway_then_rerun_keeps_every_reader_exact(
     for partition, blob in last.items():
         blobs = chain(fs, topic_name, partition)  # strict: one chain, nothing redundant left
         assert blobs[0].first == blob.first and len(blobs) < 1 + 1_500 // 250, blobs
-    _check_table(fs, kafka.bootstrap, topic_name, {p: blob.first for p, blob in last.items()})
+    check_archive_table(fs, kafka.bootstrap, topic_name, TABLE, {p: blob.first for p, blob in last.items()})
     verified = run_cli("verify", "--config", str(config), "--format", "json", env=fs.env())
     assert verified.returncode == 0, verified.stdout + verified.stderr
     rows = {row["partition"]: row for row in json.loads(verified.stdout)["mirrors"]}
     assert {p: (row["checked-from"], row["checked-end"], row["missing"]) for p, row in rows.items()} == {
         p: (blob.first, third[p], 0) for p, blob in last.items()
     }
-
-
-def _check_table(fs: BlobTarget, bootstrap: str, topic: str, kept_from: dict[int, int]) -> None:
-    """The archive's table names exactly the chains' blobs (none twice, none gone) and so holds exactly the source's
-    records from `kept_from` on, record by record."""
-    if isinstance(fs, FilesystemTarget):
-        catalog = load_catalog(
-            "mirror_v3",
-            type="sql",
-            uri=f"sqlite:///{fs.root / '_catalog' / 'iceberg.db'}",
-            warehouse=f"file://{fs.root / '_iceberg'}",
-        )
-        table = catalog.load_table(TABLE.format(topic=topic))
-        files = [task.file.file_path for task in table.scan().plan_files()]
-        expected = {str(fs.root / topic / str(p) / blob.name) for p in kept_from for blob in chain(fs, topic, p)}
-        rows = table.scan().to_arrow()
-    else:
-        assert isinstance(fs, S3Target)
-        storage = {
-            "AWS_ENDPOINT_URL": fs.endpoint,
-            "AWS_ALLOW_HTTP": "true",
-            "AWS_ACCESS_KEY_ID": fs.access_key,
-            "AWS_SECRET_ACCESS_KEY": fs.secret_key,
-            "AWS_REGION": fs.region,
-        }
-        delta = DeltaTable(f"s3://{fs.bucket}/{fs.prefix}/{topic}", storage_options=storage)
-        files = delta.file_uris()
-        expected = {
-            f"s3://{fs.bucket}/{fs.key_prefix(topic, p)}{blob.name}" for p in kept_from for blob in chain(fs, topic, p)
-        }
-        rows = delta.to_pyarrow_table()
-    assert len(files) == len(set(files)) and set(files) == expected, sorted(set(files) ^ expected)
-    for partition, first in kept_from.items():
-        source = [r for r in source_records(bootstrap, topic, partition) if r.offset >= first]
-        assert_same_records(table_records(rows, partition), source)
 
 
 def _ten_moments(config: Path, fs: BlobTarget, topic: str) -> list[int]:
