@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
 
@@ -31,6 +31,7 @@ from sinks.tables.iceberg import COMMIT_ATTEMPTS, TableError, refuse_moved
 from sinks.tables.positions import TableFile, TablePositions
 from sinks.tables.rewrites import MAINTENANCE_KEY, FileChange, plan_rewrite
 
+T = TypeVar("T")
 APP_PREFIX = "mirror-v3:"
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
@@ -78,22 +79,17 @@ class DeltaArchiveTable:
 
         adds = [self._add(file, AddAction, self._options) for file in files]
         transactions = [Transaction(app_id(chain), offset) for chain, offset in sorted(positions.items())]
-        for attempt in itertools.count(1):
-            try:
-                refuse_moved(self.identifier, self.positions(based_on).next_offsets, based_on)
-                self._loaded().create_write_transaction(
-                    adds,
-                    mode="append",
-                    schema=KAFKA_SCHEMA,
-                    commit_properties=CommitProperties(app_transactions=transactions),
-                )
-                return
-            except TableError:
-                raise
-            except Exception as exc:
-                self._table = None
-                if attempt >= COMMIT_ATTEMPTS or not _is_conflict(exc):
-                    raise TableError(self.identifier, "commit", describe_error(exc)) from exc
+
+        def once() -> None:
+            refuse_moved(self.identifier, self.positions(based_on).next_offsets, based_on)
+            self._loaded().create_write_transaction(
+                adds,
+                mode="append",
+                schema=KAFKA_SCHEMA,
+                commit_properties=CommitProperties(app_transactions=transactions),
+            )
+
+        self._attempts("commit", once)
 
     def rewrite(self, changes: list[FileChange], reason: str) -> int:
         """One commit applying a compaction's or a prune's `changes` (`sinks.tables.rewrites`) to what the table holds
@@ -103,34 +99,42 @@ class DeltaArchiveTable:
         import pyarrow as pa
         from deltalake.transaction import AddAction, CommitProperties, RemoveAction
 
+        def once() -> int:
+            table = self._loaded()
+            adds = pa.table(table.get_add_actions(flatten=True))
+            held = dict(zip(adds["path"].to_pylist(), adds["size_bytes"].to_pylist(), strict=True))
+            plan = plan_rewrite(changes, held, key=lambda file: file.relative)
+            if plan.partial is not None:
+                raise TableError(self.identifier, "rewrite", f"it holds part of a run, not {plan.partial}")
+            if not plan.removed:
+                return 0
+            now_ms = int(datetime.now(UTC).timestamp() * 1000)
+            actions = [
+                *(self._add(file, AddAction, self._options, data_change=False) for file in plan.added),
+                *(RemoveAction(name, plan.changes_rows, now_ms, held[name]) for name in plan.removed),
+            ]
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=KAFKA_SCHEMA,
+                commit_properties=CommitProperties(custom_metadata={MAINTENANCE_KEY: reason}),
+            )
+            return len(plan.removed)
+
+        return self._attempts("rewrite", once)
+
+    def _attempts(self, operation: str, once: Callable[[], T]) -> T:
+        """`once()` until it returns, tried again on the refreshed table after a lost race, COMMIT_ATTEMPTS times in
+        all; TableError for anything else (a TableError of its own passes as it is)."""
         for attempt in itertools.count(1):
             try:
-                table = self._loaded()
-                adds = pa.table(table.get_add_actions(flatten=True))
-                held = dict(zip(adds["path"].to_pylist(), adds["size_bytes"].to_pylist(), strict=True))
-                plan = plan_rewrite(changes, held, key=lambda file: file.relative)
-                if plan.partial is not None:
-                    raise TableError(self.identifier, "rewrite", f"it holds part of a run, not {plan.partial}")
-                if not plan.removed:
-                    return 0
-                now_ms = int(datetime.now(UTC).timestamp() * 1000)
-                actions = [
-                    *(self._add(file, AddAction, self._options, data_change=False) for file in plan.added),
-                    *(RemoveAction(name, plan.changes_rows, now_ms, held[name]) for name in plan.removed),
-                ]
-                table.create_write_transaction(
-                    actions,
-                    mode="append",
-                    schema=KAFKA_SCHEMA,
-                    commit_properties=CommitProperties(custom_metadata={MAINTENANCE_KEY: reason}),
-                )
-                return len(plan.removed)
+                return once()
             except TableError:
                 raise
             except Exception as exc:
                 self._table = None
                 if attempt >= COMMIT_ATTEMPTS or not _is_conflict(exc):
-                    raise TableError(self.identifier, "rewrite", describe_error(exc)) from exc
+                    raise TableError(self.identifier, operation, describe_error(exc)) from exc
         raise AssertionError("unreachable")  # itertools.count never ends
 
     @staticmethod

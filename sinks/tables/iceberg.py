@@ -19,7 +19,7 @@ import struct
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow.parquet as pq
 
@@ -31,6 +31,7 @@ from sinks.tables.history import FLOOR_PROPERTY, Expiry, OldestSnapshot, Snapsho
 from sinks.tables.positions import TableFile, TablePositions, position_key, positions_of, walk_positions
 from sinks.tables.rewrites import MAINTENANCE_KEY, FileChange, plan_rewrite
 
+T = TypeVar("T")
 CATALOG_DIRECTORY = "_catalog"  # a filesystem archive's SQLite catalog (`_`: no chain listing takes it for one)
 WAREHOUSE_DIRECTORY = "_iceberg"  # ... and its tables' metadata
 _MICROS_PER_DAY = 86_400_000_000
@@ -160,87 +161,91 @@ class IcebergTable:
         having been chosen from `based_on` (each chain's position then). A lost race is tried again on the
         refreshed table, COMMIT_ATTEMPTS times in all, as long as the table still says `based_on` (the winner wrote
         other chains); if it says otherwise, nothing is added (TableError)."""
-        from pyiceberg.exceptions import CommitFailedException
         from pyiceberg.table.update.snapshot import ExpireSnapshots
 
         properties = {position_key(chain): str(offset) for chain, offset in sorted(positions.items())}
-        for attempt in itertools.count(1):
-            try:
-                if attempt > 1:
-                    refuse_moved(self.identifier, self.positions(based_on).next_offsets, based_on)
-                table = self._loaded()
-                # PyIceberg would retry a lost race itself, re-applying the append to the refreshed table without
-                # asking whether our chains' positions still hold; this loop asks. Set on this process's view of the
-                # table only (never committed: other writers' retries are theirs).
-                table.metadata = table.metadata.model_copy(
-                    update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
-                )
-                data_files = [*map(DataFiles(table).of, files)]
-                with table.transaction() as transaction:
-                    if transaction.table_metadata.name_mapping() is None:  # the blobs carry no field ids: by name
-                        schema = transaction.table_metadata.schema()
-                        transaction.set_properties(**{NAME_MAPPING: schema.name_mapping.model_dump_json()})
-                    missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if k not in table.metadata.properties}
-                    if missing:
-                        transaction.set_properties(**missing)
-                    expired = self._expiry(table)  # of the snapshots before this commit's
-                    with transaction.update_snapshot(snapshot_properties=properties).merge_append() as append:
-                        for data_file in data_files:
-                            append.append_data_file(data_file)
-                    if expired is not None:  # in the same commit: one metadata write per interval
-                        ExpireSnapshots(transaction).by_ids(list(expired.snapshot_ids)).commit()
-                        transaction.set_properties(**{FLOOR_PROPERTY: str(expired.floor)})
-                        before = [table.metadata.snapshot_by_id(i) for i in expired.snapshot_ids]
-                if expired is not None:
-                    _remove_metadata_of(table, [snapshot for snapshot in before if snapshot is not None])
-                return
-            except CommitFailedException as exc:
-                self._table = None  # refreshed at the next attempt
-                if attempt >= COMMIT_ATTEMPTS:
-                    raise TableError(self.identifier, "commit", describe_error(exc)) from exc
-            except TableError:
-                raise
-            except Exception as exc:
-                self._table = None
-                raise TableError(self.identifier, "commit", describe_error(exc)) from exc
+
+        def once(attempt: int) -> None:
+            if attempt > 1:
+                refuse_moved(self.identifier, self.positions(based_on).next_offsets, based_on)
+            table = self._unretried()
+            data_files = [*map(DataFiles(table).of, files)]
+            with table.transaction() as transaction:
+                if transaction.table_metadata.name_mapping() is None:  # the blobs carry no field ids: by name
+                    schema = transaction.table_metadata.schema()
+                    transaction.set_properties(**{NAME_MAPPING: schema.name_mapping.model_dump_json()})
+                missing = {k: v for k, v in MAINTENANCE_PROPERTIES.items() if k not in table.metadata.properties}
+                if missing:
+                    transaction.set_properties(**missing)
+                expired = self._expiry(table)  # of the snapshots before this commit's
+                with transaction.update_snapshot(snapshot_properties=properties).merge_append() as append:
+                    for data_file in data_files:
+                        append.append_data_file(data_file)
+                if expired is not None:  # in the same commit: one metadata write per interval
+                    ExpireSnapshots(transaction).by_ids(list(expired.snapshot_ids)).commit()
+                    transaction.set_properties(**{FLOOR_PROPERTY: str(expired.floor)})
+                    before = [table.metadata.snapshot_by_id(i) for i in expired.snapshot_ids]
+            if expired is not None:
+                _remove_metadata_of(table, [snapshot for snapshot in before if snapshot is not None])
+
+        self._attempts("commit", once)
 
     def rewrite(self, changes: list[FileChange], reason: str) -> int:
         """One commit applying a compaction's or a prune's `changes` (`sinks.tables.rewrites`) to what the table holds
         now; how many files it removed (0: nothing to do, nothing committed). A compaction's commit is a `replace`
         snapshot (its rows are the same: readers of changes skip it), a prune's a `delete`. It carries no positions:
         reading them walks past it. A lost race is tried again on the refreshed table."""
+
+        def once(_: int) -> int:
+            table = self._loaded()
+            table.refresh()
+            held = _held_files(table)
+            plan = plan_rewrite(changes, held, key=lambda file: file.uri)
+            if plan.partial is not None:
+                raise TableError(self.identifier, "rewrite", f"it holds part of a run, not {plan.partial}")
+            if not plan.removed:
+                return 0
+            table = self._unretried()
+            data_files = [*map(DataFiles(table).of, plan.added)]
+            properties = {MAINTENANCE_KEY: reason}
+            with table.transaction() as tx, _rewrite_snapshot(tx, table.io, properties, plan.changes_rows) as files:
+                for name in plan.removed:
+                    files.delete_data_file(held[name])
+                for data_file in data_files:
+                    files.append_data_file(data_file)
+            return len(plan.removed)
+
+        return self._attempts("rewrite", once)
+
+    def _unretried(self) -> Any:
+        """The table, loaded, with PyIceberg's own retry of a lost race turned off: it would re-apply the change to
+        the refreshed table without asking whether it still holds (our positions, the files a rewrite names);
+        `_attempts` asks. Set on this process's view of the table only (never committed: other writers' retries are
+        theirs)."""
+        table = self._loaded()
+        table.metadata = table.metadata.model_copy(
+            update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
+        )
+        return table
+
+    def _attempts(self, operation: str, once: Callable[[int], T]) -> T:
+        """`once(attempt)` until it returns, tried again on the refreshed table after a lost race (PyIceberg's
+        CommitFailedException), COMMIT_ATTEMPTS times in all; TableError for anything else (a TableError of its own
+        passes as it is)."""
         from pyiceberg.exceptions import CommitFailedException
 
         for attempt in itertools.count(1):
             try:
-                table = self._loaded()
-                table.refresh()
-                held = _held_files(table)
-                plan = plan_rewrite(changes, held, key=lambda file: file.uri)
-                if plan.partial is not None:
-                    raise TableError(self.identifier, "rewrite", f"it holds part of a run, not {plan.partial}")
-                if not plan.removed:
-                    return 0
-                table.metadata = table.metadata.model_copy(  # our loop retries (see commit)
-                    update={"properties": {**table.metadata.properties, "commit.retry.num-retries": "0"}}
-                )
-                data_files = [*map(DataFiles(table).of, plan.added)]
-                properties = {MAINTENANCE_KEY: reason}
-                with table.transaction() as tx, _rewrite_snapshot(tx, table.io, properties, plan.changes_rows) as files:
-                    for name in plan.removed:
-                        files.delete_data_file(held[name])
-                    for data_file in data_files:
-                        files.append_data_file(data_file)
-                return len(plan.removed)
+                return once(attempt)
             except CommitFailedException as exc:
-                self._table = None
+                self._table = None  # refreshed at the next attempt
                 if attempt >= COMMIT_ATTEMPTS:
-                    raise TableError(self.identifier, "rewrite", describe_error(exc)) from exc
+                    raise TableError(self.identifier, operation, describe_error(exc)) from exc
             except TableError:
                 raise
             except Exception as exc:
                 self._table = None
-                raise TableError(self.identifier, "rewrite", describe_error(exc)) from exc
+                raise TableError(self.identifier, operation, describe_error(exc)) from exc
         raise AssertionError("unreachable")  # itertools.count never ends
 
     def _expiry(self, table: Any) -> Expiry | None:
