@@ -42,17 +42,21 @@ from supervisor.process_service import MirroredPartition, ProcessService, Runnin
 from telemetry.metrics import MetricFamilies
 from workers.compaction_job import MergeWork, run_compaction_job
 from workers.range_job import Outcome
-from workers.spark_session import started_spark
+from workers.spark_session import current_spark, started_spark
 
 log = logging.getLogger("mirror_v3.archive_upkeep")
 
+SESSION_POLL_S = 0.5  # how often a round due before the Spark session is ready looks again
 CHAINS_PER_ROUND = 1_000  # chains a compaction round surveys (a detailed listing each); the next goes on after them
 MergeRunner = Callable[[tuple[MergeWork, ...]], Awaitable[list[Outcome[list[StagedBlob]]]]]
 
 
 async def merge_in_spark(work: tuple[MergeWork, ...]) -> list[Outcome[list[StagedBlob]]]:
-    """A round's runs merged one after another by a Spark job of one task (the process's session, started by then):
-    one job per round, at most one core."""
+    """A round's runs merged one after another by a Spark job of one task of the process's session: one job per
+    round, at most one core. A round due while the session is still starting (a short interval, a slow start) waits
+    for it: the process ends if it cannot start."""
+    while current_spark() is None:
+        await anyio.sleep(SESSION_POLL_S)
     group = f"mirror-v3.upkeep.{uuid.uuid4().hex[:12]}"
     return await anyio.to_thread.run_sync(lambda: run_compaction_job(started_spark(), work, group, tasks=1))
 

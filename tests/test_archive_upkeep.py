@@ -271,3 +271,21 @@ async def test_each_round_surveys_a_bounded_number_of_chains_going_on_where_the_
     assert [await _chain(root, p) == merged for p in (0, 1, 2)] == [True, True, False]
     await upkeep.compaction_round(_mirrored(0, 1, 2))  # partition 2 first, then 0 again (wrapping)
     assert [await _chain(root, p) == merged for p in (0, 1, 2)] == [True, True, True]
+
+
+async def test_a_round_due_before_the_spark_session_started_waits_for_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A short interval or a slow start: the round's merge job waits for the process's session instead of failing
+    (the soak's first rounds logged `no session has been started in this process`)."""
+    sessions = iter([None, None, "session"])
+    monkeypatch.setattr(archive_upkeep, "current_spark", lambda: next(sessions))
+    monkeypatch.setattr(archive_upkeep, "SESSION_POLL_S", 0.001)
+    monkeypatch.setattr(archive_upkeep, "started_spark", lambda: "session")
+    jobs: list[tuple[object, int, int]] = []
+
+    def job(spark: object, work: tuple[MergeWork, ...], group: str, tasks: int) -> list[Outcome[list[StagedBlob]]]:
+        jobs.append((spark, len(work), tasks))
+        return []
+
+    monkeypatch.setattr(archive_upkeep, "run_compaction_job", job)
+    assert await archive_upkeep.merge_in_spark(()) == []
+    assert jobs == [("session", 0, 1)]
