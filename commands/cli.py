@@ -29,7 +29,7 @@ from config.restore import RestoreConfig
 from config.runtime import RuntimeSettings, parse_runtime
 from core import early_signals
 from core.errors import EXIT_FAILURE, EXIT_OK, MirrorV3Error, cli_line
-from core.logs import setup_logging
+from core.logs import command_error, setup_logging
 from core.version import installed_version
 from workers import spark_daemon
 from workers.spark_session import SparkLaunch
@@ -224,6 +224,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         runtime = parse_runtime(os.environ)
     except ConfigError as exc:
+        # The environment is wrong (another variable, or LOG_FORMAT itself): asked for JSON, the line is JSON.
+        setup_logging("INFO", "json" if os.environ.get("LOG_FORMAT", "").strip().lower() == "json" else "kv")
         return _report(exc, args.command)
     setup_logging(runtime.log_level, runtime.log_format)
     class_cache = None if runtime.jvm_cache is None else Path(runtime.jvm_cache).expanduser()
@@ -291,8 +293,9 @@ def _prepare_jvm(directory: Path | None) -> int:
 
 
 def _report(exc: MirrorV3Error, command: str) -> int:
-    """The command's last word: one stderr line, and the exit code the error carries."""
-    print(cli_line(exc, command), file=sys.stderr)
+    """The command's last word: one stderr line (a JSON event with LOG_FORMAT=json), and the exit code the error
+    carries."""
+    command_error(cli_line(exc, command), command=command, error_type=type(exc).__name__, exit_code=exc.exit_code)
     return exc.exit_code
 
 

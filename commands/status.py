@@ -37,7 +37,7 @@ from sinks.destination import chain_name
 from sinks.destinations import open_destination
 from sinks.tables.kept import TableOpener, table_identity, table_name
 from source.lookup import source_lookup
-from source.offsets import SourceClusters, SourceOffsets
+from source.offsets import SourceClusters, SourceOffsets, named_cluster
 from telemetry.http import ProcessState, SparkLoad
 
 
@@ -136,7 +136,16 @@ class StatusSummary(msgspec.Struct, rename="kebab"):
     lagging: Annotated[int, about("Rows whose lag is above 0.")]
     failed: Annotated[int, about("Rows whose state is restarting, failed or data-lost.")]
     errors: Annotated[int, about("Rows that could not be queried completely (their `error` says why).")]
-    total_lag: Annotated[int, about("The sum of the known lags, in offsets.")]
+    lag_unknown: Annotated[
+        int, about("Rows whose lag is unknown: their source or destination did not answer (their `error` says why).")
+    ]
+    total_lag: Annotated[
+        int | None,
+        about(
+            "The sum of the known lags, in offsets; a lower bound when `lag-unknown` is above 0 or a cluster is "
+            "unreadable (its selections' partitions are not listed); null when no lag is known and one is missing."
+        ),
+    ]
     oldest_pending_seconds: Annotated[
         float | None, about("The largest lag-seconds of the rows; null when no process answered.")
     ]
@@ -277,7 +286,7 @@ class StatusCluster(Protocol):
 class StatusClusters(Protocol):
     """The clients of the source clusters, one per cluster (source.offsets.SourceClusters)."""
 
-    def get(self, source: SourceConfig, field: str) -> StatusCluster: ...
+    def get(self, name: str, source: SourceConfig, field: str) -> StatusCluster: ...
 
     async def close(self) -> None: ...
 
@@ -537,7 +546,7 @@ class _Collection:
     async def read_cluster(self, name: str, entry: Entry, work: TaskGroup) -> None:
         with self.queries.scope():
             try:
-                cluster = self.clusters.get(self._capped(entry.source), entry.source_field)
+                cluster = self.clusters.get(name, self._capped(entry.source), entry.source_field)
                 topics = await cluster.topic_partitions()
             except SourceError as exc:
                 self.unreadable[name] = first_line(exc)
@@ -546,7 +555,7 @@ class _Collection:
             self.start_queries(work)
             return
         self.unreadable[name] = str(
-            StatusTimeoutError(f"source cluster {entry.source.bootstrap_servers}", self.timeout_s)
+            StatusTimeoutError(f"source cluster {named_cluster(name, entry.source.bootstrap_servers)}", self.timeout_s)
         )
 
     async def ask_process(self, url: str) -> None:
@@ -580,7 +589,7 @@ class _Collection:
     async def _ask_source(self, mirror: MirrorSpec, row: MirrorStatus, problems: dict[str, str]) -> None:
         with self.queries.scope():
             try:
-                cluster = self.clusters.get(self._capped(mirror.source), mirror.source_field)
+                cluster = self.clusters.get(mirror.cluster, self._capped(mirror.source), mirror.source_field)
                 # Metadata first: a missing topic or partition is answered as such at once, where an offset query
                 # would retry it until the timeout.
                 await cluster.check_partition(mirror.topic, mirror.partition)
@@ -591,7 +600,11 @@ class _Collection:
             row.source_log_start, row.source_end = offsets.log_start, offsets.end
             row.source_high_watermark = offsets.high_watermark
             return
-        problems["source"] = str(StatusTimeoutError(f"source {mirror.source.bootstrap_servers}", self.timeout_s))
+        problems["source"] = str(
+            StatusTimeoutError(
+                f"source {named_cluster(mirror.cluster, mirror.source.bootstrap_servers)}", self.timeout_s
+            )
+        )
 
     async def _ask_destination(self, sink: StatusSink, row: MirrorStatus, problems: dict[str, str]) -> None:
         try:

@@ -3,9 +3,11 @@ and the JSON document. Pure: the report and the time in, text out.
 
 The default table is for an estate of hundreds of partitions in a terminal: one summary line first (how many
 mirrors, how many lag or failed, the lag in all and the oldest record still waiting), then per mirror only what
-an operator acts on (topic, partition, state, lag in records and in seconds, time since the last flush, the
-error), cut to STANDARD_WIDTH columns. An error cut to fit is written whole under the table (up to
-ERRORS_UNDER_TABLE of them, then how many more). `--wide` shows every column uncut, `--format json` every field.
+an operator acts on (its cluster when the rows come from more than one, topic, partition, state, lag in records and
+in seconds, time since the last flush, the error), cut to STANDARD_WIDTH columns. What did not answer is never
+counted as no lag: the summary then says "at least" or "unknown". An error cut to fit is written whole under the
+table (up to ERRORS_UNDER_TABLE of them, then how many more). `--wide` shows every column uncut, `--format json`
+every field.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ WIDE_COLUMNS = (
     "ERROR",
 )
 TOPIC_WIDTH = 30  # longer topic names are cut (…) in the default table
+CLUSTER_WIDTH = 16  # the same for cluster names, shown when the rows come from more than one
 MIN_ERROR_WIDTH = 12
 ERRORS_UNDER_TABLE = 10
 
@@ -90,29 +93,47 @@ def failing(row: MirrorStatus) -> bool:
 def summarize(report: StatusReport) -> StatusSummary:
     rows = report.rows
     ages = [row.lag_seconds for row in rows if row.lag_seconds is not None]
+    known = [row.lag for row in rows if row.lag is not None]
+    unknown = len(rows) - len(known)
+    # Nothing answered is not "no lag": the total is unknown, never 0, when some lag is missing and none is known.
+    missing = unknown > 0 or bool(report.unreadable)
     return StatusSummary(
         mirrors=len(rows),
-        lagging=sum(1 for row in rows if (row.lag or 0) > 0),
+        lagging=sum(1 for lag in known if lag > 0),
         failed=sum(1 for row in rows if row.state in FAILED_STATES),
         errors=sum(1 for row in rows if row.error is not None),
-        total_lag=sum(row.lag for row in rows if row.lag is not None),
+        lag_unknown=unknown,
+        total_lag=None if missing and not known else sum(known),
         oldest_pending_seconds=max(ages) if ages else None,
     )
 
 
-def summary_line(summary: StatusSummary) -> str:
+def summary_line(summary: StatusSummary, unreadable_clusters: int = 0) -> str:
+    """`3 mirrors: 1 lagging, 0 failed; lag 120 records, oldest pending 2.4s`; what did not answer is said, and the
+    lag is then a lower bound ("at least") or "unknown", never a total that looks healthy."""
     oldest = "-" if summary.oldest_pending_seconds is None else age(summary.oldest_pending_seconds)
-    errors = f", {summary.errors} not queried" if summary.errors else ""
-    return (
-        f"{summary.mirrors} mirrors: {summary.lagging} lagging, {summary.failed} failed{errors}; "
-        f"lag {summary.total_lag} records, oldest pending {oldest}"
-    )
+    counts = f"{summary.lagging} lagging, {summary.failed} failed"
+    if summary.errors:
+        counts += f", {summary.errors} not queried"
+    if unreadable_clusters:
+        counts += f", {_count(unreadable_clusters, 'cluster')} unreadable"
+    if summary.total_lag is None:
+        lag = "lag unknown"
+    elif summary.lag_unknown or unreadable_clusters:
+        lag = f"lag at least {summary.total_lag} records"
+    else:
+        lag = f"lag {summary.total_lag} records"
+    return f"{_count(summary.mirrors, 'mirror')}: {counts}; {lag}, oldest pending {oldest}"
+
+
+def _count(number: int, noun: str) -> str:
+    return f"{number} {noun}{'' if number == 1 else 's'}"
 
 
 def render_table(report: StatusReport, wide: bool = False, now: float | None = None) -> str:
     """The summary line, the table (default or wide), then the unreadable clusters and the Spark line."""
     now = time.time() if now is None else now
-    lines = [summary_line(summarize(report))]
+    lines = [summary_line(summarize(report), len(report.unreadable))]
     lines += _wide_lines(report, now) if wide else _standard_lines(report, now)
     lines += [
         f"cluster {cluster}: unreadable, its selections' partitions are not listed: {why}"
@@ -148,8 +169,12 @@ def render_json(report: StatusReport) -> str:
 
 
 def _standard_lines(report: StatusReport, now: float) -> list[str]:
+    # One topic-partition mirrored from two clusters is two rows: then each row names its cluster.
+    several = len({row.cluster for row in report.rows}) > 1
+    columns = ("CLUSTER", *TABLE_COLUMNS) if several else TABLE_COLUMNS
     body = [
         [
+            *([_cut(row.cluster, CLUSTER_WIDTH)] if several else []),
             _cut(row.topic, TOPIC_WIDTH),
             str(row.partition),
             row.state or "-",
@@ -160,17 +185,20 @@ def _standard_lines(report: StatusReport, now: float) -> list[str]:
         ]
         for row in report.rows
     ]
-    lines = table_lines(TABLE_COLUMNS, body)
+    lines = table_lines(columns, body)
     # The error column takes what the others leave of the width (at least MIN_ERROR_WIDTH).
     room = max(MIN_ERROR_WIDTH, STANDARD_WIDTH - (len(lines[0]) - len("ERROR")))
     errors = [_cut(row[-1], room) for row in body]
-    lines = table_lines(TABLE_COLUMNS, [[*row[:-1], error] for row, error in zip(body, errors, strict=True)])
+    lines = table_lines(columns, [[*row[:-1], error] for row, error in zip(body, errors, strict=True)])
     cut = [
         (row, whole)
         for row, whole, shown in zip(report.rows, (b[-1] for b in body), errors, strict=True)
         if whole != shown
     ]
-    lines += [f"{row.topic} {row.partition}: {whole}" for row, whole in cut[:ERRORS_UNDER_TABLE]]
+    lines += [
+        f"{f'{row.cluster} ' if several else ''}{row.topic} {row.partition}: {whole}"
+        for row, whole in cut[:ERRORS_UNDER_TABLE]
+    ]
     if len(cut) > ERRORS_UNDER_TABLE:
         lines.append(f"... and {len(cut) - ERRORS_UNDER_TABLE} more errors: status --failed --wide shows them")
     return lines

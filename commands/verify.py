@@ -209,7 +209,7 @@ async def _prepare(
     per_slice = config.spark.offsets_per_task
     try:
         with anyio.fail_after(timeout_s):
-            offsets = await clusters.get(mirror.source, mirror.source_field).offsets(
+            offsets = await clusters.get(mirror.cluster, mirror.source, mirror.source_field).offsets(
                 mirror.topic, mirror.partition, mirror.source.isolation_level
             )
         # A one-shot check asks nothing again: a read waits up to a request timeout for the source, not the mirror's

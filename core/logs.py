@@ -1,4 +1,9 @@
-"""Operator logs: one line per event on stderr, `key=value` pairs (or JSON with LOG_FORMAT=json)."""
+"""Operator logs: one line per event on stderr, `key=value` pairs (or JSON with LOG_FORMAT=json).
+
+A JSON line carries the event's time, level, logger, message and its own fields, and, when the event has one, its
+traceback (`exc_info`, one string: still one line). The key=value form shows a traceback only at DEBUG, so that a
+fatal failure reads as one ERROR line. `schemas/mirror-v3.log-line.schema.json` is the JSON line's schema
+(`log_line_schema`)."""
 
 from __future__ import annotations
 
@@ -44,15 +49,61 @@ class JsonFormatter(logging.Formatter):
         entry: dict[str, Any] = {
             "ts": f"{stamp}.{int(record.msecs):03d}Z",
             "level": record.levelname,
+            "logger": record.name,
             "msg": record.getMessage(),
         }
         entry.update(
             {
                 key: value if isinstance(value, (int, float, bool)) or value is None else str(value)
                 for key, value in fields.items()
+                if key not in _JSON_KEYS
             }
         )
+        if record.exc_info:
+            entry["exc_info"] = self.formatException(record.exc_info)
         return redact(json.dumps(entry))
+
+
+_JSON_KEYS = ("ts", "level", "logger", "msg", "exc_info")  # a JSON line's own: an event's fields never replace them
+
+
+def log_line_schema() -> str:
+    """The JSON Schema of a LOG_FORMAT=json line (schemas/mirror-v3.log-line.schema.json)."""
+    scalar = {"type": ["string", "number", "boolean", "null"]}
+    schema = {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "mirror-v3 log line (LOG_FORMAT=json)",
+        "description": (
+            "One event on stderr, one JSON object per line. Besides the keys below, an event carries its own fields "
+            "(`mirror`, `source_cluster`, `topic`, `partition`, `error`, `elapsed_ms`, ...), each a string, a number, "
+            "a boolean or null. The JVM's own lines carry `jvm_logger`."
+        ),
+        "type": "object",
+        "properties": {
+            "ts": {"type": "string", "description": "When, UTC, to the millisecond: 2026-11-28T05:38:06.642Z."},
+            "level": {"enum": ["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"]},
+            "logger": {"type": "string", "description": "The logger: mirror_v3.<part>, or a library's own."},
+            "msg": {"type": "string", "description": "What happened, in words; the same for every event of a kind."},
+            "exc_info": {
+                "type": "string",
+                "description": "The traceback of the exception the event is about (a fatal failure's, say); absent "
+                "when there is none.",
+            },
+        },
+        "required": ["ts", "level", "logger", "msg"],
+        "additionalProperties": scalar,
+    }
+    return json.dumps(schema, indent=2, sort_keys=True) + "\n"
+
+
+def command_error(line: str, **fields: Any) -> None:
+    """A command's last word on stderr (`invalid config: ...`): the line itself, or, when the logs are JSON, an
+    ERROR event of logger mirror_v3.cli with `fields`, so that the last line of a crash-looping pod parses like
+    every line before it."""
+    if any(isinstance(handler.formatter, JsonFormatter) for handler in logging.getLogger().handlers):
+        log_event(logging.getLogger("mirror_v3.cli"), logging.ERROR, line, **fields)
+        return
+    print(line, file=sys.stderr)
 
 
 def setup_logging(level_name: str = "INFO", fmt: str = "kv") -> None:
@@ -85,6 +136,15 @@ def _drop_py4j_root_records(record: logging.LogRecord) -> bool:
 def log_event(logger: logging.Logger, level: int, message: str, **fields: Any) -> None:
     if logger.isEnabledFor(level):
         logger.log(level, message, extra={_FIELDS: fields})
+
+
+def log_exception_event(
+    logger: logging.Logger, level: int, message: str, exception: BaseException, **fields: Any
+) -> None:
+    """`log_event` of an event about `exception`, whose traceback travels with it: in a JSON line's `exc_info`, in a
+    key=value line at DEBUG."""
+    if logger.isEnabledFor(level):
+        logger.log(level, message, exc_info=exception, extra={_FIELDS: fields})
 
 
 def quiet_aiokafka_leaks() -> None:
@@ -130,9 +190,9 @@ class SpellLog:
     def failed(self, key: str, **fields: Any) -> None:
         if key not in self._failing:
             self._failing.add(key)
-            log_event(self._logger, logging.WARNING, self._failing_message, cluster=key, **fields)
+            log_event(self._logger, logging.WARNING, self._failing_message, source_cluster=key, **fields)
 
     def worked(self, key: str) -> None:
         if key in self._failing:
             self._failing.discard(key)
-            log_event(self._logger, logging.INFO, self._back_message, cluster=key)
+            log_event(self._logger, logging.INFO, self._back_message, source_cluster=key)

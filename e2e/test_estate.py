@@ -138,7 +138,7 @@ def test_two_clusters_with_one_topic_name_write_two_chains_and_two_series(
             == 500
         )
         run.drain()
-    assert "cluster=dr" in run.log_text() and "cluster=prod" in run.log_text()
+    assert "source_cluster=dr" in run.log_text() and "source_cluster=prod" in run.log_text()
     assert_exactly_once(kafka.bootstrap, fs, topic_name)
     assert_exactly_once(kafka_destination_broker.bootstrap, fs, topic_name, name=f"{topic_name}.dr")
 

@@ -106,7 +106,9 @@ def test_a_failing_spark_start_logs_json_with_the_jvms_stack_trace_in_one_event(
     log = tmp_path / "run.log"
     with start(config, log, fs, LOG_FORMAT="json", JAVA_HOME=str(java_home)) as run:
         line = run.expect_failure(code=3)
-    assert json.loads(line)["msg"] == "cannot start Spark"
+    failure = json.loads(line)
+    assert failure["msg"] == "cannot start Spark" and failure["logger"] == "mirror_v3.supervisor", failure
+    assert failure["exc_info"].startswith("Traceback (most recent call last):"), failure  # the cause's, in its line
     events = json_lines(log)
     # One event holds the whole trace (a CI run once found two events naming the exception, without saying which:
     # the failure message shows them now).
@@ -242,9 +244,9 @@ def test_a_cluster_down_at_start_then_blackholed_then_killed_mid_read_delays_no_
             b.start(lambda: fs.next_offset(b_topic, 0))
             run.wait_until(lambda: len(a.durable_at) > 50, 120, "cluster a flushing while b is down")
             (warned, *_) = run.events("discovery failed, retrying")
-            assert warned["cluster"] == "b", warned
+            assert warned["source_cluster"] == "b", warned
             (unreachable,) = run.events("source cluster unreachable")
-            assert unreachable["cluster"] == through_proxy, unreachable
+            assert unreachable["source_cluster"] == "b", unreachable  # as the config names it
             assert run.metric("mirror_v3_source_cluster_up", source_cluster="b") == 0
             assert run.metric("mirror_v3_source_cluster_up", source_cluster="a") == 1
             code, body = readyz(port)
@@ -270,7 +272,7 @@ def test_a_cluster_down_at_start_then_blackholed_then_killed_mid_read_delays_no_
 
             steady_at = time.monotonic()
             proxy.blackhole(True)
-            run.wait_for_log(rf'msg="source cluster unreachable" cluster={through_proxy}', timeout=20, count=2)
+            run.wait_for_log(r'msg="source cluster unreachable" source_cluster=b', timeout=20, count=2)
             assert run.metric("mirror_v3_source_cluster_up", source_cluster="b") == 0
             assert run.metric("mirror_v3_source_cluster_up", source_cluster="a") == 1
             code, body = readyz(port)
@@ -279,7 +281,7 @@ def test_a_cluster_down_at_start_then_blackholed_then_killed_mid_read_delays_no_
             assert states == {f"a.{topic_name}-0": "running", f"b.{b_topic}-0": "source-unreachable"}, states
             time.sleep(2)
             proxy.blackhole(False)
-            run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=30, count=2)
+            run.wait_for_log(r'msg="source cluster reachable again" source_cluster=b', timeout=30, count=2)
             # Killed while its mirror reads a backlog: b's producer stops first, so that nothing b acknowledges is in
             # flight when it dies (a single broker killed under a steady produce came back without records it had
             # acknowledged and served, which the mirror rightly refuses).
@@ -288,7 +290,7 @@ def test_a_cluster_down_at_start_then_blackholed_then_killed_mid_read_delays_no_
             broker.kill()
             time.sleep(3)
             broker.start()
-            run.wait_for_log(rf'msg="source cluster reachable again" cluster={through_proxy}', timeout=60, count=3)
+            run.wait_for_log(r'msg="source cluster reachable again" source_cluster=b', timeout=60, count=3)
             a_end = a.stop()
             run.wait_for_offsets(lambda p: fs.next_offset(topic_name, p), {0: a_end}, timeout=60)
             run.wait_for_offsets(lambda p: fs.next_offset(b_topic, p), {0: b_end}, timeout=120)

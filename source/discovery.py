@@ -27,7 +27,7 @@ async def read_clusters(clusters: SourceClusters, entries: Iterable[Entry]) -> C
     errors: dict[str, SourceError] = {}
     for name, entry in sources.items():
         try:
-            topics[name] = await clusters.get(entry.source, entry.source_field).topic_partitions()
+            topics[name] = await clusters.get(name, entry.source, entry.source_field).topic_partitions()
         except SourceError as exc:
             errors[name] = exc
     return ClusterRead(topics, errors)

@@ -152,12 +152,18 @@ class OffsetWatch:
         return PolledOffsets(SourceOffsets(log_start=start, end=end, high_watermark=high), seen, self.asked_at)
 
 
+def named_cluster(name: str, bootstrap_servers: str) -> str:
+    """A cluster where a topic is missing or a query went unanswered: its name to find it in the config, its
+    bootstrap list to check it (`prod (10.0.0.1:9092)`); a source written out in a mirror is named by that list."""
+    return name if name == bootstrap_servers else f"{name} ({bootstrap_servers})"
+
+
 class SourceClientClosedError(SourceError):
     """An offset query on a source client that was closed (the process is stopping)."""
 
-    def __init__(self, bootstrap_servers: str) -> None:
-        self.bootstrap_servers = bootstrap_servers
-        super().__init__(f"source {bootstrap_servers}: offset query failed: the client was closed")
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        super().__init__(f"source {cluster}: offset query failed: the client was closed")
 
 
 class SourceCluster:
@@ -170,8 +176,13 @@ class SourceCluster:
         client_settings: dict[str, Any] | None = None,
         client_id: str = "mirror-v3",
         clock: Callable[[], float] = time.monotonic,
+        name: str | None = None,
     ) -> None:
+        """`name`: the cluster's name in the config (`clusters.<name>`), which its errors and log lines say; a
+        source written out in a mirror (`source:`) is named by its bootstrap list."""
         self.bootstrap_servers = bootstrap_servers
+        self.name = name or bootstrap_servers
+        self._named = named_cluster(self.name, bootstrap_servers)
         self._clock = clock  # the actors' monotonic clock: sightings are compared with their deadlines
         self._timeout_s = request_timeout_ms / 1000
         self._timeout_ms = request_timeout_ms
@@ -204,14 +215,14 @@ class SourceCluster:
         self._watched = anyio.Event()
         self._known: dict[TopicPartition, _PartitionOffsets] = {}  # the last round's answers
         self._rounds = 0  # rounds answered since the last failure
-        self.reachability = ClusterReachability(bootstrap_servers, clock)  # from every request's outcome
+        self.reachability = ClusterReachability(self.name, clock)  # from every request's outcome
 
     async def start(self) -> None:
         if self._started:  # without the lock: anyio's yields even when free, and every query starts here
             return
         async with self._start_lock:
             if self._closed:
-                raise SourceClientClosedError(self.bootstrap_servers)
+                raise SourceClientClosedError(self.name)
             if self._started:
                 return
             try:
@@ -229,17 +240,17 @@ class SourceCluster:
                     reason, permanent = diagnosis.reason, diagnosis.permanent
                 # A credential or certificate problem stays; anything else may be a broker restarting.
                 if permanent:
-                    raise SourceError(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
-                raise self._unavailable(f"source cluster {self.bootstrap_servers} unreachable: {reason}") from None
+                    raise SourceError(f"source cluster {self.name} unreachable: {reason}") from None
+                raise self._unavailable(f"source cluster {self.name} unreachable: {reason}") from None
             self._started = True
 
     async def check_partition(self, topic: str, partition: int) -> None:
         metadata = await self._checked_metadata()
         if topic not in metadata.topics():
-            raise MissingSourcePartitionError(topic, partition, self.bootstrap_servers, None)
+            raise MissingSourcePartitionError(topic, partition, self._named, None)
         partitions = metadata.partitions_for_topic(topic) or set()
         if partition not in partitions:
-            raise MissingSourcePartitionError(topic, partition, self.bootstrap_servers, tuple(sorted(partitions)))
+            raise MissingSourcePartitionError(topic, partition, self._named, tuple(sorted(partitions)))
 
     async def topic_partitions(self) -> dict[str, int]:
         """Every topic of the cluster (internal ones included) and its partition count."""
@@ -254,9 +265,7 @@ class SourceCluster:
         try:
             metadata = await self._cluster_metadata()
         except (TimeoutError, KafkaError, OSError) as exc:
-            raise self._unavailable(
-                f"source cluster {self.bootstrap_servers}: metadata request failed: {_describe(exc)}"
-            ) from None
+            raise self._unavailable(f"source cluster {self.name}: metadata request failed: {_describe(exc)}") from None
         self.reachability.answered()
         return metadata
 
@@ -305,7 +314,7 @@ class SourceCluster:
     async def _answer(self, query: _Query) -> _PartitionOffsets | BaseException:
         while query.outcome is None:
             if self._closed:
-                return SourceClientClosedError(self.bootstrap_servers)
+                return SourceClientClosedError(self.name)
             if query.alone:  # the shared request failed or hung: ask for this partition on its own
                 try:
                     return (await self._list_offsets([query.tp]))[query.tp]
@@ -423,7 +432,7 @@ class SourceCluster:
             with anyio.fail_after(self._timeout_s):
                 await fetch_all_metadata(self._committed)
         except (TimeoutError, KafkaError, OSError) as exc:
-            self._unavailable(f"source cluster {self.bootstrap_servers}: no broker answers: {_describe(exc)}")
+            self._unavailable(f"source cluster {self.name}: no broker answers: {_describe(exc)}")
             return
         self.reachability.answered()
 
@@ -436,7 +445,7 @@ class SourceCluster:
                 found = await self._committed.offsets_for_times({tp: timestamp_ms})
         except (TimeoutError, KafkaError, OSError) as exc:
             raise SourceError(
-                f"source {topic}-{partition} on {self.bootstrap_servers}: offset query by time failed: {_describe(exc)}"
+                f"source {topic}-{partition} on {self._named}: offset query by time failed: {_describe(exc)}"
             ) from None
         answer = found.get(tp)
         return None if answer is None else int(answer.offset)
@@ -471,7 +480,7 @@ class SourceCluster:
                 raise failure from None
             where = f"{tps[0].topic}-{tps[0].partition}" if len(tps) == 1 else f"{len(tps)} partitions"
             raise self._unavailable(
-                f"source {where} on {self.bootstrap_servers}: offset query failed: {_describe(failure)}"
+                f"source {where} on {self._named}: offset query failed: {_describe(failure)}"
             ) from None
         self.reachability.answered()
         return found
@@ -486,7 +495,7 @@ class SourceCluster:
         # Queries waiting for a request fail; a request under way fails when its consumers stop.
         self._closed = True
         pending, self._pending = list(self._pending), {}
-        failure = SourceClientClosedError(self.bootstrap_servers)
+        failure = SourceClientClosedError(self.name)
         for query in pending:
             query.outcome = failure
             query.wake()
@@ -501,23 +510,25 @@ class SourceCluster:
 
 
 class SourceClusters:
-    """One SourceCluster per distinct bootstrap list, so N mirrors of a cluster share connections."""
+    """One SourceCluster per named cluster (and its settings), so N mirrors of a cluster share connections."""
 
     def __init__(self) -> None:
-        self._clusters: dict[tuple[str, int, object], SourceCluster] = {}
+        self._clusters: dict[tuple[str, str, int, object], SourceCluster] = {}
         self._polls: TaskGroup | None = None  # while `poll_forever` runs
 
-    def get(self, source: SourceConfig, field: str) -> SourceCluster:
-        """The shared client of `source`'s cluster; `field` is its config path, for errors.
+    def get(self, name: str, source: SourceConfig, field: str) -> SourceCluster:
+        """The shared client of the cluster `name` (as the config names it: its errors and log lines say it);
+        `source` its settings and `field` their config path, for errors.
 
         Raises config.secrets.ConfigReferenceError when its TLS files cannot be loaded.
         """
-        key = (source.bootstrap_servers, source.request_timeout_ms, source.security)
+        key = (name, source.bootstrap_servers, source.request_timeout_ms, source.security)
         if key not in self._clusters:
             self._clusters[key] = SourceCluster(
                 source.bootstrap_servers,
                 source.request_timeout_ms,
                 cluster_access(source, field).aiokafka(),
+                name=name,
             )
             if self._polls is not None:
                 self._polls.start_soon(self._clusters[key].poll_forever)

@@ -64,7 +64,7 @@ class ClusterReachability(Reachability):
     """Whether one source cluster answers, from the outcomes of its requests (see the module's docstring)."""
 
     def __init__(self, cluster: str, clock: Callable[[], float] = time.monotonic) -> None:
-        super().__init__(cluster, "source cluster", "cluster", log, clock)
+        super().__init__(cluster, "source cluster", "source_cluster", log, clock)
         self.cluster = cluster
         self.change = anyio.Event()  # set at the next transition (a new event after each one)
 
@@ -73,7 +73,8 @@ class ClusterReachability(Reachability):
         if self.outage is not None:
             return
         cause = first_line(exc)
-        for named in (f"source cluster {self.cluster}: ", f"source cluster {self.cluster} "):
+        prefixes = (f"source cluster {self.cluster} unreachable: ", f"source cluster {self.cluster}: ")
+        for named in (*prefixes, f"source cluster {self.cluster} "):
             cause = cause.removeprefix(named)  # the outage names its cluster already
         self.down(cause)
 

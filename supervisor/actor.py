@@ -66,7 +66,8 @@ class MirrorActor(Generic[W]):
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.mirror = mirror
-        self._ids = {"mirror": mirror.name, "cluster": mirror.cluster}  # every log line of this mirror carries them
+        # Every log line of this mirror carries them.
+        self._ids = {"mirror": mirror.name, "source_cluster": mirror.cluster}
         self._source = source
         self._sink = sink
         self._metrics = metrics

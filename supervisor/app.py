@@ -125,7 +125,7 @@ class RunProcess:
         )
         metrics.configure(limits.max_time_s, spec.source.transaction_hold_alert_ms / 1000)
         metrics.flush_job.set_function(partial(self._scheduler.job_seconds, spec.name))
-        cluster = self._clusters.get(spec.source, spec.source_field)
+        cluster = self._clusters.get(spec.cluster, spec.source, spec.source_field)
         self._listen(spec.cluster, cluster)
         on_durable = None
         commits = self._services.commits
@@ -152,7 +152,7 @@ class RunProcess:
         if unreadable and len(unreadable) == len({e.cluster for e in self._entries}):
             raise next(iter(unreadable.values()))  # no cluster answers: nothing could run
         for entry in self._entries:  # every cluster's reachability, the unreadable ones' too
-            self._listen(entry.cluster, self._clusters.get(entry.source, entry.source_field))
+            self._listen(entry.cluster, self._clusters.get(entry.cluster, entry.source, entry.source_field))
         # Its selections start when discovery can read it; the other clusters' mirrors go on.
         self.supervisor.discovery_failed(unreadable)
         destination = open_destination(
@@ -249,7 +249,7 @@ class RunProcess:
         """Whether a selected mirror's topic is still at its source (discovery may not have run yet)."""
         try:
             with anyio.fail_after(spec.source.request_timeout_ms / 1000):
-                topics = await self._clusters.get(spec.source, spec.source_field).topic_partitions()
+                topics = await self._clusters.get(spec.cluster, spec.source, spec.source_field).topic_partitions()
         except Exception:
             return None  # cannot tell: the failure stands
         return spec.topic in topics

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from core.describe import describe_error
 from core.errors import DataLossError
-from core.logs import log_event
+from core.logs import log_exception_event
 from core.retry import RetryPolicy
 from sinks.base import FencedError
 from sinks.blob.chain import BlobExistsError, CorruptChainError
@@ -112,5 +112,5 @@ class FirstFailure:
         self.cause = exc
         if mirror is not None:
             fields = {"mirror": mirror, **fields}
-        log_event(log, logging.ERROR, message, **fields, error=describe_error(exc))
-        log.debug("failure detail", exc_info=exc)
+        # Its traceback goes with it: in a JSON line's exc_info, in a key=value line at DEBUG (else one line).
+        log_exception_event(log, logging.ERROR, message, exc, **fields, error=describe_error(exc))

@@ -117,7 +117,7 @@ class GroupArchiver(ProcessService):
             log,
             logging.INFO,
             "group positions archived",
-            cluster=cluster,
+            source_cluster=cluster,
             groups=len(groups),
             partitions=sum(len(offsets) for kept in groups.values() for offsets in kept.values()),
         )

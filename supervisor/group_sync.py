@@ -108,12 +108,13 @@ class GroupSync(ProcessService):
             self._families.group_sync_failures.labels(source_cluster=cluster).inc(len(result.failures))
             self._families.group_sync_last.labels(source_cluster=cluster).set(time.time())
             for failure in result.failures:
-                log_event(log, logging.WARNING, "group offsets not synced, retrying", cluster=cluster, error=failure)
+                failing = {"source_cluster": cluster, "error": failure}
+                log_event(log, logging.WARNING, "group offsets not synced, retrying", **failing)
             log_event(
                 log,
                 logging.INFO,
                 "group offsets synced",
-                cluster=cluster,
+                source_cluster=cluster,
                 groups=result.groups,
                 synced=result.synced,
                 skipped_active=result.skipped,

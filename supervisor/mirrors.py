@@ -127,7 +127,7 @@ class Supervisor:
                     log,
                     logging.WARNING,
                     "selected topic does not exist (yet); discovery picks it up once it does",
-                    cluster=missing.cluster,
+                    source_cluster=missing.cluster,
                     topic=missing.topic,
                     entry=missing.field,
                 )
@@ -148,7 +148,7 @@ class Supervisor:
         for cluster, error in errors.items():
             self._families.discovery_errors.labels(source_cluster=cluster).inc()
             if cluster not in self._discovery_failing:
-                log_event(log, logging.WARNING, "discovery failed, retrying", cluster=cluster, error=str(error))
+                log_event(log, logging.WARNING, "discovery failed, retrying", source_cluster=cluster, error=str(error))
         self._discovery_failing = set(errors)
 
     async def _discover(self, everyone: anyio.CancelScope) -> None:
@@ -184,7 +184,7 @@ class Supervisor:
                     logging.INFO,
                     "discovered",
                     mirror=spec.name,
-                    cluster=spec.cluster,
+                    source_cluster=spec.cluster,
                     topic=spec.topic,
                     partition=spec.partition,
                     destination=spec.destination_name,
@@ -212,7 +212,7 @@ class Supervisor:
             logging.WARNING,
             f"mirror stopped: {reason}",
             mirror=spec.name,
-            cluster=spec.cluster,
+            source_cluster=spec.cluster,
             topic=spec.topic,
             partition=spec.partition,
         )
@@ -268,7 +268,7 @@ class Supervisor:
                 )
                 if isinstance(decision, Collapse):
                     self._failure.record(
-                        spec.name, exc, cluster=spec.cluster, topic=spec.topic, partition=spec.partition
+                        spec.name, exc, source_cluster=spec.cluster, topic=spec.topic, partition=spec.partition
                     )
                     everyone.cancel()
                     return
@@ -285,7 +285,7 @@ class Supervisor:
         process is stopping, or the mirror was dropped meanwhile)."""
         spec, failed, labels = record.spec, record.actor, record.actor.metrics_labels
         reason = describe_error(exc)
-        ids = {"mirror": spec.name, "cluster": spec.cluster, "topic": spec.topic, "partition": spec.partition}
+        ids = {"mirror": spec.name, "source_cluster": spec.cluster, "topic": spec.topic, "partition": spec.partition}
         if isinstance(decision, StopForGood):
             record.fail(reason, restart_at=None)
             self._families.mark_failed(labels, True)

@@ -109,7 +109,7 @@ class SourceOffsetCommitter(ProcessService):
                         log,
                         logging.WARNING,
                         "committing the mirrors' positions to the source group failed, retrying with the next ones",
-                        cluster=group.cluster,
+                        source_cluster=group.cluster,
                         group=group.group,
                         error=exc.reason,
                         note="informational only: the destination still decides where mirrors continue",
@@ -118,7 +118,6 @@ class SourceOffsetCommitter(ProcessService):
             self._families.source_commits.labels(source_cluster=group.cluster).inc(len(offsets))
             if group in self._failing:
                 self._failing.discard(group)
-                log_event(
-                    log, logging.INFO, "source group commits work again", cluster=group.cluster, group=group.group
-                )
+                back = {"source_cluster": group.cluster, "group": group.group}
+                log_event(log, logging.INFO, "source group commits work again", **back)
         return ok

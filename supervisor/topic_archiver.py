@@ -135,7 +135,7 @@ class TopicArchiver(ProcessService):
                 log,
                 logging.INFO,
                 "topic metadata archived",
-                cluster=cluster,
+                source_cluster=cluster,
                 topic=watched.topic,
                 partitions=layout.partitions,
                 configs=len(layout.configs),

@@ -97,7 +97,7 @@ async def test_close_fails_queries_under_way(make: Make) -> None:
     await cluster.close()
     with pytest.raises(SourceClientClosedError) as caught:
         await waiting
-    assert caught.value.bootstrap_servers == cluster.bootstrap_servers
+    assert caught.value.cluster == cluster.name == cluster.bootstrap_servers
 
 
 class FakeMetadata:
@@ -231,3 +231,27 @@ def test_a_watch_wakes_its_mirror_only_for_what_it_waits_for_or_what_matters_at_
     assert poll(5, 177, 177) == 1  # every change
     # What the polls showed while the mirror slept still reaches it, one sighting per end.
     assert [end for _, _, end in watch.take().seen] == [100, 110, 120, 149, 150, 160, 176, 177]  # type: ignore[union-attr]
+
+
+async def test_a_cluster_is_named_as_the_config_names_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`clusters.prod` is `prod` in its errors and its outage's log lines, and a missing topic names its address
+    too; the bootstrap list alone names a source written out in a mirror."""
+    refused = SourceCluster("127.0.0.1:1", request_timeout_ms=2000, name="prod")
+    assert refused.reachability.name == "prod"
+    with pytest.raises(SourceError) as unreachable:
+        await refused.start()
+    assert str(unreachable.value).startswith("source cluster prod unreachable: 127.0.0.1:1"), unreachable.value
+    await refused.close()
+
+    named = SourceCluster("127.0.0.1:1", request_timeout_ms=1000, name="prod")
+    named._started = True  # the metadata below is answered in memory
+
+    async def fetch_all_metadata() -> FakeMetadata:
+        return FakeMetadata()
+
+    monkeypatch.setattr(named._committed._client, "fetch_all_metadata", fetch_all_metadata)
+    with pytest.raises(MissingSourcePartitionError) as missing:
+        await named.check_partition("u", 0)
+    assert str(missing.value) == "source topic 'u' does not exist on prod (127.0.0.1:1)"
+    await named.close()
+    assert SourceCluster("127.0.0.1:1", request_timeout_ms=1000).name == "127.0.0.1:1"

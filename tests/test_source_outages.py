@@ -110,8 +110,12 @@ def test_a_cluster_is_down_from_its_first_unanswered_request_until_one_is_answer
     assert reachability.outage is None and seen == [None, down, None]
     lines = [(r.levelname, r.getMessage(), r.mirror_v3_fields) for r in caplog.records]  # type: ignore[attr-defined]
     assert lines == [
-        ("WARNING", "source cluster unreachable", {"cluster": "k:9092", "error": "offset query failed: refused"}),
-        ("INFO", "source cluster reachable again", {"cluster": "k:9092", "down_s": 7.5}),
+        (
+            "WARNING",
+            "source cluster unreachable",
+            {"source_cluster": "k:9092", "error": "offset query failed: refused"},
+        ),
+        ("INFO", "source cluster reachable again", {"source_cluster": "k:9092", "down_s": 7.5}),
     ]
     failure = SourceOutageError.of(down, deadline_s=10.0, now=15.25)
     assert (failure.down_s, failure.cause) == (10.25, "offset query failed: refused")

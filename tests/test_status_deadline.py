@@ -84,7 +84,7 @@ class FakeClusters:
     closing: bool = False
     timeouts_ms: set[int] = field(default_factory=set)  # the request timeouts the clients were given
 
-    def get(self, source: SourceConfig, field: str) -> FakeCluster:
+    def get(self, name: str, source: SourceConfig, field: str) -> FakeCluster:
         self.timeouts_ms.add(source.request_timeout_ms)
         return self.by_bootstrap[source.bootstrap_servers]
 
@@ -177,9 +177,9 @@ async def test_a_cluster_that_never_answers_costs_the_command_its_timeout_and_th
         "a.orders-0": (10, 4, 6, None),
         "a.orders-1": (10, 4, 6, None),
         # c's single entry needs no topics read: its source is asked, and named as not answered in time.
-        "c-0": (None, 4, None, "source c:9092: no answer within the 5s timeout"),
+        "c-0": (None, 4, None, "source c (c:9092): no answer within the 5s timeout"),
     }
-    assert report.unreadable == {"c": "source cluster c:9092: no answer within the 5s timeout"}
+    assert report.unreadable == {"c": "source cluster c (c:9092): no answer within the 5s timeout"}
     assert not report.ok
 
 
@@ -218,8 +218,8 @@ async def test_with_deep_the_destinations_get_ten_times_the_timeout_and_the_sour
 
     assert 30.0 <= clock.now <= 31.0  # the inspections' 30 s, well within 10 x 5 s; the sources were cut at 5 s
     assert by_name(report)["a.orders-0"] == (10, 4, 6, None)
-    assert by_name(report)["c-0"] == (None, 4, None, "source c:9092: no answer within the 5s timeout")
-    assert report.unreadable == {"c": "source cluster c:9092: no answer within the 5s timeout"}
+    assert by_name(report)["c-0"] == (None, 4, None, "source c (c:9092): no answer within the 5s timeout")
+    assert report.unreadable == {"c": "source cluster c (c:9092): no answer within the 5s timeout"}
 
 
 async def test_each_watch_round_is_bounded_by_the_timeout() -> None:
@@ -246,7 +246,7 @@ async def test_each_watch_round_is_bounded_by_the_timeout() -> None:
     # Each round ends by its deadline; the next begins at once, as the interval (1 s) is shorter than a round.
     assert all(4.5 <= end - begin <= 5.0 + LATE_S for begin, end in zip([0.0, *ends], ends, strict=False)), ends
     assert all(
-        report.unreadable == {"c": "source cluster c:9092: no answer within the 5s timeout"} for _, report in emitted
+        report.unreadable == {"c": "source cluster c (c:9092): no answer within the 5s timeout"} for _, report in emitted
     )
     assert emitted[-1][1].rows[0].rate == 0.0  # the rounds still compare with each other
 

@@ -189,16 +189,44 @@ NOW = 1_795_651_200.0  # 2026-11-26T00:00:00Z
 def test_the_default_table_fits_a_hundred_columns_under_a_summary_line() -> None:
     summary, header, *lines = render_table(estate(), now=NOW).splitlines()
     rows, below = lines[:5], lines[5:]
-    assert summary == "5 mirrors: 2 lagging, 1 failed, 1 not queried; lag 30 records, oldest pending 3.0s"
-    assert tuple(header.split()) == TABLE_COLUMNS
+    # One row's lag is unknown (its cluster did not answer): the total is a lower bound.
+    assert summary == "5 mirrors: 2 lagging, 1 failed, 1 not queried; lag at least 30 records, oldest pending 3.0s"
+    assert tuple(header.split()) == ("CLUSTER", *TABLE_COLUMNS)  # two clusters: each row names its own
     assert all(len(line) <= STANDARD_WIDTH for line in (header, *rows))
     # The errors cut to fit, whole under the table.
-    assert below == [f"orders 0: process: {'x' * 300}", f"orders 1: source cluster us unreachable: {'y' * 200}"]
+    assert below == [f"us orders 0: process: {'x' * 300}", f"us orders 1: source cluster us unreachable: {'y' * 200}"]
     first = rows[0].split()
-    assert first[0].endswith("…") and len(first[0]) == 30  # the topic, cut
-    assert first[1:6] == ["0", "-", "0", "0.0s", "10s"] and first[6] == "ago"  # partition, state, lag, lag-s, flush
-    assert rows[3].split()[1:5] == ["0", "failed", "0", "0.0s"] and rows[3].endswith("…")
+    assert first[0] == "eu" and first[1].endswith("…") and len(first[1]) == 30  # the cluster, the topic cut
+    assert first[2:7] == ["0", "-", "0", "0.0s", "10s"] and first[7] == "ago"  # partition, state, lag, lag-s, flush
+    assert rows[3].split()[:6] == ["us", "orders", "0", "failed", "0", "0.0s"] and rows[3].endswith("…")
     assert "process: xxx" in rows[3]
+
+
+def test_one_clusters_rows_need_no_cluster_column() -> None:
+    rows = [MirrorStatus("orders-0", "orders", 0, "-", "prod", lag=5, lag_seconds=1.0)]
+    summary, header = render_table(StatusReport(rows), now=NOW).splitlines()[:2]
+    assert tuple(header.split()) == TABLE_COLUMNS
+    assert summary == "1 mirror: 1 lagging, 0 failed; lag 5 records, oldest pending 1.0s"
+
+
+def test_nothing_answered_is_an_unknown_lag_never_zero() -> None:
+    """A cluster that did not answer: the summary says so, and the lag is unknown (JSON null), not 0."""
+    rows = [MirrorStatus("orders-0", "orders", 0, "-", "prod", error="source cluster prod unreachable: refused")]
+    down = StatusReport(rows, unreadable={"prod": "source cluster prod unreachable: refused"})
+    assert not down.ok
+    assert render_table(down).splitlines()[0] == (
+        "1 mirror: 0 lagging, 0 failed, 1 not queried, 1 cluster unreadable; lag unknown, oldest pending -"
+    )
+    document = json.loads(render_json(down))
+    jsonschema.validate(document, json.loads(STATUS_SCHEMA.path.read_text()))
+    assert document["summary"]["total-lag"] is None and document["summary"]["lag-unknown"] == 1
+    # A cluster whose selections could not be listed: what is known is a lower bound.
+    answered = [MirrorStatus("orders-0", "orders", 0, "-", "prod", lag=7)]
+    partial = StatusReport(answered, unreadable={"dr": "refused"})
+    assert "; lag at least 7 records," in render_table(partial).splitlines()[0]
+    assert json.loads(render_json(partial))["summary"]["total-lag"] == 7
+    nothing = StatusReport([], unreadable={"dr": "refused"})
+    assert "; lag unknown," in render_table(nothing).splitlines()[0]
 
 
 def test_at_most_ten_cut_errors_are_written_under_the_table() -> None:
@@ -236,6 +264,7 @@ def test_the_json_document_carries_the_summary() -> None:
         "lagging": 2,
         "failed": 1,
         "errors": 1,
+        "lag-unknown": 1,
         "total-lag": 30,
         "oldest-pending-seconds": 3.0,
     }

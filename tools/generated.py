@@ -14,6 +14,7 @@ from pathlib import Path
 
 from commands import restore_verify, status, verify
 from config import reference, restore, schema
+from core import logs
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = "python -m tools.generated"
@@ -33,7 +34,16 @@ RESTORE_VERIFY_SCHEMA = Generated(
     REPO / "schemas" / "mirror-v3.verify-restore.schema.json", restore_verify.render_schema
 )
 CONFIG_REFERENCE = Generated(REPO / "docs" / "configuration.md", reference.render)
-GENERATED = (CONFIG_SCHEMA, RESTORE_SCHEMA, STATUS_SCHEMA, VERIFY_SCHEMA, RESTORE_VERIFY_SCHEMA, CONFIG_REFERENCE)
+LOG_LINE_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.log-line.schema.json", logs.log_line_schema)
+GENERATED = (
+    CONFIG_SCHEMA,
+    RESTORE_SCHEMA,
+    STATUS_SCHEMA,
+    VERIFY_SCHEMA,
+    RESTORE_VERIFY_SCHEMA,
+    CONFIG_REFERENCE,
+    LOG_LINE_SCHEMA,
+)
 
 
 def main() -> int:
