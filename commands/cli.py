@@ -23,6 +23,7 @@ import msgspec.structs
 
 from commands.config_files import load_config
 from config import ConfigError
+from config.errors import ConfigErrors
 from config.estate import Shard
 from config.model import Config
 from config.restore import RestoreConfig
@@ -237,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
         return _restore(args, runtime, launch)
     if args.command == "verify" and _is_restore_config(args.config):
         return _verify_restore(args, launch)
+    if args.command == "validate" and _is_restore_config(args.config):
+        return _validate_restore(args.config)
     try:
         config = load_config(args.config)
         shard = _shard(getattr(args, "shard", None), runtime.shard)
@@ -295,7 +298,8 @@ def _prepare_jvm(directory: Path | None) -> int:
 def _report(exc: MirrorV3Error, command: str) -> int:
     """The command's last word: one stderr line (a JSON event with LOG_FORMAT=json), and the exit code the error
     carries."""
-    command_error(cli_line(exc, command), command=command, error_type=type(exc).__name__, exit_code=exc.exit_code)
+    for each in exc.errors if isinstance(exc, ConfigErrors) else (exc,):  # a file's problems: a line each
+        command_error(cli_line(each, command), command=command, error_type=type(each).__name__, exit_code=exc.exit_code)
     return exc.exit_code
 
 
@@ -333,6 +337,23 @@ def _is_restore_config(path: str) -> bool:
         return is_restore_config(path)
     except ConfigError:
         return False  # load_config reports it
+
+
+def _validate_restore(path: str) -> int:
+    """`validate` of a restore config (`archive`, `restore`, `destination`): checked as `restore` and `verify` read
+    it, nothing reached."""
+    from commands.config_files import load_restore_config
+
+    try:
+        config = load_restore_config(path)
+    except ConfigError as exc:
+        return _report(exc, "validate")
+    entries = len(config.restore)
+    archive = config.archive.__struct_config__.tag
+    moment = "" if config.as_of is None else ", as of a moment"
+    counted = f"{entries} entr{'y' if entries == 1 else 'ies'}"
+    print(f"{path}: valid (restore config: {counted} from the {archive} archive{moment})")
+    return EXIT_OK
 
 
 def _verify_restore(args: argparse.Namespace, launch: SparkLaunch) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from core.errors import EXIT_CONFIG, MirrorV3Error
@@ -42,6 +43,26 @@ class ConfigError(MirrorV3Error):
     def _sentence(self) -> str:
         place = format_path(self.where) if isinstance(self.where, tuple) else self.where
         return f"{place}: {self.problem}" + ("" if self.line is None else f" (line {self.line})")
+
+
+class ConfigErrors(ConfigError):
+    """Every problem found in one reading of a file (`errors`, each a ConfigError, in the file's order), so that
+    one run of `validate` names them all. It stands as its first for `where`, `problem` and `line`; its text is one
+    line per problem."""
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        self.errors = tuple(errors)
+        first = self.errors[0]
+        super().__init__(first.where, first.problem, first.line)
+
+    @staticmethod
+    def of(errors: Sequence[ConfigError]) -> ConfigError:
+        """The one error, or all of them, in the order of their lines (those without a line last)."""
+        ordered = sorted(errors, key=lambda error: (error.line is None, error.line or 0))
+        return ordered[0] if len(ordered) == 1 else ConfigErrors(ordered)
+
+    def _sentence(self) -> str:
+        return "\n".join(str(error) for error in getattr(self, "errors", ())) or super()._sentence()
 
 
 class YamlSyntaxError(ConfigError):

@@ -30,7 +30,7 @@ import yaml
 
 from config.client_properties import LibraryCheck, client_properties_problem
 from config.deprecated_keys import DEPRECATED_KEYS, Renamed, Retired
-from config.errors import ConfigError, FieldPath, PathPart, YamlSyntaxError, format_path
+from config.errors import ConfigError, ConfigErrors, FieldPath, PathPart, YamlSyntaxError, format_path
 from config.estate import check_offline, compile_entries
 from config.model import (
     Config,
@@ -89,11 +89,27 @@ def parse_document(
     if not isinstance(raw, dict):
         raise ConfigError(source, f"top level must be a mapping with {top_keys}, not {_kind(raw)}")
     root = mi.type_info(typ)
-    prepared = _Preparer(os.environ if env is None else env, lines).prepare(raw, (), root)
+    preparer = _Preparer(os.environ if env is None else env, lines)
+    prepared = preparer.prepare(raw, (), root)
+    return _convert(prepared, typ, preparer, lines, root), lines
+
+
+def _convert(prepared: Any, typ: type[T], preparer: _Preparer, lines: dict[FieldPath, int], root: mi.Type) -> T:
+    """`prepared` decoded into `typ`. Every problem of the file at once: those the walk found (unknown keys, values
+    outside their choices, missing fields; each left out or stood in for, so that decoding goes on) and the first
+    other one decoding meets, in the file's order (ConfigErrors, or the one ConfigError)."""
     try:
-        return msgspec.convert(prepared, typ), lines
+        decoded = msgspec.convert(prepared, typ)
     except msgspec.ValidationError as exc:
-        raise _describe_validation_error(str(exc), prepared, lines, root) from None
+        found = _describe_validation_error(str(exc), prepared, lines, root)
+        problems = preparer.problems
+        # Not again what the walk found or took a key for; nor, beside it, one whose place decoding could not say.
+        if found.where not in preparer.covered and (found.path or not problems):
+            problems = [*problems, found]
+        raise ConfigErrors.of(problems) from None
+    if preparer.problems:
+        raise ConfigErrors.of(preparer.problems)
+    return decoded
 
 
 def line_of(lines: dict[FieldPath, int], path: FieldPath) -> int | None:
@@ -111,12 +127,10 @@ def parse_config(
         raise ConfigError(source, "config file is empty")
     if not isinstance(raw, dict):
         raise ConfigError(source, f"top level must be a mapping with `destination` and `mirrors`, not {_kind(raw)}")
-    prepared = _Preparer(os.environ if env is None else env, lines).prepare(raw, (), _CONFIG_TYPE)
+    preparer = _Preparer(os.environ if env is None else env, lines)
+    prepared = preparer.prepare(raw, (), _CONFIG_TYPE)
     _check_cluster_names(prepared, lines)
-    try:
-        config = msgspec.convert(prepared, Config)
-    except msgspec.ValidationError as exc:
-        raise _describe_validation_error(str(exc), prepared, lines) from None
+    config = _convert(prepared, Config, preparer, lines, _CONFIG_TYPE)
     _check_cross_fields(config, lines, library_check)
     check_spark_master(config.spark.master, lines)
     return config
@@ -232,6 +246,55 @@ def _type_at(path: FieldPath, root: mi.Type = _CONFIG_TYPE) -> mi.Type | None:
     return typ
 
 
+def _chosen_struct(node: dict[Any, Any], members: list[mi.Type]) -> mi.StructType | None:
+    """The one struct a mapping is decoded into, when it is known and refuses unknown keys: the only struct type of
+    the field, or in a tagged union the one its tag names. None otherwise (a map, or a tag no type has: decoding
+    reports that)."""
+    if any(isinstance(m, mi.DictType) for m in members):
+        return None
+    structs = [m for m in members if isinstance(m, mi.StructType)]
+    if any(m.tag_field is not None for m in structs):
+        structs = [m for m in structs if m.tag_field is not None and node.get(m.tag_field) == m.tag]
+    if len(structs) != 1 or not structs[0].forbid_unknown_fields:
+        return None
+    return structs[0]
+
+
+def _field_names(struct: mi.StructType) -> list[str]:
+    names = [f.encode_name for f in struct.fields]
+    return [struct.tag_field, *names] if struct.tag_field else names
+
+
+def _choices(members: list[mi.Type]) -> tuple[Any, ...] | None:
+    """The values a field takes when it is one of a few (a Literal, perhaps nullable); None for any other field."""
+    literals = [m for m in members if isinstance(m, mi.LiteralType)]
+    if not literals or any(not isinstance(m, (mi.LiteralType, mi.NoneType)) for m in members):
+        return None
+    return tuple(value for literal in literals for value in literal.values)
+
+
+def _unknown_field_problem(key: str, known: list[str]) -> str:
+    """`unknown field; did you mean compression?`: the close known key, or the kebab-case spelling, or the list."""
+    kebab = re.sub(r"[._]", "-", key).lower()
+    close = difflib.get_close_matches(kebab, known, n=1, cutoff=0.8)
+    if kebab in known:
+        return f"unknown field; keys are kebab-case: did you mean {kebab}?"
+    if close:
+        return f"unknown field; did you mean {close[0]}?"
+    return f"unknown field; expected one of: {', '.join(known)}" if known else "unknown field"
+
+
+def _choice_problem(path: FieldPath, value: Any, choices: list[str]) -> str:
+    """A value outside its field's choices: what to use instead (a refused value), the close choice, or the list."""
+    refused = _REFUSED_VALUES.get((str(path[-1]) if path else "", str(value)))
+    close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.8)
+    if refused is not None:
+        return f"{value} is not supported: {refused}"
+    if close:
+        return f"invalid value {_yaml_scalar(value)}: did you mean {close[0]}? (one of: {', '.join(choices)})"
+    return f"invalid value {_yaml_scalar(value)}; expected one of: {', '.join(choices)}"
+
+
 class _Preparer:
     """Walks the YAML data alongside the config types: substitutes ${ENV} and catches the mistakes
     msgspec would report without the exact path or a useful hint."""
@@ -239,9 +302,17 @@ class _Preparer:
     def __init__(self, env: Mapping[str, str], lines: dict[FieldPath, int]) -> None:
         self._env = env
         self._lines = lines
+        # What the walk found and went on past: a key no type has (left out), a value outside its choices (stood in
+        # for by the first choice), a required field missing. The loader reports them all, with decoding's own.
+        self.problems: list[ConfigError] = []
+        self.covered: set[FieldPath | str] = set()  # their places, and the keys an unknown one was taken for
 
     def _error(self, path: FieldPath, message: str) -> ConfigError:
         return ConfigError(path, message, _line_of(self._lines, path))
+
+    def _found(self, path: FieldPath, message: str) -> None:
+        self.problems.append(self._error(path, message))
+        self.covered.add(path)
 
     def prepare(self, node: Any, path: FieldPath, typ: mi.Type | None) -> Any:
         members = _members(typ)
@@ -253,6 +324,11 @@ class _Preparer:
             node = self._substitute(node, path, members)
         if isinstance(node, bool) and any(isinstance(m, mi.LiteralType) and "off" in m.values for m in members):
             node = "on" if node else "off"  # YAML 1.1 reads an unquoted off (or on) as a boolean
+        choices = _choices(members)
+        nullable = any(isinstance(m, mi.NoneType) for m in members)
+        if choices is not None and node not in choices and not (node is None and nullable):
+            self._found(path, _choice_problem(path, node, [str(c) for c in choices]))
+            return choices[0]  # stands in, so that decoding goes on to the file's other problems
         if members and all(_is_str_type(m) or isinstance(m, mi.NoneType) for m in members):
             self._check_str(node, path, members)
         return node
@@ -270,11 +346,32 @@ class _Preparer:
             raise self._error((*path, str(tagged[0].tag_field)), f"required field is missing; expected one of: {tags}")
         node = self._current_names(node, path, members)
         typ = mi.UnionType(tuple(members)) if members else None
+        chosen = _chosen_struct(node, members)
         prepared: dict[Any, Any] = {}
+        meant: set[str] = set()  # the known keys the unknown ones are taken for: not "missing" as well
         for key, value in node.items():
             child = _child_type(typ, key)
-            # An unknown key is left as is: msgspec reports it, and an ${ENV} inside it does not matter.
+            if chosen is not None and key not in _field_names(chosen):
+                problem = _unknown_field_problem(key, _field_names(chosen))
+                self._found((*path, key), problem)
+                taken = next((n for n in _field_names(chosen) if problem.endswith(f"did you mean {n}?")), None)
+                if taken is not None and taken not in node and taken not in meant:
+                    # Decoded as the key it was taken for, so that decoding goes on past it to the file's other
+                    # problems (the file is refused whatever it finds); otherwise left out.
+                    meant.add(taken)
+                    prepared[taken] = self.prepare(value, (*path, taken), _child_type(typ, taken))
+                continue
+            # Otherwise an unknown key is left as is: msgspec reports it, and an ${ENV} inside it does not matter.
             prepared[key] = value if child is None else self.prepare(value, (*path, key), child)
+        if chosen is not None:
+            for field in chosen.fields:
+                if field.required and field.encode_name not in node and field.encode_name not in meant:
+                    where = (*path, field.encode_name)
+                    self.problems.append(ConfigError(where, "required field is missing", _line_of(self._lines, path)))
+            self.covered.update((*path, name) for name in meant)
+            self.covered.update(
+                (*path, f.encode_name) for f in chosen.fields if f.required and f.encode_name not in node
+            )
         return prepared
 
     def _current_names(self, node: dict[Any, Any], path: FieldPath, members: list[mi.Type]) -> dict[Any, Any]:
@@ -465,16 +562,8 @@ def _describe_validation_error(
         return ConfigError(field_path, "required field is missing", _line_of(lines, path))
     if unknown := _UNKNOWN_FIELD.match(msg):
         field_path = (*path, unknown.group("field"))
-        known = _known_fields(path, data, root)
-        kebab = re.sub(r"[._]", "-", unknown.group("field")).lower()
-        close = difflib.get_close_matches(kebab, known, n=1, cutoff=0.8)
-        if kebab in known:
-            hint = f"; keys are kebab-case: did you mean {kebab}?"
-        elif close:
-            hint = f"; did you mean {close[0]}?"
-        else:
-            hint = f"; expected one of: {', '.join(known)}" if known else ""
-        return ConfigError(field_path, f"unknown field{hint}", _line_of(lines, field_path))
+        problem = _unknown_field_problem(unknown.group("field"), _known_fields(path, data, root))
+        return ConfigError(field_path, problem, _line_of(lines, field_path))
 
     msg = msg.replace("`", "")
     value = _value_at(data, path)
@@ -490,14 +579,10 @@ def _describe_validation_error(
         msg = f"invalid value {value!r}: {pattern_hint or msg}"
     elif msg.startswith("Invalid enum value") and literal is not None:
         choices = [str(v) for v in literal.values]
-        refused = _REFUSED_VALUES.get((str(path[-1]) if path else "", str(value)))
-        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.8) if value is not _MISSING else []
-        if refused is not None:
-            msg = f"{value} is not supported: {refused}"
-        elif close:
-            msg = f"invalid value {_yaml_scalar(value)}: did you mean {close[0]}? (one of: {', '.join(choices)})"
-        else:
+        if value is _MISSING:
             msg = f"{msg}; expected one of: {', '.join(choices)}"
+        else:
+            msg = _choice_problem(path, value, choices)
     elif value is not _MISSING and value is not None and _is_scalar(value):
         # `Expected int, got str '3'`; for a failed constraint `Expected int >= 1, got 0`.
         msg = f"{msg} {_yaml_scalar(value)}" if ", got " in msg else f"{msg}, got {_yaml_scalar(value)}"

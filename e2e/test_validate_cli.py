@@ -5,6 +5,7 @@ class through the real command line."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 
@@ -116,3 +117,55 @@ def test_a_renamed_key_of_an_earlier_release_still_validates_with_a_warn(tmp_pat
     assert result.returncode == 0, result.stderr
     [warn] = [line for line in result.stderr.splitlines() if "deprecated config key" in line]
     assert "WARN" in warn and "spark.max-offsets-per-read" in warn and "spark.max-offsets-per-job" in warn, warn
+
+
+def test_every_problem_of_a_file_is_named_at_once_each_on_its_line(tmp_path: Path) -> None:
+    """Two misspelt keys and a misspelt value: one run names all three, in the file's order, each with what was
+    meant; with LOG_FORMAT=json each is a JSON line."""
+    path = tmp_path / "typos.yaml"
+    typos = GOOD.replace("  root: /data/mirror\n", "  root: /data/mirror\n  compresion: zstd\n")
+    typos = typos.replace(
+        "      bootstrap-servers: kafka:9092\n    topic: orders\n    partition: 1\n",
+        (
+            "      bootstrap-servers: kafka:9092\n      pool-interval-ms: 100\n      isolation-level: read_comitted\n"
+            "    topic: orders\n    partition: 1\n"
+        ),
+    )
+    path.write_text(typos, encoding="utf-8")
+    result = run_cli("validate", "--config", str(path))
+    assert result.returncode == 2 and result.stdout == "", result
+    assert result.stderr.splitlines() == [
+        "invalid config: destination.compresion: unknown field; did you mean compression? (line 4)",
+        "invalid config: mirrors[1].source.pool-interval-ms: unknown field; did you mean poll-interval-ms? (line 14)",
+        "invalid config: mirrors[1].source.isolation-level: invalid value 'read_comitted': did you mean "
+        "read_committed? (one of: read_committed, read_uncommitted) (line 15)",
+    ], result.stderr
+    as_json = run_cli("validate", "--config", str(path), env={"LOG_FORMAT": "json"})
+    events = [json.loads(line) for line in as_json.stderr.splitlines()]
+    assert [(e["level"], e["logger"], e["exit_code"]) for e in events] == [("ERROR", "mirror_v3.cli", 2)] * 3
+    assert [e["msg"] for e in events] == result.stderr.splitlines()
+
+
+RESTORE = """\
+archive:
+  type: filesystem
+  root: /data/mirror
+restore:
+  - topic: orders
+destination:
+  type: kafka
+  bootstrap-servers: kafka:9092
+"""
+
+
+def test_a_restore_config_validates_as_restore_reads_it(tmp_path: Path) -> None:
+    path = tmp_path / "restore.yaml"
+    path.write_text(RESTORE, encoding="utf-8")
+    result = run_cli("validate", "--config", str(path))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"{path}: valid (restore config: 1 entry from the filesystem archive)"]
+    path.write_text(RESTORE.replace("offsets", "x").replace("  - topic: orders", "  - topik: orders"))
+    assert_user_error(
+        run_cli("validate", "--config", str(path)),
+        "invalid config: restore[0].topik: unknown field; did you mean topic?",
+    )

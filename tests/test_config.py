@@ -15,7 +15,7 @@ import yaml
 
 from commands.config_files import load_config
 from config import Config, ConfigError, FlushConfig, SourceConfig, SparkConfig, parse_config
-from config.errors import YamlSyntaxError
+from config.errors import ConfigErrors, YamlSyntaxError, format_path
 from config.estate import compile_entries
 from config.model import FilesystemDestination, KafkaDestination, MirrorConfig
 from tools.generated import CONFIG_SCHEMA
@@ -662,3 +662,38 @@ def test_a_near_miss_gets_a_did_you_mean_and_what_is_refused_on_purpose_says_wha
         s3 = {"type": "s3", "bucket": bucket}
         refused = message(config_text(set_in("destination", value=s3)))
         assert refused.startswith(f"destination.bucket: the bucket's name alone, not a URL or path: {spelled}"), refused
+
+
+def test_every_problem_of_a_file_comes_at_once_in_its_order() -> None:
+    """Unknown keys, values outside their choices and missing fields are all named (each with its line and what
+    was meant; a key taken for a misspelt one is not also missing), then the first other problem decoding meets;
+    one problem stays a plain ConfigError."""
+
+    def typos(data: dict[str, Any]) -> None:
+        data["destination"]["compresion"] = "zstd"
+        data["mirrors"][0]["source"]["isolation-level"] = "read_comitted"
+        data["mirrors"][1]["source"]["bootstrap.servers"] = data["mirrors"][1]["source"].pop("bootstrap-servers")
+        data["mirrors"][1]["partition"] = -1
+
+    with pytest.raises(ConfigErrors) as caught:
+        parse_config(config_text(typos))
+    found = [(format_path(e.path or ()), e.problem, e.line) for e in caught.value.errors]
+    assert found == [
+        ("destination.compresion", "unknown field; did you mean compression?", 4),
+        (
+            "mirrors[0].source.isolation-level",
+            "invalid value 'read_comitted': did you mean read_committed? (one of: read_committed, read_uncommitted)",
+            9,
+        ),
+        (
+            'mirrors[1].source["bootstrap.servers"]',
+            "unknown field; keys are kebab-case: did you mean bootstrap-servers?",
+            14,
+        ),
+        ("mirrors[1].partition", "Expected int >= 0, got -1", 16),
+    ], found
+    first = "destination.compresion: unknown field; did you mean compression? (line 4)"
+    assert str(caught.value).splitlines()[0] == first and len(str(caught.value).splitlines()) == 4
+    with pytest.raises(ConfigError) as one:
+        parse_config(config_text(set_in("destination", "compresion", value="zstd")))
+    assert not isinstance(one.value, ConfigErrors) and one.value.where == ("destination", "compresion")

@@ -141,7 +141,7 @@ def test_the_config_takes_encryption_and_storage_class() -> None:
         (
             {"server-side-encryption": "SSE-C"},
             "server-side-encryption",
-            "Invalid enum value 'SSE-C'; expected one of: AES256, aws:kms",
+            "invalid value 'SSE-C'; expected one of: AES256, aws:kms",
             4,
         ),
         ({"storage-class": "DEEP_ARCHIVE"}, "storage-class", "DEEP_ARCHIVE objects cannot be read back", 4),

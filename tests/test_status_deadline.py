@@ -246,7 +246,8 @@ async def test_each_watch_round_is_bounded_by_the_timeout() -> None:
     # Each round ends by its deadline; the next begins at once, as the interval (1 s) is shorter than a round.
     assert all(4.5 <= end - begin <= 5.0 + LATE_S for begin, end in zip([0.0, *ends], ends, strict=False)), ends
     assert all(
-        report.unreadable == {"c": "source cluster c (c:9092): no answer within the 5s timeout"} for _, report in emitted
+        report.unreadable == {"c": "source cluster c (c:9092): no answer within the 5s timeout"}
+        for _, report in emitted
     )
     assert emitted[-1][1].rows[0].rate == 0.0  # the rounds still compare with each other
 
