@@ -3,6 +3,7 @@ schemas, the manifests say what SPEC §7 and the adoption checklist ask, and onl
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shutil
@@ -54,8 +55,14 @@ def exported_metric_names() -> set[str]:
     ProcessCollector(registry=registry)
     families = MetricFamilies(registry)
     MirrorMetrics.for_mirror(families, "c", "t", 0, "t").configure(1.0, 300.0)
-    for family in (families.mirrors, families.unassigned, families.discovery_errors, families.removed):
+    per_cluster = (families.mirrors, families.unassigned, families.discovery_errors, families.removed)
+    for family in (*per_cluster, families.source_cluster_up, families.group_sync_failures):
         family.labels(source_cluster="c")
+    families.schema_registry_up.labels(registry="http://registry:8081")  # an entry with `schemas`
+    families.group_sync_groups.labels(source_cluster="c")  # a Kafka destination with sync-groups
+    families.destination_up.labels(location="/data")
+    families.flush_wait.labels(lane="shared").observe(0.1)  # a flush's Spark job
+    families.restarts.labels("c", "t", "t").inc()  # a mirror restarted after a failure
     for per_table in (families.table_up, families.table_commit_failures, families.table_commit):
         per_table.labels(table="archive.t")  # a mirror whose archive keeps a table (destination.table)
     for per_task in (families.archive_upkeep_failures, families.archive_upkeep_blobs, families.archive_upkeep_last):
@@ -131,6 +138,9 @@ def test_the_cluster_overlay_exposes_the_drivers_fixed_ports_to_the_executors() 
     (deployment,) = documents("deployment.yaml")
     assert service["spec"]["clusterIP"] == "None"
     assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    # Never a shard: each is a driver of its own, and executors must reach the one that runs their job.
+    (statefulset,) = documents("sharded/statefulset.yaml")
+    assert not service["spec"]["selector"].items() <= statefulset["spec"]["template"]["metadata"]["labels"].items()
     ports = {p["port"] for p in service["spec"]["ports"]}
     text = (overlay / "kustomization.yaml").read_text()
     for setting in ("spark.driver.port", "spark.blockManager.port"):
@@ -183,6 +193,10 @@ def test_alerts_cover_what_operators_need() -> None:
         "MirrorV3TargetDown",
         "MirrorV3Absent",
         "MirrorV3ArchiveUpkeepFailing",
+        "MirrorV3SourceClusterDown",
+        "MirrorV3SchemaRegistryDown",
+        "MirrorV3GroupSyncFailing",
+        "MirrorV3RetentionOvertaking",
     } <= set(alerts)
     assert alerts["MirrorV3DestinationRetrying"]["for"] == "5m"
     assert "mirror_v3_destination_offset_inflight_retry" in alerts["MirrorV3DestinationRetrying"]["expr"]
@@ -194,8 +208,20 @@ def test_alerts_cover_what_operators_need() -> None:
     for name, alert in alerts.items():
         assert alert["labels"]["severity"] in ("warning", "critical"), name
         assert alert["annotations"]["summary"], name
+    # Each alert links its runbook: a section of docs/runbooks.md, and that page has a section for every alert only.
+    runbooks = (DEPLOY.parent / "docs" / "runbooks.md").read_text()
+    sections = re.findall(r"^## (MirrorV3\w+)$", runbooks, re.MULTILINE)
+    assert sorted(sections) == sorted(alerts)
+    readme = (DEPLOY.parent / "README.md").read_text()
+    for name, alert in alerts.items():
+        assert alert["annotations"]["runbook_url"] == RUNBOOKS + "#" + name.lower(), name
+        assert f"| [`{name}`](docs/runbooks.md#{name.lower()}) |" in readme, f"the README's alert table lacks {name}"
     for name in ("MirrorV3Failed", "MirrorV3Stalled"):
-        assert "status --" in alerts[name]["annotations"]["runbook"], name
+        section = runbooks.split(f"## {name}\n", 1)[1].split("\n## ", 1)[0]
+        assert "`status --" in section, name
+
+
+RUNBOOKS = "https://github.com/mirror-v3/mirror-v3/blob/main/docs/runbooks.md"
 
 
 # Series of one pod as Prometheus would scrape them (labels of the pod and of mirror-v3), for `promtool test rules`.
@@ -294,6 +320,156 @@ def test_the_archive_upkeep_alert_fires_on_failures_that_persist_not_on_one(tmp_
     _promtool_test(tmp_path, series, checks)
 
 
+def test_every_alert_fires_on_series_that_mean_it_and_not_before(tmp_path: Path) -> None:
+    """Each rule as shipped, through Prometheus' own rule engine (`promtool test rules`): series that mean the
+    alert's condition make it fire with the labels it routes on, once its `for` has passed and not before. (The
+    annotations are left out of this copy: `promtool check rules` checks their templates.)"""
+    (rule,) = documents("base/prometheusrule.yaml")
+    spec = copy.deepcopy(rule["spec"])
+    for group in spec["groups"]:
+        for each in group["rules"]:
+            each.pop("annotations")
+    (tmp_path / "rules.yaml").write_text(yaml.safe_dump(spec))
+    severity = {r["alert"]: r["labels"]["severity"] for group in spec["groups"] for r in group["rules"]}
+    pod = {"namespace": "mirror-v3", "pod": "mirror-v3-0", "job": "mirror-v3/mirror-v3"}
+    cluster = {**pod, "source_cluster": "prod"}
+    topic = {**cluster, "topic": "orders", "destination": "orders"}
+    part = {**topic, "partition": "0"}
+    by_partition = {k: part[k] for k in ("namespace", "pod", "source_cluster", "topic", "partition")}
+
+    def series(name: str, labels: dict[str, str], values: str) -> dict[str, str]:
+        inner = ", ".join(f'{key}="{value}"' for key, value in labels.items())
+        return {"series": f"{name}{{{inner}}}", "values": values}
+
+    # alert: (its series, a time it must not fire yet, a time it must, the labels it fires with)
+    cases: dict[str, tuple[list[dict[str, str]], str, str, dict[str, str]]] = {
+        "MirrorV3DestinationRetrying": (
+            [series("mirror_v3_destination_offset_inflight_retry", part, "0 3x30")],
+            "4m",
+            "8m",
+            by_partition,
+        ),
+        "MirrorV3LagGrowing": (
+            [series("mirror_v3_source_lag_offsets", part, "20000x10 20000+1000x30")],
+            "20m",
+            "32m",
+            part,
+        ),
+        "MirrorV3NeverFlushed": (
+            [
+                series("mirror_v3_destination_last_flush_timestamp_seconds", part, "0x30"),
+                series("mirror_v3_source_lag_offsets", part, "5x30"),
+            ],
+            "10m",
+            "20m",
+            part,
+        ),
+        "MirrorV3UnassignedPartitions": (
+            [series("mirror_v3_discovery_unassigned_partitions", cluster, "3x30")],
+            "5m",
+            "15m",
+            {"namespace": "mirror-v3", "source_cluster": "prod"},
+        ),
+        "MirrorV3DiscoveryFailing": (
+            [series("mirror_v3_discovery_errors_total", cluster, "0 0 0 0 0 0+1x30")],
+            "7m",
+            "20m",
+            cluster,
+        ),
+        "MirrorV3Restarting": (
+            [series("process_start_time_seconds", pod, "0 60 120 180 240x30")],
+            "2m",
+            "10m",
+            pod,
+        ),
+        "MirrorV3RecordsWaitingTooLong": (
+            [
+                series("mirror_v3_oldest_pending_age_seconds", part, "400x30"),
+                series("mirror_v3_destination_flush_max_time_seconds", topic, "10x30"),
+            ],
+            "3m",
+            "10m",
+            part,
+        ),
+        "MirrorV3TransactionHeld": (
+            [
+                series("mirror_v3_source_transaction_held_seconds", part, "0 0 0 100x30"),
+                series("mirror_v3_source_transaction_hold_alert_seconds", topic, "60x30"),
+            ],
+            "2m",
+            "5m",
+            part,
+        ),
+        "MirrorV3DataLossAccepted": (
+            [series("mirror_v3_source_lost_records_total", topic, "0 0 0 0 0 5x30")],
+            "3m",
+            "10m",
+            topic,
+        ),
+        "MirrorV3TableNotUpdated": (
+            [series("mirror_v3_table_up", {**pod, "table": "archive.orders"}, "1 1 0x30")],
+            "10m",
+            "20m",
+            {**pod, "table": "archive.orders"},
+        ),
+        "MirrorV3SourceClusterDown": (
+            [series("mirror_v3_source_cluster_up", cluster, "1 0x30")],
+            "4m",
+            "10m",
+            {"namespace": "mirror-v3", "pod": "mirror-v3-0", "source_cluster": "prod"},
+        ),
+        "MirrorV3SchemaRegistryDown": (
+            [series("mirror_v3_schema_registry_up", {**pod, "registry": "http://registry:8081"}, "1 0x30")],
+            "4m",
+            "10m",
+            {**pod, "registry": "http://registry:8081"},
+        ),
+        "MirrorV3GroupSyncFailing": (
+            [series("mirror_v3_group_sync_failures_total", cluster, "0+1x60")],
+            "10m",
+            "40m",
+            cluster,
+        ),
+        # Retention deletes 15 offsets a minute, the mirror copies 10: the headroom (1 000 offsets, 4 000 s at that
+        # rate) shrinks below an hour after 20 minutes, and the alert fires 10 minutes later. A partition with
+        # headroom for days beside it never fires.
+        "MirrorV3RetentionOvertaking": (
+            [
+                series("mirror_v3_destination_offset_verified", part, "1000+10x60"),
+                series("mirror_v3_source_log_start_offset", part, "0+15x60"),
+                series("mirror_v3_source_lag_offsets", part, "100x60"),
+                series("mirror_v3_destination_offset_verified", {**part, "partition": "1"}, "1000000+10x60"),
+                series("mirror_v3_source_log_start_offset", {**part, "partition": "1"}, "0+15x60"),
+                series("mirror_v3_source_lag_offsets", {**part, "partition": "1"}, "100x60"),
+            ],
+            "25m",
+            "35m",
+            part,
+        ),
+        "MirrorV3TargetDown": ([series("up", pod, "1 0x30")], "4m", "10m", pod),
+    }
+    for name, (given, quiet, firing, labels) in cases.items():  # each alone: its series are all there is
+        fired = {"exp_labels": {**labels, "severity": severity[name]}}
+        checks: list[dict[str, Any]] = [
+            {"eval_time": quiet, "alertname": name, "exp_alerts": []},
+            {"eval_time": firing, "alertname": name, "exp_alerts": [fired]},
+        ]
+        _promtool_test(tmp_path, given, checks)
+    # Without any target (nothing scraped at all): only MirrorV3Absent, after its 10 minutes.
+    absent = [{"exp_labels": {"severity": severity["MirrorV3Absent"]}}]
+    alone = [series("mirror_v3_build_info", pod, "1x30")]  # a series of another job: not a mirror-v3 target
+    _promtool_test(
+        tmp_path,
+        alone,
+        [
+            {"eval_time": "5m", "alertname": "MirrorV3Absent", "exp_alerts": []},
+            {"eval_time": "15m", "alertname": "MirrorV3Absent", "exp_alerts": absent},
+        ],
+    )
+    tested = {*cases, "MirrorV3Absent", "MirrorV3Failed", "MirrorV3Stalled", "MirrorV3ArchiveUpkeepFailing"}
+    assert tested == set(severity), "every alert has a promtool test"
+
+
 def test_alert_rules_pass_promtool(tmp_path: Path) -> None:
     """Every expression parses as PromQL and every rule is well formed, as Prometheus itself would load them."""
     (rule,) = documents("base/prometheusrule.yaml")
@@ -332,6 +508,47 @@ def test_rules_and_dashboard_use_only_exported_metrics() -> None:
         "mirror_v3_flush_duration_seconds_bucket",
     ):
         assert needed in used, needed
+
+
+def test_the_dashboard_is_well_formed_and_every_query_is_promql(tmp_path: Path) -> None:
+    """The dashboard as Grafana loads it: unique panel ids, panels inside 24 columns that never overlap, each
+    query on the chosen data source; and every query parses as PromQL (Prometheus' own parser, through `promtool
+    check rules`, with Grafana's variables filled in). Its first row sums the estate up."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    panels = dashboard["panels"]
+    assert len({p["id"] for p in panels}) == len(panels)
+    cells: set[tuple[int, int]] = set()
+    for panel in panels:
+        grid = panel["gridPos"]
+        assert grid["x"] >= 0 and grid["x"] + grid["w"] <= 24, panel["title"]
+        covered = {
+            (x, y) for x in range(grid["x"], grid["x"] + grid["w"]) for y in range(grid["y"], grid["y"] + grid["h"])
+        }
+        assert not covered & cells, f"{panel['title']} overlaps another panel"
+        cells |= covered
+        assert panel["targets"] and all(t["datasource"]["uid"] == "${datasource}" for t in panel["targets"])
+    first_row = [p for p in panels if p["gridPos"]["y"] == 0]
+    assert {p["type"] for p in first_row} == {"stat"} and len(first_row) == 6
+    assert any(p["type"] == "table" and "topk(10" in p["targets"][0]["expr"] for p in panels)
+    variables = {v["name"] for v in dashboard["templating"]["list"]}
+    queries = []
+    for panel in panels:
+        for target in panel["targets"]:
+            expr = target["expr"].replace("$__rate_interval", "5m")
+            for name in variables:
+                expr = expr.replace(f"${name}", ".*")
+            assert "$" not in expr, expr
+            queries.append(expr)
+    rules = {
+        "groups": [
+            {"name": "dashboard", "rules": [{"record": f"dashboard:q{i}", "expr": q} for i, q in enumerate(queries)]}
+        ]
+    }
+    (tmp_path / "dashboard-queries.yaml").write_text(yaml.safe_dump(rules))
+    checked = subprocess.run(
+        [promtool(), "check", "rules", str(tmp_path / "dashboard-queries.yaml")], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
 
 
 def test_podmonitor_scrapes_the_metrics_port() -> None:
@@ -414,6 +631,63 @@ def test_the_helm_chart_lints_and_renders_objects_kubernetes_schemas_accept() ->
                 kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
         (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"]
         assert parse_config(config_map["data"]["config.yaml"]).mirrors
+
+
+def test_the_chart_refuses_bad_values_before_anything_renders(tmp_path: Path) -> None:
+    """values.schema.json: a bad value fails `helm lint` and `helm template` (so install and upgrade) naming it, as
+    the config's own schema checks `config`, instead of a pod that exits 2 later."""
+    for setting, named in (
+        ("config.destination.type=bogus", "config.destination.type"),
+        ("config.destination.compresion=zstd", "compresion"),
+        ("shards=0", "shards"),
+        ("shard=2", "shard"),
+        ("logFormat=xml", "logFormat"),
+        ("networkPolicy.kafkaPorts={http}", "networkPolicy.kafkaPorts"),
+    ):
+        linted = subprocess.run(
+            [helm(), "lint", "--strict", str(CHART), "--set", setting], capture_output=True, text=True, timeout=60
+        )
+        assert linted.returncode != 0 and named in linted.stdout + linted.stderr, (setting, linted.stdout)
+    old = {
+        "config": {
+            **yaml.safe_load((CHART / "values.yaml").read_text())["config"],
+            "spark": {"max-offsets-per-read": 1},
+        }
+    }
+    assert rendered(values=old, tmp_path=tmp_path)  # a key of an earlier release still loads (with a WARN)
+
+
+def test_the_chart_mounts_certificates_labels_its_monitors_and_opens_the_ports_asked(tmp_path: Path) -> None:
+    """Each optional piece renders into objects Kubernetes' schemas accept: volumes and mounts for mTLS files,
+    the labels a kube-prometheus-stack selects monitors by, the NetworkPolicy's registry, object store and Spark
+    ports."""
+    import kubernetes_validate
+
+    values = {
+        "extraVolumes": [{"name": "kafka-tls", "secret": {"secretName": "kafka-client-tls"}}],
+        "extraVolumeMounts": [{"name": "kafka-tls", "mountPath": "/etc/kafka-tls", "readOnly": True}],
+        "podMonitor": {"enabled": True, "labels": {"release": "kps"}},
+        "prometheusRule": {"enabled": True, "labels": {"release": "kps"}},
+        "networkPolicy": {"objectStorePorts": [9000], "sparkPorts": [7077], "sparkDriverPorts": [7078, 7079]},
+    }
+    for shards in (1, 3):
+        objects = rendered(values={**values, "shards": shards}, tmp_path=tmp_path)
+        for manifest in objects:
+            if manifest["kind"] not in CUSTOM_KINDS:
+                kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+        pod = workload(objects)["spec"]["template"]["spec"]
+        assert {"name": "kafka-tls", "secret": {"secretName": "kafka-client-tls"}} in pod["volumes"]
+        assert {"name": "kafka-tls", "mountPath": "/etc/kafka-tls", "readOnly": True} in pod["containers"][0][
+            "volumeMounts"
+        ]
+        for kind in CUSTOM_KINDS:
+            (monitor,) = [o for o in objects if o["kind"] == kind]
+            assert monitor["metadata"]["labels"]["release"] == "kps", kind
+        (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
+        egress = {p["port"] for rule in policy["spec"]["egress"] for p in rule["ports"]}
+        assert {8081, 9000, 7077, 443, 9092} <= egress  # the registry's default port is open by default
+        ingress = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+        assert ingress == {7780, 7078, 7079}
 
 
 def workload(objects: list[dict[str, Any]]) -> dict[str, Any]:
