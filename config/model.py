@@ -23,7 +23,8 @@ MirrorName = Annotated[
 ]
 # Kafka's legal topic characters; Kafka also refuses "." and "..". A topic (or its override) becomes a
 # directory or key segment, so it must not be able to climb out of the destination root either.
-_PATH_SEGMENT = r"^(?!\.{1,2}$)[A-Za-z0-9._-]+$"
+# Not "." or "..": spelt without a lookahead, so that every JSON Schema engine (Helm's, in Go, has none) reads it.
+_PATH_SEGMENT = r"^([A-Za-z0-9_-][A-Za-z0-9._-]*|\.[A-Za-z0-9_-][A-Za-z0-9._-]*|\.\.[A-Za-z0-9._-]+)$"
 TopicName = Annotated[
     str,
     msgspec.Meta(

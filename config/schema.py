@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from config.deprecated_keys import DEPRECATED_KEYS, Renamed
 from config.model import Config
 
 
@@ -22,6 +23,16 @@ def config_schema() -> dict[str, Any]:
         {"not": {"required": ["topic", "topic-regex"]}},
     ]
     schema["$defs"]["DestinationNameRule"]["dependentRequired"] = {"regex": ["replacement"], "replacement": ["regex"]}
+    # The keys of earlier releases load (with a WARN): the schema takes them too, marked deprecated.
+    for struct, changes in DEPRECATED_KEYS.items():
+        properties = schema["$defs"][struct.__name__]["properties"]
+        for change in changes:
+            if isinstance(change, Renamed):
+                old = {key: value for key, value in properties[change.new].items() if key != "default"}
+                properties[change.old] = {**old, "description": f"Deprecated: the old name of `{change.new}`."}
+                properties[change.old]["deprecated"] = True
+            else:
+                properties[change.key] = {"deprecated": True, "description": f"Retired, ignored: {change.why}."}
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "mirror-v3 configuration"
     return schema

@@ -15,6 +15,7 @@ from pathlib import Path
 from commands import restore_verify, status, verify
 from config import reference, restore, schema
 from core import logs
+from tools import helm_values
 
 REPO = Path(__file__).resolve().parent.parent
 COMMAND = "python -m tools.generated"
@@ -35,6 +36,7 @@ RESTORE_VERIFY_SCHEMA = Generated(
 )
 CONFIG_REFERENCE = Generated(REPO / "docs" / "configuration.md", reference.render)
 LOG_LINE_SCHEMA = Generated(REPO / "schemas" / "mirror-v3.log-line.schema.json", logs.log_line_schema)
+HELM_VALUES_SCHEMA = Generated(REPO / "deploy" / "helm" / "mirror-v3" / "values.schema.json", helm_values.render)
 GENERATED = (
     CONFIG_SCHEMA,
     RESTORE_SCHEMA,
@@ -43,6 +45,7 @@ GENERATED = (
     RESTORE_VERIFY_SCHEMA,
     CONFIG_REFERENCE,
     LOG_LINE_SCHEMA,
+    HELM_VALUES_SCHEMA,
 )
 
 

@@ -117,6 +117,9 @@ spec:
           readOnly: true
         - name: scratch
           mountPath: /tmp
+        {{- with .Values.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     - name: config
       configMap:
@@ -124,6 +127,9 @@ spec:
     - name: scratch
       emptyDir:
         sizeLimit: {{ .Values.scratchSizeLimit }}
+    {{- with .Values.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
   {{- with .Values.nodeSelector }}
   nodeSelector:
     {{- toYaml . | nindent 4 }}
