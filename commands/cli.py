@@ -22,6 +22,7 @@ import msgspec
 import msgspec.structs
 
 from commands.config_files import load_config
+from commands.init_config import DEFAULT_TOPICS
 from config import ConfigError
 from config.errors import ConfigErrors
 from config.estate import Shard
@@ -64,6 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
     shard_help = (
         f"I/N: this process mirrors only the partitions of shard I of N (0-based; default: ${SHARD_ENV}, else all)"
     )
+    init = commands.add_parser(
+        "init", help="write a commented starting config from a bootstrap address, a destination and a topic selection"
+    )
+    init.add_argument("--bootstrap-servers", required=True, help="the source cluster: host:port[,host:port]")
+    init.add_argument(
+        "--destination", required=True, help="a directory, s3://bucket/prefix, or kafka://host:port (another cluster)"
+    )
+    init.add_argument(
+        "--topics",
+        metavar="REGEX",
+        default=DEFAULT_TOPICS,
+        help=f"whole topic names to mirror (default {DEFAULT_TOPICS!r})",
+    )
+    init.add_argument(
+        "--output", "-o", default="mirror-v3.yaml", help="where to write it (default mirror-v3.yaml; - for stdout)"
+    )
+    init.add_argument("--force", action="store_true", help="overwrite an existing file")
     validate = commands.add_parser("validate", help="check a config file and exit (offline)")
     validate.add_argument("--config", required=True, help="path to the YAML config")
     plan = commands.add_parser(
@@ -229,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging("INFO", "json" if os.environ.get("LOG_FORMAT", "").strip().lower() == "json" else "kv")
         return _report(exc, args.command)
     setup_logging(runtime.log_level, runtime.log_format)
+    if args.command == "init":
+        return _init(args)
     class_cache = None if runtime.jvm_cache is None else Path(runtime.jvm_cache).expanduser()
     if args.command == "prepare-jvm":
         return _prepare_jvm(class_cache)
@@ -278,6 +298,34 @@ def main(argv: list[str] | None = None) -> int:
             return _report(ConfigError("--as-of", "applies to a restore config, not to a mirror config"), "verify")
         return _verify(config, args, shard, launch)
     return _run(config, shard, runtime, launch, args.standby)
+
+
+def _init(args: argparse.Namespace) -> int:
+    """`init`: the starting config, written where asked (never over a file without --force), and what to run next."""
+    from commands.init_config import Destination, starting_config
+
+    try:
+        text = starting_config(args.bootstrap_servers, Destination.parse(args.destination), args.topics)
+        if args.output == "-":
+            print(text, end="")
+            return EXIT_OK
+        target = Path(args.output)
+        if target.exists() and not args.force:
+            raise ConfigError(str(target), "exists already: choose another --output, or --force to overwrite it")
+        target.write_text(text, encoding="utf-8")
+    except ConfigError as exc:
+        return _report(exc, "init")
+    except OSError as exc:
+        return _report(ConfigError(args.output, f"cannot be written: {exc.strerror or exc}"), "init")
+    prog = build_parser().prog
+    print(f"wrote {target}: a starting config. Next:")
+    for step, what in (
+        ("validate", "offline: every problem of the file at once"),
+        ("plan", "asks the cluster: every partition it would mirror, and where"),
+        ("run", "mirrors; /metrics, /healthz and /readyz on port 7780"),
+    ):
+        print(f"  {prog} {step} --config {target}   # {what}")
+    return EXIT_OK
 
 
 def _prepare_jvm(directory: Path | None) -> int:

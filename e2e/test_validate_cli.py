@@ -169,3 +169,21 @@ def test_a_restore_config_validates_as_restore_reads_it(tmp_path: Path) -> None:
         run_cli("validate", "--config", str(path)),
         "invalid config: restore[0].topik: unknown field; did you mean topic?",
     )
+
+
+def test_init_writes_a_starting_config_that_validate_accepts_and_never_overwrites_one(tmp_path: Path) -> None:
+    path = tmp_path / "mirror.yaml"
+    made = run_cli(
+        "init", "--bootstrap-servers", "kafka:9092", "--destination", "s3://archive/prod", "--output", str(path)
+    )
+    assert made.returncode == 0, made.stderr
+    assert made.stdout.startswith(f"wrote {path}: a starting config. Next:") and "validate --config" in made.stdout
+    checked = run_cli("validate", "--config", str(path))
+    assert checked.stdout.splitlines() == [f"{path}: valid (1 selection, destination s3)"], checked.stderr
+    again = run_cli("init", "--bootstrap-servers", "kafka:9092", "--destination", "./elsewhere", "--output", str(path))
+    assert_user_error(again, f"invalid config: {path}: exists already: choose another --output, or --force")
+    assert "s3" in path.read_text()  # untouched
+    assert_user_error(
+        run_cli("init", "--bootstrap-servers", "kafka:9092", "--destination", "gs://b", "--output", "-"),
+        "invalid config: --destination: 'gs://b': expected a directory, s3://bucket/prefix or kafka://host:port",
+    )
