@@ -19,7 +19,7 @@ what mirror-v3 writes. Then, one command at a time (each to completion, psutil s
 - `restore` in each offsets mode into a fresh topic with the same partitions (created beforehand). Afterwards each
   restored topic must hold exactly the source's records per partition: watermarks 0..end for preserve; for renumber
   every committed record read back, its `mirror-v3.source-offset` header covering 0..end-1 once each.
-- The disaster-recovery restore (`restore-renumber-dr`): renumber again, but as the README's runbook does it, into
+- The disaster-recovery restore (`restore-renumber-dr`): renumber again, but as docs/disaster-recovery.md does it, into
   a topic that does not exist (`--create-topics`: made from the archived topic metadata), `--as-of` the moment the
   archive was finished, and with `group-positions`: the archive keeps the positions of GROUPS (committed on the
   source before it was archived, `destination.archive-groups`), and each is committed on the destination,

@@ -18,7 +18,7 @@ LogFormat = Literal["kv", "json"]
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 DEFAULT_METRICS_PORT = 7780
 
-# name → what it sets (the README's table says the same)
+# name → what it sets (docs/configuring.md's table says the same; a test keeps them equal)
 VARIABLES = {
     "LOG_LEVEL": "log level: DEBUG, INFO (default), WARNING, ERROR",
     "LOG_FORMAT": "kv (default) or json",

@@ -1,4 +1,4 @@
-"""The one family of user-facing errors, and the process exit codes (documented in the README).
+"""The one family of user-facing errors, and the process exit codes (documented in docs/errors.md).
 
 Every error an operator sees derives from `MirrorV3Error`. It carries the exit code of a command that ends with
 it and the facts the sentence is built from (topic, partition, offsets, files, field paths) as attributes, so

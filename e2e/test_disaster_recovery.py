@@ -1,4 +1,4 @@
-"""Disaster recovery through the CLI, as the README's runbook tells it: an estate (a compacted topic and one with
+"""Disaster recovery through the CLI, as docs/disaster-recovery.md tells it: an estate (a compacted topic and one with
 committed and aborted transactions) backed up to the filesystem and to S3 while producers write and three consumer
 groups commit; a fresh cluster rebuilt from the archives as of a moment T (topics, records, group positions), with
 a kill -9 in the middle of the restore; `verify` of the restore; each group then reads exactly the records after

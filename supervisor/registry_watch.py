@@ -9,7 +9,8 @@ request (401, 404) is an answer: the registry is up, and the tasks report what t
 
 An operator sees a WARN `schema registry unreachable` at the start of an outage, an INFO `schema registry reachable
 again` with how long it lasted, the gauge `mirror_v3_schema_registry_up` and `/readyz` degraded meanwhile (the
-listeners). The records wait in their flush meanwhile, as the README says; none goes out with an ID not yet known.
+listeners). The records wait in their flush meanwhile, as docs/kafka-destination.md says; none goes out with an ID
+not yet known.
 
 Cost: one small HTTP request per registry per interval (in a worker thread); a registry is only watched when an
 entry with `schemas` uses it.

@@ -14,7 +14,8 @@ from tests.test_config import config_text, set_in
 
 
 def test_the_deprecated_keys() -> None:
-    """Every old key of every release, and each new name exists (this list is what the README's table shows)."""
+    """Every old key of every release, and each new name exists (this list is what docs/configuration.md's table
+    shows)."""
     listed = {
         struct.__name__: [(c.old, c.new) if isinstance(c, Renamed) else (c.key, None) for c in changes]
         for struct, changes in DEPRECATED_KEYS.items()
