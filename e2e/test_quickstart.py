@@ -8,12 +8,14 @@ import subprocess
 from pathlib import Path
 
 from testkit.mirror_run import REPO
-from testkit.quickstart import RECORDS_PER_PARTITION, TOPIC
+from testkit.ports import free_port
+from testkit.quickstart import LIVE_RECORDS_PER_PARTITION, RECORDS_PER_PARTITION, TOPIC
 from testkit.targets import FilesystemTarget
 
 
 def test_quickstart_mirrors_sample_data_and_prints_status(tmp_path: Path) -> None:
-    env = dict(os.environ, MIRROR_V3_QUICKSTART_DIR=str(tmp_path), MIRROR_V3_METRICS_PORT="0")
+    port = free_port()
+    env = dict(os.environ, MIRROR_V3_QUICKSTART_DIR=str(tmp_path), MIRROR_V3_METRICS_PORT=str(port))
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "quickstart.sh")],
         cwd=REPO,
@@ -23,8 +25,16 @@ def test_quickstart_mirrors_sample_data_and_prints_status(tmp_path: Path) -> Non
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # While it ran: its endpoints named and ready, `status --watch` refreshed with the live records' lag and state,
+    # the lag series of /metrics shown; then a clean stop.
+    assert f"running: http://127.0.0.1:{port}/metrics, /readyz" in result.stdout and "  /readyz: 200" in result.stdout
+    refreshes = re.findall(r"every 2s, Ctrl-C to stop", result.stdout)
+    assert len(refreshes) >= 2, result.stdout
+    assert re.search(rf"^  {TOPIC}\s+\d\s+running\s", result.stdout, re.M), result.stdout
+    assert "mirror_v3_source_lag_offsets{" in result.stdout
+    assert "stopping it with SIGTERM" in result.stdout and "mirror stopped with exit code 0" in result.stdout
     # status printed its summary and one row per mirror, each caught up (lag 0; the mirror has stopped, so no state).
-    count = RECORDS_PER_PARTITION
+    count = RECORDS_PER_PARTITION + LIVE_RECORDS_PER_PARTITION
     assert "3 mirrors: 0 lagging, 0 failed; lag 0 records" in result.stdout, result.stdout
     rows = re.findall(rf"^{TOPIC}\s+(\d)\s+-\s+0\s+-\s+\S+ ago$", result.stdout, re.M)
     assert sorted(rows) == ["0", "1", "2"], result.stdout

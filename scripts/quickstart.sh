@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Set everything up, start a local Kafka broker with sample data, mirror it to ./mirror-data,
-# print `status` and the files, and stop cleanly. MIRROR_V3_QUICKSTART_DIR chooses where
-# mirror-data/ and quickstart.yaml go (default: the repository root).
+# Set up what running needs, start a local Kafka broker with sample data, mirror it live to ./mirror-data
+# (status --watch, /metrics, /readyz), stop it cleanly, print the files and read the archive back as a table.
+# MIRROR_V3_QUICKSTART_DIR chooses where mirror-data/ and quickstart.yaml go (default: the repository root);
+# MIRROR_V3_METRICS_PORT the metrics port (default 7780 when free, else any free one; 0: off).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-bash "$here/scripts/setup.sh"
+bash "$here/scripts/setup.sh" --quickstart
 cd "${MIRROR_V3_QUICKSTART_DIR:-$here}"
 # The quickstart is test tooling (testkit/), which the installed package does not carry: run it from this checkout.
 export PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}"

@@ -4,13 +4,18 @@
 #      (`supervisor` is also the name of an unrelated PyPI package: never install into a shared env);
 #   2. for development: the Kafka broker's jars from Maven Central (scripts/fetch-jars.sh), for the tests,
 #      the benchmarks and the quickstart. The product itself needs no jar beyond pyspark's own.
-# Used by .ci/run, the quickstart and the Dockerfile. `--no-dev` skips test and lint tools (and the broker).
+# Used by .ci/run, the quickstart and the Dockerfile. `--no-dev` skips test and lint tools (and the broker);
+# `--quickstart` skips the test suite's npm and apt tools.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${MIRROR_V3_VENV:-$here/.venv}"
 extras="[dev]"
 UV_VERSION="0.13.9"
 [[ "${1:-}" == "--no-dev" ]] && extras=""
+# --quickstart: what running the quickstart needs (the packages, the local broker's jars, the JVM's class archive),
+# without the test suite's own tools (s3rver from npm, promtool from apt).
+quickstart=""
+[[ "${1:-}" == "--quickstart" ]] && quickstart=1
 
 command -v java >/dev/null || { echo "setup: java (17+) is required for Spark and the test broker" >&2; exit 1; }
 if [[ -n "$extras" ]]; then
@@ -57,7 +62,7 @@ fi
 [[ -n "$extras" ]] && PYTHON="$python" bash "$here/scripts/fetch-jars.sh"
 
 # Test-only: s3rver, an S3 server that ignores conditional writes (the second-writer tests use it).
-if [[ -n "$extras" ]]; then
+if [[ -n "$extras" && -z "$quickstart" ]]; then
   npm_prefix="${MIRROR_V3_NPM_PREFIX:-$HOME/.cache/mirror-v3/npm}"
   if [[ -f "$npm_prefix/node_modules/s3rver/package.json" ]]; then
     echo "s3rver present: $npm_prefix"
@@ -71,7 +76,7 @@ fi
 
 # Test-only: promtool (Prometheus' own linter) checks a real /metrics scrape and the alert rules. Only the
 # one binary is taken out of Debian's prometheus package; nothing is installed system-wide.
-if [[ -n "$extras" ]]; then
+if [[ -n "$extras" && -z "$quickstart" ]]; then
   tools="${MIRROR_V3_TOOLS_DIR:-$HOME/.cache/mirror-v3/bin}"
   if [[ -x "$tools/promtool" ]]; then
     echo "promtool present: $tools"

@@ -1,5 +1,6 @@
-"""The quickstart: a local broker with sample data, mirrored to ./mirror-data (files, and an Iceberg table of them in
-the embedded catalog), then `status`, and the table read back by name.
+"""The quickstart: a local broker with sample data, mirrored live to ./mirror-data (files, and an Iceberg table of
+them in the embedded catalog) while you watch it (`status --watch`, /metrics, /readyz), stopped cleanly, and the
+table read back by name.
 
 Run through `bash scripts/quickstart.sh`. Everything it starts, it stops; the archive, the config and the
 mirror's log it wrote stay behind for you to look at.
@@ -8,19 +9,28 @@ mirror's log it wrote stay behind for you to look at.
 from __future__ import annotations
 
 import os
+import signal
+import socket
+import subprocess
 import sys
+import threading
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 from testkit.kafka_broker import KafkaBroker
-from testkit.kafka_data import create_topic, generate_records, produce
-from testkit.mirror_run import MirrorRun, MirrorRunError, mirror_config, run_cli
+from testkit.kafka_data import create_topic, generate_records, produce, watermarks
+from testkit.mirror_run import MirrorRun, MirrorRunError, cli_env, run_cli
+from testkit.ports import free_port
 from testkit.targets import FilesystemTarget
 
 TOPIC = "quickstart-orders"
 TABLE = "archive.{topic}"
 PARTITIONS = 3
 RECORDS_PER_PARTITION = 20_000
-SCHEMA_HEADER = "# yaml-language-server: $schema=schemas/mirror-v3.config.schema.json\n# Written by the quickstart.\n"
+LIVE_RECORDS_PER_PARTITION = 1_000  # produced while you watch, in ten bursts a second apart
+WATCH_SECONDS = 8
 
 
 def say(message: str) -> None:
@@ -28,38 +38,38 @@ def say(message: str) -> None:
 
 
 def main() -> int:
-    import yaml
-
     workdir = Path.cwd()
     archive = FilesystemTarget(workdir / "mirror-data")
     config_path = workdir / "quickstart.yaml"
+    port = metrics_port()
+    env = {"MIRROR_V3_METRICS_PORT": str(port)}
     say("starting a local Apache Kafka broker (KRaft)")
     with KafkaBroker() as broker:
         create_topic(broker.bootstrap, TOPIC, partitions=PARTITIONS)
         for partition in range(PARTITIONS):
             produce(broker.bootstrap, TOPIC, partition, generate_records(RECORDS_PER_PARTITION, seed=partition))
         say(f"produced {PARTITIONS} x {RECORDS_PER_PARTITION} sample records to {TOPIC} on {broker.bootstrap}")
-        destination = archive.config({"max-time-ms": 2000})
-        # The archive is an Iceberg table too, in the embedded catalog (a SQLite file under mirror-data/).
-        destination["table"] = {"format": "iceberg", "name": TABLE, "commit-interval-ms": 5000}
-        document = mirror_config(
-            bootstrap=broker.bootstrap,
-            destination=destination,
-            mirrors=[{"topic": TOPIC, "partition": p, "name": f"orders-{p}"} for p in range(PARTITIONS)],
-        )
-        config_path.write_text(SCHEMA_HEADER + yaml.safe_dump(document, sort_keys=False))
-        say(f"wrote {config_path.name}; mirroring into {archive.root}/ (Spark start-up takes a few seconds)")
+        write_config(config_path, broker.bootstrap, archive.root)
+        say(f"wrote {config_path.name} with `init`; mirroring into {archive.root}/ (Spark takes a few seconds)")
         log = workdir / "quickstart-mirror.log"
         log.unlink(missing_ok=True)
         say(f"the mirror's log: {log.name}")
-        env = {"MIRROR_V3_METRICS_PORT": os.environ.get("MIRROR_V3_METRICS_PORT", "0")}
         with MirrorRun(config_path, log, env=env) as run:
             try:
-                run.wait_for_offsets(
-                    lambda p: archive.next_offset(TOPIC, p),
-                    dict.fromkeys(range(PARTITIONS), RECORDS_PER_PARTITION),
-                    300,
-                )
+                wait_ready(run, port)
+                if port:
+                    say(f"running: http://127.0.0.1:{port}/metrics, /readyz, /healthz and /mirrors")
+                    print(f"  /readyz: {fetch(port, '/readyz')}")
+                live = threading.Thread(target=produce_live, args=(broker.bootstrap,), daemon=True)
+                live.start()
+                say(f"`status --watch` for {WATCH_SECONDS} s while more records arrive (Ctrl-C ends a real one):")
+                watch(config_path, env)
+                live.join()
+                if port:
+                    print("  /metrics:", *lag_lines(port), sep="\n    ")
+                ends = {p: watermarks(broker.bootstrap, TOPIC, p)[1] for p in range(PARTITIONS)}
+                run.wait_for_offsets(lambda p: archive.next_offset(TOPIC, p), ends, 300)
+                say("stopping it with SIGTERM: it finishes the flush in flight and exits 0")
                 run.drain()
             except MirrorRunError as exc:
                 say(f"the mirror did not finish: {exc}")
@@ -78,7 +88,114 @@ def main() -> int:
     print(f"  {read_back(archive.root)}")
     print(f"  {table_rows(archive.root)}")
     say("done. Read the files with pyarrow: pyarrow.parquet.read_table('mirror-data/quickstart-orders/0')")
+    say("your own cluster next: python -m supervisor init --bootstrap-servers HOST:9092 --destination ./mirror-data")
     return 0
+
+
+def metrics_port() -> int:
+    """MIRROR_V3_METRICS_PORT if set (0: off), else 7780 when free, else any free port."""
+    given = os.environ.get("MIRROR_V3_METRICS_PORT")
+    if given is not None:
+        return int(given)
+    with socket.socket() as probe:
+        if probe.connect_ex(("127.0.0.1", 7780)) != 0:
+            return 7780
+    return free_port()
+
+
+def write_config(path: Path, bootstrap: str, archive: Path) -> None:
+    """`init`'s starting config for the sample topic, with two of its commented settings turned on: blobs at least
+    every 2 s, and the archive as an Iceberg table (committed every 5 s)."""
+    made = run_cli(
+        "init",
+        "--bootstrap-servers",
+        bootstrap,
+        "--destination",
+        str(archive),
+        "--topics",
+        TOPIC,
+        "--output",
+        str(path),
+        "--force",
+    )
+    if made.returncode != 0:
+        raise SystemExit(f"init failed: {made.stderr}")
+    text = path.read_text()
+    turned_on = {
+        "  # flush:\n  #   max-time-ms: 60000": "  flush:\n    max-time-ms: 2000",
+        "  # table:": "  table:",
+        "  #   format: iceberg\n  #   name: archive.{topic}": (
+            f"    format: iceberg\n    name: {TABLE}\n    commit-interval-ms: 5000"
+        ),
+    }
+    for commented, setting in turned_on.items():
+        if commented not in text:
+            raise SystemExit(f"init's config no longer has {commented!r}: update the quickstart")
+        text = text.replace(commented, setting)
+    path.write_text(text)
+
+
+def wait_ready(run: MirrorRun, port: int) -> None:
+    """Until /readyz answers 200 (every mirror started and Spark ready), or the first flush without metrics."""
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        if not run.running:
+            raise MirrorRunError(f"the mirror stopped:\n{run.tail()}")
+        if port and fetch(port, "/readyz").startswith("200"):
+            return
+        if not port and run.events("flushed"):
+            return
+        time.sleep(0.3)
+    raise MirrorRunError(f"not ready within 180 s:\n{run.tail()}")
+
+
+def fetch(port: int, path: str) -> str:
+    """`200 ready` or `503 <why>`: the status and the first line of what an endpoint answers."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as answer:
+            return f"{answer.status} {answer.read().decode().strip().splitlines()[0] if path != '/metrics' else ''}"
+    except urllib.error.HTTPError as refused:
+        return f"{refused.code} {refused.read().decode().strip()[:200]}"
+    except OSError as exc:
+        return f"no answer: {exc}"
+
+
+def lag_lines(port: int) -> list[str]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return [line for line in text.splitlines() if line.startswith("mirror_v3_source_lag_offsets{")]
+
+
+def produce_live(bootstrap: str) -> None:
+    bursts = 10
+    for burst in range(bursts):
+        for partition in range(PARTITIONS):
+            records = generate_records(LIVE_RECORDS_PER_PARTITION // bursts, seed=1000 + burst * PARTITIONS + partition)
+            produce(bootstrap, TOPIC, partition, records)
+        time.sleep(1)
+
+
+def watch(config: Path, env: dict[str, str]) -> None:
+    """`status --watch 2` for WATCH_SECONDS, its output passed through, then Ctrl-C (SIGINT), as a user stops it."""
+    watching = subprocess.Popen(
+        [sys.executable, "-m", "supervisor", "status", "--config", str(config), "--watch", "2"],
+        env=cli_env(env),
+        stdout=subprocess.PIPE,  # not a terminal: each refresh is printed below the last, not over the screen
+        stderr=sys.stderr,
+        text=True,
+    )
+    assert watching.stdout is not None
+
+    def relay() -> None:
+        for line in watching.stdout:  # type: ignore[union-attr]
+            print(f"  {line}", end="", flush=True)
+
+    relaying = threading.Thread(target=relay, daemon=True)
+    relaying.start()
+    time.sleep(WATCH_SECONDS)
+    watching.send_signal(signal.SIGINT)
+    watching.wait(30)
+    relaying.join(5)
 
 
 def read_back(root: Path) -> str:
