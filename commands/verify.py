@@ -17,20 +17,24 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated
 
 import anyio
 import anyio.to_thread
 import msgspec
 
+from commands.job_progress import JobProgress, JobTasks, report_until_cancelled, tracked_tasks
 from commands.output import about, document_schema, table_lines
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
 from core.describe import describe_error
 from core.errors import MirrorV3Error, SourceError
+from core.logs import log_event
 from sinks.blob.chain import BlobRange, verify_all
 from sinks.blob.sink import BlobSink
 from sinks.destination import Destination, DestinationCluster
@@ -48,6 +52,8 @@ from workers.spark_session import SparkLaunch, started_spark
 from workers.spark_start import start_spark
 from workers.verify_job import BlobSlice, VerifySlice, run_verify_job
 from workers.verify_task import SliceCheck
+
+log = logging.getLogger("mirror_v3.verify")
 
 
 class FoundDifference(msgspec.Struct, rename="kebab"):
@@ -162,14 +168,22 @@ async def collect_verification(
         prepared: list[_Prepared | None] = [None] * len(mirrors)
         destination_id = await _destination_id(destination.cluster) if mirrors else None
 
+        read = [0]
+
         async def prepare(index: int, mirror: MirrorSpec) -> None:
             prepared[index] = await _prepare(
                 mirror, destination, clusters, config, max_differences, timeout_s, ignore_unmapped, destination_id
             )
+            read[0] += 1
 
+        # Listing a large archive's chains takes a while: said every few seconds, as the job's progress is.
+        reading = JobProgress(f"reading {len(mirrors)} mirrors' sources and destinations", "verify reading", "mirrors")
         async with anyio.create_task_group() as tasks:
-            for index, mirror in enumerate(mirrors):
-                tasks.start_soon(prepare, index, mirror)
+            tasks.start_soon(report_until_cancelled, reading, lambda: JobTasks(read[0], len(mirrors)))
+            async with anyio.create_task_group() as preparing:
+                for index, mirror in enumerate(mirrors):
+                    preparing.start_soon(prepare, index, mirror)
+            tasks.cancel_scope.cancel()
     except TimeoutError:
         raise SourceError(f"reading the source clusters' topics timed out after {timeout_s:g}s") from None
     finally:
@@ -177,20 +191,30 @@ async def collect_verification(
     ready = [p for p in prepared if p is not None]
     work = tuple(s for p in ready for s in p.slices)
     if work:
+        log_event(log, logging.INFO, "verify planned", mirrors=len(ready), slices=len(work))
         await start_spark(config.spark, launch)
-        checks = await anyio.to_thread.run_sync(_run_job, config, work)
+        group = f"mirror-v3.verify.{uuid.uuid4().hex[:12]}"
+        checking = JobProgress(f"verifying {len(work)} slices", "verifying")
+        async with anyio.create_task_group() as watching:
+            watching.start_soon(report_until_cancelled, checking, partial(_job_tasks, group))
+            checks = await anyio.to_thread.run_sync(_run_job, config, work, group)
+            watching.cancel_scope.cancel()
         _apply(ready, checks)
         if not isinstance(checks, str):
             await _check_schemas(ready, checks)
     return VerifyReport([p.row for p in ready])
 
 
-def _run_job(config: Config, work: tuple[VerifySlice, ...]) -> list[SliceCheck] | str:
+def _run_job(config: Config, work: tuple[VerifySlice, ...], group: str) -> list[SliceCheck] | str:
     spark = started_spark()
     try:
-        return run_verify_job(spark, work, f"mirror-v3.verify.{uuid.uuid4().hex[:12]}")
+        return run_verify_job(spark, work, group)
     except MirrorV3Error as exc:
         return str(exc)
+
+
+def _job_tasks(group: str) -> JobTasks:
+    return tracked_tasks(started_spark().sparkContext.statusTracker(), group)
 
 
 async def _prepare(
