@@ -55,6 +55,11 @@ class Schema:
     text: str
     schema_type: str = "AVRO"  # AVRO, JSON or PROTOBUF
     references: tuple[Reference, ...] = ()
+    # A data contract's parts (Confluent 7.4+): the schema's `metadata` and `ruleSet`, each as canonical JSON text
+    # (keys sorted), so that a schema stays a hashable value and two equal contracts compare equal. They travel with
+    # the schema: registered with it, archived with it.
+    metadata: str | None = None
+    rule_set: str | None = None
 
 
 @dataclass(frozen=True)
@@ -193,6 +198,10 @@ def _body(schema: Schema) -> dict[str, Any]:
         body["schemaType"] = schema.schema_type
     if schema.references:
         body["references"] = [{"name": r.name, "subject": r.subject, "version": r.version} for r in schema.references]
+    if schema.metadata is not None:
+        body["metadata"] = json.loads(schema.metadata)
+    if schema.rule_set is not None:
+        body["ruleSet"] = json.loads(schema.rule_set)
     return body
 
 
@@ -200,7 +209,18 @@ def _schema(found: dict[str, Any]) -> Schema:
     references = tuple(
         Reference(str(r["name"]), str(r["subject"]), int(r["version"])) for r in found.get("references") or ()
     )
-    return Schema(str(found["schema"]), str(found.get("schemaType") or "AVRO"), references)
+    return Schema(
+        str(found["schema"]),
+        str(found.get("schemaType") or "AVRO"),
+        references,
+        canonical(found.get("metadata")),
+        canonical(found.get("ruleSet")),
+    )
+
+
+def canonical(part: Any) -> str | None:
+    """A data contract's part as canonical JSON text; None when the registry gave none (or null)."""
+    return None if part is None else json.dumps(part, sort_keys=True, separators=(",", ":"))
 
 
 def _error_code(text: str) -> int | None:

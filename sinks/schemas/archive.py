@@ -138,6 +138,8 @@ class SchemaArchive:
                 source_topic=self._topic,
                 registry=client.url,
                 seen_at=seen_at,
+                metadata=schema.metadata,
+                rule_set=schema.rule_set,
             )
 
         for schema_id in sorted(missing):

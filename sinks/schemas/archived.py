@@ -48,10 +48,13 @@ class ArchivedSchema(msgspec.Struct, frozen=True, rename="kebab", forbid_unknown
     registry: str  # the source registry's URL, for people
     seen_at: str  # RFC 3339 UTC
     format: int = FORMAT
+    # A data contract's parts, as the registry gave them (canonical JSON text); absent in documents archived before.
+    metadata: str | None = None
+    rule_set: str | None = None
 
     def as_schema(self) -> Schema:
         references = tuple(Reference(r.name, r.subject, r.version) for r in self.references)
-        return Schema(self.schema, self.schema_type, references)
+        return Schema(self.schema, self.schema_type, references, self.metadata, self.rule_set)
 
 
 def encode(schema: ArchivedSchema) -> bytes:

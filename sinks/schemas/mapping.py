@@ -21,6 +21,7 @@ registered); then a dict lookup per record. `SchemaIdMap` keeps the answers for 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -270,7 +271,7 @@ class SchemaIdMap:
         for reference in schema.references:
             _, version = self._copy(reference.subject, reference.version, reference.subject)
             references.append(Reference(reference.name, reference.subject, version))
-        return Schema(schema.text, schema.schema_type, tuple(references))
+        return dataclasses.replace(schema, references=tuple(references))
 
     def _registered(self, subject: str, schema: Schema, source_version: int) -> SubjectVersion:
         if self._read_only:

@@ -1,0 +1,52 @@
+"""A schema's data contract (Confluent's `metadata` and `ruleSet`) travels with it: read from the source registry,
+kept in the archive, registered at the destination. Before, the client dropped both."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from kafka_clients.schema_registry import Schema, _body, _schema
+from sinks.schemas.archived import ArchivedSchema, decode, encode
+
+ANSWER: dict[str, Any] = {
+    "schema": '{"type":"string"}',
+    "schemaType": "AVRO",
+    "metadata": {"properties": {"owner": "payments", "email": "p@example.com"}, "tags": {"ssn": ["PII"]}},
+    "ruleSet": {"domainRules": [{"name": "checkSsnLen", "kind": "CONDITION", "type": "CEL", "expr": "size(ssn) == 9"}]},
+}
+
+
+def test_the_registrys_contract_is_kept_and_sent_back_as_it_came() -> None:
+    schema = _schema(ANSWER)
+    assert schema.metadata is not None and schema.rule_set is not None
+    body = _body(schema)
+    assert body["metadata"] == ANSWER["metadata"] and body["ruleSet"] == ANSWER["ruleSet"]
+    # Canonical: the same contract with its keys in another order is the same schema value.
+    reordered = {**ANSWER, "metadata": dict(reversed(list(ANSWER["metadata"].items())))}
+    assert _schema(reordered) == schema and hash(_schema(reordered)) == hash(schema)
+    plain = _schema({"schema": '{"type":"string"}'})
+    assert (plain.metadata, plain.rule_set) == (None, None) and "metadata" not in _body(plain)
+
+
+def test_the_archive_keeps_the_contract_and_reads_documents_written_before_it() -> None:
+    schema = _schema(ANSWER)
+    document = ArchivedSchema(
+        id=7,
+        schema_type=schema.schema_type,
+        schema=schema.text,
+        references=(),
+        subjects=(("orders-value", 1),),
+        source_cluster="prod",
+        source_topic="orders",
+        registry="http://registry:8081",
+        seen_at="2026-11-28T00:00:00Z",
+        metadata=schema.metadata,
+        rule_set=schema.rule_set,
+    )
+    kept = decode(encode(document))
+    assert kept is not None and kept.as_schema() == schema
+    older = json.loads(encode(document))
+    del older["metadata"], older["rule-set"]
+    before = decode(json.dumps(older).encode())
+    assert before is not None and before.as_schema() == Schema(schema.text, schema.schema_type)
