@@ -16,7 +16,6 @@ with their writer's statistics) and one commit per round.
 
 from __future__ import annotations
 
-import itertools
 import json
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
@@ -27,7 +26,7 @@ import pyarrow.parquet as pq
 from core.describe import describe_error
 from core.file_statistics import FileStatistics, file_statistics
 from core.records import KAFKA_SCHEMA
-from sinks.tables.iceberg import COMMIT_ATTEMPTS, TableError, refuse_moved
+from sinks.tables.iceberg import TableError, commit_attempts, refuse_moved
 from sinks.tables.positions import TableFile, TablePositions
 from sinks.tables.rewrites import MAINTENANCE_KEY, FileChange, plan_rewrite
 
@@ -124,18 +123,12 @@ class DeltaArchiveTable:
         return self._attempts("rewrite", once)
 
     def _attempts(self, operation: str, once: Callable[[], T]) -> T:
-        """`once()` until it returns, tried again on the refreshed table after a lost race, COMMIT_ATTEMPTS times in
-        all; TableError for anything else (a TableError of its own passes as it is)."""
-        for attempt in itertools.count(1):
-            try:
-                return once()
-            except TableError:
-                raise
-            except Exception as exc:
-                self._table = None
-                if attempt >= COMMIT_ATTEMPTS or not _is_conflict(exc):
-                    raise TableError(self.identifier, operation, describe_error(exc)) from exc
-        raise AssertionError("unreachable")  # itertools.count never ends
+        """`commit_attempts` of this table: a lost race is another version taking the commit's number."""
+
+        def forget() -> None:
+            self._table = None  # refreshed at the next attempt
+
+        return commit_attempts(self.identifier, operation, lambda _attempt: once(), _is_conflict, forget)
 
     @staticmethod
     def _add(file: TableFile, action: Any, storage: dict[str, str] | None, data_change: bool = True) -> Any:

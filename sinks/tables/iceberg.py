@@ -69,6 +69,28 @@ class TableError(DestinationError):
         super().__init__(f"table {table}: {operation} failed: {cause}")
 
 
+def commit_attempts(
+    table: str,
+    operation: str,
+    once: Callable[[int], T],
+    lost_race: Callable[[Exception], bool],
+    forget: Callable[[], None],
+) -> T:
+    """`once(attempt)` until it returns: after a commit that lost a race to another writer's (`lost_race`), again on
+    the refreshed table (`forget` drops the loaded one), COMMIT_ATTEMPTS times in all. Anything else is a TableError
+    at once (a TableError of `once`'s own passes as it is). Both formats' commits and rewrites go through it."""
+    for attempt in itertools.count(1):
+        try:
+            return once(attempt)
+        except TableError:
+            raise
+        except Exception as exc:
+            forget()
+            if attempt >= COMMIT_ATTEMPTS or not lost_race(exc):
+                raise TableError(table, operation, describe_error(exc)) from exc
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
 @dataclass(frozen=True)
 class IcebergCatalog:
     """Where an archive's tables are kept: PyIceberg catalog properties (`type`, `uri`, `warehouse`, ...), secrets
@@ -229,24 +251,15 @@ class IcebergTable:
         return table
 
     def _attempts(self, operation: str, once: Callable[[int], T]) -> T:
-        """`once(attempt)` until it returns, tried again on the refreshed table after a lost race (PyIceberg's
-        CommitFailedException), COMMIT_ATTEMPTS times in all; TableError for anything else (a TableError of its own
-        passes as it is)."""
+        """`commit_attempts` of this table: a lost race is PyIceberg's CommitFailedException."""
         from pyiceberg.exceptions import CommitFailedException
 
-        for attempt in itertools.count(1):
-            try:
-                return once(attempt)
-            except CommitFailedException as exc:
-                self._table = None  # refreshed at the next attempt
-                if attempt >= COMMIT_ATTEMPTS:
-                    raise TableError(self.identifier, operation, describe_error(exc)) from exc
-            except TableError:
-                raise
-            except Exception as exc:
-                self._table = None
-                raise TableError(self.identifier, operation, describe_error(exc)) from exc
-        raise AssertionError("unreachable")  # itertools.count never ends
+        def forget() -> None:
+            self._table = None  # refreshed at the next attempt
+
+        return commit_attempts(
+            self.identifier, operation, once, lambda exc: isinstance(exc, CommitFailedException), forget
+        )
 
     def _expiry(self, table: Any) -> Expiry | None:
         """The old snapshots to remove with this commit, if the table keeps them for a limited time and its whole
