@@ -25,6 +25,8 @@ def test_quickstart_mirrors_sample_data_and_prints_status(tmp_path: Path) -> Non
         timeout=900,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    # `plan` explained init's config before the run: its three partitions, each to its own chain.
+    assert len(re.findall(rf"^  \S*\s*{TOPIC}\s+[012]\s", result.stdout, re.M)) >= 3, result.stdout
     # While it ran: its endpoints named and ready, `status --watch` refreshed with the live records' lag and state,
     # the lag series of /metrics shown; then a clean stop.
     assert f"running: http://127.0.0.1:{port}/metrics, /readyz" in result.stdout and "  /readyz: 200" in result.stdout

@@ -50,7 +50,13 @@ def main() -> int:
             produce(broker.bootstrap, TOPIC, partition, generate_records(RECORDS_PER_PARTITION, seed=partition))
         say(f"produced {PARTITIONS} x {RECORDS_PER_PARTITION} sample records to {TOPIC} on {broker.bootstrap}")
         write_config(config_path, broker.bootstrap, archive.root)
-        say(f"wrote {config_path.name} with `init`; mirroring into {archive.root}/ (Spark takes a few seconds)")
+        say(f"wrote {config_path.name} with `init`; `plan` says what it will mirror:")
+        planned = run_cli("plan", "--config", str(config_path), env=env)
+        print("".join(f"  {line}\n" for line in planned.stdout.splitlines()), end="", file=sys.stdout)
+        if planned.returncode != 0:
+            say(f"plan failed: {planned.stderr.strip()}")
+            return 1
+        say(f"mirroring into {archive.root}/ (Spark takes a few seconds)")
         log = workdir / "quickstart-mirror.log"
         log.unlink(missing_ok=True)
         say(f"the mirror's log: {log.name}")
