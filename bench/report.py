@@ -25,7 +25,10 @@ BASELINES = {
     "kcat": "raw consume (kcat)",
     "raw-parquet": "raw consume + zstd Parquet, 1 thread",
     "raw-copy": "raw copy (consume → produce)",
+    "mm2-eos": "MirrorMaker 2 3.9.1, exactly-once (peer)",
+    "mm2": "MirrorMaker 2 3.9.1, default at-least-once (peer)",
 }
+KAFKA_TO_KAFKA = ("raw-copy", "mm2-eos", "mm2", "kafka-preserve", "kafka-renumber")
 PATHS = {
     "filesystem": "mirror → filesystem",
     "filesystem-table": "mirror → filesystem + Iceberg table",
@@ -168,6 +171,16 @@ def targets(rows: list[Row], tp: Throughput) -> list[tuple[str, str, str]]:
         for mode in ("kafka-preserve", "kafka-renumber"):
             if copy and (kafka := tp.rate(cell, mode)):
                 found.append((f"{PATHS[mode]} ≥ 0.7× raw copy ({cell})", f"{kafka / copy:.2f}×", kafka >= 0.7 * copy))
+        # Issue 50: ahead of MirrorMaker 2 in the same run.
+        eos, alo = tp.rate(cell, "mm2-eos"), tp.rate(cell, "mm2")
+        for mode, peer, label, bound in (
+            ("kafka-preserve", eos, "MirrorMaker 2 exactly-once", 1.2),
+            ("kafka-preserve", alo, "MirrorMaker 2 at-least-once", 0.9),
+            ("kafka-renumber", eos, "MirrorMaker 2 exactly-once", 1.0),
+        ):
+            if peer and (kafka := tp.rate(cell, mode)):
+                what = f"{PATHS[mode]} ≥ {bound:g}× {label} ({cell})"
+                found.append((what, f"{kafka / peer:.2f}×", kafka >= bound * peer))
     for r in rows:
         if r["kind"] == "latency" and "p99" in r:
             bound = r["max_time_ms"] / 1000 + 0.5
@@ -201,7 +214,7 @@ def throughput_section(tp: Throughput, cpus: int, chart: str | None) -> list[str
         raw, copy, record = tp.rate(cell, "raw"), tp.rate(cell, "raw-copy"), KEY_BYTES + tp.row(cell)["value_size"]
         for path in tp.paths(cell):
             rate = tp.rate(cell, path) or 0.0
-            to_copy = f"{rate / copy:.2f}" if copy and path in ("raw-copy", "kafka-preserve", "kafka-renumber") else "-"
+            to_copy = f"{rate / copy:.2f}" if copy and path in KAFKA_TO_KAFKA else "-"
             name = BASELINES.get(path) or PATHS[path]
             to_raw = f"{rate / raw:.2f}" if raw else "-"
             table.append((cell, name, spread(tp.rates(cell, path), num), num(rate * record / 1e6, 1), to_raw, to_copy))

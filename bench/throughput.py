@@ -5,8 +5,10 @@ path runs, a raw consume -> produce copy to a destination broker drain it first.
 each destination in turn (a directory; a fresh bucket on a moto server started for the cell; a fresh topic per
 offsets mode on the destination broker), one mirror per partition in one process, timed from the moment it can read
 (its `spark session ready` line, or the last `mirror starting` line if later) to its last `flushed` line, and the
-destination is verified after the drain. psutil samples the CPU of every process meanwhile. With `table=iceberg`,
-the filesystem path runs twice: as it is, and with the archive an Iceberg table (issue 48: what the table adds).
+destination is verified after the drain. psutil samples the CPU of every process meanwhile. Beside a Kafka path,
+MirrorMaker 2 copies the same backlog to the destination broker in both its modes (bench.mirror_maker). With
+`table=iceberg`, the filesystem path runs twice: as it is, and with the archive an Iceberg table (issue 48: what the
+table adds).
 """
 
 from __future__ import annotations
@@ -21,12 +23,14 @@ from typing import Any
 from bench import raw
 from bench.durable import table_holds
 from bench.mirror import Context, finish, flushes, start, wait_for, wait_landed
+from bench.mirror_maker import MODES, mm2_backlog
 from bench.procs import Sampler
 from bench.profilers import PySpy, jfr_options, jfr_summary, py_spy
 from bench.scenarios import TABLE, Scenario
 from testkit.kafka_broker import KafkaBroker
 from testkit.kafka_data import create_topic, delete_topic
 from testkit.mirror_run import log_time
+from testkit.ports import free_port
 from testkit.s3_servers import MotoServer
 from testkit.targets import FilesystemTarget, KafkaTarget, S3Target, Target
 
@@ -86,6 +90,11 @@ def measure(s: Scenario, ctx: Context) -> Iterator[dict[str, Any]]:
             create_topic(destination.bootstrap, f"{topic}.copy", s.partitions)
             seconds = raw.copy(ctx.bootstrap, destination.bootstrap, topic, f"{topic}.copy", ends, ctx.timeout)
             yield {**cell, "path": "raw-copy", "seconds": seconds}
+            for peer in MODES if s.mirror_maker else ():  # the Kafka -> Kafka peer, on the same backlog
+                copied = mm2_backlog(
+                    ctx.bootstrap, ctx.broker_pid, destination, topic, ends, peer, ctx.logs, free_port(), ctx.timeout
+                )
+                yield {**cell, "path": peer, **copied}
         # With a table, the filesystem path runs twice, which one first alternating from round to round: the second
         # run of a cell found the first's gigabyte in the page cache and ran up to 23 % slower, table or not.
         table_first = s.table == "iceberg" and next(_ROUNDS[(s.value_size, s.partitions)]) % 2 == 1
