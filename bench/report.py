@@ -36,7 +36,20 @@ PATHS = {
     "kafka-preserve": "mirror → Kafka (preserve)",
     "kafka-renumber": "mirror → Kafka (renumber)",
 }
-COLOURS = ("#4d4d4d", "#8c8c8c", "#bfbfbf", "#e0e0e0", "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728")
+# One per baseline and path, in their order (the peers' in purple and brown).
+COLOURS = (
+    "#4d4d4d",
+    "#8c8c8c",
+    "#bfbfbf",
+    "#e0e0e0",
+    "#9467bd",
+    "#8c564b",
+    "#1f77b4",
+    "#17becf",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+)
 CPU_COLUMNS = (MIRROR, JVM, "source broker", "destination server")
 IDLE_HEADER = (
     "mirrors|config|RSS Python MiB|RSS JVM MiB|RSS total MiB|CPU Python cores|CPU JVM cores|CPU broker cores|fds|"
