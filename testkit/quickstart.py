@@ -66,6 +66,11 @@ def main() -> int:
                 if port:
                     say(f"running: http://127.0.0.1:{port}/metrics, /readyz, /healthz and /mirrors")
                     print(f"  /readyz: {fetch(port, '/readyz')}")
+                backlog = dict.fromkeys(range(PARTITIONS), RECORDS_PER_PARTITION)
+                run.wait_for_offsets(lambda p: archive.next_offset(TOPIC, p), backlog, 300)
+                say(
+                    f"the {PARTITIONS} x {RECORDS_PER_PARTITION} sample records are in the archive; now it mirrors live"
+                )
                 live = threading.Thread(target=produce_live, args=(broker.bootstrap,), daemon=True)
                 live.start()
                 say(f"`status --watch` for {WATCH_SECONDS} s while more records arrive (Ctrl-C ends a real one):")
