@@ -3,7 +3,9 @@
 Every error is a `ConfigError` whose message starts with the field path (`mirrors[3].partition: ...`)
 so the CLI can print it as one line; errors about a field that appears in the file end with its
 line number. Problems that have no field (unreadable file, YAML syntax, empty file) start with the
-file name instead.
+file name instead. A file with several problems is one `ConfigErrors` holding each (the CLI prints a
+line each): every unknown key, value outside its choices and missing field the walk finds, and the
+first other problem decoding meets.
 
 Environment references, in string values only (never in keys):
 
