@@ -27,7 +27,7 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from bench.procs import MIRROR, Sampler
+from bench.procs import JVM, MIRROR, Sampler
 from testkit.kafka_broker import KafkaBroker, java_executable
 from testkit.kafka_data import create_topic, watermarks
 from testkit.maven_jars import JarSet
@@ -173,7 +173,7 @@ def mm2_backlog(
         process.terminate()
         process.wait(60)
     cpu = sampler.cpu_between(first, done)
-    mm2_cpu = cpu.pop(MIRROR, 0.0) + cpu.pop("Spark JVM + workers", 0.0)
+    mm2_cpu = cpu.pop(MIRROR, 0.0) + cpu.pop(JVM, 0.0)  # the JVM and anything below it
     return {
         "began_at": first,
         "seconds": round(done - first, 3),

@@ -605,10 +605,7 @@ def _known_fields(path: FieldPath, data: Any, root: mi.Type = _CONFIG_TYPE) -> l
         (m for m in structs if m.tag_field is not None and _value_at(data, (*path, m.tag_field)) == m.tag),
         structs[0] if structs else None,
     )
-    if chosen is None:
-        return []
-    names = [f.encode_name for f in chosen.fields]
-    return [chosen.tag_field, *names] if chosen.tag_field else names
+    return [] if chosen is None else _field_names(chosen)
 
 
 def _is_scalar(value: Any) -> bool:
