@@ -1,15 +1,13 @@
 """Which chains an S3 archive holds: the key segments and partitions mirror-v3 wrote under its prefix
 (`<prefix>/<name>/<partition>/<blobs>`).
 
-Blocking (run it in a thread): S3 ListObjectsV2 with a delimiter, one page (1 000 names) per request, retried
-under the archive's retry policy (listing is idempotent). A name whose entries are not partition numbers (the
-claims directory `_claims`, anything else put there) is passed over. Cost: one listing of the prefix and one per
-name.
+Blocking (run it in a thread): S3 ListObjectsV2 with a delimiter through botocore's paginator, one page (1 000
+names) per request; a failed request lists again from the start under the archive's retry policy (listing is
+idempotent). A name whose entries are not partition numbers (the claims directory `_claims`, anything else put
+there) is passed over. Cost: one listing of the prefix and one per name.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from sinks.retry import RetryPolicy, retry_transient_sync
 from sinks.s3.errors import call_blocking
@@ -31,21 +29,13 @@ def s3_chains(settings: S3Settings, prefix: str | None, retry: RetryPolicy) -> d
 
 
 def _common_prefixes(settings: S3Settings, prefix: str, retry: RetryPolicy) -> list[str]:
-    """The next segment of every key under `prefix` (its "directories")."""
+    """The next segment of every key under `prefix` (its "directories"); a failed page lists again from the start."""
     client = blocking_client(settings)
     where = f"s3://{settings.bucket}/{prefix}"
-    segments: list[str] = []
-    token: str | None = None
-    while True:
-        params: dict[str, Any] = {"Bucket": settings.bucket, "Prefix": prefix, "Delimiter": "/", "MaxKeys": 1000}
-        if token is not None:
-            params["ContinuationToken"] = token
 
-        def page(params: dict[str, Any] = params) -> Any:
-            return call_blocking(f"list {where}", lambda: client.list_objects_v2(**params), settings.bucket)
+    def listing() -> list[str]:
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=settings.bucket, Prefix=prefix, Delimiter="/")
+        return [entry["Prefix"][len(prefix) :].rstrip("/") for entry in pages.search("CommonPrefixes") if entry]
 
-        response = retry_transient_sync(page, retry, f"list {where}")
-        segments += [entry["Prefix"][len(prefix) :].rstrip("/") for entry in response.get("CommonPrefixes", [])]
-        if not response.get("IsTruncated"):
-            return segments
-        token = response["NextContinuationToken"]
+    what = f"list {where}"
+    return retry_transient_sync(lambda: call_blocking(what, listing, settings.bucket), retry, what)

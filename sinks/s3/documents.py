@@ -8,7 +8,7 @@ from typing import Any
 
 from sinks.archive.documents import is_document
 from sinks.s3.errors import PreconditionFailed
-from sinks.s3.store import ConnectionUser, S3Connection, listing_call
+from sinks.s3.store import ConnectionUser, S3Connection
 
 
 class S3Documents(ConnectionUser):
@@ -25,19 +25,10 @@ class S3Documents(ConnectionUser):
     async def _pages(self, directory: str, delimiter: bool) -> list[Any]:
         """Every page of the listing under `directory` (with `delimiter`: one level, as CommonPrefixes)."""
         s3, prefix = await self._s3(), self._prefix(directory)
-        pages: list[Any] = []
-        token: str | None = None
-        while True:
-            params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": prefix, "MaxKeys": 1000}
-            if delimiter:
-                params["Delimiter"] = "/"
-            if token is not None:
-                params["ContinuationToken"] = token
-            page = await self._connection.call(f"list {self.location(directory)}", listing_call(s3, params))
-            pages.append(page)
-            token = page.get("NextContinuationToken")
-            if not page.get("IsTruncated") or token is None:
-                return pages
+        listing = s3.get_paginator("list_objects_v2").paginate(
+            Bucket=self._bucket, Prefix=prefix, **({"Delimiter": "/"} if delimiter else {})
+        )
+        return [page async for page in self._connection.pages(f"list {self.location(directory)}", listing)]
 
     async def names(self, directory: str) -> list[str]:
         return [name for name in await self.listing(directory) if is_document(name)]

@@ -71,8 +71,8 @@ class S3Leases(ConnectionUser):
         s3, prefix = await self._s3(), f"{self._root}{HOLDERS_DIRECTORY}/"
         swept: list[str] = []
         with contextlib.suppress(Exception):
-            pages = s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix)
-            async for page in pages:
+            listing = s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=prefix)
+            async for page in self._connection.pages(f"list s3://{self._bucket}/{prefix}", listing):
                 date = page.get("ResponseMetadata", {}).get("HTTPHeaders", {}).get("date")
                 if not date:
                     continue  # no store clock to age them by

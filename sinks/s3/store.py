@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import aiohttp
@@ -216,6 +216,17 @@ class S3Connection:
             raise TransientDestinationError(f"{what}: no answer within {self.settings.request_timeout_s:g}s") from None
         except (BotoConnectionError, BotoHTTPClientError, aiohttp.ClientError, OSError) as exc:
             raise TransientDestinationError(f"{what}: connection failed: {first_line(exc)}") from None
+
+    async def pages(self, what: str, paginated: AsyncIterable[Any]) -> AsyncIterator[Any]:
+        """The pages of an aiobotocore paginator's listing, each request bounded and classified as `call` does. A
+        failure ends the listing (a paginator cannot resume a failed request): the caller's retry lists again."""
+        pages = aiter(paginated)
+        while True:
+            try:
+                page = await self.call(what, lambda: anext(pages))
+            except StopAsyncIteration:
+                return
+            yield page
 
 
 class ConnectionUser:
@@ -444,14 +455,11 @@ class S3Store(ConnectionUser):
     async def forget_before(self, first_kept: int) -> int:
         """Delete the claims of blobs before `first_kept` (and the empty chain's `start` claim): history no commit
         reads again (`interrupted_commit` looks past the chain's end only). One LIST per 1 000 claims, one
-        DeleteObjects per page."""
+        DeleteObjects per page; a failed request ends it (what it deleted stays deleted: the retry lists again)."""
         s3, below = await self._s3(), f"{self._claims}{first_kept:020d}"
-        removed, start_after = 0, ""
-        while True:
-            params: dict[str, Any] = {"Bucket": self._bucket, "Prefix": self._claims, "MaxKeys": 1000}
-            if start_after:
-                params["StartAfter"] = start_after
-            page = await self._call(f"list s3://{self._bucket}/{self._claims}", listing_call(s3, params))
+        removed = 0
+        listing = s3.get_paginator("list_objects_v2").paginate(Bucket=self._bucket, Prefix=self._claims)
+        async for page in self._connection.pages(f"list s3://{self._bucket}/{self._claims}", listing):
             keys = [entry["Key"] for entry in page.get("Contents", [])]
             history = [key for key in keys if key < below or key == self._claims + START_CLAIM]
             if history:
@@ -461,38 +469,30 @@ class S3Store(ConnectionUser):
                     _deleting(s3, self._bucket, objects),
                 )
                 removed += len(history)
-            if not page.get("IsTruncated") or not keys:
-                return removed
-            start_after = keys[-1]
+        return removed
 
     async def abort_incomplete_uploads(self) -> list[str]:
-        """Abort multipart uploads an interrupted commit left under this prefix; returns their keys."""
+        """Abort multipart uploads an interrupted commit left under this prefix; returns their keys. One LIST per
+        1 000 uploads."""
         s3 = await self._s3()
+        listing = s3.get_paginator("list_multipart_uploads").paginate(Bucket=self._bucket, Prefix=self._prefix)
+        aborted = []
         try:
-            response = await self._call(
-                f"list uploads {self.location('')}",
-                lambda: s3.list_multipart_uploads(Bucket=self._bucket, Prefix=self._prefix),
-            )
+            async for page in self._connection.pages(f"list uploads {self.location('')}", listing):
+                for upload in page.get("Uploads", []):
+                    await self._call(
+                        f"abort upload s3://{self._bucket}/{upload['Key']}",
+                        lambda upload=upload: s3.abort_multipart_upload(  # type: ignore[misc]
+                            Bucket=self._bucket, Key=upload["Key"], UploadId=upload["UploadId"]
+                        ),
+                    )
+                    aborted.append(upload["Key"])
         except NotImplementedByStore:
             return []  # a store without multipart listing has no leftovers we could see or abort
-        aborted = []
-        for upload in response.get("Uploads", []):
-            await self._call(
-                f"abort upload s3://{self._bucket}/{upload['Key']}",
-                lambda upload=upload: s3.abort_multipart_upload(  # type: ignore[misc]
-                    Bucket=self._bucket, Key=upload["Key"], UploadId=upload["UploadId"]
-                ),
-            )
-            aborted.append(upload["Key"])
         return aborted
 
     async def _call(self, what: str, operation: Callable[[], Awaitable[T]]) -> T:
         return await self._connection.call(what, operation)
-
-
-def listing_call(s3: Any, params: dict[str, Any]) -> Any:
-    """A ListObjectsV2 request as the connection's retried call takes it (params bound now, not in a loop)."""
-    return lambda: s3.list_objects_v2(**params)
 
 
 def _deleting(s3: Any, bucket: str, objects: dict[str, Any]) -> Any:
