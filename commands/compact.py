@@ -20,10 +20,12 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import anyio
 import anyio.to_thread
 
+from commands.job_progress import JobProgress, reported, spark_job_tasks
 from config import ConfigError
 from config.model import Config
 from core.errors import MirrorV3Error
@@ -154,9 +156,10 @@ async def _compact_chains(
                 done[index].redundant_removed = len(survey.redundant)
     if work:
         await start_spark(config.spark, launch)
-        outcomes = await anyio.to_thread.run_sync(
-            lambda: run_compaction_job(started_spark(), tuple(work), f"mirror-v3.compact.{uuid.uuid4().hex[:12]}")
-        )
+        group = f"mirror-v3.compact.{uuid.uuid4().hex[:12]}"
+        merging = JobProgress(f"merging {len(work)} runs of blobs", "compacting")
+        async with reported(merging, partial(spark_job_tasks, group)):
+            outcomes = await anyio.to_thread.run_sync(lambda: run_compaction_job(started_spark(), tuple(work), group))
         committed: dict[int, list[RedundantRun]] = {}
         for (index, number), outcome in zip(where, outcomes, strict=True):
             chain, survey = surveys[index]

@@ -37,9 +37,10 @@ import anyio
 import anyio.to_thread
 from prometheus_client import CollectorRegistry
 
+from commands.job_progress import JobProgress, reported, spark_job_tasks
 from commands.output import table_lines
 from commands.restore_groups import RestoredRange, restore_positions
-from commands.restore_progress import Progress, RestoreMetrics
+from commands.restore_progress import RestoreMetrics, restored_so_far
 from commands.restore_topics import RestoredTopic, prepare_topics, restored_topics
 from config.errors import ConfigError
 from config.restore import RestoreConfig, RestoreEntry
@@ -429,12 +430,17 @@ async def narrow_by_time(config: RestoreConfig, parts: list[RestorePartition]) -
     if not work:
         return
 
-    def run() -> list[tuple[int | None, int | None]]:
-        return run_time_search_job(started_spark(), tuple(w for _, w in work), _job_group("times"))
+    group = _job_group("times")
 
+    def run() -> list[tuple[int | None, int | None]]:
+        return run_time_search_job(started_spark(), tuple(w for _, w in work), group)
+
+    searching = JobProgress(f"finding the time bounds in {len(work)} slices", "restore finding time bounds")
+    async with reported(searching, partial(spark_job_tasks, group)):
+        found = await anyio.to_thread.run_sync(run)
     since: dict[str, int] = {}  # chain → the first slice's answer, in offset order
     until: dict[str, int] = {}
-    for (part, _), (found_since, found_until) in zip(work, await anyio.to_thread.run_sync(run), strict=True):
+    for (part, _), (found_since, found_until) in zip(work, found, strict=True):
         if found_since is not None:
             since.setdefault(part.name, found_since)
         if found_until is not None:
@@ -467,10 +473,15 @@ async def survey(config: RestoreConfig, parts: list[RestorePartition], fields: t
     if not work:
         return
 
-    def run() -> list[ArchiveSurvey]:
-        return run_survey_job(started_spark(), tuple(r for _, r in work), _job_group("survey"))
+    group = _job_group("survey")
 
-    for (part, _), found in zip(work, await anyio.to_thread.run_sync(run), strict=True):
+    def run() -> list[ArchiveSurvey]:
+        return run_survey_job(started_spark(), tuple(r for _, r in work), group)
+
+    surveying = JobProgress(f"surveying {len(work)} slices of the archive", "restore surveying")
+    async with reported(surveying, partial(spark_job_tasks, group)):
+        surveys = await anyio.to_thread.run_sync(run)
+    for (part, _), found in zip(work, surveys, strict=True):
         assert part.survey is not None
         so_far = part.survey
         noted = {(name, schema_id): offset for name, schema_id, offset in so_far.schema_ids}
@@ -657,11 +668,21 @@ async def _for_each(parts: list[RestorePartition], check: Callable[[RestoreParti
         raise failures[0]
 
 
-async def restore_all(
-    config: RestoreConfig, parts: list[RestorePartition], progress: Progress, metrics: RestoreMetrics
-) -> RestoreSummary:
-    """Run jobs until every partition is restored up to its end."""
+async def restore_all(config: RestoreConfig, parts: list[RestorePartition], metrics: RestoreMetrics) -> RestoreSummary:
+    """Run jobs until every partition is restored up to its end, the offsets produced shown as they commit."""
     started = time.monotonic()
+    progress = JobProgress(f"restoring {len(parts)} partitions", "restoring", "offsets")
+    async with reported(progress, restored_so_far(parts)):
+        await _restore_jobs(config, parts, metrics)
+    return RestoreSummary(
+        len(parts),
+        sum(p.records for p in parts),
+        sum(p.record_bytes for p in parts),
+        time.monotonic() - started,
+    )
+
+
+async def _restore_jobs(config: RestoreConfig, parts: list[RestorePartition], metrics: RestoreMetrics) -> None:
     per_task = config.spark.offsets_per_task
     while True:
         active = [p for p in parts if p.position is not None and p.position < p.end]
@@ -694,14 +715,6 @@ async def restore_all(
         if failed is not None:
             # What the other partitions produced is recorded above; a rerun continues every one of them.
             raise RestoreFailedError(str(failed)) from None
-        progress.update(parts)
-    progress.finish(parts)
-    return RestoreSummary(
-        len(parts),
-        sum(p.records for p in parts),
-        sum(p.record_bytes for p in parts),
-        time.monotonic() - started,
-    )
 
 
 TABLE_COLUMNS = ("ARCHIVED", "PARTITION", "TOPIC", "RANGE", "OFFSETS", "RECORDS", "HOLES", "FIRST-HOLE")
@@ -925,7 +938,7 @@ class SparkKafkaIO:
         try:
             await open_destinations(config, parts, metrics, views)
             stamped_by_broker = await log_append_time_topics(parts)
-            summary = await restore_all(config, parts, Progress(parts), metrics)
+            summary = await restore_all(config, parts, metrics)
         finally:
             await close_all(parts)
             if endpoint is not None:

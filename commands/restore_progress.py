@@ -1,5 +1,6 @@
-"""How a restore reports where it is: on stderr for the person who started it (`Progress`), and as the
-Prometheus series of `run` for the monitoring that watches it (`RestoreMetrics`).
+"""How a restore reports where it is: on stderr for the person who started it (`restored_so_far`, shown by
+`commands.job_progress` as every long command's progress is), and as the Prometheus series of `run` for the
+monitoring that watches it (`RestoreMetrics`).
 
 Both read the same per-partition facts (`RestoreState`): the archived range [first, end), the next archived
 offset the destination holds (`position`), and what this run produced.
@@ -7,19 +8,14 @@ offset the destination holds (`position`), and what this run produced.
 
 from __future__ import annotations
 
-import logging
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from core.logs import log_event
+from commands.job_progress import JobTasks
 from sinks.kafka.produce import ProducedRange
 from telemetry.metrics import MetricFamilies, MirrorMetrics
 
-log = logging.getLogger("mirror_v3.restore")
-
-PROGRESS_EVERY_S = 5.0
 ARCHIVE_CLUSTER = "archive"  # the `cluster` label of a restore's series: its source is the archive
 
 
@@ -37,53 +33,16 @@ class RestoreState(Protocol):
     record_bytes: int
 
 
-class Progress:
-    """Records, MB/s and ETA on stderr: a bar redrawn in place on a terminal, an INFO line every few seconds
-    otherwise. The ETA assumes the offsets still to restore go at the rate so far."""
+def restored_so_far(parts: Sequence[RestoreState]) -> Callable[[], JobTasks]:
+    """What the restore of `parts` has done since now: the offsets produced of those left to produce (a rerun's
+    total is what was left), with the records and bytes they carried."""
+    left_at_start = sum(_left(p) for p in parts)
 
-    def __init__(self, parts: Sequence[RestoreState], tty: bool | None = None) -> None:
-        self._tty = sys.stderr.isatty() if tty is None else tty
-        self._started = time.monotonic()
-        self._last_line = 0.0
-        self._offsets_at_start = sum(_left(p) for p in parts)
+    def read() -> JobTasks:
+        done = left_at_start - sum(_left(p) for p in parts)
+        return JobTasks(done, left_at_start, sum(p.records for p in parts), sum(p.record_bytes for p in parts))
 
-    def _numbers(self, parts: Sequence[RestoreState]) -> tuple[int, int, float, float, float | None]:
-        records = sum(p.records for p in parts)
-        left = sum(_left(p) for p in parts)
-        elapsed = max(1e-6, time.monotonic() - self._started)
-        megabytes = sum(p.record_bytes for p in parts) / 1e6 / elapsed
-        done = self._offsets_at_start - left
-        eta = left * elapsed / done if done > 0 else None
-        return records, left, records / elapsed, megabytes, eta
-
-    def update(self, parts: Sequence[RestoreState]) -> None:
-        records, left, rate, megabytes, eta = self._numbers(parts)
-        if self._tty:
-            total = max(1, self._offsets_at_start)
-            share = (total - left) / total
-            bar = "#" * int(share * 30)
-            when = "-" if eta is None else f"{eta:.0f}s"
-            sys.stderr.write(
-                f"\r[{bar:<30}] {share:6.1%} {records} records {rate:,.0f}/s {megabytes:.1f} MB/s ETA {when}  "
-            )
-            sys.stderr.flush()
-            return
-        now = time.monotonic()
-        if now - self._last_line < PROGRESS_EVERY_S:
-            return
-        self._last_line = now
-        fields = {
-            "records": records,
-            "offsets_left": left,
-            "records_per_s": round(rate),
-            "mb_per_s": round(megabytes, 2),
-            "eta_s": None if eta is None else round(eta),
-        }
-        log_event(log, logging.INFO, "restoring", **fields)
-
-    def finish(self, parts: Sequence[RestoreState]) -> None:
-        if self._tty:
-            sys.stderr.write("\n")
+    return read
 
 
 def _left(part: RestoreState) -> int:

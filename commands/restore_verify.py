@@ -24,6 +24,7 @@ from typing import Annotated
 
 import msgspec
 
+from commands.job_progress import JobProgress, JobTasks, reported
 from commands.output import about, document_schema, table_lines
 from commands.restore import (
     DestinationAheadError,
@@ -175,16 +176,18 @@ async def _topics(config: RestoreConfig, parts: list[RestorePartition], store: A
 
 async def _partitions(config: RestoreConfig, parts: list[RestorePartition], io: RestoreIO) -> list[PartitionCheck]:
     """Each part as a rerun of `restore` finds it (`destination_position`: the same rule, the same schema mapping)."""
-    checks = []
-    for part in parts:
-        row = PartitionCheck(part.name, part.topic, part.partition, part.first, part.end, None, None)
-        try:
-            row.restored_to = await destination_position(config, part, io)
-        except DestinationAheadError as exc:
-            row.restored_to, row.beyond, row.error = exc.held_to, exc.beyond, str(exc)
-        except Exception as exc:
-            row.error = describe_error(exc)
-        checks.append(row)
+    checks: list[PartitionCheck] = []
+    reading = JobProgress(f"reading {len(parts)} restored partitions", "verify reading", "partitions")
+    async with reported(reading, lambda: JobTasks(len(checks), len(parts))):
+        for part in parts:
+            row = PartitionCheck(part.name, part.topic, part.partition, part.first, part.end, None, None)
+            try:
+                row.restored_to = await destination_position(config, part, io)
+            except DestinationAheadError as exc:
+                row.restored_to, row.beyond, row.error = exc.held_to, exc.beyond, str(exc)
+            except Exception as exc:
+                row.error = describe_error(exc)
+            checks.append(row)
     return checks
 
 

@@ -28,7 +28,7 @@ import anyio
 import anyio.to_thread
 import msgspec
 
-from commands.job_progress import JobProgress, JobTasks, report_until_cancelled, tracked_tasks
+from commands.job_progress import JobProgress, JobTasks, reported, spark_job_tasks
 from commands.output import about, document_schema, table_lines
 from config.estate import MirrorSpec, Shard, compile_entries
 from config.model import Config
@@ -178,12 +178,9 @@ async def collect_verification(
 
         # Listing a large archive's chains takes a while: said every few seconds, as the job's progress is.
         reading = JobProgress(f"reading {len(mirrors)} mirrors' sources and destinations", "verify reading", "mirrors")
-        async with anyio.create_task_group() as tasks:
-            tasks.start_soon(report_until_cancelled, reading, lambda: JobTasks(read[0], len(mirrors)))
-            async with anyio.create_task_group() as preparing:
-                for index, mirror in enumerate(mirrors):
-                    preparing.start_soon(prepare, index, mirror)
-            tasks.cancel_scope.cancel()
+        async with reported(reading, lambda: JobTasks(read[0], len(mirrors))), anyio.create_task_group() as preparing:
+            for index, mirror in enumerate(mirrors):
+                preparing.start_soon(prepare, index, mirror)
     except TimeoutError:
         raise SourceError(f"reading the source clusters' topics timed out after {timeout_s:g}s") from None
     finally:
@@ -195,10 +192,8 @@ async def collect_verification(
         await start_spark(config.spark, launch)
         group = f"mirror-v3.verify.{uuid.uuid4().hex[:12]}"
         checking = JobProgress(f"verifying {len(work)} slices", "verifying")
-        async with anyio.create_task_group() as watching:
-            watching.start_soon(report_until_cancelled, checking, partial(_job_tasks, group))
+        async with reported(checking, partial(spark_job_tasks, group)):
             checks = await anyio.to_thread.run_sync(_run_job, config, work, group)
-            watching.cancel_scope.cancel()
         _apply(ready, checks)
         if not isinstance(checks, str):
             await _check_schemas(ready, checks)
@@ -211,10 +206,6 @@ def _run_job(config: Config, work: tuple[VerifySlice, ...], group: str) -> list[
         return run_verify_job(spark, work, group)
     except MirrorV3Error as exc:
         return str(exc)
-
-
-def _job_tasks(group: str) -> JobTasks:
-    return tracked_tasks(started_spark().sparkContext.statusTracker(), group)
 
 
 async def _prepare(

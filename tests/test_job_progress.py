@@ -11,7 +11,8 @@ import anyio
 import anyio.from_thread
 import pytest
 
-from commands.job_progress import JobProgress, JobTasks, report_until_cancelled, tracked_tasks
+from commands.job_progress import JobProgress, JobTasks, report_until_cancelled, reported, tracked_tasks
+from commands.restore_progress import restored_so_far
 
 
 @dataclass
@@ -81,5 +82,76 @@ async def test_the_report_goes_on_until_the_job_ends() -> None:
                 anyio.from_thread.run_sync(job.cancel_scope.cancel)
             return reads.pop(0)
 
-        job.start_soon(report_until_cancelled, progress, read, 0)
+        progress.every_s = 0
+        job.start_soon(report_until_cancelled, progress, read)
     assert stream.getvalue().count("\r") == 2 and stream.getvalue().endswith("\n")
+
+
+def test_moved_records_add_their_count_and_rates(caplog: pytest.LogCaptureFixture) -> None:
+    now = [0.0]
+    stream = io.StringIO()
+    bar = JobProgress("restoring 4 partitions", "restoring", "offsets", tty=True, stream=stream, clock=lambda: now[0])
+    line = JobProgress("restoring 4 partitions", "restoring", "offsets", tty=False, clock=lambda: now[0])
+    now[0] = 10.0
+    moved = JobTasks(250, 1000, records=240, record_bytes=2_000_000)
+    bar.show(moved)
+    with caplog.at_level(logging.INFO, logger="mirror_v3.progress"):
+        line.show(moved)
+    assert stream.getvalue().startswith(
+        "\rrestoring 4 partitions: ["
+        + "#" * 7
+        + " " * 23
+        + "] 250/1000 offsets, 240 records 24/s 0.2 MB/s, 10s, ETA 30s"
+    )
+    fields = caplog.records[0].mirror_v3_fields  # type: ignore[attr-defined]
+    assert fields == {
+        "what": "restoring 4 partitions",
+        "done": 250,
+        "of": 1000,
+        "unit": "offsets",
+        "elapsed_s": 10,
+        "eta_s": 30,
+        "records": 240,
+        "records_per_s": 24,
+        "mb_per_s": 0.2,
+    }
+
+
+@dataclass
+class Part:
+    """A restored partition's numbers as `restored_so_far` reads them (`RestoreState`)."""
+
+    first: int
+    end: int
+    position: int | None
+    records: int = 0
+    record_bytes: int = 0
+    name: str = "t/0"
+    archived: str = "t"
+    partition: int = 0
+    topic: str = "t"
+
+
+def test_a_restore_counts_the_offsets_left_when_it_started() -> None:
+    """A rerun's total is what was left; a partition not yet opened counts from its range's first offset."""
+    parts = [Part(first=0, end=100, position=40), Part(first=10, end=60, position=None)]
+    read = restored_so_far(parts)
+    assert read() == JobTasks(0, 110, 0, 0)
+    parts[0].position, parts[0].records, parts[0].record_bytes = 100, 60, 6000
+    parts[1].position, parts[1].records, parts[1].record_bytes = 30, 18, 900
+    assert read() == JobTasks(80, 110, 78, 6900)
+
+
+async def test_a_reported_block_is_shown_until_it_ends_and_the_bar_then_ends_its_line() -> None:
+    stream = io.StringIO()
+    progress = JobProgress("merging 3 runs", "compacting", tty=True, stream=stream, clock=lambda: 0.0)
+    progress.every_s = 0.01
+    done = [0]
+    async with reported(progress, lambda: JobTasks(done[0], 3)):
+        for _ in range(3):
+            await anyio.sleep(0.05)
+            done[0] += 1
+    shown = stream.getvalue()
+    assert shown.count("\r") >= 3 and "1/3 tasks" in shown and shown.endswith("\n")
+    await anyio.sleep(0.05)
+    assert stream.getvalue() == shown, "nothing is shown once the block has ended"
