@@ -109,3 +109,21 @@ def test_a_jvm_events_stack_trace_is_logged_at_debug_after_its_line(caplog: pyte
     assert line.mirror_v3_fields == {"jvm_logger": "Executor", "exception": "java.io.X: y"}  # type: ignore[attr-defined]
     assert (stack.levelno, stack.getMessage()) == (logging.DEBUG, "jvm stack trace")
     assert stack.mirror_v3_fields["exception"] == event.exception  # type: ignore[attr-defined]
+
+
+async def test_a_slow_spark_start_is_said_to_go_on_until_it_is_ready(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command waiting on a busy cluster's Spark start is never silent for more than STILL_STARTING_EVERY_S."""
+    import time
+
+    import workers.spark_start
+    from config.model import SparkConfig
+
+    monkeypatch.setattr(workers.spark_start, "STILL_STARTING_EVERY_S", 0.05)
+    monkeypatch.setattr(workers.spark_start, "get_spark", lambda *_: time.sleep(0.18))
+    with caplog.at_level(logging.INFO, logger="mirror_v3.supervisor"):
+        await workers.spark_start.start_spark(SparkConfig(master="spark://busy:7077"), None)  # type: ignore[arg-type]
+    said = [record.getMessage() for record in caplog.records]
+    assert said[:2] == ["spark session still starting"] * 2 and said[-1] == "spark session ready"
+    assert caplog.records[0].mirror_v3_fields["master"] == "spark://busy:7077"  # type: ignore[attr-defined]

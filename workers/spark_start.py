@@ -31,10 +31,24 @@ def log_jvm_event(event: JvmEvent) -> None:
         log_event(jvm_log, logging.DEBUG, "jvm stack trace", jvm_logger=logger, exception=event.exception)
 
 
+STILL_STARTING_EVERY_S = 5.0  # a start that takes longer is said to go on this often
+
+
 async def start_spark(config: SparkConfig, launch: SparkLaunch) -> None:
-    """In a worker thread (it takes seconds); SparkStartError when it cannot start."""
+    """In a worker thread (it takes seconds, a minute on a busy cluster: said every STILL_STARTING_EVERY_S, so a
+    command is never silent meanwhile); SparkStartError when it cannot start."""
     began = time.monotonic()
-    # Abandoned when cancelled (a mirror refused its start): the process then exits without waiting for the JVM.
-    await anyio.to_thread.run_sync(get_spark, config, launch, log_jvm_event, abandon_on_cancel=True)
+    async with anyio.create_task_group() as waiting:
+        waiting.start_soon(_say_still_starting, config.master, began)
+        # Abandoned when cancelled (a mirror refused its start): the process then exits without waiting for the JVM.
+        await anyio.to_thread.run_sync(get_spark, config, launch, log_jvm_event, abandon_on_cancel=True)
+        waiting.cancel_scope.cancel()
     elapsed_ms = round((time.monotonic() - began) * 1000)
     log_event(log, logging.INFO, "spark session ready", master=config.master, elapsed_ms=elapsed_ms)
+
+
+async def _say_still_starting(master: str, began: float) -> None:
+    while True:
+        await anyio.sleep(STILL_STARTING_EVERY_S)
+        elapsed_s = round(time.monotonic() - began)
+        log_event(log, logging.INFO, "spark session still starting", master=master, elapsed_s=elapsed_s)
