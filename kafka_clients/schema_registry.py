@@ -6,6 +6,14 @@ Python worker, kept by `registry_for`.
 Errors carry the registry (its URL, never a credential), the request and the registry's answer. What may pass
 (a refused connection, a timeout, a 5xx, 429) is a `RegistryUnavailableError`, which the caller retries as it
 retries its destination; an answer about the request (404, 409, 422, ...) is a `RegistryRequestError`.
+
+Why not confluent-kafka's `SchemaRegistryClient` (pinned, used by the end-to-end tests), checked against 2.16.1: a
+mirror must copy a schema exactly, and that client parses a data contract into its own models, which drop every
+field they do not know (a newer registry's: `tests/test_schema_contracts.py` shows it), while this one passes the
+registry's JSON through; it cannot keep certificate verification while skipping the hostname check
+(`check-hostname: false`), and it sends a static bearer token only with Confluent Cloud's logical-cluster header;
+its own retries would run under ours (a deadline per operation, `sinks.retry`), and it brings httpx, authlib,
+cachetools and attrs into the image. What it would replace here is one request function (`_call`).
 """
 
 from __future__ import annotations

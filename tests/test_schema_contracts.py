@@ -50,3 +50,20 @@ def test_the_archive_keeps_the_contract_and_reads_documents_written_before_it() 
     del older["metadata"], older["rule-set"]
     before = decode(json.dumps(older).encode())
     assert before is not None and before.as_schema() == Schema(schema.text, schema.schema_type)
+
+
+def test_a_contract_field_a_library_model_does_not_know_is_kept() -> None:
+    """A newer registry's contract fields travel as they came. This is why the client is not confluent-kafka's
+    (`kafka_clients.schema_registry`): its models drop them. Should a later version keep them, the second half fails
+    and the choice is worth making again."""
+    from confluent_kafka.schema_registry.schema_registry_client import Metadata, RuleSet
+
+    newer = {
+        **ANSWER,
+        "metadata": {**ANSWER["metadata"], "retention": {"days": 30}},
+        "ruleSet": {"domainRules": [{**ANSWER["ruleSet"]["domainRules"][0], "onFailure": "DLQ", "priority": 2}]},
+    }
+    body = _body(_schema(newer))
+    assert body["metadata"] == newer["metadata"] and body["ruleSet"] == newer["ruleSet"]
+    assert "retention" not in Metadata.from_dict(newer["metadata"]).to_dict()
+    assert "priority" not in RuleSet.from_dict(newer["ruleSet"]).to_dict()["domainRules"][0]
