@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -69,6 +70,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true", help="the small table (a few minutes); the report stays in WORKDIR")
     p.add_argument("--only", type=names(PARTS), default=list(PARTS), help=f"parts to run: {','.join(PARTS)} (all)")
     p.add_argument(
+        "--rows",
+        type=re.compile,
+        metavar="REGEX",
+        help="only the table's rows whose name matches, e.g. '100 B records, 1 partition' (report in WORKDIR)",
+    )
+    p.add_argument(
         "--paths", type=names(PATHS), help=f"destinations of throughput and estate-steady rows: {','.join(PATHS)}"
     )
     p.add_argument(
@@ -82,7 +89,9 @@ def parser() -> argparse.ArgumentParser:
         "warmup=10, rate=2000, 'paths=[filesystem,s3]', reference=false (repeatable; the report stays in WORKDIR)",
     )
     p.add_argument("--repeat", type=int, default=1, help="run the table this many times; the report shows the spread")
-    p.add_argument("--profile", action="store_true", help="py-spy and JFR on the throughput runs into the filesystem")
+    p.add_argument(
+        "--profile", action="store_true", help="py-spy and JFR on the throughput runs (their rates are not comparable)"
+    )
     p.add_argument(
         "--spark",
         type=setting,
@@ -107,6 +116,10 @@ def rows(args: argparse.Namespace) -> list[Scenario]:
         table = [ALONE[args.kind]]
     else:
         table = [s for s in (QUICK if args.quick else FULL) if s.kind in args.only]
+    if args.rows is not None:
+        table = [s for s in table if args.rows.search(s.name)]
+        if not table:
+            raise ValueError(f"--rows {args.rows.pattern}: no row of the table is named so")
     if args.paths:
         pathed = ("throughput", "estate-steady")
         table = [dataclasses.replace(s, paths=tuple(args.paths)) if s.kind in pathed else s for s in table]
@@ -141,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     runner.append(workdir, {"kind": "end", "finished": time.time(), "load": os.getloadavg(), "failed": failed})
     # docs/benchmarks.md is one whole run: a run of some parts or paths would replace it with those parts alone.
     partial = args.quick or args.kind is not None or bool(args.settings) or args.only != list(PARTS) or bool(args.paths)
+    partial = partial or args.rows is not None
     output = (args.output or (workdir / "benchmarks.md" if partial else DOCUMENT)).resolve()
     report.render(workdir, output)
     print(f"results in {workdir / runner.RESULTS}; wrote {output}")

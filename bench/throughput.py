@@ -133,7 +133,7 @@ def mirror_backlog(
 ) -> dict[str, Any]:
     """One mirror process copying the backlog into `target` (topic or prefix `name`); `entry` and `destination`:
     keys added to each mirror entry and to the destination block; `label`: its config and log files' name."""
-    topic, profile = ctx.name, ctx.profile and path == "filesystem"
+    topic, profile = ctx.name, ctx.profile
     os.sync()  # no earlier run's gigabyte still being written back: it would slow whichever run comes next
     jfr = ctx.logs / f"{path}.jfr"
     spark = {"conf": {"spark.driver.extraJavaOptions": jfr_options(jfr)}} if profile else None
