@@ -155,3 +155,10 @@ async def test_a_reported_block_is_shown_until_it_ends_and_the_bar_then_ends_its
     assert shown.count("\r") >= 3 and "1/3 tasks" in shown and shown.endswith("\n")
     await anyio.sleep(0.05)
     assert stream.getvalue() == shown, "nothing is shown once the block has ended"
+
+
+async def test_what_a_reported_block_raises_passes_as_itself() -> None:
+    progress = JobProgress("restoring", "restoring", tty=False, stream=io.StringIO())
+    with pytest.raises(KeyError):
+        async with reported(progress, lambda: JobTasks(0, 1)):
+            raise KeyError("the restore's own failure")

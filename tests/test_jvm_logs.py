@@ -127,3 +127,17 @@ async def test_a_slow_spark_start_is_said_to_go_on_until_it_is_ready(
     said = [record.getMessage() for record in caplog.records]
     assert said[:2] == ["spark session still starting"] * 2 and said[-1] == "spark session ready"
     assert caplog.records[0].mirror_v3_fields["master"] == "spark://busy:7077"  # type: ignore[attr-defined]
+
+
+async def test_a_failed_spark_start_is_raised_as_itself(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not inside the task group's exception group: the command's one ERROR line names the cause."""
+    import workers.spark_start
+    from config.model import SparkConfig
+    from workers.spark_session import SparkStartError
+
+    def refuse(*_: object) -> None:
+        raise SparkStartError("spark.master spark://gone:7077: no master accepts connections")
+
+    monkeypatch.setattr(workers.spark_start, "get_spark", refuse)
+    with pytest.raises(SparkStartError, match="no master accepts connections"):
+        await workers.spark_start.start_spark(SparkConfig(master="spark://gone:7077"), None)  # type: ignore[arg-type]
