@@ -16,10 +16,12 @@ def message_bytes(message: Any) -> int:
     """Record bytes counted against flush.max-bytes: key, value and header keys and values."""
     key, value, headers = message.key(), message.value(), message.headers()
     size = (0 if key is None else len(key)) + (0 if value is None else len(value))
-    if headers:
-        for name, data in headers:
-            size += len(name.encode()) + (0 if data is None else len(data))
-    return size
+    return size + header_bytes(headers) if headers else size
+
+
+def header_bytes(headers: Any) -> int:
+    """The bytes of headers' keys (UTF-8) and values, as `message_bytes` counts them."""
+    return sum(len(name.encode()) + (0 if data is None else len(data)) for name, data in headers)
 
 
 _TIMESTAMP_US = pa.timestamp("us", tz="UTC")

@@ -394,6 +394,30 @@ class _RangeRead:
         # librdkafka retries transient broker errors itself; the stall timeout bounds them.
         self.last_error = error.str()
 
+    def accepted(self, messages: list[Any], consumer: Any) -> list[Any]:
+        """`accepts` over one consume call's messages, the range's records among them in order; an error other than a
+        partition's end goes to `failed`. Once per record in the Python worker: the rule inlined, kept in locals."""
+        records: list[Any] = []
+        append, last, end = records.append, self.last, self.end
+        for message in messages:
+            error = message.error()
+            if error is not None:
+                if error.code() != _PARTITION_EOF:
+                    self.last = last
+                    self.failed(consumer, error)
+                continue
+            offset = message.offset()
+            if offset >= end:
+                continue
+            if offset <= last:
+                raise SourceRangeError(
+                    self.source.name, offset, f"offset {offset} came after {last}: offsets must increase"
+                )
+            last = offset
+            append(message)
+        self.last = last
+        return records
+
     def accepts(self, message: Any) -> bool:
         """Whether a record belongs to the range (raises when offsets do not increase)."""
         offset = message.offset()
@@ -449,15 +473,7 @@ def _consume(
     while True:
         # Never ask for more than the range still holds: a batch that can fill returns at once.
         messages = consumer.consume(num_messages=min(CONSUME_BATCH, read.remaining), timeout=CONSUME_WAIT_S)
-        records = []
-        for message in messages:
-            error = message.error()
-            if error is not None:
-                if error.code() != _PARTITION_EOF:
-                    read.failed(consumer, error)
-                continue
-            if read.accepts(message):
-                records.append(message)
+        records = read.accepted(messages, consumer)
         if records:
             read.progressed()
             yield records

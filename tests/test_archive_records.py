@@ -14,7 +14,13 @@ from core.records import KAFKA_SCHEMA
 from sinks.filesystem.reading import FilesystemBlobReader
 from tests.fakes import FakePartitionSource
 from tests.test_verify_task import archive
-from workers.archive_records import ArchiveReadError, first_stamped_at_or_after, read_archived, survey_archived
+from workers.archive_records import (
+    ArchiveReadError,
+    first_stamped_at_or_after,
+    read_archived,
+    records_of_batch,
+    survey_archived,
+)
 
 
 def test_a_range_across_blobs_comes_back_in_order_with_every_field(tmp_path: Path) -> None:
@@ -96,3 +102,45 @@ def test_a_file_holding_an_offset_outside_its_name_is_named(tmp_path: Path) -> N
     with pytest.raises(ArchiveReadError) as caught:
         list(read_archived(FilesystemBlobReader(str(tmp_path)), blobs, 0, 200))
     assert caught.value.location == str(path) and "offset 7" in caught.value.problem
+
+
+def test_a_file_whose_offsets_do_not_increase_is_named_at_the_first_that_does_not(tmp_path: Path) -> None:
+    source = FakePartitionSource()
+    source.append(200)
+    blobs = archive(source, tmp_path, 200, 100)
+    path = tmp_path / blobs[1].name
+    rows = pq.read_table(path).to_pylist()
+    rows[5]["offset"] = rows[4]["offset"]  # 104 twice: a duplicate
+    rows[9]["offset"] = 150  # and a later one out of order: the duplicate is named
+    pq.write_table(pa.Table.from_pylist(rows, schema=KAFKA_SCHEMA), path)
+    reader = FilesystemBlobReader(str(tmp_path))
+    for read in (lambda: list(read_archived(reader, blobs, 0, 200)), lambda: survey_archived(reader, blobs, 0, 200)):
+        with pytest.raises(ArchiveReadError) as caught:
+            read()
+        assert caught.value.location == str(path) and caught.value.problem == "offset 104 comes after 104"
+
+
+def test_only_the_rows_inside_the_range_become_messages_as_verify_reads_the_rows(tmp_path: Path) -> None:
+    """restore's messages (built column-wise) and verify's records (`records_of_batch`) of the same rows agree."""
+    source = FakePartitionSource()
+    source.append(300, holes_every=50)
+    for offset in (96, 150, 204):
+        source.records[offset].headers = [("h", None), ("k", b"v")]
+    blobs = archive(source, tmp_path, 300, 100)
+    reader = FilesystemBlobReader(str(tmp_path))
+    messages = [m for batch in read_archived(reader, blobs, 95, 205) for m in batch]
+    rows = [
+        record
+        for blob in blobs
+        for batch in pq.ParquetFile(tmp_path / blob.name).iter_batches()
+        for record in records_of_batch(batch)
+        if 95 <= record.offset < 205
+    ]
+    assert (
+        [m.offset() for m in messages] == [r.offset for r in rows] == [o for o in range(95, 205) if o in source.records]
+    )
+    for message, row in zip(messages, rows, strict=True):
+        assert (message.key(), message.value()) == (row.key, row.value)
+        assert message.headers() == (None if row.headers is None else list(row.headers))
+        assert message.timestamp() == (row.timestamp_type + 1, row.timestamp_ms)
+    assert messages[1].headers() == [("h", None), ("k", b"v")]

@@ -82,6 +82,7 @@ class FakeProducer:
         self._transactional = transactional
         self._pending: list[tuple[Landed, Any]] = []
         self._offsets: tuple[str, int] | None = None
+        self.reports = 0  # delivery reports served
 
     def init_transactions(self, timeout: float) -> None:
         pass
@@ -107,7 +108,9 @@ class FakeProducer:
         for record, callback in self._pending:
             record.offset = len(destination.log)
             destination.log.append(record)
-            callback(None, FakeMessage(record.offset))
+            if callback is not None:  # librdkafka reports only the records produced with a callback
+                self.reports += 1
+                callback(None, FakeMessage(record.offset))
         self._pending = []
         return 0
 
@@ -272,6 +275,26 @@ def test_renumber_commits_records_and_position_in_one_transaction() -> None:
     assert [parse_source_offset(r.headers) for r in destination.log] == [o for o in range(30) if o % 3 != 2]
     assert [r.offset for r in destination.log] == list(range(20))
     assert destination.committed["mirror-v3.copy"] == 30
+
+
+def test_renumber_asks_only_for_the_reports_its_log_line_names() -> None:
+    """The first record's and each consumed batch's last record's: the commit fails if any record failed, and the
+    destination offsets of the range come from these two."""
+    source, destination = FakePartitionSource(), FakeDestination()
+    source.append(100)
+    producers: list[FakeProducer] = []
+    clients = FakeClients(source, destination, transactional=True)
+
+    def producer(on_error: Any = None) -> FakeProducer:
+        producers.append(FakeProducer(destination, True))
+        return producers[-1]
+
+    clients.producer = producer  # type: ignore[method-assign]
+    target = destination.target("renumber")
+    produced = produce_range(source.reader(batch=30), TaskRange(0, 0, 100), target, clients, sleep=lambda _: None)
+    assert produced.records == 100 and (produced.destination_first, produced.destination_last) == (0, 99)
+    assert producers[0].reports == 1 + 4  # the first record, and the last of each batch of 30, 30, 30, 10
+    assert [parse_source_offset(r.headers) for r in destination.log] == list(range(100))
 
 
 def test_renumber_stamps_the_source_cluster_and_leaves_out_what_came_from_the_destination() -> None:

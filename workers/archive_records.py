@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -37,28 +38,61 @@ class ArchiveReadError(MirrorV3Error):
 
 
 class ArchivedMessage:
-    """One archived record with the methods of a librdkafka message that producing it needs."""
+    """One archived record with the methods of a librdkafka message that producing it needs. Built straight from a
+    row group's columns (`messages_of_batch`): restore makes one per record, so it holds the fields themselves."""
 
-    __slots__ = ("_record",)
+    __slots__ = ("_headers", "_key", "_offset", "_timestamp", "_value")
 
-    def __init__(self, record: Record) -> None:
-        self._record = record
+    def __init__(
+        self,
+        offset: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]] | None,
+        timestamp_ms: int,
+        timestamp_type: int,
+    ) -> None:
+        self._offset, self._key, self._value, self._headers = offset, key, value, headers
+        self._timestamp = (timestamp_type + 1, timestamp_ms)  # librdkafka's type ids are one higher than Kafka's
 
     def offset(self) -> int:
-        return self._record.offset
+        return self._offset
 
     def key(self) -> bytes | None:
-        return self._record.key
+        return self._key
 
     def value(self) -> bytes | None:
-        return self._record.value
+        return self._value
 
     def headers(self) -> list[tuple[str, bytes | None]] | None:
-        headers = self._record.headers
-        return None if headers is None else list(headers)
+        return self._headers
 
     def timestamp(self) -> tuple[int, int]:
-        return self._record.timestamp_type + 1, self._record.timestamp_ms  # librdkafka's type ids are one higher
+        return self._timestamp
+
+
+def messages_of_batch(batch: pa.RecordBatch) -> list[ArchivedMessage]:
+    """Blob rows (KAFKA_SCHEMA) as messages: each column converted once, the records built in one pass."""
+    stamps_us = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    headers = batch.column("headers")
+    if headers.null_count == len(headers):
+        header_lists: list[list[tuple[str, bytes | None]] | None] = [None] * len(headers)
+    else:
+        header_lists = [
+            None if listed is None else [(h["key"], h["value"]) for h in listed] for listed in headers.to_pylist()
+        ]
+    return [
+        ArchivedMessage(offset, key, value, listed, stamp // 1000, kind)
+        for offset, key, value, listed, stamp, kind in zip(
+            batch.column("offset").to_pylist(),
+            batch.column("key").to_pylist(),
+            batch.column("value").to_pylist(),
+            header_lists,
+            stamps_us,
+            batch.column("timestampType").to_pylist(),
+            strict=True,
+        )
+    ]
 
 
 def records_of_batch(batch: pa.RecordBatch) -> Iterator[Record]:
@@ -97,18 +131,27 @@ def _open(reader: BlobReader, blob: BlobRange) -> pq.ParquetFile:
 
 
 class _OffsetCheck:
-    """Offsets strictly increasing and inside the blob's range, or ArchiveReadError."""
+    """Offsets strictly increasing and inside the blob's range, or ArchiveReadError naming the first that is not.
+    Column-wise (numpy): no Python work per record."""
 
     def __init__(self, location: str, blob: BlobRange) -> None:
         self._location, self._blob, self._last = location, blob, blob.first - 1
 
-    def check(self, offsets: list[int]) -> None:
-        for offset in offsets:
-            if not self._blob.first <= offset <= self._blob.last:
-                raise ArchiveReadError(self._location, f"holds offset {offset}, outside its name's range")
-            if offset <= self._last:
-                raise ArchiveReadError(self._location, f"offset {offset} comes after {self._last}")
-            self._last = offset
+    def check(self, column: pa.Array) -> np.ndarray:
+        """Check the next row group's offset column; returns it as numpy."""
+        offsets: np.ndarray = np.asarray(column.to_numpy(zero_copy_only=False), dtype=np.int64)
+        if len(offsets) == 0:
+            return offsets
+        previous = np.concatenate(([self._last], offsets[:-1]))
+        outside = (offsets < self._blob.first) | (offsets > self._blob.last)
+        bad = np.flatnonzero(outside | (offsets <= previous))
+        if len(bad):
+            first = bad[0]
+            if outside[first]:
+                raise ArchiveReadError(self._location, f"holds offset {offsets[first]}, outside its name's range")
+            raise ArchiveReadError(self._location, f"offset {offsets[first]} comes after {previous[first]}")
+        self._last = int(offsets[-1])
+        return offsets
 
 
 def _overlapping(blobs: tuple[BlobRange, ...], first: int, end: int) -> Iterator[BlobRange]:
@@ -118,16 +161,16 @@ def _overlapping(blobs: tuple[BlobRange, ...], first: int, end: int) -> Iterator
 def read_archived(
     reader: BlobReader, blobs: tuple[BlobRange, ...], read_from: int, end: int
 ) -> Iterator[list[ArchivedMessage]]:
-    """The archived records of [read_from, end), in offset order, one list per row group."""
+    """The archived records of [read_from, end), in offset order, one list per row group (only the rows inside the
+    range are converted: the offsets increase, so they are one slice of it)."""
     for blob in _overlapping(blobs, read_from, end):
         parquet = _open(reader, blob)
         offsets = _OffsetCheck(reader.location(blob.name), blob)
         for batch in parquet.iter_batches():
-            records = list(records_of_batch(batch))
-            offsets.check([record.offset for record in records])
-            messages = [ArchivedMessage(r) for r in records if read_from <= r.offset < end]
-            if messages:
-                yield messages
+            checked = offsets.check(batch.column("offset"))
+            low, high = (int(i) for i in np.searchsorted(checked, (read_from, end)))
+            if low < high:
+                yield messages_of_batch(batch.slice(low, high - low))
 
 
 @dataclass(frozen=True)
@@ -154,7 +197,7 @@ def survey_archived(
         offsets = _OffsetCheck(reader.location(blob.name), blob)
         for batch in parquet.iter_batches(columns=["offset", *fields]):
             column = batch.column(0)
-            offsets.check(column.to_pylist())
+            offsets.check(column)
             within = pc.and_(pc.greater_equal(column, first), pc.less(column, end))
             inside = pc.filter(column, within)
             if len(inside) == 0:
@@ -207,7 +250,7 @@ def first_stamped_at_or_after(
         offsets = _OffsetCheck(reader.location(blob.name), blob)
         for batch in parquet.iter_batches(columns=["offset", "timestamp"]):
             column = batch.column(0)
-            offsets.check(column.to_pylist())
+            offsets.check(column)
             inside = pc.and_(pc.greater_equal(column, first), pc.less(column, end))
             stamps_us = batch.column(1).cast(pa.int64())
             for index in list(wanted):
