@@ -91,9 +91,19 @@ class FakeProducer:
         self._pending, self._offsets = [], None
 
     def produce(
-        self, topic: str, *, value: Any, key: Any, partition: int, timestamp: int, headers: Any, on_delivery: Any
+        self,
+        topic: str,
+        value: Any,
+        key: Any,
+        partition: int,
+        callback: Any,
+        on_delivery: Any,
+        timestamp: int,
+        headers: Any,
     ) -> None:
-        self._pending.append((Landed(-1, key, value, headers, timestamp), on_delivery))
+        """librdkafka's positional order (`PRODUCE_ARGUMENTS`); `on_delivery` is `callback`'s alias, unused."""
+        assert on_delivery is None, "the callback goes in its first slot"
+        self._pending.append((Landed(-1, key, value, headers, timestamp), callback))
         if not self._transactional:
             self.flush(0)
 
@@ -360,12 +370,12 @@ def test_preserve_checks_each_delivery_against_its_own_source_offset() -> None:
     source.append(10)
 
     class LosingFirst(FakeProducer):
-        def produce(self, topic: str, *, on_delivery: Any, **kw: Any) -> None:
+        def produce(self, topic: str, value: Any, key: Any, partition: int, callback: Any, *rest: Any) -> None:
             if not getattr(self, "lost", False):
                 self.lost = True
-                on_delivery(KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"), None)
+                callback(KafkaError(KafkaError._MSG_TIMED_OUT, "timed out"), None)
                 return
-            super().produce(topic, on_delivery=on_delivery, **kw)
+            super().produce(topic, value, key, partition, callback, *rest)
 
     clients = FakeClients(source, destination, transactional=False)
     clients.producer = lambda on_error=None: LosingFirst(destination, False)  # type: ignore[method-assign]
@@ -386,7 +396,7 @@ def test_a_producer_fenced_mid_transaction_is_reported_as_fenced() -> None:
             self._on_error = on_error
             self._unserved: list[KafkaError] = []
 
-        def produce(self, topic: str, **kw: Any) -> None:
+        def produce(self, topic: str, *args: Any) -> None:
             self._unserved.append(KafkaError(KafkaError._FENCED, "fenced by a newer instance", fatal=True))
             # As confluent-kafka raises it: the code only, the fatal flag unset.
             raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"))
@@ -425,10 +435,10 @@ class FatalOnProduce(FakeProducer):
 
     broken = False
 
-    def produce(self, topic: str, **kw: Any) -> None:
+    def produce(self, topic: str, *args: Any) -> None:
         if self.broken:
             raise KafkaException(KafkaError(KafkaError._FATAL, "Unable to produce message: Local: Fatal error"))
-        super().produce(topic, **kw)
+        super().produce(topic, *args)
 
 
 @pytest.mark.parametrize("unusable", [DesynchronisedOnCommit, FatalOnProduce])
