@@ -12,6 +12,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from core.kafka_records import parse_source_offset, source_cluster_header, source_offset_header
 from sinks.kafka.produce import (
+    PRODUCE_ARGUMENTS,
     DestinationMovedError,
     DestinationTaskError,
     KafkaProduceTarget,
@@ -480,3 +481,29 @@ def test_a_fatal_authorization_error_is_not_retried() -> None:
     with pytest.raises(DestinationTaskError) as caught:
         produce_range(source.reader(), TaskRange(0, 0, 10), destination.target("renumber"), clients)
     assert "not authorised" in caught.value.problem
+
+
+def test_the_pinned_client_takes_produce_arguments_in_the_order_the_loop_passes_them() -> None:
+    """`_produce_all` calls confluent-kafka's produce() positionally (`PRODUCE_ARGUMENTS`): the real client, no broker
+    needed (a purge reports each queued message with its fields, the timestamp apart), and the fake above, take the
+    same order."""
+    import inspect
+
+    from confluent_kafka import Producer
+
+    reported: list[Any] = []
+    producer = Producer({"bootstrap.servers": "127.0.0.1:1", "log_level": 0})
+    producer.produce(
+        "t", b"v", b"k", 3, lambda error, message: reported.append(message), None, 1_600_000_000_123, [("h", b"x")]
+    )
+    producer.produce("t", b"w", None, 4, None, None, 1_600_000_000_456, None)  # no callback: no report
+    producer.purge()
+    producer.poll(0)
+    (message,) = reported
+    assert (message.value(), message.key(), message.partition()) == (b"v", b"k", 3)
+    # An undelivered message reports neither timestamp nor headers (e2e reads both back); their slots take only them:
+    with pytest.raises(TypeError, match="integer"):
+        producer.produce("t", b"v", None, 0, None, None, [("h", b"x")], None)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="headers"):
+        producer.produce("t", b"v", None, 0, None, None, 123, 456)  # type: ignore[arg-type]
+    assert tuple(inspect.signature(FakeProducer.produce).parameters)[1:] == PRODUCE_ARGUMENTS

@@ -405,8 +405,8 @@ class _Written:
 
 # confluent-kafka's Producer.produce, positionally (2.16: topic, value, key, partition, callback, its alias
 # on_delivery, timestamp, headers). Every Kafka case of e2e/ reads the destination back and compares each record's
-# key, value, headers and timestamp with the source's (testkit/targets.py); tests/test_kafka_produce.py's fake takes
-# exactly these.
+# key, value, headers and timestamp with the source's (testkit/targets.py); tests/test_kafka_produce.py holds the
+# real client and its fake to this order.
 PRODUCE_ARGUMENTS = ("topic", "value", "key", "partition", "callback", "on_delivery", "timestamp", "headers")
 
 
@@ -441,7 +441,7 @@ def _produce_all(
     append_timestamp = written.timestamps.append
     for messages in records.read(task.read_from, task.end):
         count = size_total = skipped = 0
-        last = messages[-1]
+        last = messages[-1] if messages else None
         try:
             for message in messages:
                 offset = message.offset()
