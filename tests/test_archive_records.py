@@ -91,33 +91,29 @@ def test_times_become_the_first_offsets_stamped_at_or_after_them(tmp_path: Path)
     assert first_stamped_at_or_after(reader, blobs, 0, 100, (150_000,)) == (None,)  # found only outside the range
 
 
-def test_a_file_holding_an_offset_outside_its_name_is_named(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("misplaced", "problem"),
+    [
+        ({5: 7}, "holds offset 7, outside its name's range"),  # 7 belongs to the first blob
+        ({5: 104, 9: 150}, "offset 104 comes after 104"),  # 104 twice, then one out of order: the first is named
+    ],
+)
+def test_a_file_whose_offsets_are_out_of_place_is_named_at_the_first(
+    tmp_path: Path, misplaced: dict[int, int], problem: str
+) -> None:
     source = FakePartitionSource()
     source.append(200)
     blobs = archive(source, tmp_path, 200, 100)
     path = tmp_path / blobs[1].name
     rows = pq.read_table(path).to_pylist()
-    rows[5]["offset"] = 7  # belongs to the first blob
-    pq.write_table(pa.Table.from_pylist(rows, schema=KAFKA_SCHEMA), path)
-    with pytest.raises(ArchiveReadError) as caught:
-        list(read_archived(FilesystemBlobReader(str(tmp_path)), blobs, 0, 200))
-    assert caught.value.location == str(path) and "offset 7" in caught.value.problem
-
-
-def test_a_file_whose_offsets_do_not_increase_is_named_at_the_first_that_does_not(tmp_path: Path) -> None:
-    source = FakePartitionSource()
-    source.append(200)
-    blobs = archive(source, tmp_path, 200, 100)
-    path = tmp_path / blobs[1].name
-    rows = pq.read_table(path).to_pylist()
-    rows[5]["offset"] = rows[4]["offset"]  # 104 twice: a duplicate
-    rows[9]["offset"] = 150  # and a later one out of order: the duplicate is named
+    for row, offset in misplaced.items():
+        rows[row]["offset"] = offset
     pq.write_table(pa.Table.from_pylist(rows, schema=KAFKA_SCHEMA), path)
     reader = FilesystemBlobReader(str(tmp_path))
     for read in (lambda: list(read_archived(reader, blobs, 0, 200)), lambda: survey_archived(reader, blobs, 0, 200)):
         with pytest.raises(ArchiveReadError) as caught:
             read()
-        assert caught.value.location == str(path) and caught.value.problem == "offset 104 comes after 104"
+        assert caught.value.location == str(path) and caught.value.problem == problem
 
 
 def test_only_the_rows_inside_the_range_become_messages_as_verify_reads_the_rows(tmp_path: Path) -> None:
