@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import anyio
 import anyio.to_thread
 
-from core.errors import first_error
+from core.errors import first_error, first_line
 from core.logs import log_event
 from workers.spark_session import started_spark
 
@@ -121,11 +121,17 @@ def spark_job_tasks(job_group: str) -> JobTasks:
 
 async def report_until_cancelled(progress: JobProgress, read: Callable[[], JobTasks]) -> None:
     """`progress.show(read())` every `progress.every_s`, until cancelled (the stage ended); `read` runs in a worker
-    thread."""
+    thread. Progress is a courtesy: a read that fails (Spark's tracker while its job ends, say) skips that line and
+    never fails the stage."""
     try:
         while True:
             await anyio.sleep(progress.every_s)
-            progress.show(await anyio.to_thread.run_sync(read, abandon_on_cancel=True))
+            try:
+                tasks = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+            except Exception as exc:
+                log_event(log, logging.DEBUG, "progress not read", error=first_line(exc))
+                continue
+            progress.show(tasks)
     finally:
         progress.finish()
 

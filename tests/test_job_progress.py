@@ -162,3 +162,20 @@ async def test_what_a_reported_block_raises_passes_as_itself() -> None:
     with pytest.raises(KeyError):
         async with reported(progress, lambda: JobTasks(0, 1)):
             raise KeyError("the restore's own failure")
+
+
+async def test_a_progress_read_that_fails_skips_its_line_and_never_fails_the_stage() -> None:
+    stream = io.StringIO()
+    progress = JobProgress("verifying", "verifying", tty=True, stream=stream, clock=lambda: 0.0)
+    progress.every_s = 0.01
+    reads = [0]
+
+    def read() -> JobTasks:
+        reads[0] += 1
+        if reads[0] % 2:
+            raise RuntimeError("py4j: the tracker is gone")
+        return JobTasks(1, 2)
+
+    async with reported(progress, read):
+        await anyio.sleep(0.1)
+    assert reads[0] >= 4 and 1 <= stream.getvalue().count("\r") < reads[0]
