@@ -410,9 +410,7 @@ class _RangeRead:
             if offset >= end:
                 continue
             if offset <= last:
-                raise SourceRangeError(
-                    self.source.name, offset, f"offset {offset} came after {last}: offsets must increase"
-                )
+                raise self._not_increasing(offset, last)
             last = offset
             append(message)
         self.last = last
@@ -424,11 +422,12 @@ class _RangeRead:
         if offset >= self.end:
             return False
         if offset <= self.last:
-            raise SourceRangeError(
-                self.source.name, offset, f"offset {offset} came after {self.last}: offsets must increase"
-            )
+            raise self._not_increasing(offset, self.last)
         self.last = offset
         return True
+
+    def _not_increasing(self, offset: int, last: int) -> SourceRangeError:
+        return SourceRangeError(self.source.name, offset, f"offset {offset} came after {last}: offsets must increase")
 
     def progressed(self) -> None:
         self.progressed_at = self._clock()
