@@ -24,7 +24,7 @@ from typing import Any, TextIO
 import anyio
 import anyio.to_thread
 
-from core.errors import first_error, first_line
+from core.errors import first_line, task_group_failures_unwrapped
 from core.logs import log_event
 from workers.spark_session import started_spark
 
@@ -139,15 +139,10 @@ async def report_until_cancelled(progress: JobProgress, read: Callable[[], JobTa
 @contextlib.asynccontextmanager
 async def reported(progress: JobProgress, read: Callable[[], JobTasks]) -> AsyncIterator[None]:
     """`progress` shown (`report_until_cancelled`) while the block runs; what the block raises passes as itself."""
-    try:
+    with task_group_failures_unwrapped():
         async with anyio.create_task_group() as reporting:
             reporting.start_soon(report_until_cancelled, progress, read)
             try:
                 yield
             finally:
                 reporting.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        failure = first_error(group)
-        if failure is group:
-            raise
-        raise failure from None

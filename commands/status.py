@@ -30,7 +30,7 @@ from config.model import Config, Destination, SourceConfig
 from config.secrets import ConfigReferenceError
 from core.clock import SYSTEM_CLOCK, Clock
 from core.describe import describe_error
-from core.errors import MirrorV3Error, SourceError, first_error, first_line
+from core.errors import MirrorV3Error, SourceError, first_line, task_group_failures_unwrapped
 from sinks.archive.retention import retention
 from sinks.base import DestinationError, Inspection
 from sinks.destination import chain_name
@@ -486,7 +486,7 @@ class _Collection:
                     await self.links.clock.sleep(max(0.0, began + at - self.links.clock.monotonic()))
                     cutoff.expire()
 
-        try:
+        with task_group_failures_unwrapped():
             async with anyio.create_task_group() as timing:
                 timing.start_soon(run_out)
                 try:
@@ -503,11 +503,6 @@ class _Collection:
                     with anyio.CancelScope(shield=True), self.closes.scope():
                         await self.clusters.close()
                     timer.cancel()
-        except BaseExceptionGroup as group:
-            failure = first_error(group)
-            if failure is group:
-                raise
-            raise failure from None
         rows = [self.rows[mirror.name] for mirror in expand(self.entries, self.read, None).mirrors]
         apply_states(rows, self.state)
         if self.state is None:

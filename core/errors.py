@@ -8,6 +8,8 @@ is decided from an exception.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import ClassVar
 
 import anyio
@@ -75,6 +77,19 @@ def first_error(exc: BaseException) -> BaseException:
         if not isinstance(found, BaseExceptionGroup) and not isinstance(found, anyio.get_cancelled_exc_class()):
             return found
     return exc
+
+
+@contextmanager
+def task_group_failures_unwrapped() -> Iterator[None]:
+    """Around a task group: its failure passes as itself (`first_error`), not inside the ExceptionGroup the group
+    wraps it in, so callers catch the error types they know; a group of cancellations alone passes as it is."""
+    try:
+        yield
+    except BaseExceptionGroup as group:
+        failure = first_error(group)
+        if failure is group:
+            raise
+        raise failure from None
 
 
 class MirrorError(MirrorV3Error):

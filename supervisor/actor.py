@@ -21,7 +21,7 @@ import anyio
 
 from config.estate import MirrorSpec
 from core.clock import SYSTEM_CLOCK, Clock
-from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, first_error
+from core.errors import DataLossError, MirrorError, SourceBehindDestinationError, task_group_failures_unwrapped
 from core.logs import log_event
 from sinks.base import Sink
 from sinks.tables.positions import CommittedLog
@@ -120,7 +120,7 @@ class MirrorActor(Generic[W]):
         unwatch = self._source.watch(self._offsets_moved)
         try:
             await self._start()
-            try:
+            with task_group_failures_unwrapped():
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(self._heartbeat)
                     tasks.start_soon(self._wake_on_stop)
@@ -131,8 +131,6 @@ class MirrorActor(Generic[W]):
                     if work.cancelled_caught:
                         self._abandoned()
                     tasks.cancel_scope.cancel()
-            except BaseExceptionGroup as group:
-                raise first_error(group) from None
         finally:
             unwatch()
             with anyio.CancelScope(shield=True):

@@ -9,7 +9,7 @@ import time
 import anyio.to_thread
 
 from config.model import SparkConfig
-from core.errors import first_error
+from core.errors import task_group_failures_unwrapped
 from core.logs import log_event
 from workers.jvm_logs import JvmEvent
 from workers.spark_session import SparkLaunch, get_spark
@@ -39,14 +39,13 @@ async def start_spark(config: SparkConfig, launch: SparkLaunch) -> None:
     """In a worker thread (it takes seconds, a minute on a busy cluster: said every STILL_STARTING_EVERY_S, so a
     command is never silent meanwhile); SparkStartError when it cannot start."""
     began = time.monotonic()
-    try:
+    # The start's own failure (SparkStartError) passes as itself, not as a group of one.
+    with task_group_failures_unwrapped():
         async with anyio.create_task_group() as waiting:
             waiting.start_soon(_say_still_starting, config.master, began)
             # Abandoned when cancelled (a mirror refused its start): the process exits without waiting for the JVM.
             await anyio.to_thread.run_sync(get_spark, config, launch, log_jvm_event, abandon_on_cancel=True)
             waiting.cancel_scope.cancel()
-    except BaseExceptionGroup as group:  # the start's own failure (SparkStartError), not a group of one
-        raise first_error(group) from None
     elapsed_ms = round((time.monotonic() - began) * 1000)
     log_event(log, logging.INFO, "spark session ready", master=config.master, elapsed_ms=elapsed_ms)
 
