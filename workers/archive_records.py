@@ -203,7 +203,7 @@ def survey_archived(
             if len(inside) == 0:
                 continue
             for index, name in enumerate(fields, start=1):
-                for schema_id, offset in _schema_ids(pc.filter(batch.column(index), within), inside):
+                for schema_id, offset in carried_schema_ids(pc.filter(batch.column(index), within), inside):
                     if (name, schema_id) not in schema_ids:
                         schema_ids[name, schema_id] = offset
             records += len(inside)
@@ -220,7 +220,7 @@ def survey_archived(
     return ArchiveSurvey(first, end, records, (end - first) - records, first_hole, noted)
 
 
-def _schema_ids(data: pa.Array, offsets: pa.Array) -> list[tuple[int, int]]:
+def carried_schema_ids(data: pa.Array, offsets: pa.Array) -> list[tuple[int, int]]:
     """The schema IDs `data` (keys or values) carries in the wire format (a zero byte, then the ID in 4 bytes, as
     `sinks.schemas.rewrite` reads them), each with the first of `offsets` carrying it."""
     framed = pc.and_(pc.greater_equal(pc.binary_length(data), 5), pc.equal(pc.binary_slice(data, 0, 1), b"\x00"))

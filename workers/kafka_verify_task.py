@@ -26,8 +26,14 @@ from typing import Any
 from core.kafka_records import copied_from, split_source_offset
 from sinks.schemas.rewrite import SchemaRewrite, rewriter_for
 from source.range_reader import SourcePartition, consume_range
-from workers.record_comparison import KAFKA_DESTINATION_FIELDS, Difference, Record, compare_range
-from workers.verify_task import SliceCheck, records_of_messages
+from workers.record_comparison import (
+    KAFKA_DESTINATION_FIELDS,
+    Difference,
+    Record,
+    compare_range,
+    records_of_messages,
+)
+from workers.verify_task import SliceCheck
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from core.errors import MirrorV3Error
 
@@ -39,6 +40,15 @@ class RangesApartError(MirrorV3Error):
     def __init__(self, end: int, following_first: int) -> None:
         self.end, self.following_first = end, following_first
         super().__init__(f"compared ranges do not meet: one ends before {end}, the next starts at {following_first}")
+
+
+class WindowOutOfPlaceError(MirrorV3Error):
+    """A window counted equal that is not the next part of the range: it starts at or below `last` (what was
+    compared already) or reaches `end`. The caller's own check of its window was wrong; no count would be true."""
+
+    def __init__(self, first_offset: int, last_offset: int, last: int, end: int) -> None:
+        self.first_offset, self.last_offset, self.last, self.end = first_offset, last_offset, last, end
+        super().__init__(f"window [{first_offset}, {last_offset}] is not after {last} and before {end}")
 
 
 @dataclass(frozen=True)
@@ -97,6 +107,22 @@ class Comparison:
         )
 
 
+def records_of_messages(batches: Iterable[list[Any]]) -> Iterator[Record]:
+    """librdkafka messages as records (timestamp types in Kafka's numbering, as the blobs hold them)."""
+    for messages in batches:
+        for message in messages:
+            timestamp_type, timestamp = message.timestamp()
+            headers = message.headers()
+            yield Record(
+                message.offset(),
+                message.key(),
+                message.value(),
+                None if headers is None else tuple(headers),
+                timestamp,
+                timestamp_type - 1,
+            )
+
+
 def differing_fields(
     source: Record, destination: Record, compared: tuple[str, ...] = COMPARED_FIELDS
 ) -> tuple[str, ...]:
@@ -114,33 +140,88 @@ def differing_fields(
     return tuple(f for f in found if f in compared)
 
 
-class _Tally:
-    def __init__(self, max_differences: int) -> None:
-        self.counts = dict.fromkeys(("equal", "different", "missing", "extra"), 0)
-        self.differences: list[Difference] = []
+class RangeComparer:
+    """`compare_range` fed in consecutive windows: each `merge` takes both sides' records of the next window (every
+    source record below the window's end, and the destination records that came with it), so a caller that reads
+    both sides in pieces never holds the whole range. Duplicates and order are judged across windows, as over one
+    stream. `count_equal` takes a window already known equal on both sides (compared column-wise by the caller)."""
+
+    def __init__(
+        self, first: int, end: int, max_differences: int = 100, compared: tuple[str, ...] = COMPARED_FIELDS
+    ) -> None:
+        self.first, self.end = first, end
+        self._compared = compared
         self._max = max_differences
-        self.covered = 0  # offsets of the range held by either side
+        self._counts = dict.fromkeys(("equal", "different", "missing", "extra"), 0)
+        self._differences: list[Difference] = []
+        self._covered = 0  # offsets of the range held by either side
+        self.last = {"source": first - 1, "destination": first - 1}  # each side's last offset taken
 
-    def note(self, kind: str, offset: int, fields: tuple[str, ...] = ()) -> None:
-        self.counts["extra" if kind == "duplicate" else kind] += 1
-        if kind != "equal" and len(self.differences) < self._max:
-            self.differences.append(Difference(offset, kind, fields))
+    def _note(self, kind: str, offset: int, fields: tuple[str, ...] = ()) -> None:
+        self._counts["extra" if kind == "duplicate" else kind] += 1
+        if kind != "equal" and len(self._differences) < self._max:
+            self._differences.append(Difference(offset, kind, fields))
 
+    def _in_order(self, records: Iterable[Record], side: str) -> Iterator[Record]:
+        """The side's records of [first, end), each offset once; a repeated or backwards offset of the destination
+        is a duplicate (extra), of the source an error (a consumer never repeats an offset)."""
+        first, end = self.first, self.end
+        for record in records:
+            if not first <= record.offset < end:
+                continue
+            last = self.last[side]
+            if record.offset <= last:
+                if side == "source":
+                    raise SourceOrderError(record.offset, last)
+                self._note("duplicate", record.offset)
+                continue
+            self.last[side] = record.offset
+            yield record
 
-def _in_order(records: Iterable[Record], first: int, end: int, tally: _Tally, side: str) -> Iterator[Record]:
-    """The side's records of [first, end), each offset once; a repeated or backwards offset of the destination is a
-    duplicate (extra), of the source an error (a consumer never repeats an offset)."""
-    last = first - 1
-    for record in records:
-        if not first <= record.offset < end:
-            continue
-        if record.offset <= last:
-            if side == "source":
-                raise SourceOrderError(record.offset, last)
-            tally.note("duplicate", record.offset)
-            continue
-        last = record.offset
-        yield record
+    def merge(self, source: Iterable[Record], destination: Iterable[Record]) -> None:
+        """The next window, record by record."""
+        theirs = self._in_order(source, "source")
+        ours = self._in_order(destination, "destination")
+        want, have = next(theirs, None), next(ours, None)
+        while want is not None or have is not None:
+            self._covered += 1
+            if have is None or (want is not None and want.offset < have.offset):
+                assert want is not None
+                self._note("missing", want.offset)
+                want = next(theirs, None)
+            elif want is None or have.offset < want.offset:
+                self._note("extra", have.offset)
+                have = next(ours, None)
+            else:
+                fields = differing_fields(want, have, self._compared)
+                self._note("different" if fields else "equal", want.offset, fields)
+                want, have = next(theirs, None), next(ours, None)
+
+    def count_equal(self, count: int, first_offset: int, last_offset: int) -> None:
+        """The next window: `count` records, both sides holding the same offsets from `first_offset` to
+        `last_offset` (strictly increasing, inside the range, above both sides' last) and equal on every compared
+        field."""
+        if count <= 0:
+            return
+        last = max(self.last.values())
+        if first_offset <= last or last_offset >= self.end:
+            raise WindowOutOfPlaceError(first_offset, last_offset, last, self.end)
+        self._covered += count
+        self._counts["equal"] += count
+        self.last = {"source": last_offset, "destination": last_offset}
+
+    def result(self) -> Comparison:
+        counts = self._counts
+        return Comparison(
+            self.first,
+            self.end,
+            counts["equal"],
+            counts["different"],
+            counts["missing"],
+            counts["extra"],
+            (self.end - self.first) - self._covered,
+            tuple(sorted(self._differences, key=lambda d: d.offset)),
+        )
 
 
 def compare_range(
@@ -152,31 +233,6 @@ def compare_range(
     compared: tuple[str, ...] = COMPARED_FIELDS,
 ) -> Comparison:
     """Compare the two sides over [first, end) on the `compared` fields; records outside the range are ignored."""
-    tally = _Tally(max_differences)
-    theirs = _in_order(source, first, end, tally, "source")
-    ours = _in_order(destination, first, end, tally, "destination")
-    want, have = next(theirs, None), next(ours, None)
-    while want is not None or have is not None:
-        tally.covered += 1
-        if have is None or (want is not None and want.offset < have.offset):
-            assert want is not None
-            tally.note("missing", want.offset)
-            want = next(theirs, None)
-        elif want is None or have.offset < want.offset:
-            tally.note("extra", have.offset)
-            have = next(ours, None)
-        else:
-            fields = differing_fields(want, have, compared)
-            tally.note("different" if fields else "equal", want.offset, fields)
-            want, have = next(theirs, None), next(ours, None)
-    counts = tally.counts
-    return Comparison(
-        first,
-        end,
-        counts["equal"],
-        counts["different"],
-        counts["missing"],
-        counts["extra"],
-        (end - first) - tally.covered,
-        tuple(sorted(tally.differences, key=lambda d: d.offset)),
-    )
+    comparer = RangeComparer(first, end, max_differences, compared)
+    comparer.merge(source, destination)
+    return comparer.result()
