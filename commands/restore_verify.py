@@ -205,7 +205,7 @@ async def _groups(config: RestoreConfig, parts: list[RestorePartition], store: A
                     for topic, partition in sorted(positions)
                 ]
                 continue
-            expected = await translate.of(positions)
+            expected = (await translate.of({group: positions}))[group]
             committed = await admin.group_offsets(group)
         except Exception as exc:
             checks += [
