@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 import pyarrow as pa
+from aiokafka import TopicPartition
 from prometheus_client import CollectorRegistry
 
 from core.file_statistics import FileStatistics
 from core.records import KAFKA_SCHEMA
+from kafka_clients.clients import KafkaClients, KafkaRecord
 from kafka_clients.schema_registry import RegistryRequestError, Schema, SubjectVersion
 from sinks.base import DestinationError
 from sinks.blob.chain import BlobExistsError, BlobStore, ListedBlob, blob_name, is_temp_name, temp_name
@@ -711,3 +714,32 @@ class MemoryTable:
             self.files = [f for f in self.files if f not in plan.removed] + [file.uri for file in plan.added]
             self.rewrites.append(reason)
         return len(plan.removed)
+
+
+class FakeClients(KafkaClients):
+    """A KafkaClients whose reads a test answers by overriding `watermarks` and `records` (per partition): the
+    reads of `one_partition` go through them, one call each."""
+
+    def __init__(self) -> None:
+        super().__init__("fake:9092", {}, 1_000)
+
+    def one_partition(
+        self, tp: TopicPartition, isolation: str
+    ) -> contextlib.AbstractAsyncContextManager[_ReadsThrough]:
+        return _reads_through(self, tp, isolation)
+
+
+class _ReadsThrough:
+    def __init__(self, clients: KafkaClients, tp: TopicPartition, isolation: str) -> None:
+        self._clients, self._tp, self._isolation = clients, tp, isolation
+
+    async def watermarks(self) -> tuple[int, int]:
+        return await self._clients.watermarks(self._tp, self._isolation)
+
+    async def records(self, first: int, end: int) -> list[KafkaRecord]:
+        return await self._clients.records(self._tp, first, end, self._isolation)
+
+
+@contextlib.asynccontextmanager
+async def _reads_through(clients: KafkaClients, tp: TopicPartition, isolation: str) -> AsyncIterator[_ReadsThrough]:
+    yield _ReadsThrough(clients, tp, isolation)

@@ -11,20 +11,21 @@ from typing import Any
 import pytest
 from aiokafka import TopicPartition
 
-from kafka_clients.clients import KafkaClients, KafkaRecord
+from kafka_clients.clients import KafkaRecord
 from sinks.base import DestinationError
 from sinks.kafka.sink import KafkaSink, KafkaSinkSettings
+from tests.fakes import FakeClients
 
 
 def record(offset: int, value: bytes, timestamp_ms: int = 1_700_000_000_000) -> KafkaRecord:
     return KafkaRecord(offset, b"k", value, (), timestamp_ms, create_time=True)
 
 
-class FakeCluster(KafkaClients):
+class FakeCluster(FakeClients):
     """Topics as {name: {partition: {offset: record}}} with explicit log start and end offsets."""
 
     def __init__(self, topics: dict[str, dict[int, dict[int, KafkaRecord]]], ends: dict[tuple[str, int], int]) -> None:
-        super().__init__("fake:9092", {}, 1_000)
+        super().__init__()
         self.topics = topics
         self.ends = ends
         self.starts: dict[tuple[str, int], int] = {}

@@ -3,21 +3,27 @@ record at or above it, across holes, markers and records produced by hand, in O(
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
+from types import SimpleNamespace
+from typing import Any
+
 from aiokafka import TopicPartition
 
 from core.kafka_records import source_offset_header
 from kafka_clients.clients import KafkaClients, KafkaRecord
 from sinks.kafka.sink import destination_offset_for
+from tests.fakes import FakeClients
 
 TP = TopicPartition("orders", 0)
 
 
-class RenumberedPartition(KafkaClients):
+class RenumberedPartition(FakeClients):
     """Destination offsets → the source offset in each record's header (None: a record without one); offsets
     missing from the map are transaction markers or aborted records, invisible to read_committed."""
 
     def __init__(self, mapped: dict[int, int | None], log_start: int, end: int) -> None:
-        super().__init__("fake:9092", {}, 1_000)
+        super().__init__()
         self.mapped, self.log_start, self.end = mapped, log_start, end
         self.reads = 0
 
@@ -58,3 +64,66 @@ async def test_the_search_reads_a_logarithmic_number_of_times_and_starts_at_the_
     assert await destination_offset_for(partition, TP, 150_001) == 75_001
     assert partition.reads <= 2 * 17 + 2
     assert await destination_offset_for(partition, TP, 0) == 5_000
+
+
+class OneConsumerPartition(KafkaClients):
+    """The real `one_partition` over consumers that read a dict of records (aiokafka's calls, in memory),
+    counting how many consumers the reads make."""
+
+    def __init__(self, mapped: dict[int, int], end: int) -> None:
+        super().__init__("fake:9092", {}, 1_000)
+        self.mapped, self.end, self.made = mapped, end, 0
+
+    def consumer(self, isolation: str, group_id: str | None = None) -> Any:
+        self.made += 1
+        return _started_consumer(self)
+
+
+class _Consumer:
+    def __init__(self, partition: OneConsumerPartition) -> None:
+        self._partition, self._position = partition, 0
+
+    def assign(self, tps: list[TopicPartition]) -> None:
+        assert tps == [TP]
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._position = offset
+
+    async def position(self, tp: TopicPartition) -> int:
+        return self._position
+
+    async def beginning_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TP: 0}
+
+    async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
+        return {TP: self._partition.end}
+
+    async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[TopicPartition, list[Any]]:
+        batch = [
+            SimpleNamespace(
+                offset=o,
+                key=b"k",
+                value=b"v",
+                headers=[source_offset_header(self._partition.mapped[o])],
+                timestamp=0,
+                timestamp_type=0,
+            )
+            for o in range(self._position, min(self._position + 5, self._partition.end))
+        ]
+        self._position = min(self._position + 5, self._partition.end)
+        return {TP: batch}
+
+
+@contextlib.asynccontextmanager
+async def _started_consumer(partition: OneConsumerPartition) -> AsyncIterator[_Consumer]:
+    yield _Consumer(partition)
+
+
+async def test_a_search_reads_through_one_consumer() -> None:
+    partition = OneConsumerPartition({d: 3 * d for d in range(2_000)}, end=2_000)
+    assert await destination_offset_for(partition, TP, 3_000) == 1_000
+    assert await destination_offset_for(partition, TP, 3_001) == 1_001
+    assert partition.made == 2
+    assert await partition.records(TP, 10, 13, "read_committed") == [
+        KafkaRecord(o, b"k", b"v", (source_offset_header(3 * o),), 0, create_time=True) for o in (10, 11, 12)
+    ]

@@ -9,8 +9,9 @@ from aiokafka import TopicPartition
 from commands.restore_groups import DestinationPositions, RestoredRange, plan_positions
 from config.model import GroupSelection, KafkaDestination
 from core.kafka_records import source_offset_header
-from kafka_clients.clients import KafkaClients, KafkaRecord
+from kafka_clients.clients import KafkaRecord
 from sinks.archive.group_positions import ArchivedPositions
+from tests.fakes import FakeClients
 
 
 def positions(cluster: str, groups: dict[str, dict[str, dict[str, int]]]) -> ArchivedPositions:
@@ -44,12 +45,12 @@ def test_the_selected_groups_land_on_the_restored_partitions_clipped_to_the_rest
     assert plan_positions(documents, RANGES, GroupSelection(groups=["nobody"])) == {}
 
 
-class SlowRenumberedPartitions(KafkaClients):
+class SlowRenumberedPartitions(FakeClients):
     """Every partition renumbered as destination offset = source offset // 2; each read takes a moment, so reads
     that overlap show the translations running at once."""
 
     def __init__(self) -> None:
-        super().__init__("fake:9092", {}, 1_000)
+        super().__init__()
         self.searches: list[tuple[str, int]] = []
         self.reading = self.most_at_once = 0
 

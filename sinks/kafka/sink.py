@@ -36,7 +36,7 @@ from aiokafka.errors import KafkaConnectionError, KafkaError, KafkaTimeoutError,
 
 from core.kafka_records import parse_source_offset
 from core.logs import log_event
-from kafka_clients.clients import KafkaClients, KafkaRecord, new_producer
+from kafka_clients.clients import KafkaClients, KafkaRecord, PartitionReads, new_producer
 from kafka_clients.diagnosis import diagnose_bootstrap
 from sinks.base import Committed, DestinationError, FencedError, Inspection
 from sinks.kafka.produce import KafkaProduceTarget, ProducedRange
@@ -86,14 +86,15 @@ class KafkaSinkSettings:
     client_properties: dict[str, str] = field(default_factory=dict, repr=False)  # librdkafka, for the tasks
 
 
-async def first_mapped(clients: KafkaClients, tp: TopicPartition, lower: int, end: int) -> tuple[int, int] | None:
+async def first_mapped(reads: PartitionReads, lower: int, end: int) -> tuple[int, int] | None:
     """renumber: (destination offset, source offset) of the first committed record in destination offsets
     [lower, end) that carries a source offset; None when none does. Reads forward in growing windows (a range of
-    transaction markers and aborted records is skipped in a few reads; a record of its own is usually the first)."""
+    transaction markers and aborted records is skipped in a few reads; a record of its own is usually the first).
+    `reads`: the partition, read committed."""
     window = 16
     while lower < end:
         upper = min(end, lower + window)
-        for record in await clients.records(tp, lower, upper, "read_committed"):
+        for record in await reads.records(lower, upper):
             found = parse_source_offset(record.headers)
             if found is not None:
                 return record.offset, found
@@ -105,17 +106,19 @@ async def destination_offset_for(clients: KafkaClients, tp: TopicPartition, sour
     """renumber: where a reader of the destination continues when a reader of the source would continue at
     `source_offset`: the destination offset of the first committed record whose source offset is at or above
     it, or the partition's committed end when none is (the next record written will be). Records go out in
-    source order, so the source offsets only grow along the partition and a binary search needs O(log n) reads."""
-    log_start, end = await clients.watermarks(tp, "read_committed")
-    lower, upper = log_start, end  # the answer's position: the first x whose first mapped record maps >= source_offset
-    while lower < upper:
-        middle = (lower + upper) // 2
-        found = await first_mapped(clients, tp, middle, end)
-        if found is None or found[1] >= source_offset:
-            upper = middle
-        else:  # every position up to that record leads to it: the answer lies beyond
-            lower = found[0] + 1
-    found = await first_mapped(clients, tp, lower, end)
+    source order, so the source offsets only grow along the partition and a binary search needs O(log n) reads,
+    all through one consumer."""
+    async with clients.one_partition(tp, "read_committed") as reads:
+        log_start, end = await reads.watermarks()
+        lower, upper = log_start, end  # the answer's position: the first x whose first mapped record maps >= it
+        while lower < upper:
+            middle = (lower + upper) // 2
+            found = await first_mapped(reads, middle, end)
+            if found is None or found[1] >= source_offset:
+                upper = middle
+            else:  # every position up to that record leads to it: the answer lies beyond
+                lower = found[0] + 1
+        found = await first_mapped(reads, lower, end)
     return end if found is None else found[0]
 
 
@@ -280,19 +283,19 @@ class KafkaSink:
     async def _last_header_position(self, search_all: bool) -> int | None:
         """1 + the source offset in the last committed record that carries one, searching backwards
         from the end (one window, or all the way to the log start when `search_all`)."""
-        log_start, end = await self._clients.watermarks(self._tp, "read_committed")
-        window = _TAIL_WINDOW
-        upper = end
-        while upper > log_start:
-            lower = max(log_start, upper - window)
-            records = await self._clients.records(self._tp, lower, upper, "read_committed")
-            for record in reversed(records):
-                offset = parse_source_offset(record.headers)
-                if offset is not None:
-                    return offset + 1
-            if not search_all:
-                return None
-            upper, window = lower, window * 4
+        async with self._clients.one_partition(self._tp, "read_committed") as reads:
+            log_start, end = await reads.watermarks()
+            window = _TAIL_WINDOW
+            upper = end
+            while upper > log_start:
+                lower = max(log_start, upper - window)
+                for record in reversed(await reads.records(lower, upper)):
+                    offset = parse_source_offset(record.headers)
+                    if offset is not None:
+                        return offset + 1
+                if not search_all:
+                    return None
+                upper, window = lower, window * 4
         return None
 
     async def extent(self) -> tuple[int, int]:
@@ -307,7 +310,8 @@ class KafkaSink:
         and aborted records is skipped in a few reads; a record of its own is usually the first one)."""
 
         async def search() -> int | None:
-            found = await first_mapped(self._clients, self._tp, offset, end)
+            async with self._clients.one_partition(self._tp, "read_committed") as reads:
+                found = await first_mapped(reads, offset, end)
             return None if found is None else found[1]
 
         return await self._call(search)
