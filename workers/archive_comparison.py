@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -56,39 +57,32 @@ class SourceWindows:
     def _hold_next(self) -> bool:
         for batch in self._batches:
             offsets = [message.offset() for message in batch]
-            kept = [i for i, offset in enumerate(offsets) if self._first <= offset < self._end]
-            if len(kept) != len(offsets):
-                batch, offsets = [batch[i] for i in kept], [offsets[i] for i in kept]
             if not offsets:
                 continue
+            if offsets[0] < self._first or offsets[-1] >= self._end:  # (increasing: the ends say it all)
+                kept = [i for i, offset in enumerate(offsets) if self._first <= offset < self._end]
+                batch, offsets = [batch[i] for i in kept], [offsets[i] for i in kept]
+                if not offsets:
+                    continue
             self._messages, self._offsets, self._taken = batch, offsets, 0
             return True
         return False
 
 
 def _headers_array(listed: list[Any]) -> pa.Array:
-    """Header lists as KAFKA_SCHEMA's headers column (None stays a null list, as the archive writes it)."""
-    names: list[str] = []
-    data: list[bytes | None] = []
-    ends = [0]
-    nulls = []
-    for index, headers in enumerate(listed):
-        if headers is None:
-            nulls.append(index)
-        else:
-            for name, value in headers:
-                names.append(name)
-                data.append(value)
-        ends.append(len(names))
+    """Header lists as KAFKA_SCHEMA's headers column (None stays a null list, as the archive writes it). List
+    comprehensions and numpy rather than one loop appending per header (half the time)."""
+    lengths = np.fromiter((0 if headers is None else len(headers) for headers in listed), np.int32, len(listed))
+    ends = np.zeros(len(listed) + 1, dtype=np.int32)
+    np.cumsum(lengths, out=ends[1:])
+    pairs = [pair for headers in listed if headers for pair in headers]
     entries = pa.StructArray.from_arrays(
-        [pa.array(names, pa.string()), pa.array(data, pa.binary())], fields=list(HEADER_TYPE)
+        [pa.array([name for name, _ in pairs], pa.string()), pa.array([data for _, data in pairs], pa.binary())],
+        fields=list(HEADER_TYPE),
     )
-    mask = None
-    if nulls:
-        flags = np.zeros(len(listed), dtype=bool)
-        flags[nulls] = True
-        mask = pa.array(flags)
-    return pa.ListArray.from_arrays(pa.array(ends, pa.int32()), entries, type=_HEADERS, mask=mask)
+    nulls = np.fromiter((headers is None for headers in listed), bool, len(listed))
+    mask = pa.array(nulls) if nulls.any() else None
+    return pa.ListArray.from_arrays(pa.array(ends), entries, type=_HEADERS, mask=mask)
 
 
 def columns_equal(messages: list[Any], rows: pa.RecordBatch) -> bool:
@@ -100,8 +94,10 @@ def columns_equal(messages: list[Any], rows: pa.RecordBatch) -> bool:
     stamps, kinds = rows.column("timestamp"), rows.column("timestampType")
     if stamps.null_count or kinds.null_count:
         return False  # (the record comparison says what that is)
-    # librdkafka's (type, ms); its type ids are one above Kafka's, which the archive keeps.
-    source_stamps = np.array([m.timestamp() for m in messages], dtype=np.int64).reshape(-1, 2)
+    # librdkafka's (type, ms); its type ids are one above Kafka's, which the archive keeps. fromiter over the flat
+    # pairs: np.array over a list of tuples inspects each tuple as a sequence (measured 4x the time).
+    pairs = chain.from_iterable([m.timestamp() for m in messages])
+    source_stamps = np.fromiter(pairs, dtype=np.int64, count=2 * len(messages)).reshape(-1, 2)
     if not np.array_equal(source_stamps[:, 1], stamps.cast(pa.int64()).to_numpy() // 1000):
         return False
     if not np.array_equal(source_stamps[:, 0] - 1, kinds.to_numpy()):
