@@ -9,9 +9,10 @@ counts are those of `compare_range` over the whole range: a window called equal 
 comparison calls equal, because each column is built from the very values a `Record` holds (timestamps in ms on
 both sides, headers as lists of (key, value) with a null list apart from an empty one, keys and values as bytes).
 
-Cost per record: five method calls on the source message and their conversion into Arrow and numpy arrays (about
-1 µs against 8-10 µs for records built and compared in Python); a window that differs pays the record comparison.
-Memory: one row group and one consumer batch.
+Cost per record: five method calls on the source message and their conversion into Arrow and numpy arrays; a
+window that differs pays the record comparison. Measured in-process on one partition of 300 000 x 1 KiB records (a real
+broker, a filesystem archive): 7.3-7.6 µs of CPU per record for the whole verify task, librdkafka's consume 38 % of
+it, against 16-18 µs with every record built and compared in Python. Memory: one row group and one consumer batch.
 """
 
 from __future__ import annotations
