@@ -1,9 +1,9 @@
 """Disaster recovery through the CLI, as docs/disaster-recovery.md tells it: an estate (a compacted topic and one with
 committed and aborted transactions) backed up to the filesystem and to S3 while producers write and three consumer
 groups commit; a fresh cluster rebuilt from the archives as of a moment T (topics, records, group positions), with
-a kill -9 in the middle of the restore; `verify` of the restore; each group then reads exactly the records after
-its position at T, compared record by record with the source; `verify --as-of` a moment before anything was archived
-names the records the cluster holds from after it."""
+a kill -9 in the middle of the restore (its series on /metrics read just before); `verify` of the restore; each
+group then reads exactly the records after its position at T, compared record by record with the source; `verify
+--as-of` a moment before anything was archived names the records the cluster holds from after it."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ from testkit.kafka_data import (
     watermarks,
 )
 from testkit.mirror_run import MirrorRun, run_cli
+from testkit.ports import free_port
 from testkit.targets import BlobTarget, FilesystemTarget, KafkaTarget, S3Target, assert_same_records, source_records
 from tools.generated import RESTORE_VERIFY_SCHEMA
 
@@ -202,13 +203,34 @@ def test_an_estate_is_rebuilt_as_of_a_moment_in_a_fresh_cluster(
         assert dry.stdout.count("would create topic") == 2 and dry.stdout.count("would commit group") == 3, dry.stdout
         assert landed(fresh, [estate.ledger, estate.payments]) == 0, "the dry run wrote"
         topics = [estate.ledger, estate.payments]
-        with MirrorRun(renumber, tmp_path / "restore-killed.log", env=fs.env(), command="restore") as killed:
+        with MirrorRun(
+            renumber, tmp_path / "restore-killed.log", env=fs.env(), command="restore", metrics_port=free_port()
+        ) as killed:
             killed.wait_until(
                 lambda: landed(fresh, topics) > 0 or killed.proc.poll() is not None, 180, "the first restored records"
             )
             fresh.pause()  # nothing more lands: the kill comes in the middle of the restore, whatever the speed
             try:
                 assert killed.proc.poll() is None, killed.tail()
+                # Meanwhile the restore serves run's series, labelled by the archived chain: its end as of T is
+                # what is verified plus what is left.
+                series: dict[str, str | int] = {
+                    "source_cluster": "archive",
+                    "topic": estate.payments,
+                    "partition": 1,
+                    "destination": estate.payments,
+                }
+
+                def scraped() -> bool:
+                    try:
+                        return killed.metric("mirror_v3_source_lag_offsets", **series) is not None
+                    except OSError:  # not listening yet
+                        return False
+
+                killed.wait_until(scraped, 60, "the restore's series on /metrics")
+                at = killed.metric("mirror_v3_destination_offset_verified", **series)
+                lag = killed.metric("mirror_v3_source_lag_offsets", **series)
+                assert at is not None and lag is not None and at + lag == ends_at_moment[estate.payments, 1]
                 killed.kill9()
             finally:
                 fresh.resume()
