@@ -145,7 +145,7 @@ class _ConsumerReads:
             fetched = await consumer.getmany(tp, timeout_ms=500)
             for message in fetched.get(tp, []):
                 if message.offset < first:
-                    continue  # fetched for an earlier read, before this one's seek
+                    continue  # (aiokafka drops what it fetched before a seek: a guard, should a version not)
                 if message.offset >= end:
                     return out
                 out.append(
@@ -220,8 +220,8 @@ class KafkaClients:
     def one_partition(
         self, tp: TopicPartition, isolation: str
     ) -> contextlib.AbstractAsyncContextManager[PartitionReads]:
-        """One consumer for several reads of one partition (a binary search makes ~log2(n) of them): connected
-        once, not once per read (each connection costs a metadata round trip and ~5 ms of CPU)."""
+        """One consumer for several reads of one partition (a binary search makes ~log2(n) of them): started once,
+        not once per read (each start is a bootstrap connection and a metadata round trip)."""
         return _one_consumer(self, tp, isolation)
 
     async def watermarks(self, tp: TopicPartition, isolation: str) -> tuple[int, int]:

@@ -9,9 +9,11 @@ import pytest
 from workers.record_comparison import (
     Comparison,
     Difference,
+    RangeComparer,
     RangesApartError,
     Record,
     SourceOrderError,
+    WindowOutOfPlaceError,
     compare_range,
 )
 
@@ -80,3 +82,18 @@ def test_a_source_that_repeats_an_offset_is_an_error() -> None:
     with pytest.raises(SourceOrderError) as caught:
         compare_range([record(0), record(1), record(1)], [], 0, 5)
     assert (caught.value.offset, caught.value.previous) == (1, 1)
+
+
+def test_windows_fed_one_by_one_count_as_the_whole_range_and_a_misplaced_window_is_refused() -> None:
+    source = [record(o) for o in range(0, 30) if o % 5]  # holes at 0, 5, 10, 15, 20, 25
+    destination = [r for r in source if r.offset != 7] + [record(8)]  # 7 missing; 8 again, after 29: a duplicate
+    comparer = RangeComparer(0, 30)
+    comparer.count_equal(4, 1, 4)  # [1, 4] known equal column-wise
+    comparer.merge([r for r in source if 4 < r.offset < 20], [r for r in destination if 4 < r.offset < 20])
+    comparer.merge([r for r in source if r.offset >= 20], [r for r in destination if r.offset >= 20])
+    whole = compare_range(source, destination, 0, 30)
+    assert comparer.result() == whole
+    assert (whole.equal, whole.missing, whole.extra, whole.holes) == (23, 1, 1, 6)
+    with pytest.raises(WindowOutOfPlaceError) as refused:
+        comparer.count_equal(2, 28, 29)  # at or below what was compared already
+    assert (refused.value.first_offset, refused.value.last) == (28, 29)
