@@ -48,9 +48,11 @@ def varied_source(rng: random.Random, count: int) -> FakePartitionSource:
     return source
 
 
-def archive(source: FakePartitionSource, directory: Path, per_blob: int, rng: random.Random) -> list[BlobRange]:
+def archive(
+    source: FakePartitionSource, directory: Path, per_blob: int, rng: random.Random, tampered: bool = True
+) -> list[BlobRange]:
     """The source's records as blobs of `per_blob` offsets, written as a mirror writes them (RecordColumns), each
-    row as a dict so a test can tamper with it before the files are written."""
+    row as a dict so that (`tampered`) the rows can be changed at random before the files are written."""
     blobs = []
     for first in range(0, source.end, per_blob):
         last = min(first + per_blob, source.end) - 1
@@ -59,7 +61,8 @@ def archive(source: FakePartitionSource, directory: Path, per_blob: int, rng: ra
             if offset in source.records:
                 columns.add(FakeMessage(source.records[offset]), 0)
         blobs.append((BlobRange(first, last), columns.take().to_pylist()))
-    tamper(rng, blobs)
+    if tampered:
+        tamper(rng, blobs)
     for blob, rows in blobs:
         table = pa.Table.from_pylist(rows, schema=KAFKA_SCHEMA)
         pq.write_table(table, directory / blob_name(blob.first, blob.last), row_group_size=rng.choice((3, 7, 50)))
@@ -151,3 +154,25 @@ def test_an_exact_archive_is_compared_without_a_record_built(tmp_path: Path, mon
     )
     assert found.comparison.ok and found.comparison.equal == len(source.records) and found.problems == ()
     assert built == []
+
+
+def test_the_schema_ids_the_archive_carries_are_noted_at_their_first_offset(tmp_path: Path) -> None:
+    """Values in the registry's wire format (a zero byte, the ID in 4 bytes): each ID with the first offset that
+    carries it, files below the compared range included; a value not in the format notes nothing."""
+    source = FakePartitionSource()
+    for offset in range(300):
+        value = b"\x00" + (7 if offset < 150 else 9).to_bytes(4, "big") + b"avro" if offset % 4 else b"plain"
+        source.records[offset] = FakeRecord(offset, None, value)
+    source.end = 300
+    blobs = archive(source, tmp_path, 100, random.Random(0), tampered=False)
+    found = check_slice(
+        source.partition_spec(),
+        tuple(blobs),
+        FilesystemBlobReader(str(tmp_path)),
+        120,
+        300,
+        10,
+        FakeConsumer(source),
+        schema_fields=("value",),
+    )
+    assert found.schema_ids == ((7, 1), (9, 150))
