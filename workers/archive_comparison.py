@@ -25,20 +25,17 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from core.records import HEADER_TYPE
+from core.messages import headers_column
 from workers.archive_records import records_of_batch
 from workers.record_comparison import Comparison, RangeComparer, records_of_messages
 
-_HEADERS = pa.list_(HEADER_TYPE)
-
 
 class SourceWindows:
-    """The source's messages of [first, end), handed out in consecutive windows (`below`). Their offsets increase
-    strictly: the range reader (`source.range_reader`) fails a read that repeats or goes back."""
+    """The source's messages of a range (`consume_range`: only the range's, their offsets strictly increasing, or
+    the read fails), handed out in consecutive windows (`below`)."""
 
-    def __init__(self, batches: Iterable[list[Any]], first: int, end: int) -> None:
+    def __init__(self, batches: Iterable[list[Any]]) -> None:
         self._batches = iter(batches)
-        self._first, self._end = first, end
         self._messages: list[Any] = []
         self._offsets: list[int] = []
         self._taken = 0  # of the held messages
@@ -57,16 +54,9 @@ class SourceWindows:
 
     def _hold_next(self) -> bool:
         for batch in self._batches:
-            offsets = [message.offset() for message in batch]
-            if not offsets:
-                continue
-            if offsets[0] < self._first or offsets[-1] >= self._end:  # (increasing: the ends say it all)
-                kept = [i for i, offset in enumerate(offsets) if self._first <= offset < self._end]
-                batch, offsets = [batch[i] for i in kept], [offsets[i] for i in kept]
-                if not offsets:
-                    continue
-            self._messages, self._offsets, self._taken = batch, offsets, 0
-            return True
+            if batch:
+                self._messages, self._offsets, self._taken = batch, [m.offset() for m in batch], 0
+                return True
         return False
 
 
@@ -77,13 +67,8 @@ def _headers_array(listed: list[Any]) -> pa.Array:
     ends = np.zeros(len(listed) + 1, dtype=np.int32)
     np.cumsum(lengths, out=ends[1:])
     pairs = [pair for headers in listed if headers for pair in headers]
-    entries = pa.StructArray.from_arrays(
-        [pa.array([name for name, _ in pairs], pa.string()), pa.array([data for _, data in pairs], pa.binary())],
-        fields=list(HEADER_TYPE),
-    )
     nulls = np.fromiter((headers is None for headers in listed), bool, len(listed))
-    mask = pa.array(nulls) if nulls.any() else None
-    return pa.ListArray.from_arrays(pa.array(ends), entries, type=_HEADERS, mask=mask)
+    return headers_column([name for name, _ in pairs], [data for _, data in pairs], ends, nulls)
 
 
 def columns_equal(messages: list[Any], rows: pa.RecordBatch) -> bool:
@@ -117,18 +102,18 @@ class WindowedComparison:
     def __init__(self, source: SourceWindows, first: int, end: int, max_differences: int) -> None:
         self._source = source
         self._comparer = RangeComparer(first, end, max_differences)
-        self._first, self._end = first, end
 
     def row_group(self, rows: pa.RecordBatch, offsets: np.ndarray, offsets_sound: bool) -> None:
         """The next row group of the archive. `offsets`: its offset column; `offsets_sound`: whether they passed the
         file checks (strictly increasing, inside the blob's name), which the column-wise comparison relies on."""
-        inside = (offsets >= self._first) & (offsets < self._end)
+        first, end = self._comparer.first, self._comparer.end
+        inside = (offsets >= first) & (offsets < end)
         if not inside.any():
             return
         window_end = max(int(offsets[inside].max()) + 1, self._comparer.last["destination"] + 1)
         messages, source_offsets = self._source.below(window_end)
         if offsets_sound:
-            low, high = (int(i) for i in np.searchsorted(offsets, (self._first, self._end)))
+            low, high = (int(i) for i in np.searchsorted(offsets, (first, end)))
             within = rows.slice(low, high - low)
             held = offsets[low:high]
             if (
@@ -142,6 +127,6 @@ class WindowedComparison:
         self._comparer.merge(records_of_messages([messages]), records_of_batch(rows))
 
     def result(self) -> Comparison:
-        messages, _ = self._source.below(self._end)  # what no row group reached: missing
+        messages, _ = self._source.below(self._comparer.end)  # what no row group reached: missing
         self._comparer.merge(records_of_messages([messages]), ())
         return self._comparer.result()

@@ -122,9 +122,7 @@ def check_slice(
         pass
     stored = _BlobRowGroups(reader, tuple(b for b in blobs if b.last >= compared_from), schema_fields, schema_ids)
     source_reads = consume_range(source, compared_from, min(end, source_end), consumer)
-    comparison = WindowedComparison(
-        SourceWindows(source_reads, compared_from, end), compared_from, end, max_differences
-    )
+    comparison = WindowedComparison(SourceWindows(source_reads), compared_from, end, max_differences)
     for rows, offsets, sound in stored:
         comparison.row_group(rows, offsets, sound)
     return SliceCheck(
