@@ -96,6 +96,10 @@ class SourcePartition:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def uses_task_consumers(self) -> bool:
+        return True  # the task's consumer for its cluster, shared with the task's other reads
+
     def open(self, consumers: SharedConsumers) -> LivePartition:
         """This partition as a task reads it (`workers.range_job.RecordsAt`)."""
         return LivePartition(self, consumers)

@@ -183,3 +183,52 @@ def test_a_task_of_one_write_streams_its_range_even_where_writes_may_overlap() -
     assert "reading" not in state
     _announce(alone * 2, state)
     assert "reading" in state
+
+
+class OwnBlobs:
+    """A range read from its own blobs (as `workers.restore_job.ArchivedRange`): no task consumer; logs each batch
+    read into `events`."""
+
+    uses_task_consumers = False
+
+    def __init__(self, source: FakePartitionSource, events: list[tuple[str, int]]) -> None:
+        self._source, self._events = source, events
+        self.topic, self.partition, self.name = source.topic, source.partition, f"{source.topic}-{source.partition}"
+
+    def open(self, consumers: SharedConsumers) -> OwnBlobs:
+        return self
+
+    def announce(self, consumers: SharedConsumers, read_from: int, end: int, estimated_bytes: int) -> None:
+        return None
+
+    def read(self, read_from: int, end: int) -> Any:
+        for first in range(read_from, end, 10):
+            self._events.append(("read", first))
+            yield [self._source.records[offset] for offset in range(first, min(first + 10, end))]
+
+
+def test_writes_of_archived_ranges_that_run_at_once_stream_their_ranges() -> None:
+    # A restore's writes read their own blobs: held whole before producing, a range's produce waited for all of its
+    # read, and the task's writes read one after the other.
+    source = FakePartitionSource()
+    source.append(80)
+    events: list[tuple[str, int]] = []
+
+    class Logged(Transactions):
+        def write(self, records: Any, task: TaskRange, limits: BlobLimits) -> list[Any]:
+            count = 0
+            for batch in records.read(task.read_from, task.end):
+                events.append(("wrote", batch[0].offset))
+                count += len(batch)
+            return [Written(first=task.first, last=task.end - 1, records=count, record_bytes=0)]
+
+    target = Logged(MemoryStaging(InMemoryStore()))
+    items = [
+        WriteItem(OwnBlobs(source, events), TaskRange(f, f, f + 40), BlobLimits(10**9, 10**9), target) for f in (0, 40)
+    ]
+    state: dict[str, Any] = {"consumers": SharedConsumers(lambda _: FakeConsumer(source))}
+    _announce(items, state)
+    assert "reading" not in state
+    written = [w for item in items for w in _write(item, state)]
+    assert [(w.first, w.last, w.records) for w in written] == [(0, 39, 40), (40, 79, 40)]
+    assert events[:4] == [("read", 0), ("wrote", 0), ("read", 10), ("wrote", 10)]  # each batch written as it is read

@@ -193,6 +193,12 @@ class RecordsAt(Protocol):
     """Where a write item's records come from, as a picklable value: a live source partition
     (`source.range_reader.SourcePartition`) or an archived chain (`workers.restore_job.ArchivedRange`)."""
 
+    @property
+    def uses_task_consumers(self) -> bool:
+        """Whether reading goes through the task's shared consumers (a live partition), so that writes running at
+        the same time must take turns at reading; an archived chain reads its own blobs and streams."""
+        ...
+
     def open(self, consumers: SharedConsumers) -> RecordSource:
         """The records, read inside the task (a live partition with the task's consumer for its cluster)."""
         ...
@@ -234,7 +240,7 @@ def _consumers(state: dict[str, Any]) -> SharedConsumers:
 
 def _announce(items: list[WriteItem], state: dict[str, Any]) -> None:
     consumers = _consumers(state)
-    if min(len(items), _writes_at_once(items)) > 1:
+    if min(len(items), _writes_at_once(items)) > 1 and any(item.records.uses_task_consumers for item in items):
         state["reading"] = threading.Lock()  # writes that run at the same time take turns at the task's consumers
     for item in items:
         item.records.announce(consumers, item.task.read_from, item.task.end, item.estimated_bytes)
@@ -243,7 +249,7 @@ def _announce(items: list[WriteItem], state: dict[str, Any]) -> None:
 def _write(item: WriteItem, state: dict[str, Any]) -> list[Written]:
     records = item.records.open(_consumers(state))
     reading: threading.Lock | None = state.get("reading")
-    if reading is not None:
+    if reading is not None and item.records.uses_task_consumers:
         records = _ReadFirst(records, item.task, reading)
     written = list(item.target.write(records, item.task, item.limits))
     check_coverage(records.name, item.task, written)
@@ -254,8 +260,9 @@ class _ReadFirst:
     """A write's range read whole before it writes, with the task's read lock held, so writes that run at the same
     time (network-bound: transactions, S3 uploads) never use the task's consumers together. Tasks of several writes
     run so: a shared job's, whose ranges are small (each at most 8 MiB and 62 500 offsets: the flush scheduler's
-    bound), and a restore round's (each a partition's range of the round, up to a task's offsets, held
-    in memory while it is produced); a task of one write (a backlog's) streams its range."""
+    bound); a task of one write (a backlog's) streams its range, and so does every write of a restore (an archived
+    chain reads its own blobs: a round's range, up to a task's offsets, was held whole here before producing, so
+    the produce waited for the read and the two writes of a task read one after the other)."""
 
     def __init__(self, records: RecordSource, task: TaskRange, reading: threading.Lock) -> None:
         self._records, self._reading = records, reading

@@ -46,6 +46,10 @@ class ArchivedRange:
     def name(self) -> str:
         return f"{self.topic}-{self.partition}"
 
+    @property
+    def uses_task_consumers(self) -> bool:
+        return False  # its own blobs: writes that run at the same time read them at the same time, streaming
+
     def open(self, consumers: SharedConsumers) -> ArchivedRange:
         return self  # read from the blobs: no consumer
 
