@@ -14,8 +14,11 @@ range is read whole once (a footer alone would not show where a hole is).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import repeat
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,43 +40,38 @@ class ArchiveReadError(MirrorV3Error):
         super().__init__(f"{location}: {problem}")
 
 
-class ArchivedMessage:
-    """One archived record with the methods of a librdkafka message that producing it needs. Built straight from a
-    row group's columns (`messages_of_batch`): restore makes one per record, so it holds the fields themselves."""
+class ArchivedMessage(tuple[int, bytes | None, bytes | None, Any, int, int]):
+    """One archived record with the methods of a librdkafka message that producing it needs: (offset, key, value,
+    headers, timestamp in ms, librdkafka's timestamp type).
 
-    __slots__ = ("_headers", "_key", "_offset", "_timestamp", "_value")
+    A tuple built in C (`messages_of_batch`: `tuple.__new__` over the zipped columns), because restore makes one per
+    record: a class with an `__init__` cost about 1.5 µs of CPU per record to build (a third of reading a 1 KiB
+    archived record back, measured), this about 0.1."""
 
-    def __init__(
-        self,
-        offset: int,
-        key: bytes | None,
-        value: bytes | None,
-        headers: list[tuple[str, bytes | None]] | None,
-        timestamp_ms: int,
-        timestamp_type: int,
-    ) -> None:
-        self._offset, self._key, self._value, self._headers = offset, key, value, headers
-        self._timestamp = (timestamp_type + 1, timestamp_ms)  # librdkafka's type ids are one higher than Kafka's
+    __slots__ = ()
 
     def offset(self) -> int:
-        return self._offset
+        return self[0]
 
     def key(self) -> bytes | None:
-        return self._key
+        return self[1]
 
     def value(self) -> bytes | None:
-        return self._value
+        return self[2]
 
     def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return self._headers
+        return self[3]  # type: ignore[no-any-return]
 
     def timestamp(self) -> tuple[int, int]:
-        return self._timestamp
+        return self[5], self[4]
 
 
 def messages_of_batch(batch: pa.RecordBatch) -> list[ArchivedMessage]:
-    """Blob rows (KAFKA_SCHEMA) as messages: each column converted once, the records built in one pass."""
-    stamps_us = batch.column("timestamp").cast(pa.int64()).to_pylist()
+    """Blob rows (KAFKA_SCHEMA) as messages: each column converted once (the timestamps' units and types in Arrow),
+    the records built in one pass in C."""
+    stamps_ms = pc.divide(batch.column("timestamp").cast(pa.int64()), 1000).to_pylist()
+    # librdkafka's timestamp type ids are one higher than Kafka's, which the archive keeps.
+    kinds = pc.add(batch.column("timestampType"), 1).to_pylist()
     headers = batch.column("headers")
     if headers.null_count == len(headers):
         header_lists: list[list[tuple[str, bytes | None]] | None] = [None] * len(headers)
@@ -81,18 +79,25 @@ def messages_of_batch(batch: pa.RecordBatch) -> list[ArchivedMessage]:
         header_lists = [
             None if listed is None else [(h["key"], h["value"]) for h in listed] for listed in headers.to_pylist()
         ]
-    return [
-        ArchivedMessage(offset, key, value, listed, stamp // 1000, kind)
-        for offset, key, value, listed, stamp, kind in zip(
-            batch.column("offset").to_pylist(),
-            batch.column("key").to_pylist(),
-            batch.column("value").to_pylist(),
-            header_lists,
-            stamps_us,
-            batch.column("timestampType").to_pylist(),
-            strict=True,
-        )
-    ]
+    columns = zip(
+        batch.column("offset").to_pylist(),
+        batch.column("key").to_pylist(),
+        batch.column("value").to_pylist(),
+        header_lists,
+        stamps_ms,
+        kinds,
+        strict=True,
+    )
+    # The collector is held off while the batch's tuples are made: each collection of the youngest generation would
+    # walk the tuples made since the last, about 0.6 µs of CPU per record at 131 072 rows (measured), and these hold
+    # no cycles (their lists of headers neither).
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return list(map(tuple.__new__, repeat(ArchivedMessage), columns))  # type: ignore[arg-type]
+    finally:
+        if paused:
+            gc.enable()
 
 
 def records_of_batch(batch: pa.RecordBatch) -> Iterator[Record]:
