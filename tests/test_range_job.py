@@ -17,6 +17,7 @@ from source.range_reader import SharedConsumers
 from tests.fakes import FakeConsumer, FakePartitionSource, InMemoryStore, MemoryStaging
 from workers.range_job import (
     OUTCOME_SCHEMA,
+    OVERLAPPING_WRITE_MAX_OFFSETS,
     Outcome,
     SparkTaskError,
     WriteItem,
@@ -232,3 +233,17 @@ def test_writes_of_archived_ranges_that_run_at_once_stream_their_ranges() -> Non
     written = [w for item in items for w in _write(item, state)]
     assert [(w.first, w.last, w.records) for w in written] == [(0, 39, 40), (40, 79, 40)]
     assert events[:4] == [("read", 0), ("wrote", 0), ("read", 10), ("wrote", 10)]  # each batch written as it is read
+
+
+def test_writes_that_may_overlap_run_one_after_the_other_when_they_are_large() -> None:
+    # A restore's ranges are CPU-bound: in threads of one worker they only contend for its interpreter lock.
+    source = FakePartitionSource()
+    target = Transactions(MemoryStaging(InMemoryStore()))
+
+    def items(*sizes: int) -> list[WriteItem]:
+        spec = source.partition_spec()
+        return [WriteItem(spec, TaskRange(0, 0, size), BlobLimits(10**9, 10**9), target) for size in sizes]
+
+    assert _writes_at_once(items(1_000, 62_500, 3)) == 4  # a shared job's small flushes overlap
+    assert _writes_at_once(items(500_000, 500_000)) == 1  # a restore task's two ranges do not
+    assert _writes_at_once(items(OVERLAPPING_WRITE_MAX_OFFSETS + 1)) == 1
