@@ -12,6 +12,9 @@ source "$venv/bin/activate"
 # The tables' readers and catalog of the end-to-end tests (Iceberg's Spark runtime, Delta's jars, an Iceberg REST
 # catalog server) from Maven Central, skipped when present; the quickstart needs none of them.
 python -m testkit.maven_jars >/dev/null
+# The test brokers' JVM class archive (like the Spark driver's, made once per JDK and broker jars): each of the few
+# dozen brokers the suite starts is then ready in about 3.3 s at 2.3 CPU-s instead of 4.7 s at 3.9 (measured).
+python -m testkit.kafka_broker --prepare-class-archive
 # One command per line: `set -e` does not stop at a failure inside an `a && b` list.
 echo "== ruff"
 ruff check --no-cache .

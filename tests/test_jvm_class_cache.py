@@ -9,6 +9,8 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from workers import jvm_class_cache
 from workers.jvm_class_cache import (
     archive_path,
@@ -125,3 +127,19 @@ def test_the_checked_archive_must_exist_and_hold_something(tmp_path: Path) -> No
     for missing in (tmp_path / "absent.jsa", empty):
         problem = jvm_class_cache.archive_problem("/nonexistent-jdk", "", missing)
         assert problem == f"{missing} was not written"
+
+
+def test_the_test_brokers_archive_lives_beside_the_drivers_and_follows_its_jdk_and_jars(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from testkit.kafka_broker import class_archive
+
+    java, jars = fake_jdk(tmp_path / "jdk"), fake_jars(tmp_path)
+    monkeypatch.setenv("MIRROR_V3_JVM_CACHE", str(tmp_path / "cache"))
+    archive = class_archive(jars, str(java))
+    assert archive is not None and archive.parent == tmp_path / "cache"
+    assert archive.name == f"kafka-broker-{fingerprint(java.resolve(), jars)}.jsa"
+    (jars / "kafka-clients.jar").write_bytes(b"a newer jar")
+    assert class_archive(jars, str(java)) != archive  # an archive of other jars is never mapped
+    monkeypatch.setenv("MIRROR_V3_JVM_CACHE", "off")
+    assert class_archive(jars, str(java)) is None
