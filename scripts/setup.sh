@@ -106,7 +106,8 @@ fi
 
 # The Spark JVM's class archive ($MIRROR_V3_JVM_CACHE, default ~/.cache/mirror-v3/jvm): about half the JVM's
 # start-up CPU, which every mirror, restore and verify start (and every end-to-end test) pays. Made once per
-# JDK and pyspark; the image makes its own (Dockerfile). `present` when already there.
-if [[ -n "$extras" && "${MIRROR_V3_JVM_CACHE:-}" != "off" ]]; then
+# JDK and pyspark; the image makes its own (Dockerfile). `present` when already there. scripts/test.sh makes it
+# itself (MIRROR_V3_SETUP_LEAVES_JVM=1), at the same time as its other set-up steps.
+if [[ -n "$extras" && "${MIRROR_V3_JVM_CACHE:-}" != "off" && -z "${MIRROR_V3_SETUP_LEAVES_JVM:-}" ]]; then
   (cd "$here" && "$python" -m supervisor prepare-jvm)
 fi
