@@ -228,9 +228,15 @@ def test_an_estate_is_rebuilt_as_of_a_moment_in_a_fresh_cluster(
                         return False
 
                 killed.wait_until(scraped, 60, "the restore's series on /metrics")
-                at = killed.metric("mirror_v3_destination_offset_verified", **series)
-                lag = killed.metric("mirror_v3_source_lag_offsets", **series)
-                assert at is not None and lag is not None and at + lag == ends_at_moment[estate.payments, 1]
+                names = ("mirror_v3_destination_offset_verified", "mirror_v3_source_lag_offsets")
+
+                def accounted() -> bool:
+                    # Read from one scrape, and again while a range the restore produced before the pause is being
+                    # recorded (its two series are set one after the other): they settle, as nothing more lands.
+                    at, lag = killed.samples(names, **series).values()
+                    return at is not None and lag is not None and at + lag == ends_at_moment[estate.payments, 1]
+
+                killed.wait_until(accounted, 30, "the restore's verified offset and lag to add up to its end as of T")
                 killed.kill9()
             finally:
                 fresh.resume()

@@ -209,15 +209,25 @@ class MirrorRun:
     def metric(self, name: str, **labels: str | int) -> float | None:
         """The first sample of `name` whose labels include `labels`, from the running mirror's /metrics endpoint
         (needs `metrics_port`); None when there is none."""
+        return self.samples((name,), **labels)[name]
+
+    def samples(self, names: Sequence[str], **labels: str | int) -> dict[str, float | None]:
+        """The first sample of each of `names` whose labels include `labels`, all from one scrape (series that move
+        together are read at one moment)."""
         from prometheus_client.parser import text_string_to_metric_families
 
         text = self.scrape()
         wanted = {key: str(value) for key, value in labels.items()}
+        found: dict[str, float | None] = dict.fromkeys(names)
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == name and all(sample.labels.get(k) == v for k, v in wanted.items()):
-                    return float(sample.value)
-        return None
+                if (
+                    sample.name in found
+                    and found[sample.name] is None
+                    and all(sample.labels.get(k) == v for k, v in wanted.items())
+                ):
+                    found[sample.name] = float(sample.value)
+        return found
 
     def wait_for_metric(self, name: str, value: float, timeout: float = 30, **labels: str | int) -> None:
         """Until the first sample of `name` with `labels` equals `value`. A series moves a moment after what it
