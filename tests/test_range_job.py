@@ -235,15 +235,16 @@ def test_writes_of_archived_ranges_that_run_at_once_stream_their_ranges() -> Non
     assert events[:4] == [("read", 0), ("wrote", 0), ("read", 10), ("wrote", 10)]  # each batch written as it is read
 
 
-def test_writes_that_may_overlap_run_one_after_the_other_when_they_are_large() -> None:
+def test_a_restores_writes_that_may_overlap_run_one_after_the_other_when_they_are_large() -> None:
     # A restore's ranges are CPU-bound: in threads of one worker they only contend for its interpreter lock.
     source = FakePartitionSource()
     target = Transactions(MemoryStaging(InMemoryStore()))
 
-    def items(*sizes: int) -> list[WriteItem]:
-        spec = source.partition_spec()
+    def items(*sizes: int, archived: bool = True) -> list[WriteItem]:
+        spec: Any = OwnBlobs(source, []) if archived else source.partition_spec()
         return [WriteItem(spec, TaskRange(0, 0, size), BlobLimits(10**9, 10**9), target) for size in sizes]
 
-    assert _writes_at_once(items(1_000, 62_500, 3)) == 4  # a shared job's small flushes overlap
-    assert _writes_at_once(items(500_000, 500_000)) == 1  # a restore task's two ranges do not
+    assert _writes_at_once(items(1_000, 62_500, 3)) == 4  # small ranges overlap
+    assert _writes_at_once(items(500_000, 500_000)) == 1  # a restore task's two large ranges do not
     assert _writes_at_once(items(OVERLAPPING_WRITE_MAX_OFFSETS + 1)) == 1
+    assert _writes_at_once(items(500_000, 500_000, archived=False)) == 4  # live sources keep the target's overlap

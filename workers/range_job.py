@@ -227,17 +227,19 @@ def run_write_job(
     return run_items(spark, items, packs, _write, spec, _announce, _writes_at_once)
 
 
-# Writes of a task that may overlap (renumber's transactions) overlap only while they are small: a transaction's
-# dozen round trips then outweigh its records' CPU. Larger writes are CPU-bound, and two of them in threads of one
-# Python worker only contend for its interpreter lock while the other cores run other tasks: measured in-process,
-# two renumber ranges of 500 000 x 1 KiB from an archive took 7.8-9.5 µs of CPU per record one after the other and
-# 10.0-10.4 in two threads, at the same rate. A restore's ranges are up to `spark.offsets-per-task`; a shared flush
-# job's at most 62 500 offsets and 8 MiB each (most far fewer).
+# A restore's writes that may overlap (renumber's transactions) overlap only while they are small: a transaction's
+# dozen round trips then outweigh its records' CPU. Larger ones are CPU-bound (the archive is read in the task, no
+# network wait), and two of them in threads of one Python worker only contend for its interpreter lock while the
+# other cores run other tasks: measured in-process, two renumber ranges of 500 000 x 1 KiB from an archive took
+# 7.8-9.5 µs of CPU per record one after the other and 10.0-10.4 in two threads, at the same rate. A restore's ranges
+# are up to `spark.offsets-per-task`. Live sources keep the target's overlap (S3 uploads, transactions that wait on
+# the network).
 OVERLAPPING_WRITE_MAX_OFFSETS = 50_000
 
 
 def _writes_at_once(items: list[WriteItem]) -> int:
-    if sum(item.task.offset_count for item in items) > OVERLAPPING_WRITE_MAX_OFFSETS * len(items):
+    archived = not any(item.records.uses_task_consumers for item in items)
+    if archived and sum(item.task.offset_count for item in items) > OVERLAPPING_WRITE_MAX_OFFSETS * len(items):
         return 1  # larger than that on average: one after the other
     return min(item.target.writes_at_once for item in items)
 
