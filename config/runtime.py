@@ -72,11 +72,12 @@ def parse_runtime(env: Mapping[str, str]) -> RuntimeSettings:
         heartbeat_secs=_optional("MIRROR_V3_HEARTBEAT_SECS", given, defaults.heartbeat_secs),
         drain_timeout_secs=_optional("MIRROR_V3_DRAIN_TIMEOUT_SECS", given, defaults.drain_timeout_secs),
         shard=given("MIRROR_V3_SHARD"),
-        jvm_cache=_jvm_cache(given("MIRROR_V3_JVM_CACHE")),
+        jvm_cache=jvm_cache_dir(given("MIRROR_V3_JVM_CACHE")),
     )
 
 
-def _jvm_cache(text: str | None) -> str | None:
+def jvm_cache_dir(text: str | None) -> str | None:
+    """The class archives' directory $MIRROR_V3_JVM_CACHE names (None: off); ConfigError when it is not absolute."""
     if text is None:
         return DEFAULT_JVM_CACHE
     if text.lower() == "off":

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
+from config.runtime import jvm_cache_dir
 from testkit.jars import MissingJarsError, kafka_broker_jar_dir
 from testkit.kafka_data import KafkaDataError, Record, admin_client, create_topic, delete_topic, produce
 from testkit.ports import HOST, free_ports
@@ -61,10 +62,10 @@ CLASS_ARCHIVE_PREFIX = "kafka-broker-"
 
 def class_archive(jar_dir: Path, java: str) -> Path | None:
     """Where the broker JVM's class archive of this JDK and these jars lives (None: $MIRROR_V3_JVM_CACHE=off)."""
-    cache = os.environ.get("MIRROR_V3_JVM_CACHE") or str(Path.home() / ".cache" / "mirror-v3" / "jvm")
-    if cache == "off":
+    cache = jvm_cache_dir(os.environ.get("MIRROR_V3_JVM_CACHE"))  # the Spark driver's rule and default
+    if cache is None:
         return None
-    return Path(cache) / f"{CLASS_ARCHIVE_PREFIX}{fingerprint(Path(java).resolve(), jar_dir)}.jsa"
+    return Path(cache).expanduser() / f"{CLASS_ARCHIVE_PREFIX}{fingerprint(Path(java).resolve(), jar_dir)}.jsa"
 
 
 def prepare_class_archive(jar_dir: Path | None = None) -> tuple[Path | None, bool]:
