@@ -139,10 +139,13 @@ class _ConsumerReads:
             self._assigned = True
         deadline = time.monotonic() + self._timeout_ms / 1000
         consumer.seek(tp, first)
-        while await consumer.position(tp) < end:
+        while (position := await consumer.position(tp)) < end:
             if time.monotonic() > deadline:
                 raise KafkaTimeoutError(f"reading {tp.topic}-{tp.partition} offsets {first}..{end - 1}")
-            fetched = await consumer.getmany(tp, timeout_ms=500)
+            # No more records than the range can hold: a fetch brings whole batches (a restore's hold thousands of
+            # records), and aiokafka makes a record object of each one it returns, then fetches the partition again
+            # in the background once none is left. What stays buffered is dropped by the next seek, unmade.
+            fetched = await consumer.getmany(tp, timeout_ms=500, max_records=end - position)
             for message in fetched.get(tp, []):
                 if message.offset < first:
                     continue  # (aiokafka drops what it fetched before a seek: a guard, should a version not)

@@ -73,6 +73,7 @@ class OneConsumerPartition(KafkaClients):
     def __init__(self, mapped: dict[int, int], end: int) -> None:
         super().__init__("fake:9092", {}, 1_000)
         self.mapped, self.end, self.made = mapped, end, 0
+        self.records_made = 0  # record objects the consumers returned
 
     def consumer(self, isolation: str, group_id: str | None = None) -> Any:
         self.made += 1
@@ -98,7 +99,12 @@ class _Consumer:
     async def end_offsets(self, tps: list[TopicPartition]) -> dict[TopicPartition, int]:
         return {TP: self._partition.end}
 
-    async def getmany(self, tp: TopicPartition, timeout_ms: int) -> dict[TopicPartition, list[Any]]:
+    async def getmany(
+        self, tp: TopicPartition, timeout_ms: int, max_records: int | None = None
+    ) -> dict[TopicPartition, list[Any]]:
+        # A fetch brings 5 records; like aiokafka, at most `max_records` of them are made into records and returned.
+        fetched = min(self._position + 5, self._partition.end)
+        returned = fetched if max_records is None else min(fetched, self._position + max_records)
         batch = [
             SimpleNamespace(
                 offset=o,
@@ -108,9 +114,10 @@ class _Consumer:
                 timestamp=0,
                 timestamp_type=0,
             )
-            for o in range(self._position, min(self._position + 5, self._partition.end))
+            for o in range(self._position, returned)
         ]
-        self._position = min(self._position + 5, self._partition.end)
+        self._partition.records_made += len(batch)
+        self._position = returned
         return {TP: batch}
 
 
@@ -124,6 +131,8 @@ async def test_a_search_reads_through_one_consumer() -> None:
     assert await destination_offset_for(partition, TP, 3_000) == 1_000
     assert await destination_offset_for(partition, TP, 3_001) == 1_001
     assert partition.made == 2
+    before = partition.records_made
     assert await partition.records(TP, 10, 13, "read_committed") == [
         KafkaRecord(o, b"k", b"v", (source_offset_header(3 * o),), 0, create_time=True) for o in (10, 11, 12)
     ]
+    assert partition.records_made - before == 3, "a read makes no more records than its range holds"
