@@ -30,7 +30,11 @@ TABLE = "archive.{topic}"
 PARTITIONS = 3
 RECORDS_PER_PARTITION = 20_000
 LIVE_RECORDS_PER_PARTITION = 1_000  # produced while you watch, in ten bursts a second apart
-WATCH_SECONDS = 8
+# `status --watch 2` is shown for this many refreshes (each a table of the mirrors), then stopped with Ctrl-C: by
+# what it printed, not after a fixed time, as its first table comes only after a CLI start and one status round
+# (seconds on a busy machine: 8 s once showed none).
+WATCH_REFRESHES = 2
+WATCH_DEADLINE_S = 60.0
 
 
 def say(message: str) -> None:
@@ -73,7 +77,7 @@ def main() -> int:
                 )
                 live = threading.Thread(target=produce_live, args=(broker.bootstrap,), daemon=True)
                 live.start()
-                say(f"`status --watch` for {WATCH_SECONDS} s while more records arrive (Ctrl-C ends a real one):")
+                say(f"`status --watch` for {WATCH_REFRESHES} refreshes while records arrive (Ctrl-C ends a real one):")
                 watch(config_path, env)
                 live.join()
                 if port:
@@ -187,7 +191,8 @@ def produce_live(bootstrap: str) -> None:
 
 
 def watch(config: Path, env: dict[str, str]) -> None:
-    """`status --watch 2` for WATCH_SECONDS, its output passed through, then Ctrl-C (SIGINT), as a user stops it."""
+    """`status --watch 2` until it has shown WATCH_REFRESHES tables (WATCH_DEADLINE_S at most), its output passed
+    through, then Ctrl-C (SIGINT), as a user stops it."""
     watching = subprocess.Popen(
         [sys.executable, "-m", "supervisor", "status", "--config", str(config), "--watch", "2"],
         env=cli_env(env),
@@ -196,14 +201,21 @@ def watch(config: Path, env: dict[str, str]) -> None:
         text=True,
     )
     assert watching.stdout is not None
+    refreshed = threading.Semaphore(0)
 
     def relay() -> None:
         for line in watching.stdout:  # type: ignore[union-attr]
             print(f"  {line}", end="", flush=True)
+            if "Ctrl-C to stop" in line:  # a refresh's heading: its table follows in the same write
+                refreshed.release()
 
     relaying = threading.Thread(target=relay, daemon=True)
     relaying.start()
-    time.sleep(WATCH_SECONDS)
+    deadline = time.monotonic() + WATCH_DEADLINE_S
+    for _ in range(WATCH_REFRESHES):
+        if not refreshed.acquire(timeout=max(0.0, deadline - time.monotonic())):
+            break
+    time.sleep(1)  # the last table's lines, printed right after its heading (the next refresh is 2 s away)
     watching.send_signal(signal.SIGINT)
     watching.wait(30)
     relaying.join(5)
