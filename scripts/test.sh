@@ -12,10 +12,13 @@ source "$venv/bin/activate"
 # The tables' readers and catalog of the end-to-end tests (Iceberg's Spark runtime, Delta's jars, an Iceberg REST
 # catalog server) from Maven Central, skipped when present; the quickstart needs none of them.
 python -m testkit.maven_jars >/dev/null
-# mypy (about 13 s on a clean clone) runs from here on, beside the JVMs' class archives below and then the tests; its
-# verdict is read after them, and either failure fails the run.
+# mypy runs from here on, beside the JVMs' class archives below and then the tests; its verdict is read after them, and
+# either failure fails the run. Its incremental cache lives beside the other caches ($MYPY_CACHE_DIR, default
+# ~/.cache/mirror-v3/mypy) rather than in the checkout: a clean clone then rechecks only the modules that changed
+# and what depends on them (mypy compares each module's source hash, and its dependencies' interfaces), 1.4 s
+# instead of 30 s of CPU beside the tests (measured: a clean clone with the cache of another clone and venv).
 mypy_log="$(mktemp)"
-mypy . > "$mypy_log" 2>&1 &
+MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$HOME/.cache/mirror-v3/mypy}" mypy . > "$mypy_log" 2>&1 &
 mypy_pid=$!
 trap 'kill "$mypy_pid" 2>/dev/null || true' EXIT  # a set-up step or ruff that fails leaves no mypy behind
 # The JVMs' class archives, made once per JDK and jars, both at once (each records a JVM that mostly keeps one core
