@@ -102,22 +102,50 @@ async def first_mapped(reads: PartitionReads, lower: int, end: int) -> tuple[int
     return None
 
 
+def next_probe(
+    lower: int, upper: int, below: tuple[int, int] | None, above: tuple[int, int] | None, source_offset: int
+) -> int:
+    """Where a search for `source_offset` reads next, within [lower, upper): where the records found so far say it
+    lies. `below` is the last record found that maps under it and `above` the last that maps at or over it, each as
+    (destination offset, source offset). Between two such records the destination offsets follow the source offsets
+    at their average pace (one to one where the range has no holes, fewer where it has, a transaction's marker
+    adding one), so the guess is their straight line; past the last one below, one to one. Pure, O(1)."""
+    if below is None:
+        guess = lower  # nothing known yet: the first record says where the partition starts
+    elif above is not None and above[1] > below[1]:
+        span = above[0] - below[0]
+        guess = below[0] + -(-(source_offset - below[1]) * span // (above[1] - below[1]))  # rounded up
+    else:
+        guess = below[0] + source_offset - below[1]
+    return min(max(guess, lower), upper - 1)
+
+
 async def destination_offset_for(clients: KafkaClients, tp: TopicPartition, source_offset: int) -> int:
     """renumber: where a reader of the destination continues when a reader of the source would continue at
     `source_offset`: the destination offset of the first committed record whose source offset is at or above
     it, or the partition's committed end when none is (the next record written will be). Records go out in
-    source order, so the source offsets only grow along the partition and a binary search needs O(log n) reads,
-    all through one consumer."""
+    source order, so the source offsets only grow along the partition and a search narrows [lower, upper) with
+    each read, all through one consumer. It reads where the records found so far put the answer (`next_probe`: a
+    restored or mirrored range maps nearly one to one, so a few reads find it; a binary search took 18 reads in a
+    partition of 250 000 records, each a fetched batch of up to a MiB), and halves the interval instead whenever
+    such a guess did not: never more than about twice a binary search's reads."""
     async with clients.one_partition(tp, "read_committed") as reads:
         log_start, end = await reads.watermarks()
         lower, upper = log_start, end  # the answer's position: the first x whose first mapped record maps >= it
+        below: tuple[int, int] | None = None
+        above: tuple[int, int] | None = None
+        halve = False
         while lower < upper:
-            middle = (lower + upper) // 2
+            width = upper - lower
+            middle = (lower + upper) // 2 if halve else next_probe(lower, upper, below, above, source_offset)
             found = await first_mapped(reads, middle, end)
             if found is None or found[1] >= source_offset:
                 upper = middle
+                above = found or above
             else:  # every position up to that record leads to it: the answer lies beyond
                 lower = found[0] + 1
+                below = found
+            halve = not halve and upper - lower > width // 2
         found = await first_mapped(reads, lower, end)
     return end if found is None else found[0]
 
