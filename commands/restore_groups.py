@@ -74,7 +74,7 @@ async def archived_positions(
     return plan_positions(documents, ranges, config.group_positions)
 
 
-# Translations at once: each is a binary search of ~log2(records) short reads through a consumer of its own.
+# Translations at once: each a search of a few short reads (O(log records) at worst) through a consumer of its own.
 TRANSLATIONS_AT_ONCE = 16
 
 

@@ -7,8 +7,8 @@ Per group and mirrored partition, every interval:
   offset the destination durably holds): a consumer moved there must not skip a record still on its way;
 - preserve mode writes it unchanged (offsets are the same on both sides); renumber mode writes the destination
   offset of the first record whose `mirror-v3.source-offset` is at or above it
-  (`sinks.kafka.sink.destination_offset_for`, a binary search), or the partition's end when every record below it
-  is there;
+  (`sinks.kafka.sink.destination_offset_for`, a search guided by the records it finds), or the partition's end
+  when every record below it is there;
 - a group with members on the destination is left alone (its consumers own its offsets there), and a partition
   whose destination offset is already at or beyond the target is not moved back.
 
