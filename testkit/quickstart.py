@@ -206,7 +206,7 @@ def watch(config: Path, env: dict[str, str]) -> None:
     def relay() -> None:
         for line in watching.stdout:  # type: ignore[union-attr]
             print(f"  {line}", end="", flush=True)
-            if "Ctrl-C to stop" in line:  # a refresh's heading: its table follows in the same write
+            if "Ctrl-C to stop" in line:  # a refresh's heading: its table is printed right after it
                 refreshed.release()
 
     relaying = threading.Thread(target=relay, daemon=True)
