@@ -39,7 +39,15 @@ from testkit.kafka_data import KafkaDataError, Record, admin_client, create_topi
 from testkit.ports import HOST, free_ports
 from testkit.processes import ChildProcess, ChildServer, Startup, log_tails, serve_until_signalled
 from testkit.tls import TlsFiles
-from workers.jvm_class_cache import archive_problem, fingerprint, recording_option, sharing_option, temporary_path
+from workers.jvm_class_cache import (
+    archive_of,
+    archive_problem,
+    install,
+    recording_option,
+    remove_leftovers,
+    sharing_option,
+    temporary_path,
+)
 
 PropertyValue = str | int | float | bool
 
@@ -65,19 +73,22 @@ def class_archive(jar_dir: Path, java: str) -> Path | None:
     cache = jvm_cache_dir(os.environ.get("MIRROR_V3_JVM_CACHE"))  # the Spark driver's rule and default
     if cache is None:
         return None
-    return Path(cache).expanduser() / f"{CLASS_ARCHIVE_PREFIX}{fingerprint(Path(java).resolve(), jar_dir)}.jsa"
+    return archive_of(Path(cache).expanduser(), Path(java).resolve(), jar_dir, CLASS_ARCHIVE_PREFIX)
 
 
 def prepare_class_archive(jar_dir: Path | None = None) -> tuple[Path | None, bool]:
     """Record the broker's class archive unless it is there: a broker started and stopped (its JVM writes every
     class it loaded when it exits), the archive checked whole, then put in place read-only. Returns the archive and
-    whether this call made it; BrokerError when the recording failed (the brokers then start as without one)."""
+    whether this call made it; BrokerError when the recording failed (the brokers then start as without one).
+    Installed as the Spark driver's is (`workers.jvm_class_cache.install`): the archives of jars or JDKs that are
+    gone are removed."""
     jar_dir = jar_dir or kafka_broker_jar_dir()
     java = java_executable()
     archive = class_archive(jar_dir, java)
     if archive is None or archive.is_file():
         return archive, False
     archive.parent.mkdir(parents=True, exist_ok=True)
+    remove_leftovers(archive.parent, CLASS_ARCHIVE_PREFIX)
     temporary = temporary_path(archive)
     try:
         recording = (*DEFAULT_JVM_OPTS, *recording_option(temporary).split())
@@ -86,8 +97,7 @@ def prepare_class_archive(jar_dir: Path | None = None) -> tuple[Path | None, boo
         problem = archive_problem(str(Path(java).resolve().parent.parent), f"{jar_dir}/*", temporary)
         if problem is not None:
             raise BrokerError(f"the broker's class archive is unusable: {problem}")
-        temporary.chmod(0o444)
-        os.replace(temporary, archive)
+        install(temporary, archive, Path(java).resolve(), jar_dir, CLASS_ARCHIVE_PREFIX)
     finally:
         temporary.unlink(missing_ok=True)
     return archive, True

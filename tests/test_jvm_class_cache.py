@@ -143,3 +143,18 @@ def test_the_test_brokers_archive_lives_beside_the_drivers_and_follows_its_jdk_a
     assert class_archive(jars, str(java)) != archive  # an archive of other jars is never mapped
     monkeypatch.setenv("MIRROR_V3_JVM_CACHE", "off")
     assert class_archive(jars, str(java)) is None
+
+
+def test_each_jvms_archives_are_cleaned_up_by_their_own_installs_only(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    ours = fake_jdk(tmp_path / "ours"), fake_jars(tmp_path / "ours")
+    stale_driver = write(cache / "spark-driver-unknown.jsa", b"no origin beside it")
+    stale_broker = write(cache / "kafka-broker-unknown.jsa", b"no origin beside it")
+    leftover = write(cache / ".kafka-broker-x.jsa.tmp-999999999", b"a killed recording's")
+    jvm_class_cache.remove_leftovers(cache, "kafka-broker-")
+    broker = jvm_class_cache.archive_of(cache, *ours, "kafka-broker-")
+    assert broker.name == f"kafka-broker-{fingerprint(*ours)}.jsa"
+    install(write(temporary_path(broker), b"the broker's"), broker, *ours, "kafka-broker-")
+    assert broker.read_bytes() == b"the broker's" and not leftover.exists()
+    assert not stale_broker.exists() and stale_driver.exists()  # the driver's are its own installs' to judge

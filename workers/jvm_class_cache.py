@@ -70,8 +70,9 @@ def archive_path(directory: Path, env: dict[str, str] | None = None) -> Path | N
     return archive_of(directory, java, spark_jars())
 
 
-def archive_of(directory: Path, java: Path, jars: Path) -> Path:
-    return directory / f"{ARCHIVE_PREFIX}{fingerprint(java, jars)}{ARCHIVE_SUFFIX}"
+def archive_of(directory: Path, java: Path, jars: Path, prefix: str = ARCHIVE_PREFIX) -> Path:
+    """The archive of this JDK and these jars; `prefix` names the JVM it is for (the test brokers' have their own)."""
+    return directory / f"{prefix}{fingerprint(java, jars)}{ARCHIVE_SUFFIX}"
 
 
 def _origin(archive: Path) -> Path:
@@ -123,31 +124,31 @@ def archive_problem(java_home: str, class_path: str, archive: Path) -> str | Non
     return None
 
 
-def install(temporary: Path, archive: Path, java: Path, jars: Path) -> None:
+def install(temporary: Path, archive: Path, java: Path, jars: Path, prefix: str = ARCHIVE_PREFIX) -> None:
     """Put a checked archive of `java` and `jars` in place, read-only, and remove the archives no installation can
     use any more: their JDK or jars are gone or changed (several virtualenvs may share one cache directory; a
     running JVM that maps a removed archive keeps its copy until it exits)."""
     _origin(archive).write_text(json.dumps({"java": str(java), "jars": str(jars)}))
     temporary.chmod(0o444)
     os.replace(temporary, archive)
-    for other in archive.parent.glob(f"{ARCHIVE_PREFIX}*{ARCHIVE_SUFFIX}"):
-        if other != archive and not _still_usable(other):
+    for other in archive.parent.glob(f"{prefix}*{ARCHIVE_SUFFIX}"):
+        if other != archive and not _still_usable(other, prefix):
             other.unlink(missing_ok=True)
             _origin(other).unlink(missing_ok=True)
 
 
-def _still_usable(archive: Path) -> bool:
+def _still_usable(archive: Path, prefix: str) -> bool:
     try:
         origin = json.loads(_origin(archive).read_text())
         java, jars = Path(origin["java"]), Path(origin["jars"])
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return java.exists() and jars.is_dir() and archive_of(archive.parent, java, jars) == archive
+    return java.exists() and jars.is_dir() and archive_of(archive.parent, java, jars, prefix) == archive
 
 
-def remove_leftovers(directory: Path) -> None:
+def remove_leftovers(directory: Path, prefix: str = ARCHIVE_PREFIX) -> None:
     """Temporary archives of recordings that never finished (the process was killed)."""
-    for leftover in directory.glob(f".{ARCHIVE_PREFIX}*{ARCHIVE_SUFFIX}.tmp-*"):
+    for leftover in directory.glob(f".{prefix}*{ARCHIVE_SUFFIX}.tmp-*"):
         pid = leftover.name.rsplit("-", 1)[-1]
         if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
             leftover.unlink(missing_ok=True)
