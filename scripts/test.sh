@@ -15,8 +15,8 @@ python -m testkit.maven_jars >/dev/null
 # mypy runs from here on, beside the JVMs' class archives below and then the tests; its verdict is read after them, and
 # either failure fails the run. Its incremental cache lives beside the other caches ($MYPY_CACHE_DIR, default
 # ~/.cache/mirror-v3/mypy) rather than in the checkout: a clean clone then rechecks only the modules that changed
-# and what depends on them (mypy compares each module's source hash, and its dependencies' interfaces), 1.4 s
-# instead of 30 s of CPU beside the tests (measured: a clean clone with the cache of another clone and venv).
+# and what depends on them (mypy compares each module's source hash, and its dependencies' interfaces), 1.2
+# instead of 30 CPU-s beside the tests (measured: a clean clone with the cache of another clone and venv).
 mypy_log="$(mktemp)"
 MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$HOME/.cache/mirror-v3/mypy}" mypy . > "$mypy_log" 2>&1 &
 mypy_pid=$!
