@@ -1,13 +1,12 @@
 """`prepare-jvm`: record the Spark driver JVM's classes into the class cache once (workers.jvm_class_cache), so that
 every later start maps them instead of loading them. A local session runs one small job of the kind every command
-runs (a range of task numbers through mapInArrow, collected as Arrow), then its JVM exits and writes what it
-loaded; the archive is checked and put in place only when whole."""
+runs (`workers.range_job.run_tasks`: task numbers through mapPartitions, collected), then its JVM exits and writes
+what it loaded; the archive is checked and put in place only when whole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import Any
 
 from config.model import SparkConfig
 from core.errors import EXIT_ENVIRONMENT, MirrorV3Error
@@ -56,9 +55,7 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
     temporary = temporary_path(archive)
     try:
         session = get_spark(SparkConfig(master="local[2]"), SparkLaunch(record_classes=temporary), on_jvm_event)
-        run_tasks(
-            session, JobSpec("prepare-jvm", "default", "class archive"), 2, batches_as_they_are, "id long", _as_arrow
-        )
+        run_tasks(session, JobSpec("prepare-jvm", "default", "class archive"), 2, numbers_as_they_are)
         java_home, class_path = jvm_property("java.home"), jvm_property("java.class.path")
         exit_code = shut_down_jvm(RECORDING_TIMEOUT_S)
         if exit_code != 0:
@@ -73,9 +70,5 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
     return archive, True
 
 
-def batches_as_they_are(batches: Iterator[Any]) -> Iterator[Any]:
-    yield from batches
-
-
-def _as_arrow(frame: Any) -> Any:
-    return frame.toArrow()
+def numbers_as_they_are(tasks: Iterable[int]) -> Iterator[int]:
+    yield from tasks

@@ -172,6 +172,21 @@ def test_a_task_failure_is_found_in_sparks_error_text() -> None:
         "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
     )
     assert task_failure(text) == ("OffsetsDeletedError", "t-0: offset 5 was deleted before it was read")
+    rdd_job = (  # an RDD job's Py4JJavaError: the traceback begins on the Java exception's line, and comes twice
+        "An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.\n"
+        ": org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times, most "
+        "recent failure: Lost task 0.0 (TID 2): org.apache.spark.api.python.PythonException: Traceback (most recent "
+        "call last):\n"
+        '  File "/x/range_job.py", line 155, in run\n'
+        "ValueError: boom: before the pack\n"
+        "\n"
+        "\tat org.apache.spark.api.python.BasePythonRunner$ReaderIterator.handlePythonException(...)\n"
+        "Driver stacktrace:\n"
+        "Caused by: org.apache.spark.api.python.PythonException: Traceback (most recent call last):\n"
+        '  File "/x/range_job.py", line 155, in run\n'
+        "ValueError: boom: before the pack\n"
+    )
+    assert task_failure(rdd_job) == ("ValueError", "boom: before the pack")
     assert task_failure("java.lang.OutOfMemoryError: Java heap space") == (None, "")
 
 

@@ -105,5 +105,5 @@ def test_the_daemon_leaves_its_workers_little_for_the_collector_to_walk() -> Non
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True)
     frozen, walked = (int(word) for word in done.stdout.split())
-    assert frozen > 50_000
+    assert frozen > 30_000  # the imports' objects (about 43 000 since the jobs no longer import pandas)
     assert walked < 2_000

@@ -7,7 +7,6 @@ import pickle
 import threading
 from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from sinks.blob.writer import BlobTarget
@@ -16,7 +15,6 @@ from sinks.write_target import BlobLimits, RangeCoverageError, TaskRange, Writte
 from source.range_reader import SharedConsumers
 from tests.fakes import FakeConsumer, FakePartitionSource, InMemoryStore, MemoryStaging
 from workers.range_job import (
-    OUTCOME_SCHEMA,
     OVERLAPPING_WRITE_MAX_OFFSETS,
     Outcome,
     SparkTaskError,
@@ -41,13 +39,11 @@ def run_task_function(
 ) -> dict[int, Outcome[Any]]:
     """What the tasks of a job would return, decoded as the driver decodes it (workers.range_job.run_items)."""
     function = _task_function(tuple(items), packs, run_item, before_pack, at_once)
-    tasks = pa.record_batch([pa.array(range(len(packs)), pa.int64())], names=["id"])
     found: dict[int, Outcome[Any]] = {}
-    for batch in function(iter([tasks])):
-        assert batch.schema.equals(OUTCOME_SCHEMA)
-        for row in batch.to_pylist():
-            kind, value = pickle.loads(row["outcome"])
-            found[row["item"]] = Outcome(error=value) if kind == "error" else Outcome(result=value)
+    for index, outcome in function(iter(range(len(packs)))):
+        assert isinstance(index, int) and isinstance(outcome, bytes)
+        kind, value = pickle.loads(outcome)
+        found[index] = Outcome(error=value) if kind == "error" else Outcome(result=value)
     return found
 
 

@@ -1,7 +1,7 @@
 """The Spark driver JVM's class-data-sharing archive (the JDK's AppCDS): the classes a Spark session and its jobs
 load, recorded once by `prepare-jvm`, then mapped by every later start instead of being parsed and verified again.
 
-Measured on this 2-core machine (a session start and one mapInArrow job, JDK 17, pyspark 4.3): the JVM spent
+Measured on this 2-core machine (a session start and one job, JDK 17, pyspark 4.3): the JVM spent
 4.4-6.6 s of CPU with the archive against 8.8-12.2 s without, and the session was up in 2.6-4.1 s against 4.5-6.3 s.
 Every start of a mirror, restore or verify pays this, so it is what a restart costs and most of what the
 end-to-end tests cost.

@@ -1,15 +1,22 @@
 """Spark jobs of work items: each task runs a pack of items and returns one outcome per item.
 
-Every job of the product has this shape. The job is a DataFrame of task numbers (`spark.range(n, numPartitions=n)`)
-mapped with `mapInArrow`; task i runs the items of pack i one after the other and returns, per item, its result
-or the error it raised, pickled in one binary column. So:
+Every job of the product has this shape. The job is an RDD of task numbers (`parallelize(range(n), n)`) mapped
+with `mapPartitions`; task i runs the items of pack i one after the other and returns, per item, its number and its
+result or the error it raised, pickled. So:
 - no record crosses into the driver: items return metadata only (staged blobs, produced ranges, counts);
 - errors cross the Spark boundary as what they are, the typed error family with its facts
   (`core.errors.MirrorV3Error` pickles its attributes), never as a class name in a string;
 - one item's failure is that item's outcome and nothing else's: its neighbours in the same task and job
   carry on, and their results reach the driver (a partition's data loss never rolls back another's flush).
 A failure of Spark itself (the driver JVM gone, the job cancelled, a Python worker killed) fails every item of
-the job. DataFrame APIs only (no RDDs) keep Spark Connect open as a later option.
+the job.
+
+Why an RDD and not a DataFrame (`spark.range(n).mapInArrow(...)`, the shape until issue 50): the job carries only
+task numbers in and pickled outcomes out, so Catalyst has nothing to plan, yet a DataFrame job paid for it: the
+session's first job took 2.2-2.8 s of wall time against 1.6-1.8 for the same tasks as an RDD, and each later one
+0.30 s against 0.25 (4 empty tasks, measured on this 2-core machine; docs/spark-tuning.md). A DataFrame job kept
+Spark Connect possible in principle, but these jobs already need the classic SparkContext (job groups, scheduler
+pools, cancelling) and the driver in the process, and `validate` refuses `sc://`.
 
 The flush job (`run_write_job`): an item is "this reader, this range, that target" (`WriteItem`): a task reads
 the range and writes it with the destination's target (`sinks.write_target`). Items of many partitions share a
@@ -26,12 +33,11 @@ import contextlib
 import pickle
 import re
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-import pyarrow as pa
 from py4j.protocol import Py4JNetworkError
 
 from core.errors import MirrorV3Error, first_line
@@ -44,8 +50,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 T = TypeVar("T")
-OUTCOME_SCHEMA = pa.schema([pa.field("item", pa.int32()), pa.field("outcome", pa.binary())])
-OUTCOME_DDL = "item int, outcome binary"
 
 
 class SparkTaskError(MirrorV3Error):
@@ -118,11 +122,10 @@ def run_items(
     if sorted(j for pack in packs for j in pack) != list(range(len(items))):
         raise ValueError("every item must be in exactly one pack")
     function = _task_function(tuple(items), tuple(tuple(pack) for pack in packs), run_item, before_pack, at_once)
-    table = run_tasks(spark, spec, len(packs), function, OUTCOME_DDL, lambda frame: frame.toArrow())
     outcomes: list[Outcome[Any] | None] = [None] * len(items)
-    for row in table.to_pylist():
-        kind, value = pickle.loads(row["outcome"])
-        outcomes[row["item"]] = Outcome(error=value) if kind == "error" else Outcome(result=value)
+    for index, outcome in run_tasks(spark, spec, len(packs), function):
+        kind, value = pickle.loads(outcome)
+        outcomes[index] = Outcome(error=value) if kind == "error" else Outcome(result=value)
     missing = [index for index, found in enumerate(outcomes) if found is None]
     if missing:
         # A task that ends without reporting every item is a broken task: no result of it may be used.
@@ -141,23 +144,21 @@ def _task_function(
     run_item: Callable[[Any, dict[str, Any]], Any],
     before_pack: Callable[[list[Any], dict[str, Any]], None] | None = None,
     at_once: Callable[[list[Any]], int] | None = None,
-) -> Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]:
-    def run(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+) -> Callable[[Iterable[int]], Iterator[tuple[int, bytes]]]:
+    def run(tasks: Iterable[int]) -> Iterator[tuple[int, bytes]]:
         keep_zip_directories()
-        for batch in batches:
-            for task in batch.column(0).to_pylist():
-                state: dict[str, Any] = {}
-                pack = [items[index] for index in packs[task]]
-                try:
-                    if before_pack is not None:
-                        before_pack(pack, state)
-                    threads = min(len(pack), at_once(pack) if at_once is not None else 1)
-                    for index, outcome in zip(packs[task], _outcomes(run_item, pack, state, threads), strict=True):
-                        yield pa.RecordBatch.from_pylist([{"item": index, "outcome": outcome}], OUTCOME_SCHEMA)
-                finally:
-                    for held in state.values():
-                        with contextlib.suppress(Exception):
-                            held.close()
+        for task in tasks:
+            state: dict[str, Any] = {}
+            pack = [items[index] for index in packs[task]]
+            try:
+                if before_pack is not None:
+                    before_pack(pack, state)
+                threads = min(len(pack), at_once(pack) if at_once is not None else 1)
+                yield from zip(packs[task], _outcomes(run_item, pack, state, threads), strict=True)
+            finally:
+                for held in state.values():
+                    with contextlib.suppress(Exception):
+                        held.close()
 
     return run
 
@@ -299,11 +300,9 @@ def run_tasks(
     spark: SparkSession,
     spec: JobSpec,
     count: int,
-    function: Any,
-    ddl: str,
-    collect: Callable[[Any], pa.Table],
-) -> pa.Table:
-    """One job of `count` tasks, task i calling `function` on a batch holding i; their rows, collected.
+    function: Callable[[Iterable[int]], Iterable[T]],
+) -> list[T]:
+    """One job of `count` tasks, task i calling `function` on an iterator of i alone; what they yield, collected.
 
     A failed Python task raises SparkTaskError with its exception type and message; a lost driver JVM
     SparkGoneError; a cancelled job JobCancelled."""
@@ -311,8 +310,8 @@ def run_tasks(
     try:
         context.setJobGroup(spec.job_group, spec.description, interruptOnCancel=True)
         context.setLocalProperty("spark.scheduler.pool", spec.pool)
-        frame = spark.range(0, count, 1, count).mapInArrow(function, ddl)
-        return collect(frame)
+        # A range is split by pyspark itself into `count` slices of one number each: nothing is serialized to the JVM.
+        return context.parallelize(range(count), count).mapPartitions(function).collect()
     except (Py4JNetworkError, ConnectionError) as exc:
         raise SparkGoneError() from exc
     except Exception as exc:
@@ -338,7 +337,7 @@ def task_failure(text: str) -> tuple[str | None, str]:
     found: tuple[str | None, str] = (None, "")
     in_python = False
     for line in text.splitlines():
-        if line.startswith("Traceback (most recent call last)"):
+        if "Traceback (most recent call last)" in line:  # an RDD job's: after the Java exception, on its line
             in_python = True
             continue
         if in_python and (match := _TRACEBACK_TAIL.match(line.strip())):

@@ -30,15 +30,13 @@ from collections.abc import Sequence
 from importlib.machinery import PathFinder
 from pathlib import Path
 
-# What the tasks of every job kind import: pyspark's worker imports its Arrow serializers and pandas for every
-# mapInArrow task; the job modules import pyarrow, numpy and the sinks; the range reader imports confluent_kafka
-# lazily, so it is named here; and each destination kind's task half (its target's staging or produce, its blob
-# reader) comes with the job's pickled closure, so it is named too: otherwise every worker imports (and, without
-# bytecode caches, compiles) it at its first task. Before the destinations became packages, verify_job imported
-# them all through one mixed module.
+# What the tasks of every job kind import: the job modules import pyarrow, numpy and the sinks (a job is an RDD
+# of task numbers, workers.range_job: pyspark's worker needs neither its Arrow serializers nor pandas); the range
+# reader imports confluent_kafka lazily, so it is named here; and each destination kind's task half (its target's
+# staging or produce, its blob reader) comes with the job's pickled closure, so it is named too: otherwise every
+# worker imports (and, without bytecode caches, compiles) it at its first task. Before the destinations became
+# packages, verify_job imported them all through one mixed module.
 TASK_MODULES = (
-    "pyspark.sql.pandas.serializers",
-    "pandas",
     "pyarrow.parquet",
     "confluent_kafka",
     "workers.range_job",
