@@ -13,10 +13,10 @@ the job.
 
 Why an RDD and not a DataFrame (`spark.range(n).mapInArrow(...)`, the shape until issue 50): the job carries only
 task numbers in and pickled outcomes out, so Catalyst has nothing to plan, yet a DataFrame job paid for it: the
-session's first job took 2.2-2.8 s of wall time against 1.6-1.8 for the same tasks as an RDD, and each later one
-0.30 s against 0.25 (4 empty tasks, measured on this 2-core machine; docs/spark-tuning.md). A DataFrame job kept
-Spark Connect possible in principle, but these jobs already need the classic SparkContext (job groups, scheduler
-pools, cancelling) and the driver in the process, and `validate` refuses `sc://`.
+session's first job took 2.2-2.8 s of wall time against 1.2-1.5 for the same tasks as an RDD (whose workers need not
+import pandas), and each later one 0.30 s against 0.25 (4 tasks, this 2-core machine; docs/spark-tuning.md). A
+DataFrame job kept Spark Connect possible in principle, but these jobs already need the classic SparkContext (job
+groups, scheduler pools, cancelling) and the driver in the process, and `validate` refuses `sc://`.
 
 The flush job (`run_write_job`): an item is "this reader, this range, that target" (`WriteItem`): a task reads
 the range and writes it with the destination's target (`sinks.write_target`). Items of many partitions share a
@@ -310,7 +310,7 @@ def run_tasks(
     try:
         context.setJobGroup(spec.job_group, spec.description, interruptOnCancel=True)
         context.setLocalProperty("spark.scheduler.pool", spec.pool)
-        # A range is split by pyspark itself into `count` slices of one number each: nothing is serialized to the JVM.
+        # pyspark ships a range as its bounds and makes each slice's one number inside its task.
         return context.parallelize(range(count), count).mapPartitions(function).collect()
     except (Py4JNetworkError, ConnectionError) as exc:
         raise SparkGoneError() from exc
