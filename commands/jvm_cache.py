@@ -5,7 +5,7 @@ what it loaded; the archive is checked and put in place only when whole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 from config.model import SparkConfig
@@ -55,7 +55,7 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
     temporary = temporary_path(archive)
     try:
         session = get_spark(SparkConfig(master="local[2]"), SparkLaunch(record_classes=temporary), on_jvm_event)
-        run_tasks(session, JobSpec("prepare-jvm", "default", "class archive"), 2, numbers_as_they_are)
+        run_tasks(session, JobSpec("prepare-jvm", "default", "class archive"), 2, list)  # each task: its number
         java_home, class_path = jvm_property("java.home"), jvm_property("java.class.path")
         exit_code = shut_down_jvm(RECORDING_TIMEOUT_S)
         if exit_code != 0:
@@ -68,7 +68,3 @@ def prepare_class_archive(directory: Path, on_jvm_event: Callable[[JvmEvent], No
     finally:
         temporary.unlink(missing_ok=True)
     return archive, True
-
-
-def numbers_as_they_are(tasks: Iterable[int]) -> Iterator[int]:
-    yield from tasks

@@ -3,7 +3,6 @@ item of a flush (this reader, this range, that target) with the task's shared co
 
 from __future__ import annotations
 
-import pickle
 import threading
 from typing import Any
 
@@ -23,6 +22,7 @@ from workers.range_job import (
     _task_function,
     _write,
     _writes_at_once,
+    decoded,
 )
 
 
@@ -42,8 +42,7 @@ def run_task_function(
     found: dict[int, Outcome[Any]] = {}
     for index, outcome in function(iter(range(len(packs)))):
         assert isinstance(index, int) and isinstance(outcome, bytes)
-        kind, value = pickle.loads(outcome)
-        found[index] = Outcome(error=value) if kind == "error" else Outcome(result=value)
+        found[index] = decoded(outcome)
     return found
 
 

@@ -124,13 +124,18 @@ def run_items(
     function = _task_function(tuple(items), tuple(tuple(pack) for pack in packs), run_item, before_pack, at_once)
     outcomes: list[Outcome[Any] | None] = [None] * len(items)
     for index, outcome in run_tasks(spark, spec, len(packs), function):
-        kind, value = pickle.loads(outcome)
-        outcomes[index] = Outcome(error=value) if kind == "error" else Outcome(result=value)
+        outcomes[index] = decoded(outcome)
     missing = [index for index, found in enumerate(outcomes) if found is None]
     if missing:
         # A task that ends without reporting every item is a broken task: no result of it may be used.
         raise SparkTaskError("MissingOutcome", f"items {missing[:5]} of job {spec.description} returned nothing")
     return [found for found in outcomes if found is not None]
+
+
+def decoded(outcome: bytes) -> Outcome[Any]:
+    """An item's outcome as its task sent it (`_outcome_of`)."""
+    kind, value = pickle.loads(outcome)
+    return Outcome(error=value) if kind == "error" else Outcome(result=value)
 
 
 def balanced_packs(spark: SparkSession, weights: Sequence[int]) -> tuple[tuple[int, ...], ...]:
